@@ -1,0 +1,2 @@
+/* outer.c: not written yet. */
+typedef int zb_placeholder_outer;

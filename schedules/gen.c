@@ -1,0 +1,2 @@
+/* gen.c: not written yet. */
+typedef int zb_placeholder_gen;

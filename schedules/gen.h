@@ -1,0 +1,47 @@
+/*
+ * gen.h: schedule generators for the classic and zero-bubble families.
+ *
+ * Each generator builds a complete schedule (sched.h) from gen_params: the
+ * pipeline shape (p devices, m micro-batches, v chunks per device), uniform
+ * per-op costs and memory deltas.  They follow the published orders exactly
+ * (docs/generators.md cites each source) so that their bubble and peak
+ * memory match the zero-bubble paper's formulas and tables.
+ *
+ * Generators return -1 with err set for shapes they cannot build (e.g.
+ * interleaved with m not a multiple of p); they never exit.
+ */
+#ifndef ZB_GEN_H
+#define ZB_GEN_H
+
+#include "src/sched.h"
+
+typedef struct gen_params {
+    int stages;        /* p: pipeline devices */
+    int microbatches;  /* m */
+    int chunks;        /* v: virtual stages per device (interleaved >= 2, zb-v = 2); 1 otherwise */
+    double t_f, t_b, t_w, t_comm; /* per-op costs, same on every virtual stage */
+    double m_f, m_b, m_w;         /* memory deltas of F, B, W */
+    double *mem_limit;            /* [stages] activation limit per device (zb-auto, ilp, V family), or NULL */
+    double time_limit;            /* seconds for the ILP; <= 0 means its default */
+} gen_params;
+
+/* Fills p with the CLI defaults: p=4, m=8, v=1, unit costs, T_comm 0,
+ * dF=+2, dB=-1, dW=-1, no memory limit. */
+void gen_params_default(gen_params *p);
+
+typedef int (*gen_fn)(const gen_params *p, sched_t **out, zb_err *err);
+
+/* The handcrafted generators.  Each stores a new schedule in *out (caller
+ * frees) and returns 0, or returns -1 with err set. */
+int gen_gpipe(const gen_params *p, sched_t **out, zb_err *err);
+int gen_1f1b(const gen_params *p, sched_t **out, zb_err *err);
+int gen_interleaved(const gen_params *p, sched_t **out, zb_err *err);
+int gen_zb_h1(const gen_params *p, sched_t **out, zb_err *err);
+int gen_zb_h2(const gen_params *p, sched_t **out, zb_err *err);
+int gen_zb_v(const gen_params *p, sched_t **out, zb_err *err);
+
+/* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
+ * "zb-h1", "zb-h2", "zb-v"); NULL when unknown. */
+gen_fn gen_lookup(const char *kind);
+
+#endif

@@ -1,0 +1,2 @@
+/* ilp.c: not written yet. */
+typedef int zb_placeholder_ilp;

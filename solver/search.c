@@ -1,0 +1,2 @@
+/* search.c: not written yet. */
+typedef int zb_placeholder_search;

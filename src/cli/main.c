@@ -1,0 +1,108 @@
+/*
+ * main.c: `zbsched COMMAND [ARGS]`, the dispatch table of the CLI.
+ */
+#include "src/cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;                 /* as typed after `zbsched` */
+    int (*fn)(int argc, char **argv); /* gets argv[0] = the command name */
+    const char *summary;              /* one line for `zbsched help` */
+} command;
+
+static const command commands[] = {
+    { "gen",      cmd_gen,      "generate a schedule file (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, zb-auto, v-*, ilp)" },
+    { "simulate", cmd_simulate, "validate and simulate a schedule file" },
+    { "export",   cmd_export,   "write a schedule as PyTorch pipelining CSV" },
+    { "import",   cmd_import,   "read a PyTorch pipelining CSV into a schedule file" },
+    { "search",   cmd_search,   "find the fastest schedule that fits a per-GPU memory limit" },
+    { "render",   cmd_render,   "draw a schedule: SVG timeline, Perfetto trace or Graphviz DAG" },
+    { "run",      cmd_run,      "train a Llama-style model by executing a schedule file" },
+    { "profile",  cmd_profile,  "measure per-op times and memory and write a profile file" },
+    { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: zbsched COMMAND [ARGS]   (zbsched COMMAND --help for its flags)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+}
+
+int cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("zbsched: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_fail(const zb_err *err)
+{
+    return cli_error("%s", err->msg[0] ? err->msg : "unknown error");
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zbsched %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+int cli_parse_int(const char *flag, const char *text, long min, long max, long *out, zb_err *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+        return zb_fail(err, "%s: '%s' is not a whole number", flag, text);
+    if (v < min || v > max)
+        return zb_fail(err, "%s: %ld is out of range (%ld..%ld)", flag, v, min, max);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *flag, const char *text, double *out, zb_err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return zb_fail(err, "%s: '%s' is not a finite number", flag, text);
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("zbsched %s\n", ZBSCHED_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (try 'zbsched help')", argv[1]);
+    return 2;
+}

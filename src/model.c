@@ -1,0 +1,2 @@
+/* model.c: not written yet. */
+typedef int zb_placeholder_model;

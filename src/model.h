@@ -1,0 +1,64 @@
+/*
+ * model.h: model and hardware descriptions, shared by the cost model
+ * (search) and the runtime (which trains the small models for real).
+ *
+ * Presets are compiled in; `--model FILE` / `--gpu`-style JSON files use the
+ * same field names as the struct (documented in docs/cost-model.md).
+ */
+#ifndef ZB_MODEL_H
+#define ZB_MODEL_H
+
+#include "src/err.h"
+
+typedef enum zb_dtype {
+    ZB_FP32 = 0,
+    ZB_BF16 = 1,
+    ZB_FP16 = 2,
+} zb_dtype;
+
+typedef struct zb_model {
+    char name[48];      /* preset name or the file's "name" */
+    int n_layers;       /* transformer blocks */
+    int d_model;        /* hidden size h */
+    int n_heads;        /* attention heads a */
+    int n_kv_heads;     /* key/value heads (== n_heads without GQA) */
+    int d_ff;           /* SwiGLU inner size (GPT-style 4h models: 4*d_model) */
+    int vocab;          /* vocabulary size V (char models: from the text) */
+    int seq_len;        /* sequence length s */
+    int micro_batch;    /* micro-batch size b (sequences) */
+    int swiglu;         /* 1: SwiGLU MLP (3 matrices); 0: GPT-style 2-matrix MLP */
+    int tied_embedding; /* 1 when the LM head shares the embedding matrix */
+    double rope_theta;  /* rotary base (10000 for small models, 500000 for Llama 3) */
+    zb_dtype dtype;     /* training dtype of weights and activations */
+} zb_model;
+
+typedef struct zb_gpu {
+    char name[32];         /* "H100-80G" */
+    double peak_flops;     /* dense bf16 FLOP/s */
+    double mem_bytes;      /* device memory, bytes */
+    double link_bw;        /* bytes/s between pipeline neighbours */
+    double link_latency;   /* seconds per transfer */
+    double efficiency;     /* achieved fraction of peak for matmuls */
+} zb_gpu;
+
+/* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",
+ * "llama3-8b", "llama3-70b", "intellect-1-10b", "tiny", "shakespeare-char").
+ * Returns 0 and fills *m, or -1 with err listing the presets. */
+int model_preset(const char *name, zb_model *m, zb_err *err);
+
+/* Loads a model from a preset name or, when arg names a readable file, from
+ * its JSON.  Returns 0 or -1 with err set. */
+int model_load(const char *arg, zb_model *m, zb_err *err);
+
+/* Checks a model's fields (positive sizes, heads divide d_model, kv heads
+ * divide heads).  Returns 0 or -1 with err naming the field. */
+int model_check(const zb_model *m, zb_err *err);
+
+/* Finds a GPU preset ("A100-80G", "H100-80G", "H200-141G"). */
+int gpu_preset(const char *name, zb_gpu *g, zb_err *err);
+
+/* Lists preset names, comma separated, into buf. */
+void model_preset_names(char *buf, int len);
+void gpu_preset_names(char *buf, int len);
+
+#endif

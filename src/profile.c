@@ -1,0 +1,2 @@
+/* profile.c: not written yet. */
+typedef int zb_placeholder_profile;

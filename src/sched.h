@@ -1,0 +1,129 @@
+/*
+ * sched.h: the schedule model, the one data structure every part of zbsched
+ * shares (generators and solvers write it, the validator, simulator and
+ * renderers read it, the runtime executes it).
+ *
+ * A schedule is p devices, m micro-batches and S virtual stages (model chunks
+ * numbered in model order: stage 0 holds the embedding, stage S-1 the head
+ * and loss).  Each virtual stage lives on exactly one device; a device holds
+ * one stage (plain pipelines), several interleaved ones (Megatron's
+ * interleaved 1F1B) or a V pair (ZB-V: device d holds stages d and 2p-1-d).
+ * Each device has an ordered list of ops; the order IS the schedule.
+ *
+ * Op kinds follow the zero-bubble paper: F (forward), B (backward for the
+ * input gradient), W (backward for the weight gradient) and BW (B and W
+ * fused, as classic 1F1B does).  For every stage and micro-batch a complete
+ * schedule has one F and either one BW or one B followed later by one W.
+ *
+ * Costs (time per op) and memory deltas (activation memory an op adds or
+ * frees) are per virtual stage, because real stages differ: the first holds
+ * the embedding, the last the LM head and loss.  T_BW = T_B + T_W and
+ * dBW = dB + dW.  Units are whatever the producer chose; the file records
+ * them in time_unit / mem_unit for the humans who read it.
+ *
+ * Expected workload: up to a few hundred thousand ops (p=64, m=1024, 1F1B),
+ * built once, read many times; ops are stored in flat arrays per device.
+ */
+#ifndef ZB_SCHED_H
+#define ZB_SCHED_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "src/err.h"
+
+typedef enum op_kind {
+    OP_F = 0,  /* forward */
+    OP_B = 1,  /* backward, input gradient only */
+    OP_W = 2,  /* backward, weight gradient only */
+    OP_BW = 3, /* backward, input and weight gradients fused */
+} op_kind;
+
+#define OP_KIND_COUNT 4
+
+typedef struct sched_op {
+    uint8_t kind;  /* an op_kind */
+    int32_t stage; /* virtual stage, 0..n_stages-1, in model order */
+    int32_t mb;    /* micro-batch, 0..n_micro-1 */
+} sched_op;
+
+typedef struct stage_cost {
+    double t_f, t_b, t_w; /* time of one F, B, W op on this stage */
+    double d_f, d_b, d_w; /* activation memory delta of one F, B, W op */
+} stage_cost;
+
+typedef struct sched_lane {
+    int n_ops;     /* ops in execution order on this device */
+    int cap;       /* allocated length of ops (and start/end when present) */
+    sched_op *ops; /* [cap] */
+    double *start; /* [cap] measured start of each op, or NULL when not measured */
+    double *end;   /* [cap] measured end of each op, or NULL when not measured */
+} sched_lane;
+
+typedef struct sched_t {
+    char name[64];        /* generator kind or a free label, e.g. "zb-h1" */
+    int n_devices;        /* p */
+    int n_micro;          /* m */
+    int n_stages;         /* S, virtual stages (p * chunks for regular layouts) */
+    int *stage_device;    /* [n_stages] device that runs each virtual stage */
+    stage_cost *cost;     /* [n_stages] per-stage op costs and memory deltas */
+    double t_comm;        /* time to move one activation/gradient between devices */
+    double *mem_limit;    /* [n_devices] activation memory limit, or NULL when none */
+    double *mem_static;   /* [n_devices] static memory (params, optimizer), or NULL */
+    char time_unit[16];   /* "units", "ms", "us", "s" */
+    char mem_unit[16];    /* "units" or "bytes" */
+    sched_lane *dev;      /* [n_devices] ordered ops of each device */
+    cJSON *meta;          /* owned object of preserved top-level extras ("solver",
+                           * "model", "hardware", "predicted", ...), or NULL */
+} sched_t;
+
+/* Allocates an empty schedule with unit costs (T_F=T_B=T_W=1, T_comm=0),
+ * the default memory deltas (dF=+2, dB=-1, dW=-1), no ops, and every stage
+ * unplaced (stage_device = -1).  Returns NULL when a count is not positive
+ * or memory runs out.  The caller owns the result (sched_free). */
+sched_t *sched_new(int n_devices, int n_micro, int n_stages);
+
+/* Frees s and everything it owns; NULL is fine. */
+void sched_free(sched_t *s);
+
+/* Returns a deep copy of s (ops, times, meta), or NULL when memory runs out. */
+sched_t *sched_clone(const sched_t *s);
+
+/* Appends an op to device dev's list.  Returns 0, or -1 when memory runs out.
+ * Arguments are asserted to be in range: generators are trusted code; loaders
+ * check user input before calling this. */
+int sched_push(sched_t *s, int dev, op_kind kind, int stage, int mb);
+
+/* Places stages in order on devices: plain (stage s on device s % p: one
+ * stage per device, or Megatron's interleaving when S = v*p) or V-shaped
+ * (S = 2p: device d holds stages d and 2p-1-d). */
+void sched_place_interleaved(sched_t *s);
+void sched_place_v(sched_t *s);
+
+/* Sets the same costs / memory deltas on every stage. */
+void sched_set_costs(sched_t *s, double t_f, double t_b, double t_w, double t_comm);
+void sched_set_mem(sched_t *s, double d_f, double d_b, double d_w);
+
+/* Ensures lane `dev` carries measured start/end arrays (zeroed); returns
+ * 0 or -1 when memory runs out. */
+int sched_lane_alloc_times(sched_t *s, int dev);
+
+/* Time and memory delta of one op on its stage (BW = B + W). */
+double sched_op_time(const sched_t *s, sched_op op);
+double sched_op_mem(const sched_t *s, sched_op op);
+
+/* Total ops over all devices. */
+long sched_op_count(const sched_t *s);
+
+/* "F", "B", "W", "BW". */
+const char *op_kind_name(op_kind k);
+
+/* Parses "F", "B", "W", "BW"; returns the kind or -1. */
+int op_kind_parse(const char *str, size_t len);
+
+/* The number of virtual stages on device dev. */
+int sched_device_stage_count(const sched_t *s, int dev);
+
+#endif

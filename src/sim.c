@@ -1,0 +1,2 @@
+/* sim.c: not written yet. */
+typedef int zb_placeholder_sim;

@@ -1,0 +1,2 @@
+/* validate.c: not written yet. */
+typedef int zb_placeholder_validate;

@@ -1,0 +1,2 @@
+/* viz.c: not written yet. */
+typedef int zb_placeholder_viz;
