@@ -1,6 +1,21 @@
-/* gen.c: placeholder until the generators land; every kind fails cleanly. */
-#include "schedules/gen.h"
+/*
+ * gen.c: the generator registry (gen_lookup), the CLI defaults
+ * (gen_params_default) and the parameter checks every handcrafted
+ * generator runs first (gen_begin, gen_common.h).
+ *
+ * The generators themselves live one family per file:
+ *   gen_gpipe.c        GPipe: all F, then all BW
+ *   gen_1f1b.c         1F1B, ZB-H1 and ZB-H2 (one rule with a W delay)
+ *   gen_interleaved.c  Megatron's interleaved 1F1B
+ *   gen_zb_v.c         ZB-V, the handcrafted V-shape zero-bubble order
+ *
+ * Parameters come straight from the command line, so every check here is
+ * a zb_err, never an assert.
+ */
+#include "schedules/gen_common.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void gen_params_default(gen_params *p)
@@ -10,13 +25,93 @@ void gen_params_default(gen_params *p)
     p->microbatches = 8;
     p->chunks = 1;
     p->t_f = p->t_b = p->t_w = 1;
+    p->t_comm = 0;
     p->m_f = 2;
     p->m_b = -1;
     p->m_w = -1;
 }
 
+/* One registry row: a kind's CLI name and its generator. */
+typedef struct gen_entry {
+    const char *kind; /* as typed after `zbsched gen` */
+    gen_fn fn;        /* the generator */
+} gen_entry;
+
+static const gen_entry gen_table[] = {
+    { "gpipe", gen_gpipe },
+    { "1f1b", gen_1f1b },
+    { "interleaved", gen_interleaved },
+    { "zb-h1", gen_zb_h1 },
+    { "zb-h2", gen_zb_h2 },
+    { "zb-v", gen_zb_v },
+};
+
 gen_fn gen_lookup(const char *kind)
 {
-    (void)kind;
+    if (!kind)
+        return NULL;
+    for (size_t i = 0; i < sizeof gen_table / sizeof gen_table[0]; i++)
+        if (strcmp(gen_table[i].kind, kind) == 0)
+            return gen_table[i].fn;
     return NULL;
+}
+
+/* A cost must be a finite, non-negative time: NaN would poison every
+ * simulated start time after it, and a negative time has no meaning. */
+static int check_cost(const char *kind, const char *what, double v, zb_err *err)
+{
+    if (!isfinite(v) || v < 0)
+        return zb_fail(err, "%s: %s must be a finite time >= 0, got %g", kind, what, v);
+    return 0;
+}
+
+static int check_mem(const char *kind, const char *what, double v, zb_err *err)
+{
+    if (!isfinite(v))
+        return zb_fail(err, "%s: memory delta %s must be finite, got %g", kind, what, v);
+    return 0;
+}
+
+int gen_begin(const gen_params *p, const char *kind, gen_layout layout, int chunks,
+              int ops_per_mb, sched_t **out, zb_err *err)
+{
+    if (p->stages < 1)
+        return zb_fail(err, "%s: the number of pipeline stages (devices) must be >= 1, got %d",
+                       kind, p->stages);
+    if (p->microbatches < 1)
+        return zb_fail(err, "%s: the number of micro-batches must be >= 1, got %d",
+                       kind, p->microbatches);
+    if (check_cost(kind, "T_F", p->t_f, err) || check_cost(kind, "T_B", p->t_b, err) ||
+        check_cost(kind, "T_W", p->t_w, err) || check_cost(kind, "T_comm", p->t_comm, err))
+        return -1;
+    if (check_mem(kind, "dF", p->m_f, err) || check_mem(kind, "dB", p->m_b, err) ||
+        check_mem(kind, "dW", p->m_w, err))
+        return -1;
+    /* Computed in double: p * chunks * m overflows int long before it
+     * reaches the limit. */
+    double n_ops = (double)p->stages * chunks * p->microbatches * ops_per_mb;
+    if (n_ops > (double)GEN_MAX_OPS)
+        return zb_fail(err, "%s: p=%d, m=%d, %d chunk(s) gives %.0f ops, more than the %ld "
+                       "this generator builds", kind, p->stages, p->microbatches, chunks,
+                       n_ops, GEN_MAX_OPS);
+
+    sched_t *s = sched_new(p->stages, p->microbatches, p->stages * chunks);
+    if (!s)
+        return zb_fail(err, "%s: out of memory allocating a schedule of %d stages", kind,
+                       p->stages * chunks);
+    snprintf(s->name, sizeof s->name, "%s", kind);
+    if (layout == GEN_LAYOUT_V)
+        sched_place_v(s);
+    else
+        sched_place_interleaved(s);
+    sched_set_costs(s, p->t_f, p->t_b, p->t_w, p->t_comm);
+    sched_set_mem(s, p->m_f, p->m_b, p->m_w);
+    *out = s;
+    return 0;
+}
+
+int gen_fail_oom(sched_t *s, const char *kind, zb_err *err)
+{
+    sched_free(s);
+    return zb_fail(err, "%s: out of memory while building the schedule", kind);
 }

@@ -32,7 +32,13 @@ void gen_params_default(gen_params *p);
 typedef int (*gen_fn)(const gen_params *p, sched_t **out, zb_err *err);
 
 /* The handcrafted generators.  Each stores a new schedule in *out (caller
- * frees) and returns 0, or returns -1 with err set. */
+ * frees) and returns 0, or returns -1 with err set (err may be NULL) and
+ * *out untouched.  They refuse p < 1, m < 1, negative or non-finite costs,
+ * non-finite memory deltas and more than 10 million ops.  Chunks: v = 1 for
+ * gpipe, 1f1b, zb-h1, zb-h2; v >= 2 and m a multiple of p for interleaved;
+ * v = 2 for zb-v (the default 1 is read as 2).  mem_limit and time_limit
+ * are ignored: the orders are fixed.  docs/generators.md gives each order,
+ * its source and its bubble and memory formulas. */
 int gen_gpipe(const gen_params *p, sched_t **out, zb_err *err);
 int gen_1f1b(const gen_params *p, sched_t **out, zb_err *err);
 int gen_interleaved(const gen_params *p, sched_t **out, zb_err *err);

@@ -1,9 +1,749 @@
-/* ilp.c: placeholder until the solver lands. */
+/*
+ * ilp.c: the zero-bubble paper's ILP (arXiv 2401.10241 Appendix G; the
+ * authors' auto_schedule.py build_ilp) in GLPK, warm-started with zb-auto.
+ *
+ * Formulation, one stage per device, ops F, B, W per (stage, micro-batch):
+ *   E_i        end time of op i (continuous);
+ *   x_ab       binary, 1 when a runs before b, for each same-stage pair not
+ *              already ordered by precedence (transitive closure of the
+ *              dependencies plus symmetry breaking: same-kind ops of a stage
+ *              run in micro-batch order, as in the authors' code);
+ *   R          the objective, the largest stage span (eq. 3).
+ *   (4), (5)   E_i >= E_parent + T_i (+ T_comm across stages);
+ *   (6)        E_b >= E_a + T_b - M(1 - x_ab) and E_a >= E_b + T_a - M x_ab,
+ *              with M per pair from the variables' bounds (below);
+ *   (7)        for every op i: d_i + sum of forced predecessors' deltas +
+ *              sum of d_k [k before i] over unordered k <= limit;
+ *   span       R >= E(W last) - start of the stage, and the authors' cut
+ *              R >= E_i + (all ops that follow i on its stage) - start.
+ *
+ * Tightening, all valid for the simulator's semantics: the first op of
+ * every stage, F(s,0), starts as early as possible (it does in any ASAP
+ * execution: it depends only on F(s-1,0)), which also pins the start of
+ * every stage's window; R <= the heuristic's cost (the heuristic is the
+ * incumbent); so every op lies in [start_s + its forced predecessors' work,
+ * start_s + R_heur - its forced successors' work], which gives each E_i
+ * tight bounds and each pair a small big-M.  R's lower bound is the largest
+ * of the stages' busy time and critical-path window.
+ *
+ * The solve: LP relaxation by simplex, then glp_intopt (no presolve, so
+ * that the callback sees the original columns) whose callback hands the
+ * heuristic's schedule in at the first GLP_IHEUR (glp_ios_heur_sol) and
+ * tracks the best bound.  GLPK's terminal output goes to the solver log
+ * (solver_set_log; discarded by default); its fatal errors longjmp back
+ * here, GLPK's environment is freed and an error is returned.  The result
+ * is turned back into op lists (sort each stage by end time), evaluated,
+ * and replaced by the heuristic's schedule if it is not at least as good.
+ *
+ * Workload: small pipelines (p <= 8, m <= 16 or so); the number of binaries
+ * grows as 3/2 p m^2.  Measured times are in bench/README.md.
+ */
 #include "solver/solver.h"
+#include "solver/solver_internal.h"
 
-int solver_ilp(const gen_params *p, sched_t **out, zb_err *err)
+#include <glpk.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+static solver_log_fn log_fn;  /* where GLPK's text goes, or NULL */
+static void *log_ctx;         /* passed back to log_fn */
+
+void solver_set_log(solver_log_fn fn, void *ctx)
 {
-    (void)p;
-    (void)out;
-    return zb_fail(err, "solver_ilp is not written yet");
+    log_fn = fn;
+    log_ctx = ctx;
+}
+
+/* Everything one solve allocates with malloc, so that a GLPK failure that
+ * longjmps out can still free it. */
+typedef struct ilp_ctx {
+    const solver_problem *pr; /* the problem */
+    int n;                    /* ops: 3 p m */
+    int words;                /* 64-bit words per ancestor bitset */
+    uint64_t *anc;            /* [n][words] ancestors of each op */
+    double *lb, *ub;          /* [n] bounds on each op's end time */
+    double *tail;             /* [n] work of the op's forced same-stage successors */
+    double *start;            /* [p] start of each stage's window */
+    double *warm_end;         /* [n] end times of the heuristic schedule */
+    int *warm_pos;            /* [n] position of each op in its heuristic list */
+    int *pair_a, *pair_b;     /* [n_pairs] the ops of each binary (a < b) */
+    int n_pairs;              /* binaries */
+    int n_pair_cap;           /* allocated pairs */
+    double *warm_x;           /* [1 + columns] the incumbent handed to GLPK */
+    int *ind;                 /* [1 + columns] scratch row indices */
+    double *val;              /* [1 + columns] scratch row values */
+    double r_heur;            /* the heuristic's cost (R's upper bound) */
+    double r_lb;              /* static lower bound on R */
+    double bound;             /* best bound seen in the search */
+    int heur_given;           /* the incumbent was handed to GLPK */
+    jmp_buf fail;             /* where GLPK's fatal errors land */
+    glp_prob *lp;             /* the model (owned by GLPK's environment) */
+} ilp_ctx;
+
+static void ctx_free(ilp_ctx *c)
+{
+    free(c->anc);
+    free(c->lb);
+    free(c->ub);
+    free(c->tail);
+    free(c->start);
+    free(c->warm_end);
+    free(c->warm_pos);
+    free(c->pair_a);
+    free(c->pair_b);
+    free(c->warm_x);
+    free(c->ind);
+    free(c->val);
+}
+
+static int node_id(const solver_problem *pr, int kind, int stage, int mb)
+{
+    return (kind * pr->p + stage) * pr->m + mb;
+}
+
+static double node_cost(const solver_problem *pr, int id)
+{
+    int kind = id / (pr->p * pr->m), stage = (id / pr->m) % pr->p;
+    const stage_cost *c = &pr->cost[stage];
+    return kind == OP_F ? c->t_f : kind == OP_B ? c->t_b : c->t_w;
+}
+
+static double node_mem(const solver_problem *pr, int id)
+{
+    int kind = id / (pr->p * pr->m), stage = (id / pr->m) % pr->p;
+    const stage_cost *c = &pr->cost[stage];
+    return kind == OP_F ? c->d_f : kind == OP_B ? c->d_b : c->d_w;
+}
+
+static int node_stage(const solver_problem *pr, int id)
+{
+    return (id / pr->m) % pr->p;
+}
+
+/* The parents of op id (at most two) and the gap each edge needs (T_comm
+ * across stages).  Returns the count. */
+static int node_parents(const solver_problem *pr, int id, int par[2], double gap[2])
+{
+    int p = pr->p, m = pr->m, kind = id / (p * m), s = (id / m) % p, j = id % m, n = 0;
+    if (kind == OP_F) {
+        if (s > 0) { par[n] = node_id(pr, OP_F, s - 1, j); gap[n++] = pr->t_comm; }
+        if (j > 0) { par[n] = node_id(pr, OP_F, s, j - 1); gap[n++] = 0; }
+    } else if (kind == OP_B) {
+        if (s == p - 1) { par[n] = node_id(pr, OP_F, s, j); gap[n++] = 0; }
+        else { par[n] = node_id(pr, OP_B, s + 1, j); gap[n++] = pr->t_comm; }
+        if (j > 0) { par[n] = node_id(pr, OP_B, s, j - 1); gap[n++] = 0; }
+    } else {
+        par[n] = node_id(pr, OP_B, s, j); gap[n++] = 0;
+        if (j > 0) { par[n] = node_id(pr, OP_W, s, j - 1); gap[n++] = 0; }
+    }
+    return n;
+}
+
+/* A topological order: F by stage up, B by stage down, then W; within each
+ * stage by micro-batch. */
+static int topo_node(const solver_problem *pr, int k)
+{
+    int p = pr->p, m = pr->m, kind = k / (p * m), s = (k / m) % p, j = k % m;
+    if (kind == OP_B)
+        s = p - 1 - s;
+    return node_id(pr, kind, s, j);
+}
+
+static int precedes(const ilp_ctx *c, int a, int b)
+{
+    return (c->anc[(long)b * c->words + a / 64] >> (a % 64)) & 1;
+}
+
+/* Ancestors, bounds and tails; 0 or -1 on out of memory. */
+static int analyse(ilp_ctx *c)
+{
+    const solver_problem *pr = c->pr;
+    int n = c->n;
+    c->words = (n + 63) / 64;
+    c->anc = calloc((size_t)n * (size_t)c->words, sizeof(uint64_t));
+    c->lb = malloc(sizeof(double) * (size_t)n);
+    c->ub = malloc(sizeof(double) * (size_t)n);
+    c->tail = calloc((size_t)n, sizeof(double));
+    c->start = malloc(sizeof(double) * (size_t)pr->p);
+    if (!c->anc || !c->lb || !c->ub || !c->tail || !c->start)
+        return -1;
+    /* Ancestors and ASAP end times in topological order. */
+    for (int k = 0; k < n; k++) {
+        int i = topo_node(pr, k), par[2];
+        double gap[2], asap = 0;
+        uint64_t *row = &c->anc[(long)i * c->words];
+        int np = node_parents(pr, i, par, gap);
+        for (int x = 0; x < np; x++) {
+            const uint64_t *pr_row = &c->anc[(long)par[x] * c->words];
+            for (int w = 0; w < c->words; w++)
+                row[w] |= pr_row[w];
+            row[par[x] / 64] |= (uint64_t)1 << (par[x] % 64);
+            asap = fmax(asap, c->lb[par[x]] + gap[x]);
+        }
+        c->lb[i] = asap + node_cost(pr, i);
+    }
+    for (int s = 0; s < pr->p; s++)
+        c->start[s] = c->lb[node_id(pr, OP_F, s, 0)] - pr->cost[s].t_f;
+    /* Forced same-stage predecessors' work raises lb; successors' work
+     * (the tail) lowers ub. */
+    for (int i = 0; i < n; i++) {
+        int s = node_stage(pr, i);
+        double head = 0;
+        for (int kind = 0; kind < 3; kind++) {
+            for (int j = 0; j < pr->m; j++) {
+                int k = node_id(pr, kind, s, j);
+                if (k == i)
+                    continue;
+                if (precedes(c, k, i))
+                    head += node_cost(pr, k);
+                else if (precedes(c, i, k))
+                    c->tail[i] += node_cost(pr, k);
+            }
+        }
+        c->lb[i] = fmax(c->lb[i], c->start[s] + head + node_cost(pr, i));
+    }
+    c->r_lb = 0;
+    for (int s = 0; s < pr->p; s++) {
+        const stage_cost *sc = &pr->cost[s];
+        double busy = pr->m * (sc->t_f + sc->t_b + sc->t_w);
+        double path = c->lb[node_id(pr, OP_W, s, pr->m - 1)] - c->start[s];
+        c->r_lb = fmax(c->r_lb, fmax(busy, path));
+    }
+    for (int i = 0; i < n; i++)
+        c->ub[i] = c->start[node_stage(pr, i)] + c->r_heur - c->tail[i];
+    /* First ops are pinned to their ASAP ends. */
+    for (int s = 0; s < pr->p; s++) {
+        int f0 = node_id(pr, OP_F, s, 0);
+        c->ub[f0] = c->lb[f0];
+    }
+    return 0;
+}
+
+/* End time and list position of every op of the heuristic schedule. */
+static int warm_times(ilp_ctx *c, const sched_t *h)
+{
+    const solver_problem *pr = c->pr;
+    c->warm_end = malloc(sizeof(double) * (size_t)c->n);
+    c->warm_pos = malloc(sizeof(int) * (size_t)c->n);
+    int *cur = calloc((size_t)pr->p, sizeof(int));
+    double *free_at = calloc((size_t)pr->p, sizeof(double));
+    char *done = calloc((size_t)c->n, 1);
+    int rc = -1;
+    if (!c->warm_end || !c->warm_pos || !cur || !free_at || !done)
+        goto out;
+    for (int d = 0; d < pr->p; d++)
+        for (int x = 0; x < h->dev[d].n_ops; x++) {
+            sched_op op = h->dev[d].ops[x];
+            c->warm_pos[node_id(pr, op.kind, op.stage, op.mb)] = x;
+        }
+    for (int left = c->n; left > 0;) {
+        int advanced = 0;
+        for (int d = 0; d < pr->p; d++) {
+            while (cur[d] < h->dev[d].n_ops) {
+                sched_op op = h->dev[d].ops[cur[d]];
+                int i = node_id(pr, op.kind, op.stage, op.mb), par[2];
+                double gap[2], t = free_at[d];
+                int np = node_parents(pr, i, par, gap), ok = 1;
+                for (int x = 0; x < np && ok; x++) {
+                    ok = done[par[x]];
+                    if (ok)
+                        t = fmax(t, c->warm_end[par[x]] + gap[x]);
+                }
+                if (!ok)
+                    break;
+                c->warm_end[i] = free_at[d] = t + node_cost(pr, i);
+                done[i] = 1;
+                cur[d]++;
+                advanced++;
+            }
+        }
+        if (!advanced)
+            goto out; /* cannot happen for a zb-auto schedule */
+        left -= advanced;
+    }
+    rc = 0;
+out:
+    free(cur);
+    free(free_at);
+    free(done);
+    return rc;
+}
+
+static int term_hook(void *info, const char *s)
+{
+    (void)info;
+    if (log_fn)
+        log_fn(log_ctx, s);
+    return 1; /* never let GLPK write to stdout itself */
+}
+
+static void error_hook(void *info)
+{
+    ilp_ctx *c = info;
+    longjmp(c->fail, 1);
+}
+
+static void ios_callback(glp_tree *tree, void *info)
+{
+    ilp_ctx *c = info;
+    int reason = glp_ios_reason(tree);
+    if (reason == GLP_IHEUR && !c->heur_given) {
+        c->heur_given = 1;
+        glp_ios_heur_sol(tree, c->warm_x);
+    }
+    if (reason == GLP_IBRANCH) {
+        /* Chronological branching: decide the order of the earliest open
+         * pair first (by the heuristic's times), which fixes the start of
+         * the schedule and lets the big-M rows bite early. */
+        int best_col = 0;
+        double best_t = INFINITY;
+        int n = c->n;
+        for (int k = 0; k < c->n_pairs; k++) {
+            int col = n + 2 + k;
+            if (!glp_ios_can_branch(tree, col))
+                continue;
+            double t = fmin(c->warm_end[c->pair_a[k]], c->warm_end[c->pair_b[k]]);
+            if (t < best_t) {
+                best_t = t;
+                best_col = col;
+            }
+        }
+        if (best_col) {
+            double v = glp_get_col_prim(glp_ios_get_prob(tree), best_col);
+            glp_ios_branch_upon(tree, best_col, v >= 0.5 ? GLP_UP_BRNCH : GLP_DN_BRNCH);
+        }
+    }
+    if (reason == GLP_ISELECT || reason == GLP_IPREPRO || reason == GLP_IBRANCH || reason == GLP_IBINGO) {
+        int best = glp_ios_best_node(tree);
+        if (best)
+            c->bound = fmax(c->bound, glp_ios_node_bound(tree, best));
+    }
+}
+
+/* Column numbers: E_i is 1 + i, R is n + 1, x_k is n + 2 + k. */
+static int col_e(int i) { return 1 + i; }
+
+/* Builds the model into c->lp.  GLPK errors longjmp; only malloc failures
+ * return -1. */
+static int build_model(ilp_ctx *c)
+{
+    const solver_problem *pr = c->pr;
+    int n = c->n, p = pr->p, m = pr->m;
+    /* The binaries: same-stage pairs that precedence leaves open. */
+    for (int s = 0; s < p; s++) {
+        for (int k1 = 0; k1 < 3 * m; k1++) {
+            for (int k2 = k1 + 1; k2 < 3 * m; k2++) {
+                int a = node_id(pr, k1 / m, s, k1 % m), b = node_id(pr, k2 / m, s, k2 % m);
+                if (precedes(c, a, b) || precedes(c, b, a))
+                    continue;
+                if (c->n_pairs == c->n_pair_cap) {
+                    int cap = c->n_pair_cap ? 2 * c->n_pair_cap : 256;
+                    int *na = realloc(c->pair_a, sizeof(int) * (size_t)cap);
+                    if (!na)
+                        return -1;
+                    c->pair_a = na;
+                    int *nb = realloc(c->pair_b, sizeof(int) * (size_t)cap);
+                    if (!nb)
+                        return -1;
+                    c->pair_b = nb;
+                    c->n_pair_cap = cap;
+                }
+                c->pair_a[c->n_pairs] = a;
+                c->pair_b[c->n_pairs++] = b;
+            }
+        }
+    }
+    int n_cols = n + 1 + c->n_pairs, col_r = n + 1;
+    c->warm_x = calloc((size_t)n_cols + 1, sizeof(double));
+    c->ind = malloc(sizeof(int) * ((size_t)n_cols + 1));
+    c->val = malloc(sizeof(double) * ((size_t)n_cols + 1));
+    /* pair index of each open (a, b), by stage-local op index */
+    int *pair_of = malloc(sizeof(int) * (size_t)p * 9 * (size_t)m * (size_t)m);
+    if (!c->warm_x || !c->ind || !c->val || !pair_of) {
+        free(pair_of);
+        return -1;
+    }
+    for (long x = 0; x < (long)p * 9 * m * m; x++)
+        pair_of[x] = -1;
+#define LOCAL(i) ((i) / (p * m) * m + (i) % m) /* kind*m + mb within the stage */
+#define PAIR_AT(s, la, lb) pair_of[((long)(s) * 3 * m + (la)) * 3 * m + (lb)]
+    for (int k = 0; k < c->n_pairs; k++) {
+        int s = node_stage(pr, c->pair_a[k]);
+        PAIR_AT(s, LOCAL(c->pair_a[k]), LOCAL(c->pair_b[k])) = k;
+    }
+
+    glp_prob *lp = c->lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, n_cols);
+    for (int i = 0; i < n; i++) {
+        glp_set_col_bnds(lp, col_e(i), c->lb[i] == c->ub[i] ? GLP_FX : GLP_DB, c->lb[i], c->ub[i]);
+        c->warm_x[col_e(i)] = c->warm_end[i];
+    }
+    glp_set_col_bnds(lp, col_r, c->r_lb < c->r_heur ? GLP_DB : GLP_FX, fmin(c->r_lb, c->r_heur), c->r_heur);
+    glp_set_obj_coef(lp, col_r, 1.0);
+    c->warm_x[col_r] = c->r_heur;
+    for (int k = 0; k < c->n_pairs; k++) {
+        int col = n + 2 + k;
+        glp_set_col_kind(lp, col, GLP_BV);
+        c->warm_x[col] = c->warm_pos[c->pair_a[k]] < c->warm_pos[c->pair_b[k]];
+    }
+
+    /* (4), (5): dependencies. */
+    for (int i = 0; i < n; i++) {
+        int par[2];
+        double gap[2];
+        int np = node_parents(pr, i, par, gap);
+        for (int x = 0; x < np; x++) {
+            int row = glp_add_rows(lp, 1);
+            c->ind[1] = col_e(i); c->val[1] = 1;
+            c->ind[2] = col_e(par[x]); c->val[2] = -1;
+            glp_set_mat_row(lp, row, 2, c->ind, c->val);
+            glp_set_row_bnds(lp, row, GLP_LO, node_cost(pr, i) + gap[x], 0);
+        }
+    }
+    /* (6): disjunctions with per-pair big-M from the bounds. */
+    for (int k = 0; k < c->n_pairs; k++) {
+        int a = c->pair_a[k], b = c->pair_b[k], col = n + 2 + k;
+        double ta = node_cost(pr, a), tb = node_cost(pr, b);
+        double m1 = fmax(0, c->ub[a] + tb - c->lb[b]); /* E_b >= E_a + T_b - m1 (1 - x) */
+        double m2 = fmax(0, c->ub[b] + ta - c->lb[a]); /* E_a >= E_b + T_a - m2 x */
+        int row = glp_add_rows(lp, 2);
+        c->ind[1] = col_e(b); c->val[1] = 1;
+        c->ind[2] = col_e(a); c->val[2] = -1;
+        c->ind[3] = col; c->val[3] = -m1;
+        glp_set_mat_row(lp, row, 3, c->ind, c->val);
+        glp_set_row_bnds(lp, row, GLP_LO, tb - m1, 0);
+        c->ind[1] = col_e(a); c->val[1] = 1;
+        c->ind[2] = col_e(b); c->val[2] = -1;
+        c->ind[3] = col; c->val[3] = m2;
+        glp_set_mat_row(lp, row + 1, 3, c->ind, c->val);
+        glp_set_row_bnds(lp, row + 1, GLP_LO, ta, 0);
+    }
+    /* (7) memory, span and the tail cut, per op. */
+    for (int i = 0; i < n; i++) {
+        int s = node_stage(pr, i), li = LOCAL(i);
+        double mem_const = node_mem(pr, i), mem_max = node_mem(pr, i);
+        int nz_mem = 0, nz_cut = 0;
+        /* memory row in ind/val[1..], cut row built after */
+        for (int lk = 0; lk < 3 * m; lk++) {
+            int k = node_id(pr, lk / m, s, lk % m);
+            if (k == i)
+                continue;
+            if (precedes(c, k, i)) {
+                mem_const += node_mem(pr, k);
+                mem_max += node_mem(pr, k);
+                continue;
+            }
+            if (precedes(c, i, k))
+                continue;
+            /* open pair: [k before i] is x (k is the pair's a) or 1 - x */
+            int pk = k < i ? PAIR_AT(s, lk, li) : PAIR_AT(s, li, lk);
+            double d = node_mem(pr, k);
+            if (k < i) {
+                c->ind[++nz_mem] = n + 2 + pk; c->val[nz_mem] = d;
+            } else {
+                mem_const += d;
+                c->ind[++nz_mem] = n + 2 + pk; c->val[nz_mem] = -d;
+            }
+            if (d > 0)
+                mem_max += d;
+        }
+        if (pr->limit && mem_max > pr->limit[s] + 1e-9 * fmax(1, fabs(pr->limit[s]))) {
+            int row = glp_add_rows(lp, 1);
+            glp_set_mat_row(lp, row, nz_mem, c->ind, c->val);
+            glp_set_row_bnds(lp, row, GLP_UP, 0, pr->limit[s] - mem_const);
+        }
+        /* cut: R - E_i - sum T_k [i before k] >= tail_i - start_s */
+        c->ind[++nz_cut] = col_r; c->val[nz_cut] = 1;
+        c->ind[++nz_cut] = col_e(i); c->val[nz_cut] = -1;
+        double cut_const = c->tail[i] - c->start[s];
+        for (int lk = 0; lk < 3 * m; lk++) {
+            int k = node_id(pr, lk / m, s, lk % m);
+            if (k == i || precedes(c, k, i) || precedes(c, i, k))
+                continue;
+            int pk = k < i ? PAIR_AT(s, lk, li) : PAIR_AT(s, li, lk);
+            double t = node_cost(pr, k);
+            if (i < k) { /* [i before k] = x */
+                c->ind[++nz_cut] = n + 2 + pk; c->val[nz_cut] = -t;
+            } else {     /* [i before k] = 1 - x */
+                cut_const += t;
+                c->ind[++nz_cut] = n + 2 + pk; c->val[nz_cut] = t;
+            }
+        }
+        int row = glp_add_rows(lp, 1);
+        glp_set_mat_row(lp, row, nz_cut, c->ind, c->val);
+        glp_set_row_bnds(lp, row, GLP_LO, cut_const, 0);
+    }
+    /* Order monotonicity: if a runs before b, so does every op forced
+     * before a, and a runs before every op forced after b.  Implied for
+     * integer x but not for the LP relaxation, which it tightens a lot (the
+     * memory rows count ops through these x). */
+    for (int k = 0; k < c->n_pairs; k++) {
+        int ends[2] = { c->pair_a[k], c->pair_b[k] };
+        for (int side = 0; side < 2; side++) {
+            int u = ends[side], v = ends[1 - side];
+            /* [u before v] >= [u' before v] for u' = u's next same-kind op */
+            if (u % m + 1 >= m)
+                continue;
+            int u2 = u + 1, s = node_stage(pr, u);
+            if (precedes(c, u2, v) || precedes(c, v, u2))
+                continue;
+            int k2 = u2 < v ? PAIR_AT(s, LOCAL(u2), LOCAL(v)) : PAIR_AT(s, LOCAL(v), LOCAL(u2));
+            /* [u<v] - [u2<v] >= 0 with [x<y] = x_pair or 1 - x_pair */
+            double cst = 0;
+            int nz = 0;
+            if (u < v) { c->ind[++nz] = n + 2 + k; c->val[nz] = 1; }
+            else { cst += 1; c->ind[++nz] = n + 2 + k; c->val[nz] = -1; }
+            if (u2 < v) { c->ind[++nz] = n + 2 + k2; c->val[nz] = -1; }
+            else { cst -= 1; c->ind[++nz] = n + 2 + k2; c->val[nz] = 1; }
+            int row = glp_add_rows(lp, 1);
+            glp_set_mat_row(lp, row, nz, c->ind, c->val);
+            glp_set_row_bnds(lp, row, GLP_LO, -cst, 0);
+        }
+    }
+#undef LOCAL
+#undef PAIR_AT
+    free(pair_of);
+    return 0;
+}
+
+/* Per stage, ops sorted by end time (ties by topological rank). */
+typedef struct ilp_sorted {
+    double end; /* E_i from the solution */
+    int rank;   /* position in the topological order */
+    int id;     /* the op */
+} ilp_sorted;
+
+static int cmp_sorted(const void *x, const void *y)
+{
+    const ilp_sorted *a = x, *b = y;
+    if (a->end != b->end)
+        return a->end < b->end ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Builds the schedule from the MIP solution; NULL on out of memory. */
+static sched_t *solution_sched(ilp_ctx *c, const sched_t *h)
+{
+    const solver_problem *pr = c->pr;
+    int m = pr->m;
+    sched_t *s = sched_clone(h);
+    ilp_sorted *buf = malloc(sizeof *buf * 3 * (size_t)m);
+    int *rank = malloc(sizeof(int) * (size_t)c->n);
+    if (!s || !buf || !rank)
+        goto fail;
+    for (int k = 0; k < c->n; k++)
+        rank[topo_node(pr, k)] = k;
+    for (int d = 0; d < pr->p; d++) {
+        int cnt = 0;
+        for (int kind = 0; kind < 3; kind++)
+            for (int j = 0; j < m; j++) {
+                int i = node_id(pr, kind, d, j);
+                buf[cnt++] = (ilp_sorted){ glp_mip_col_val(c->lp, col_e(i)), rank[i], i };
+            }
+        qsort(buf, (size_t)cnt, sizeof *buf, cmp_sorted);
+        s->dev[d].n_ops = 0;
+        for (int x = 0; x < cnt; x++) {
+            int i = buf[x].id;
+            if (sched_push(s, d, (op_kind)(i / (pr->p * m)), d, i % m) != 0)
+                goto fail;
+        }
+    }
+    free(buf);
+    free(rank);
+    return s;
+fail:
+    sched_free(s);
+    free(buf);
+    free(rank);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Records the "solver" object of meta; 0 or -1 on out of memory. */
+static int set_meta(sched_t *s, const char *method, int optimal, double cost, double bound,
+                    double seconds, int n_binaries, double heur_cost, const char *status)
+{
+    if (!s->meta && !(s->meta = cJSON_CreateObject()))
+        return -1;
+    cJSON_DeleteItemFromObject(s->meta, "solver");
+    cJSON *o = cJSON_AddObjectToObject(s->meta, "solver");
+    if (!o)
+        return -1;
+    double gap = cost > 0 ? fmax(0, (cost - bound) / cost) : 0;
+    if (optimal)
+        gap = 0;
+    int ok = cJSON_AddStringToObject(o, "method", method) && cJSON_AddBoolToObject(o, "optimal", optimal)
+             && cJSON_AddNumberToObject(o, "cost", cost) && cJSON_AddNumberToObject(o, "bound", bound)
+             && cJSON_AddNumberToObject(o, "gap", gap) && cJSON_AddNumberToObject(o, "seconds", seconds)
+             && cJSON_AddNumberToObject(o, "binaries", n_binaries)
+             && cJSON_AddNumberToObject(o, "heuristic_cost", heur_cost)
+             && cJSON_AddStringToObject(o, "status", status);
+    return ok ? 0 : -1;
+}
+
+/* What one GLPK solve found. */
+typedef struct ilp_outcome {
+    sched_t *sched;     /* op lists of the MIP solution (caller frees), or NULL */
+    double ilp_cost;    /* their evaluated cost, INFINITY when none */
+    int optimal;        /* GLPK proved optimality */
+    const char *status; /* "optimal", "time limit", ... (static text) */
+} ilp_outcome;
+
+/* Builds and solves the model, with GLPK's fatal errors caught: the setjmp
+ * lives here so that no caller's locals are at risk.  Always frees GLPK's
+ * environment before returning.  0, or -1 with err set. */
+static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcome *oc, zb_err *err)
+{
+    glp_term_hook(term_hook, NULL);
+    glp_error_hook(error_hook, c);
+    if (setjmp(c->fail)) {
+        /* GLPK failed fatally: its environment is unusable, free it all. */
+        glp_free_env();
+        sched_free(oc->sched);
+        oc->sched = NULL;
+        return zb_fail(err, "GLPK failed while solving the ILP (p=%d, m=%d)", c->pr->p, c->pr->m);
+    }
+    if (build_model(c) != 0) {
+        glp_free_env();
+        return zb_fail(err, "out of memory in the ILP");
+    }
+    double left_ms = (deadline - now_s()) * 1000;
+    glp_smcp sm;
+    glp_init_smcp(&sm);
+    sm.msg_lev = log_fn ? GLP_MSG_ON : GLP_MSG_OFF;
+    sm.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
+    int lp_rc = glp_simplex(c->lp, &sm);
+    int have_mip = 0;
+    if (lp_rc == 0 && glp_get_status(c->lp) == GLP_OPT) {
+        c->bound = fmax(c->bound, glp_get_obj_val(c->lp));
+        glp_iocp io;
+        glp_init_iocp(&io);
+        io.msg_lev = log_fn ? GLP_MSG_ON : GLP_MSG_OFF;
+        io.cb_func = ios_callback;
+        io.cb_info = c;
+        io.presolve = GLP_OFF;
+        io.br_tech = GLP_BR_DTH;
+        io.bt_tech = GLP_BT_BLB;
+        io.mir_cuts = GLP_ON;
+        io.mip_gap = 1e-9;
+        left_ms = (deadline - now_s()) * 1000;
+        /* Proximity search looks for a better schedule near the incumbent
+         * (GLPK has no other improvement heuristic): a fifth of the time. */
+        io.ps_heur = GLP_ON;
+        io.ps_tm_lim = (int)fmax(1, fmin(left_ms / 5, 2e9));
+        io.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
+        int mip_rc = glp_intopt(c->lp, &io);
+        int st = glp_mip_status(c->lp);
+        have_mip = st == GLP_OPT || st == GLP_FEAS;
+        oc->optimal = mip_rc == 0 && st == GLP_OPT;
+        oc->status = oc->optimal ? "optimal" : mip_rc == GLP_ETMLIM ? "time limit" : "stopped";
+    } else {
+        oc->status = lp_rc == GLP_ETMLIM ? "time limit in LP relaxation" : "LP relaxation failed";
+    }
+    if (have_mip) {
+        oc->sched = solution_sched(c, heur);
+        if (!oc->sched) {
+            glp_free_env();
+            return zb_fail(err, "out of memory in the ILP");
+        }
+        solver_eval_result ev;
+        zb_err e2;
+        if (solver_eval(oc->sched, &ev, NULL, &e2) == 0)
+            oc->ilp_cost = ev.cost;
+    }
+    glp_free_env(); /* also resets the hooks */
+    return 0;
+}
+
+int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out, zb_err *err)
+{
+    double t0 = now_s();
+    if (time_limit <= 0)
+        time_limit = 60;
+    if (!(time_limit < 1e6))
+        return zb_fail(err, "ILP time limit %g s is too large", time_limit);
+    sched_t *heur = NULL;
+    double heur_cost;
+    if (solver_zb_auto_costs(pr, &heur, &heur_cost, err) != 0)
+        return -1;
+    if ((long)3 * pr->p * pr->m > 200000) {
+        sched_free(heur);
+        return zb_fail(err, "ILP too large: p=%d, m=%d gives %ld ops (at most 200000)", pr->p, pr->m,
+                       (long)3 * pr->p * pr->m);
+    }
+
+    ilp_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        sched_free(heur);
+        return zb_fail(err, "out of memory in the ILP");
+    }
+    c->pr = pr;
+    c->n = 3 * pr->p * pr->m;
+    c->r_heur = heur_cost;
+    int rc = -1;
+    sched_t *best = NULL;
+    if (analyse(c) != 0 || warm_times(c, heur) != 0) {
+        zb_fail(err, "out of memory in the ILP");
+        goto out;
+    }
+    c->bound = c->r_lb;
+
+    ilp_outcome oc = { .status = "heuristic", .ilp_cost = INFINITY };
+    if (run_glpk(c, heur, t0 + time_limit, &oc, err) != 0)
+        goto out;
+    best = oc.sched;
+    int optimal = oc.optimal;
+    double ilp_cost = oc.ilp_cost;
+    const char *status = oc.status;
+    /* Never worse than the heuristic: fall back when the ILP's lists do not
+     * simulate to a cost at least as good. */
+    int use_ilp = ilp_cost <= heur_cost * (1 + 1e-12);
+    double bound = optimal ? fmin(ilp_cost, heur_cost) : fmin(c->bound, fmin(ilp_cost, heur_cost));
+    if (!use_ilp) {
+        sched_free(best);
+        best = heur;
+        heur = NULL;
+        /* Proven optimal at R_heur means the heuristic itself is optimal. */
+    }
+    double cost = use_ilp ? ilp_cost : heur_cost;
+    snprintf(best->name, sizeof best->name, "ilp");
+    if (set_meta(best, use_ilp ? "ilp (GLPK branch and cut, zb-auto warm start)" : "ilp fell back to zb-auto",
+                 optimal, cost, bound, now_s() - t0, c->n_pairs, heur_cost, status) != 0) {
+        zb_fail(err, "out of memory in the ILP");
+        goto out;
+    }
+    *out = best;
+    best = NULL;
+    rc = 0;
+out:
+    sched_free(best);
+    sched_free(heur);
+    ctx_free(c);
+    free(c);
+    return rc;
+}
+
+int solver_ilp(const gen_params *gp, sched_t **out, zb_err *err)
+{
+    solver_problem pr;
+    stage_cost *costs;
+    if (solver_problem_from_params(gp, &pr, &costs, err) != 0)
+        return -1;
+    int rc = solver_ilp_costs(&pr, gp->time_limit, out, err);
+    free(costs);
+    return rc;
 }

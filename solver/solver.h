@@ -6,7 +6,12 @@
  *             V-shape schedules under a limit (Controllable Memory paper)
  *   ilp       the paper's ILP (Appendix G) in GLPK, warm-started with zb-auto
  *
- * All take gen_params (schedules/gen.h) with mem_limit set per device.
+ * All take gen_params (schedules/gen.h) with mem_limit set per device, in
+ * the same units as the memory deltas m_f, m_b, m_w.  The *_costs variants
+ * take per-stage costs instead (the first and last stages of real models
+ * differ), for callers such as the search that build them from a cost model.
+ *
+ * Docs: docs/solver.md (algorithms, knobs, ILP formulation, measurements).
  */
 #ifndef ZB_SOLVER_H
 #define ZB_SOLVER_H
@@ -20,5 +25,48 @@ int solver_v_min(const gen_params *p, sched_t **out, zb_err *err);
 int solver_v_half(const gen_params *p, sched_t **out, zb_err *err);
 int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err);
 int solver_ilp(const gen_params *p, sched_t **out, zb_err *err);
+
+/* A one-stage-per-device pipeline with per-stage costs: the input of the
+ * zb-auto heuristic and of the ILP. */
+typedef struct solver_problem {
+    int p;                   /* devices = stages */
+    int m;                   /* micro-batches */
+    const stage_cost *cost;  /* [p] per-stage op times and memory deltas */
+    double t_comm;           /* time to move an activation or gradient */
+    const double *limit;     /* [p] activation limit per device, or NULL: no limit */
+} solver_problem;
+
+/* zb-auto on per-stage costs: runs the heuristic with all 8 knob settings
+ * and keeps the one with the smallest largest stage span.  Stores the
+ * schedule in *out (caller frees), its cost (largest span) in *cost when
+ * cost is not NULL.  Returns 0, or -1 with err set when no setting fits the
+ * limits or an argument is out of range. */
+int solver_zb_auto_costs(const solver_problem *pr, sched_t **out, double *cost, zb_err *err);
+
+/* The ILP on per-stage costs, with time_limit seconds (<= 0: 60). */
+int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out, zb_err *err);
+
+/* Where GLPK's terminal output goes: fn gets one chunk of text at a time
+ * (often a whole line) with ctx.  NULL (the default) discards it.  Process
+ * wide; set it before solving, not while a solve runs in another thread. */
+typedef void (*solver_log_fn)(void *ctx, const char *text);
+void solver_set_log(solver_log_fn fn, void *ctx);
+
+/* The ASAP timing of a schedule as the runtime executes it (an op starts
+ * when its device is free and its inputs have arrived; T_comm between
+ * devices), used by the solvers to compare candidates.  Same figures as the
+ * simulator (src/sim.h) without its per-op arrays. */
+typedef struct solver_eval_result {
+    double cost;        /* largest per-device span (last end - first start) */
+    double busy;        /* compute time of the device that sets the cost */
+    double bubble_rate; /* (cost - busy) / cost */
+    double peak_mem;    /* largest per-device activation peak */
+    int peak_device;    /* device with that peak */
+} solver_eval_result;
+
+/* Fills *r for a complete schedule; per-device peaks go to dev_peak[n_devices]
+ * when not NULL.  Returns 0, or -1 with err set when the lists deadlock, an
+ * op is missing or memory runs out. */
+int solver_eval(const sched_t *s, solver_eval_result *r, double *dev_peak, zb_err *err);
 
 #endif

@@ -1,2 +1,403 @@
-/* model.c: not written yet. */
-typedef int zb_placeholder_model;
+/*
+ * model.c: model and GPU presets, and their JSON form (model.h).
+ *
+ * Presets are a static table; a JSON file uses the struct's field names and
+ * may start from a preset ("base"), so that "llama3-8b with seq_len 4096"
+ * is a three-line file.  Unknown keys are refused because a misspelt field
+ * would otherwise silently keep its default.  Every figure in the tables is
+ * sourced in docs/cost-model.md.  Workload: one or two loads per command.
+ */
+#include "src/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "src/sched_io.h"
+
+/* Megatron pads GPT-2's 50257 tokens to a multiple of 128 (tensor parallel
+ * size 1): 50304. */
+#define GPT_VOCAB_PADDED 50304
+#define LLAMA3_VOCAB 128256
+
+static const zb_model model_presets[] = {
+    /* Zero-bubble paper, Table 3: GPT-style 4h FFN, learned positions
+     * (rope_theta 0), Megatron's default tied embedding, seq 1024, the
+     * paper's micro-batch sizes. */
+    { "1.5B", 22, 2304, 24, 24, 4 * 2304, GPT_VOCAB_PADDED, 1024, 6, 0, 1, 0, ZB_BF16 },
+    { "6.2B", 30, 4096, 32, 32, 4 * 4096, GPT_VOCAB_PADDED, 1024, 3, 0, 1, 0, ZB_BF16 },
+    { "14.6B", 46, 5120, 40, 40, 4 * 5120, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16 },
+    { "28.3B", 62, 6144, 48, 48, 4 * 6144, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16 },
+    /* Meta Llama 3 (config.json of Meta-Llama-3-8B / -70B). */
+    { "llama3-8b", 32, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
+    { "llama3-70b", 80, 8192, 64, 8, 28672, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
+    /* INTELLECT-1 (PrimeIntellect-ai/prime: llama3_configs["10B"],
+     * configs/10B/H100_intellect1.toml): Llama-3 shape with 42 layers;
+     * FFN 4096*8/3*1.3 rounded up to a multiple of 1024 = 14336. */
+    { "intellect-1-10b", 42, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
+    /* The runtime's own small Llama-style models on tinyshakespeare
+     * (65 characters).  SwiGLU with d_ff = 4*d_model, untied head so that
+     * the embedding and the head live on different pipeline stages. */
+    { "tiny", 4, 64, 4, 4, 256, 65, 64, 4, 1, 0, 10000, ZB_FP32 },
+    { "shakespeare-char", 6, 384, 6, 6, 1536, 65, 256, 16, 1, 0, 10000, ZB_BF16 },
+};
+
+/* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
+ * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction;
+ * efficiency for A100 calibrated on the zero-bubble paper's Table 9, the
+ * others assumed (docs/cost-model.md). */
+static const zb_gpu gpu_presets[] = {
+    { "A100-80G", 312e12, 81920.0 * 1048576.0, 300e9, 10e-6, 0.55 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50 },
+};
+
+#define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])
+#define N_GPU_PRESETS (int)(sizeof gpu_presets / sizeof gpu_presets[0])
+
+int zb_dtype_bytes(zb_dtype d)
+{
+    return d == ZB_FP32 ? 4 : 2;
+}
+
+const char *zb_dtype_name(zb_dtype d)
+{
+    switch (d) {
+    case ZB_FP32: return "fp32";
+    case ZB_BF16: return "bf16";
+    case ZB_FP16: return "fp16";
+    }
+    return "?";
+}
+
+int zb_dtype_parse(const char *name)
+{
+    if (!strcasecmp(name, "fp32") || !strcasecmp(name, "float32"))
+        return ZB_FP32;
+    if (!strcasecmp(name, "bf16") || !strcasecmp(name, "bfloat16"))
+        return ZB_BF16;
+    if (!strcasecmp(name, "fp16") || !strcasecmp(name, "float16"))
+        return ZB_FP16;
+    return -1;
+}
+
+void model_preset_names(char *buf, int len)
+{
+    int off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_MODEL_PRESETS && off < len; i++)
+        off += snprintf(buf + off, (size_t)(len - off), "%s%s", i ? ", " : "", model_presets[i].name);
+}
+
+void gpu_preset_names(char *buf, int len)
+{
+    int off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_GPU_PRESETS && off < len; i++)
+        off += snprintf(buf + off, (size_t)(len - off), "%s%s", i ? ", " : "", gpu_presets[i].name);
+}
+
+int model_preset(const char *name, zb_model *m, zb_err *err)
+{
+    for (int i = 0; i < N_MODEL_PRESETS; i++)
+        if (!strcasecmp(name, model_presets[i].name)) {
+            *m = model_presets[i];
+            return 0;
+        }
+    char names[256];
+    model_preset_names(names, sizeof names);
+    return zb_fail(err, "unknown model '%s' (presets: %s; or a JSON file)", name, names);
+}
+
+int gpu_preset(const char *name, zb_gpu *g, zb_err *err)
+{
+    for (int i = 0; i < N_GPU_PRESETS; i++)
+        if (!strcasecmp(name, gpu_presets[i].name)) {
+            *g = gpu_presets[i];
+            return 0;
+        }
+    char names[256];
+    gpu_preset_names(names, sizeof names);
+    return zb_fail(err, "unknown GPU '%s' (presets: %s; or a JSON file)", name, names);
+}
+
+int model_check(const zb_model *m, zb_err *err)
+{
+    if (m->n_layers <= 0)
+        return zb_fail(err, "model '%s': n_layers must be positive", m->name);
+    if (m->d_model <= 0)
+        return zb_fail(err, "model '%s': d_model must be positive", m->name);
+    if (m->n_heads <= 0 || m->d_model % m->n_heads != 0)
+        return zb_fail(err, "model '%s': n_heads must be positive and divide d_model (%d)", m->name, m->d_model);
+    if (m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads != 0)
+        return zb_fail(err, "model '%s': n_kv_heads must be positive and divide n_heads (%d)", m->name, m->n_heads);
+    if (m->d_ff <= 0)
+        return zb_fail(err, "model '%s': d_ff must be positive", m->name);
+    if (m->vocab <= 0)
+        return zb_fail(err, "model '%s': vocab must be positive", m->name);
+    if (m->seq_len <= 0)
+        return zb_fail(err, "model '%s': seq_len must be positive", m->name);
+    if (m->micro_batch <= 0)
+        return zb_fail(err, "model '%s': micro_batch must be positive", m->name);
+    if (m->swiglu != 0 && m->swiglu != 1)
+        return zb_fail(err, "model '%s': swiglu must be 0 or 1", m->name);
+    if (m->tied_embedding != 0 && m->tied_embedding != 1)
+        return zb_fail(err, "model '%s': tied_embedding must be 0 or 1", m->name);
+    if (!(m->rope_theta >= 0) || !isfinite(m->rope_theta))
+        return zb_fail(err, "model '%s': rope_theta must be >= 0 (0 = learned positions)", m->name);
+    if (m->dtype != ZB_FP32 && m->dtype != ZB_BF16 && m->dtype != ZB_FP16)
+        return zb_fail(err, "model '%s': unknown dtype", m->name);
+    /* Products used by the cost model must stay far from overflow. */
+    double tokens = (double)m->seq_len * m->micro_batch;
+    if ((double)m->d_model * m->d_ff > 1e12 || (double)m->vocab * m->d_model > 1e13 || tokens > 1e9)
+        return zb_fail(err, "model '%s': sizes are implausibly large", m->name);
+    return 0;
+}
+
+/* --- JSON ---------------------------------------------------------------- */
+
+/* Reads an integer field when present: whole, within [min, max]. */
+static int json_int(const cJSON *obj, const char *key, int min, int max, int *out, int *seen, zb_err *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it)
+        return 0;
+    if (cJSON_IsBool(it)) {
+        *out = cJSON_IsTrue(it);
+    } else {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble))
+            return zb_fail(err, "\"%s\" must be a whole number", key);
+        if (it->valuedouble < min || it->valuedouble > max)
+            return zb_fail(err, "\"%s\" is out of range (%d..%d)", key, min, max);
+        *out = (int)it->valuedouble;
+    }
+    if (seen)
+        (*seen)++;
+    return 0;
+}
+
+static int json_double(const cJSON *obj, const char *key, double min, double *out, zb_err *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < min)
+        return zb_fail(err, "\"%s\" must be a number >= %g", key, min);
+    *out = it->valuedouble;
+    return 0;
+}
+
+static int json_known_keys(const cJSON *obj, const char *const *keys, zb_err *err)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            if (it->string && !strcmp(it->string, keys[i]))
+                ok = 1;
+        if (!ok)
+            return zb_fail(err, "unknown field \"%s\"", it->string ? it->string : "?");
+    }
+    return 0;
+}
+
+static int json_name(const cJSON *obj, char *dst, size_t cap, zb_err *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    if (!it)
+        return 0;
+    if (!cJSON_IsString(it) || strlen(it->valuestring) >= cap || !it->valuestring[0])
+        return zb_fail(err, "\"name\" must be a string of 1..%zu characters", cap - 1);
+    strcpy(dst, it->valuestring);
+    return 0;
+}
+
+int model_from_json(const cJSON *obj, zb_model *m, zb_err *err)
+{
+    static const char *const keys[] = {
+        "base", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", "seq_len",
+        "micro_batch", "swiglu", "tied_embedding", "rope_theta", "dtype", NULL
+    };
+    if (!cJSON_IsObject(obj))
+        return zb_fail(err, "a model must be a JSON object");
+    if (json_known_keys(obj, keys, err) < 0)
+        return -1;
+    zb_model r;
+    memset(&r, 0, sizeof r);
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(obj, "base");
+    if (base) {
+        if (!cJSON_IsString(base))
+            return zb_fail(err, "\"base\" must be a preset name");
+        if (model_preset(base->valuestring, &r, err) < 0)
+            return -1;
+    } else {
+        strcpy(r.name, "custom");
+        r.n_kv_heads = -1; /* = n_heads unless given */
+        r.d_ff = -1;       /* = 4*d_model unless given */
+        r.micro_batch = 1;
+        r.swiglu = 1;
+        r.rope_theta = 10000;
+        r.dtype = ZB_BF16;
+    }
+    int required = 0;
+    if (json_name(obj, r.name, sizeof r.name, err) < 0 ||
+        json_int(obj, "n_layers", 1, 100000, &r.n_layers, &required, err) < 0 ||
+        json_int(obj, "d_model", 1, 1 << 20, &r.d_model, &required, err) < 0 ||
+        json_int(obj, "n_heads", 1, 1 << 16, &r.n_heads, &required, err) < 0 ||
+        json_int(obj, "vocab", 1, 1 << 26, &r.vocab, &required, err) < 0 ||
+        json_int(obj, "seq_len", 1, 1 << 24, &r.seq_len, &required, err) < 0 ||
+        json_int(obj, "n_kv_heads", 1, 1 << 16, &r.n_kv_heads, NULL, err) < 0 ||
+        json_int(obj, "d_ff", 1, 1 << 22, &r.d_ff, NULL, err) < 0 ||
+        json_int(obj, "micro_batch", 1, 1 << 20, &r.micro_batch, NULL, err) < 0 ||
+        json_int(obj, "swiglu", 0, 1, &r.swiglu, NULL, err) < 0 ||
+        json_int(obj, "tied_embedding", 0, 1, &r.tied_embedding, NULL, err) < 0 ||
+        json_double(obj, "rope_theta", 0, &r.rope_theta, err) < 0)
+        return -1;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(obj, "dtype");
+    if (dt) {
+        int d = cJSON_IsString(dt) ? zb_dtype_parse(dt->valuestring) : -1;
+        if (d < 0)
+            return zb_fail(err, "\"dtype\" must be \"fp32\", \"bf16\" or \"fp16\"");
+        r.dtype = (zb_dtype)d;
+    }
+    if (!base && required < 5)
+        return zb_fail(err, "a model without \"base\" needs n_layers, d_model, n_heads, vocab and seq_len");
+    if (r.n_kv_heads < 0)
+        r.n_kv_heads = r.n_heads;
+    if (r.d_ff < 0)
+        r.d_ff = 4 * r.d_model;
+    if (model_check(&r, err) < 0)
+        return -1;
+    *m = r;
+    return 0;
+}
+
+cJSON *model_to_json(const zb_model *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    int ok = cJSON_AddStringToObject(o, "name", m->name) &&
+             cJSON_AddNumberToObject(o, "n_layers", m->n_layers) &&
+             cJSON_AddNumberToObject(o, "d_model", m->d_model) &&
+             cJSON_AddNumberToObject(o, "n_heads", m->n_heads) &&
+             cJSON_AddNumberToObject(o, "n_kv_heads", m->n_kv_heads) &&
+             cJSON_AddNumberToObject(o, "d_ff", m->d_ff) &&
+             cJSON_AddNumberToObject(o, "vocab", m->vocab) &&
+             cJSON_AddNumberToObject(o, "seq_len", m->seq_len) &&
+             cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch) &&
+             cJSON_AddNumberToObject(o, "swiglu", m->swiglu) &&
+             cJSON_AddNumberToObject(o, "tied_embedding", m->tied_embedding) &&
+             cJSON_AddNumberToObject(o, "rope_theta", m->rope_theta) &&
+             cJSON_AddStringToObject(o, "dtype", zb_dtype_name(m->dtype));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
+{
+    static const char *const keys[] = {
+        "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency", NULL
+    };
+    if (!cJSON_IsObject(obj))
+        return zb_fail(err, "a GPU must be a JSON object");
+    if (json_known_keys(obj, keys, err) < 0)
+        return -1;
+    zb_gpu r;
+    memset(&r, 0, sizeof r);
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(obj, "base");
+    if (base) {
+        if (!cJSON_IsString(base))
+            return zb_fail(err, "\"base\" must be a preset name");
+        if (gpu_preset(base->valuestring, &r, err) < 0)
+            return -1;
+    } else {
+        strcpy(r.name, "custom");
+        r.efficiency = 0.5;
+    }
+    if (json_name(obj, r.name, sizeof r.name, err) < 0 ||
+        json_double(obj, "peak_flops", 0, &r.peak_flops, err) < 0 ||
+        json_double(obj, "mem_bytes", 0, &r.mem_bytes, err) < 0 ||
+        json_double(obj, "link_bw", 0, &r.link_bw, err) < 0 ||
+        json_double(obj, "link_latency", 0, &r.link_latency, err) < 0 ||
+        json_double(obj, "efficiency", 0, &r.efficiency, err) < 0)
+        return -1;
+    if (!(r.peak_flops > 0) || !(r.mem_bytes > 0) || !(r.link_bw > 0))
+        return zb_fail(err, "a GPU needs positive peak_flops, mem_bytes and link_bw");
+    if (!(r.efficiency > 0 && r.efficiency <= 1))
+        return zb_fail(err, "\"efficiency\" must be in (0, 1]");
+    *g = r;
+    return 0;
+}
+
+cJSON *gpu_to_json(const zb_gpu *g)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    int ok = cJSON_AddStringToObject(o, "name", g->name) &&
+             cJSON_AddNumberToObject(o, "peak_flops", g->peak_flops) &&
+             cJSON_AddNumberToObject(o, "mem_bytes", g->mem_bytes) &&
+             cJSON_AddNumberToObject(o, "link_bw", g->link_bw) &&
+             cJSON_AddNumberToObject(o, "link_latency", g->link_latency) &&
+             cJSON_AddNumberToObject(o, "efficiency", g->efficiency);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Reads arg as a JSON file and hands the parsed object to fill. */
+static int load_json_file(const char *arg, cJSON **out, zb_err *err)
+{
+    char *text;
+    size_t len;
+    if (zb_read_file(arg, &text, &len, err) < 0)
+        return -1;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        long at = end ? (long)(end - text) : -1;
+        free(text);
+        return zb_fail(err, "%s: not valid JSON (near byte %ld)", arg, at);
+    }
+    free(text);
+    *out = root;
+    return 0;
+}
+
+/* A preset name is tried first; anything that exists as a file is a file. */
+int model_load(const char *arg, zb_model *m, zb_err *err)
+{
+    if (model_preset(arg, m, NULL) == 0)
+        return 0;
+    if (access(arg, F_OK) != 0)
+        return model_preset(arg, m, err); /* the preset list is the helpful message */
+    cJSON *root;
+    if (load_json_file(arg, &root, err) < 0)
+        return -1;
+    int rc = model_from_json(root, m, err);
+    cJSON_Delete(root);
+    return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
+}
+
+int gpu_load(const char *arg, zb_gpu *g, zb_err *err)
+{
+    if (gpu_preset(arg, g, NULL) == 0)
+        return 0;
+    if (access(arg, F_OK) != 0)
+        return gpu_preset(arg, g, err);
+    cJSON *root;
+    if (load_json_file(arg, &root, err) < 0)
+        return -1;
+    int rc = gpu_from_json(root, g, err);
+    cJSON_Delete(root);
+    return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
+}

@@ -8,6 +8,8 @@
 #ifndef ZB_MODEL_H
 #define ZB_MODEL_H
 
+#include <cjson/cJSON.h>
+
 #include "src/err.h"
 
 typedef enum zb_dtype {
@@ -60,5 +62,31 @@ int gpu_preset(const char *name, zb_gpu *g, zb_err *err);
 /* Lists preset names, comma separated, into buf. */
 void model_preset_names(char *buf, int len);
 void gpu_preset_names(char *buf, int len);
+
+/* --- Additions by the search engineer (additive; see docs/cost-model.md). --- */
+
+/* Bytes per element of a dtype (4, 2, 2) and its name ("fp32", "bf16",
+ * "fp16"); zb_dtype_parse returns the dtype or -1. */
+int zb_dtype_bytes(zb_dtype d);
+const char *zb_dtype_name(zb_dtype d);
+int zb_dtype_parse(const char *name);
+
+/* Fills *m from a JSON object with the struct's field names.  "base" names
+ * a preset to start from; without it n_layers, d_model, n_heads, vocab and
+ * seq_len are required and the rest default (n_kv_heads = n_heads,
+ * d_ff = 4*d_model, micro_batch 1, swiglu 1, tied_embedding 0,
+ * rope_theta 10000, dtype "bf16").  Unknown keys are refused (typos).
+ * Returns 0 or -1 with err naming the field. */
+int model_from_json(const cJSON *obj, zb_model *m, zb_err *err);
+
+/* Returns a new JSON object with every field of m (caller owns it), or
+ * NULL when memory runs out.  model_from_json reads it back exactly. */
+cJSON *model_to_json(const zb_model *m);
+
+/* Loads a GPU from a preset name or a JSON file with the struct's field
+ * names ("base" preset optional, as for models).  Returns 0 or -1. */
+int gpu_load(const char *arg, zb_gpu *g, zb_err *err);
+int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err);
+cJSON *gpu_to_json(const zb_gpu *g);
 
 #endif

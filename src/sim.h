@@ -45,6 +45,12 @@ typedef struct sim_result {
  * memory runs out. */
 int sim_run(const sched_t *s, sim_result *r, zb_err *err);
 
+/* Fills *r from the measured start/end times in the lanes (a runtime trace)
+ * instead of simulating: same figures (busy, span, cost, bubble, memory by
+ * execution order).  Returns 0, or -1 with err set when a non-empty lane has
+ * no times or memory runs out.  The caller frees r with sim_result_free. */
+int sim_measured(const sched_t *s, sim_result *r, zb_err *err);
+
 /* Frees what sim_run allocated inside r; safe on a zeroed result. */
 void sim_result_free(sim_result *r);
 

@@ -1,2 +1,343 @@
-/* validate.c: not written yet. */
-typedef int zb_placeholder_validate;
+/*
+ * validate.c: is a schedule complete and executable?  (validate.h)
+ *
+ * Four passes, each linear in the number of ops, stopping at the first
+ * failure so that the message names one concrete problem:
+ *
+ *   1. placement: every virtual stage sits on a device in range;
+ *   2. ops: kinds, stages and micro-batches in range, and each op's stage
+ *      placed on the device whose list holds it;
+ *   3. completeness: a per (stage, micro-batch) tally of F, B, W and BW;
+ *      duplicates are reported at the second occurrence, missing ops by the
+ *      device that should hold them;
+ *   4. executability: every device walks its list in order; an op whose
+ *      inputs are not done blocks its device.  Receives block and sends are
+ *      buffered, as with asynchronous NCCL sends (isend) or in-process
+ *      channels.  With rendezvous sends (a send that waits for the matching
+ *      receive) plain 1F1B itself would deadlock in steady state: device d
+ *      sends F(j) forward while device d+1 sends B(j-1) backward, each
+ *      waiting for the other's receive, which is why Megatron batches such
+ *      pairs and why the runtime here buffers sends.  Buffered sends make an
+ *      op wait only for its data dependencies, so the schedule is executable
+ *      exactly when this walk finishes.
+ *
+ * The walk is event driven: a blocked device is woken only when an op it may
+ * depend on completes (the consumers of an op are known: F(s,j) feeds
+ * F(s+1,j) and B(s,j); B(s,j) feeds B(s-1,j) and W(s,j)), so the cost is
+ * linear in ops rather than devices times rounds.
+ *
+ * Expected workload: up to a few hundred thousand ops, validated after every
+ * generation, load and import; a few milliseconds.
+ */
+#include "src/validate.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tally of one (stage, micro-batch) cell, filled by the completeness pass. */
+typedef struct op_tally {
+    uint8_t n[OP_KIND_COUNT]; /* occurrences of each kind, saturating at 255 */
+} op_tally;
+
+/* "F3@2": kind, micro-batch, stage, as the file spells an op. */
+static void op_label(sched_op op, char *buf, size_t len)
+{
+    const char *k = op.kind < OP_KIND_COUNT ? op_kind_name((op_kind)op.kind) : "?";
+    snprintf(buf, len, "%s%d@%d", k, (int)op.mb, (int)op.stage);
+}
+
+static int fail_at(zb_err *err, int dev, int pos, sched_op op, const char *what)
+{
+    char lab[48];
+    op_label(op, lab, sizeof lab);
+    return zb_fail(err, "device %d, op %d (%s): %s", dev, pos, lab, what);
+}
+
+static int check_placement(const sched_t *s, zb_err *err)
+{
+    for (int st = 0; st < s->n_stages; st++) {
+        int d = s->stage_device[st];
+        if (d < 0 || d >= s->n_devices)
+            return zb_fail(err, "placement: stage %d is on device %d, not in 0..%d",
+                           st, d, s->n_devices - 1);
+    }
+    return 0;
+}
+
+static int check_ops_in_range(const sched_t *s, zb_err *err)
+{
+    char what[128];
+    for (int d = 0; d < s->n_devices; d++) {
+        const sched_lane *l = &s->dev[d];
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            if (op.kind >= OP_KIND_COUNT)
+                return fail_at(err, d, i, op, "unknown op kind");
+            if (op.stage < 0 || op.stage >= s->n_stages) {
+                snprintf(what, sizeof what, "stage %d out of range 0..%d",
+                         (int)op.stage, s->n_stages - 1);
+                return fail_at(err, d, i, op, what);
+            }
+            if (op.mb < 0 || op.mb >= s->n_micro) {
+                snprintf(what, sizeof what, "micro-batch %d out of range 0..%d",
+                         (int)op.mb, s->n_micro - 1);
+                return fail_at(err, d, i, op, what);
+            }
+            if (s->stage_device[op.stage] != d) {
+                snprintf(what, sizeof what, "stage %d is placed on device %d, not here",
+                         (int)op.stage, s->stage_device[op.stage]);
+                return fail_at(err, d, i, op, what);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Reports the first missing op of a (stage, micro-batch) cell. */
+static int fail_missing(const sched_t *s, int st, int mb, const char *what, zb_err *err)
+{
+    return zb_fail(err, "device %d: %s for stage %d, micro-batch %d",
+                   s->stage_device[st], what, st, mb);
+}
+
+static int check_complete(const sched_t *s, zb_err *err)
+{
+    long n_cells = (long)s->n_stages * s->n_micro;
+    long n_ops = sched_op_count(s);
+    /* A complete schedule has 2 or 3 ops per cell.  When there are many
+     * more cells than ops, ops are surely missing; saying so from the count
+     * keeps a hostile header (huge stages x micro-batches, few ops) from
+     * making us allocate a huge tally.  Otherwise the tally names the
+     * missing op. */
+    if (n_cells > n_ops && n_cells > (1L << 20))
+        return zb_fail(err, "incomplete: %ld ops, but %d stages x %d micro-batches "
+                       "need at least %ld", n_ops, s->n_stages, s->n_micro, 2 * n_cells);
+    op_tally *t = calloc((size_t)n_cells, sizeof *t);
+    if (!t)
+        return zb_fail(err, "out of memory validating %ld ops", n_ops);
+    int rc = 0;
+    for (int d = 0; d < s->n_devices && rc == 0; d++) {
+        const sched_lane *l = &s->dev[d];
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            op_tally *c = &t[(long)op.stage * s->n_micro + op.mb];
+            if (c->n[op.kind]) {
+                rc = fail_at(err, d, i, op, "duplicate op");
+                break;
+            }
+            c->n[op.kind] = 1;
+            int fused = c->n[OP_BW], split = c->n[OP_B] || c->n[OP_W];
+            if (fused && split) {
+                rc = fail_at(err, d, i, op, "both BW and a split B/W for the same stage and micro-batch");
+                break;
+            }
+        }
+    }
+    for (int st = 0; st < s->n_stages && rc == 0; st++) {
+        for (int mb = 0; mb < s->n_micro; mb++) {
+            const op_tally *c = &t[(long)st * s->n_micro + mb];
+            if (!c->n[OP_F]) {
+                rc = fail_missing(s, st, mb, "missing F", err);
+                break;
+            }
+            if (!c->n[OP_BW] && !c->n[OP_B]) {
+                rc = fail_missing(s, st, mb, c->n[OP_W] ? "W without its B" : "missing backward (B or BW)", err);
+                break;
+            }
+            if (c->n[OP_B] && !c->n[OP_W]) {
+                rc = fail_missing(s, st, mb, "B without its W", err);
+                break;
+            }
+        }
+    }
+    free(t);
+    return rc;
+}
+
+/* State of the executability walk. */
+typedef struct walk {
+    const sched_t *s;
+    uint8_t *f_done;   /* [S*m] F(s,j) has run */
+    uint8_t *b_done;   /* [S*m] B(s,j) or BW(s,j) has run */
+    int *pos;          /* [p] next op of each device */
+    uint8_t *queued;   /* [p] device is on the ready stack */
+    int *stack;        /* [p] devices that may be able to advance */
+    int n_stack;       /* entries in stack */
+} walk;
+
+/* Whether op's inputs are done; when not, *need is the missing input. */
+static int op_ready(const walk *w, sched_op op, sched_op *need)
+{
+    const sched_t *s = w->s;
+    long cell = (long)op.stage * s->n_micro + op.mb;
+    switch ((op_kind)op.kind) {
+    case OP_F:
+        if (op.stage > 0 && !w->f_done[cell - s->n_micro]) {
+            *need = (sched_op){ OP_F, op.stage - 1, op.mb };
+            return 0;
+        }
+        return 1;
+    case OP_B:
+    case OP_BW:
+        if (!w->f_done[cell]) {
+            *need = (sched_op){ OP_F, op.stage, op.mb };
+            return 0;
+        }
+        if (op.stage < s->n_stages - 1 && !w->b_done[cell + s->n_micro]) {
+            *need = (sched_op){ OP_B, op.stage + 1, op.mb };
+            return 0;
+        }
+        return 1;
+    case OP_W:
+        if (!w->b_done[cell]) {
+            *need = (sched_op){ OP_B, op.stage, op.mb };
+            return 0;
+        }
+        return 1;
+    }
+    assert(0 && "bad op kind");
+    return 0;
+}
+
+static void wake(walk *w, int dev)
+{
+    if (!w->queued[dev]) {
+        w->queued[dev] = 1;
+        w->stack[w->n_stack++] = dev;
+    }
+}
+
+/* Wakes the devices that may consume op. */
+static void wake_consumers(walk *w, sched_op op)
+{
+    const sched_t *s = w->s;
+    wake(w, s->stage_device[op.stage]);
+    if (op.kind == OP_F && op.stage + 1 < s->n_stages)
+        wake(w, s->stage_device[op.stage + 1]);
+    if ((op.kind == OP_B || op.kind == OP_BW) && op.stage > 0)
+        wake(w, s->stage_device[op.stage - 1]);
+}
+
+/* Position of the op that provides `need` (an F or the B/BW of a cell). */
+static int find_provider(const sched_t *s, sched_op need, int *pos)
+{
+    int d = s->stage_device[need.stage];
+    const sched_lane *l = &s->dev[d];
+    for (int i = 0; i < l->n_ops; i++) {
+        sched_op o = l->ops[i];
+        int kind_ok = need.kind == OP_F ? o.kind == OP_F : (o.kind == OP_B || o.kind == OP_BW);
+        if (kind_ok && o.stage == need.stage && o.mb == need.mb) {
+            *pos = i;
+            return d;
+        }
+    }
+    *pos = -1;
+    return d;
+}
+
+/* Appends one stuck device's line to msg when it matches the pass: pass 0
+ * takes devices whose blocking input comes later in their own list (a
+ * definite ordering bug, shown first), pass 1 the ones waiting on others. */
+static int describe_stuck(const walk *w, int d, int pass, char *msg, size_t cap, size_t *used)
+{
+    const sched_t *s = w->s;
+    sched_op op = s->dev[d].ops[w->pos[d]], need;
+    int ready = op_ready(w, op, &need);
+    assert(!ready);
+    (void)ready;
+    int ppos, pdev = find_provider(s, need, &ppos);
+    int own = pdev == d && ppos > w->pos[d];
+    if (own != (pass == 0))
+        return 0;
+    char lab[48], nlab[48], part[200];
+    op_label(op, lab, sizeof lab);
+    op_label(need, nlab, sizeof nlab);
+    if (own)
+        snprintf(part, sizeof part, "device %d, op %d (%s) comes before %s (op %d) on the same device",
+                 d, w->pos[d], lab, nlab, ppos);
+    else
+        snprintf(part, sizeof part, "device %d, op %d (%s) waits for %s (device %d, op %d)",
+                 d, w->pos[d], lab, nlab, pdev, ppos);
+    int n = snprintf(msg + *used, cap - *used, "%s%s", *used ? "; " : "", part);
+    if (n > 0 && (size_t)n < cap - *used)
+        *used += (size_t)n;
+    return 1;
+}
+
+static int report_deadlock(const walk *w, zb_err *err)
+{
+    const sched_t *s = w->s;
+    char msg[sizeof err->msg];
+    size_t used = 0;
+    int shown = 0, stuck = 0;
+    msg[0] = '\0';
+    for (int d = 0; d < s->n_devices; d++)
+        stuck += w->pos[d] < s->dev[d].n_ops;
+    for (int pass = 0; pass < 2; pass++)
+        for (int d = 0; d < s->n_devices && shown < 3; d++)
+            if (w->pos[d] < s->dev[d].n_ops)
+                shown += describe_stuck(w, d, pass, msg, sizeof msg, &used);
+    if (stuck > shown)
+        return zb_fail(err, "deadlock: %s; and %d more stuck devices", msg, stuck - shown);
+    return zb_fail(err, "deadlock: %s", msg);
+}
+
+static int check_executable(const sched_t *s, zb_err *err)
+{
+    size_t n_cells = (size_t)s->n_stages * (size_t)s->n_micro;
+    size_t p = (size_t)s->n_devices;
+    walk w = { .s = s };
+    w.f_done = calloc(n_cells, 1);
+    w.b_done = calloc(n_cells, 1);
+    w.pos = calloc(p, sizeof *w.pos);
+    w.queued = calloc(p, 1);
+    w.stack = malloc(p * sizeof *w.stack);
+    int rc = 0;
+    if (!w.f_done || !w.b_done || !w.pos || !w.queued || !w.stack) {
+        rc = zb_fail(err, "out of memory validating %ld ops", sched_op_count(s));
+        goto out;
+    }
+    for (int d = s->n_devices - 1; d >= 0; d--)
+        wake(&w, d);
+    long done = 0, total = sched_op_count(s);
+    while (w.n_stack > 0) {
+        int d = w.stack[--w.n_stack];
+        /* queued stays set while d runs, so that its own ops don't push it. */
+        const sched_lane *l = &s->dev[d];
+        while (w.pos[d] < l->n_ops) {
+            sched_op op = l->ops[w.pos[d]], need;
+            if (!op_ready(&w, op, &need))
+                break;
+            long cell = (long)op.stage * s->n_micro + op.mb;
+            if (op.kind == OP_F)
+                w.f_done[cell] = 1;
+            else if (op.kind == OP_B || op.kind == OP_BW)
+                w.b_done[cell] = 1;
+            w.pos[d]++;
+            done++;
+            wake_consumers(&w, op);
+        }
+        w.queued[d] = 0;
+    }
+    if (done != total)
+        rc = report_deadlock(&w, err);
+out:
+    free(w.f_done);
+    free(w.b_done);
+    free(w.pos);
+    free(w.queued);
+    free(w.stack);
+    return rc;
+}
+
+int sched_validate(const sched_t *s, zb_err *err)
+{
+    if (!s || s->n_devices <= 0 || s->n_micro <= 0 || s->n_stages <= 0)
+        return zb_fail(err, "schedule has no devices, micro-batches or stages");
+    if (check_placement(s, err) || check_ops_in_range(s, err) ||
+        check_complete(s, err) || check_executable(s, err))
+        return -1;
+    return 0;
+}

@@ -1,9 +1,246 @@
-/* cmd_gen.c: `zbsched gen`; not written yet. */
+/*
+ * cmd_gen.c: `zbsched gen KIND -p P -m M [...] [-o FILE]`, write a schedule.
+ *
+ * The handcrafted kinds (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v) come
+ * from gen_lookup (schedules/gen.h); the memory-limited ones (zb-auto,
+ * v-min, v-half, v-zb, ilp) from solver/solver.h and need --mem-limit.
+ * Every generated schedule is validated before it is written, so a
+ * generator bug surfaces here as one error line instead of a broken file.
+ */
 #include "src/cli/cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedules/gen.h"
+#include "solver/solver.h"
+#include "src/sched_io.h"
+#include "src/validate.h"
+
+/* A kind found by a solver rather than handcrafted. */
+typedef struct solver_kind {
+    const char *kind; /* as typed after `zbsched gen` */
+    gen_fn fn;        /* the solver entry point */
+    int chunks;       /* virtual stages per device it builds */
+} solver_kind;
+
+static const solver_kind solver_kinds[] = {
+    { "zb-auto", solver_zb_auto, 1 },
+    { "v-min", solver_v_min, 2 },
+    { "v-half", solver_v_half, 2 },
+    { "v-zb", solver_v_zb, 2 },
+    { "ilp", solver_ilp, 1 },
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: zbsched gen KIND --stages P --microbatches M [options] [-o FILE]\n"
+        "\n"
+        "KIND: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v (handcrafted),\n"
+        "      zb-auto, v-min, v-half, v-zb, ilp (need --mem-limit)\n"
+        "\n"
+        "  -p, --stages P         pipeline devices (default 4)\n"
+        "  -m, --microbatches M   micro-batches (default 8)\n"
+        "      --chunks V         virtual stages per device (interleaved: default 2)\n"
+        "      --tf X --tb X --tw X --tcomm X\n"
+        "                         time of F, B, W and of one transfer (default 1, 1, 1, 0)\n"
+        "      --mf X --mb X --mw X\n"
+        "                         memory delta of F, B, W (default 2, -1, -1)\n"
+        "      --mem-limit X[,X...]\n"
+        "                         activation memory limit, one value or one per device,\n"
+        "                         in the same units as --mf/--mb/--mw\n"
+        "      --time-limit S     seconds for the ILP solver (default: its own)\n"
+        "  -o, --output FILE      schedule file to write ('-' or none: stdout)\n"
+        "  -h, --help             this text\n");
+}
+
+/* Parses "X" or "X,X,..." (p values) into a malloc'd array of p limits. */
+static int parse_mem_limit(const char *text, int p, double **out, zb_err *err)
+{
+    double *a = calloc((size_t)p, sizeof *a);
+    char *copy = strdup(text);
+    int n = 0, rc = 0;
+    if (!a || !copy) {
+        rc = zb_fail(err, "out of memory");
+        goto out;
+    }
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == p) {
+            rc = zb_fail(err, "--mem-limit: more values than devices (%d)", p);
+            goto out;
+        }
+        if (cli_parse_double("--mem-limit", tok, &a[n], err)) {
+            rc = -1;
+            goto out;
+        }
+        if (a[n] <= 0) {
+            rc = zb_fail(err, "--mem-limit: %s must be positive", tok);
+            goto out;
+        }
+        n++;
+    }
+    if (n == 1) {
+        for (int i = 1; i < p; i++)
+            a[i] = a[0];
+    } else if (n != p) {
+        rc = zb_fail(err, "--mem-limit: give one value or one per device (%d), got %d", p, n);
+        goto out;
+    }
+out:
+    free(copy);
+    if (rc) {
+        free(a);
+        return -1;
+    }
+    *out = a;
+    return 0;
+}
+
+enum {
+    OPT_CHUNKS = 256, OPT_TF, OPT_TB, OPT_TW, OPT_TCOMM, OPT_MF, OPT_MB, OPT_MW,
+    OPT_MEM_LIMIT, OPT_TIME_LIMIT,
+};
 
 int cmd_gen(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("'gen' is not available in this build yet");
+    static const struct option opts[] = {
+        { "stages", required_argument, NULL, 'p' },
+        { "microbatches", required_argument, NULL, 'm' },
+        { "chunks", required_argument, NULL, OPT_CHUNKS },
+        { "tf", required_argument, NULL, OPT_TF },
+        { "tb", required_argument, NULL, OPT_TB },
+        { "tw", required_argument, NULL, OPT_TW },
+        { "tcomm", required_argument, NULL, OPT_TCOMM },
+        { "mf", required_argument, NULL, OPT_MF },
+        { "mb", required_argument, NULL, OPT_MB },
+        { "mw", required_argument, NULL, OPT_MW },
+        { "mem-limit", required_argument, NULL, OPT_MEM_LIMIT },
+        { "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
+        { "output", required_argument, NULL, 'o' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    gen_params gp;
+    gen_params_default(&gp);
+    const char *out_path = NULL, *mem_text = NULL;
+    int chunks_given = 0;
+    zb_err err = { "" };
+    long v;
+    double x;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":p:m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (cli_parse_int("--stages", optarg, 1, 65536, &v, &err))
+                return cli_fail(&err);
+            gp.stages = (int)v;
+            break;
+        case 'm':
+            if (cli_parse_int("--microbatches", optarg, 1, 1 << 24, &v, &err))
+                return cli_fail(&err);
+            gp.microbatches = (int)v;
+            break;
+        case OPT_CHUNKS:
+            if (cli_parse_int("--chunks", optarg, 1, 1024, &v, &err))
+                return cli_fail(&err);
+            gp.chunks = (int)v;
+            chunks_given = 1;
+            break;
+        case OPT_TF: case OPT_TB: case OPT_TW: case OPT_TCOMM:
+        case OPT_MF: case OPT_MB: case OPT_MW: case OPT_TIME_LIMIT: {
+            const char *name = c == OPT_TF ? "--tf" : c == OPT_TB ? "--tb" : c == OPT_TW ? "--tw" :
+                               c == OPT_TCOMM ? "--tcomm" : c == OPT_MF ? "--mf" :
+                               c == OPT_MB ? "--mb" : c == OPT_MW ? "--mw" : "--time-limit";
+            if (cli_parse_double(name, optarg, &x, &err))
+                return cli_fail(&err);
+            if (c == OPT_TF || c == OPT_TB || c == OPT_TW || c == OPT_TCOMM || c == OPT_TIME_LIMIT) {
+                if (x < 0)
+                    return cli_error("%s: %s must not be negative", name, optarg);
+            }
+            switch (c) {
+            case OPT_TF: gp.t_f = x; break;
+            case OPT_TB: gp.t_b = x; break;
+            case OPT_TW: gp.t_w = x; break;
+            case OPT_TCOMM: gp.t_comm = x; break;
+            case OPT_MF: gp.m_f = x; break;
+            case OPT_MB: gp.m_b = x; break;
+            case OPT_MW: gp.m_w = x; break;
+            default: gp.time_limit = x; break;
+            }
+            break;
+        }
+        case OPT_MEM_LIMIT:
+            mem_text = optarg;
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case ':':
+            return cli_usage("gen", "%s needs a value (see --help)", argv[optind - 1]);
+        default:
+            return cli_usage("gen", "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage("gen", "missing KIND (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, "
+                         "zb-auto, v-min, v-half, v-zb, ilp)");
+    if (optind + 1 < argc)
+        return cli_usage("gen", "unexpected argument '%s'", argv[optind + 1]);
+    const char *kind = argv[optind];
+
+    gen_fn fn = gen_lookup(kind);
+    const solver_kind *sk = NULL;
+    for (size_t i = 0; !fn && i < sizeof solver_kinds / sizeof solver_kinds[0]; i++)
+        if (!strcmp(kind, solver_kinds[i].kind))
+            sk = &solver_kinds[i];
+    if (!fn && !sk)
+        return cli_usage("gen", "unknown kind '%s' (gpipe, 1f1b, interleaved, zb-h1, zb-h2, "
+                         "zb-v, zb-auto, v-min, v-half, v-zb, ilp)", kind);
+    if (!chunks_given && (!strcmp(kind, "interleaved") || !strcmp(kind, "zb-v")))
+        gp.chunks = 2;
+    if (sk) {
+        fn = sk->fn;
+        if (!chunks_given)
+            gp.chunks = sk->chunks;
+        if (!mem_text)
+            return cli_usage("gen", "%s needs --mem-limit (one value or one per device)", kind);
+    }
+    if (mem_text && parse_mem_limit(mem_text, gp.stages, &gp.mem_limit, &err))
+        return cli_fail(&err);
+
+    sched_t *s = NULL;
+    int rc = 0;
+    if (fn(&gp, &s, &err) != 0) {
+        rc = cli_fail(&err);
+        goto out;
+    }
+    /* Record the limit the schedule was planned under, unless the solver
+     * already did. */
+    if (gp.mem_limit && !s->mem_limit && s->n_devices == gp.stages) {
+        s->mem_limit = malloc(sizeof(double) * (size_t)s->n_devices);
+        if (!s->mem_limit) {
+            rc = cli_error("out of memory");
+            goto out;
+        }
+        memcpy(s->mem_limit, gp.mem_limit, sizeof(double) * (size_t)s->n_devices);
+    }
+    if (sched_validate(s, &err) != 0) {
+        rc = cli_error("%s produced an invalid schedule: %s", kind, err.msg);
+        goto out;
+    }
+    if (sched_save_file(s, out_path, &err) != 0)
+        rc = cli_fail(&err);
+out:
+    sched_free(s);
+    free(gp.mem_limit);
+    return rc;
 }

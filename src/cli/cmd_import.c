@@ -1,9 +1,136 @@
-/* cmd_import.c: `zbsched import`; not written yet. */
+/*
+ * cmd_import.c: `zbsched import CSV [cost and memory flags] [-o FILE]`.
+ *
+ * Reads a PyTorch pipelining compute-only CSV (src/torch_csv.h): devices
+ * are its rows, stages and micro-batches come from the largest indices
+ * (--microbatches may raise the latter), placement from which row lists
+ * each stage.  A CSV carries no costs, so they come from the same flags as
+ * `zbsched gen` (defaults: unit times, T_comm 0, dF=+2, dB=-1, dW=-1).  The
+ * result is validated before it is written.
+ */
 #include "src/cli/cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedules/gen.h"
+#include "src/sched_io.h"
+#include "src/torch_csv.h"
+#include "src/validate.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: zbsched import CSV [options] [-o FILE]\n"
+        "\n"
+        "Reads a PyTorch pipelining compute-only CSV ('-' for stdin) and writes a\n"
+        "zbsched schedule file.\n"
+        "\n"
+        "  -m, --microbatches M   micro-batches (default: largest index in the CSV + 1)\n"
+        "      --tf X --tb X --tw X --tcomm X\n"
+        "                         time of F, B (PyTorch I), W and one transfer\n"
+        "                         (default 1, 1, 1, 0)\n"
+        "      --mf X --mb X --mw X\n"
+        "                         memory delta of F, B, W (default 2, -1, -1)\n"
+        "      --name NAME        the schedule's name (default torch-csv)\n"
+        "  -o, --output FILE      schedule file to write ('-' or none: stdout)\n"
+        "  -h, --help             this text\n");
+}
+
+enum { OPT_TF = 256, OPT_TB, OPT_TW, OPT_TCOMM, OPT_MF, OPT_MB, OPT_MW, OPT_NAME };
 
 int cmd_import(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("'import' is not available in this build yet");
+    static const struct option opts[] = {
+        { "microbatches", required_argument, NULL, 'm' },
+        { "tf", required_argument, NULL, OPT_TF },
+        { "tb", required_argument, NULL, OPT_TB },
+        { "tw", required_argument, NULL, OPT_TW },
+        { "tcomm", required_argument, NULL, OPT_TCOMM },
+        { "mf", required_argument, NULL, OPT_MF },
+        { "mb", required_argument, NULL, OPT_MB },
+        { "mw", required_argument, NULL, OPT_MW },
+        { "name", required_argument, NULL, OPT_NAME },
+        { "output", required_argument, NULL, 'o' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    gen_params gp;
+    gen_params_default(&gp);
+    const char *out_path = NULL, *name = NULL;
+    long n_micro = 0;
+    zb_err err = { "" };
+    double x;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (cli_parse_int("--microbatches", optarg, 1, 1 << 24, &n_micro, &err))
+                return cli_fail(&err);
+            break;
+        case OPT_TF: case OPT_TB: case OPT_TW: case OPT_TCOMM:
+        case OPT_MF: case OPT_MB: case OPT_MW: {
+            const char *flag = c == OPT_TF ? "--tf" : c == OPT_TB ? "--tb" : c == OPT_TW ? "--tw" :
+                               c == OPT_TCOMM ? "--tcomm" : c == OPT_MF ? "--mf" :
+                               c == OPT_MB ? "--mb" : "--mw";
+            if (cli_parse_double(flag, optarg, &x, &err))
+                return cli_fail(&err);
+            if (x < 0 && (c == OPT_TF || c == OPT_TB || c == OPT_TW || c == OPT_TCOMM))
+                return cli_error("%s: %s must not be negative", flag, optarg);
+            switch (c) {
+            case OPT_TF: gp.t_f = x; break;
+            case OPT_TB: gp.t_b = x; break;
+            case OPT_TW: gp.t_w = x; break;
+            case OPT_TCOMM: gp.t_comm = x; break;
+            case OPT_MF: gp.m_f = x; break;
+            case OPT_MB: gp.m_b = x; break;
+            default: gp.m_w = x; break;
+            }
+            break;
+        }
+        case OPT_NAME:
+            if (strlen(optarg) >= sizeof(((sched_t *)0)->name))
+                return cli_usage("import", "--name is longer than %zu characters",
+                                 sizeof(((sched_t *)0)->name) - 1);
+            name = optarg;
+            break;
+        case 'o': out_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case ':': return cli_usage("import", "%s needs a value (see --help)", argv[optind - 1]);
+        default: return cli_usage("import", "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage("import", "missing CSV file (see --help)");
+    if (optind + 1 < argc)
+        return cli_usage("import", "unexpected argument '%s'", argv[optind + 1]);
+    const char *path = argv[optind];
+    char *text;
+    size_t len;
+    if (zb_read_file(path, &text, &len, &err))
+        return cli_fail(&err);
+    sched_t *s = NULL;
+    int rc = 0;
+    if (torch_csv_read(text, len, (int)n_micro, &s, &err)) {
+        rc = cli_error("%s: %s", path, err.msg);
+        goto out;
+    }
+    if (name)
+        snprintf(s->name, sizeof s->name, "%s", name);
+    sched_set_costs(s, gp.t_f, gp.t_b, gp.t_w, gp.t_comm);
+    sched_set_mem(s, gp.m_f, gp.m_b, gp.m_w);
+    if (sched_validate(s, &err)) {
+        rc = cli_error("%s: invalid schedule: %s", path, err.msg);
+        goto out;
+    }
+    if (sched_save_file(s, out_path, &err))
+        rc = cli_fail(&err);
+out:
+    free(text);
+    sched_free(s);
+    return rc;
 }

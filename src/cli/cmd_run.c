@@ -1,9 +1,382 @@
-/* cmd_run.c: `zbsched run`; not written yet. */
+/*
+ * cmd_run.c: `zbsched run FILE --data PATH --steps N [...]`, train a
+ * Llama-style model on the CPU by executing a schedule file for real.
+ *
+ * The command wires the libraries together: load and validate the schedule,
+ * load the model preset or file, build the character loader for the
+ * model's context (the vocabulary comes from the text), create the trainer
+ * (runtime/trainer.h), optionally resume from a checkpoint, then step,
+ * printing progress on stderr and evaluating every K steps.  At the end it
+ * prints a summary (or one JSON object with --json), writes the measured
+ * trace of the last step with --trace, and the final checkpoint.
+ *
+ * Learning-rate schedule: nanoGPT's (linear warmup then cosine to lr/10),
+ * with warmup min(100, steps/10) and the cosine ending at --steps, so that
+ * a short run still decays.  A NaN or infinite loss stops the run with an
+ * error (the step itself was skipped by the optimizer's NaN check).
+ */
 #include "src/cli/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/trainer.h"
+#include "src/model.h"
+#include "src/sched_io.h"
+#include "src/validate.h"
+
+#define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
+#define CHECKPOINT_NAME "checkpoint.bin"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: zbsched run FILE --steps N [options]\n"
+        "\n"
+        "Trains a Llama-style model by executing schedule FILE, one thread per device.\n"
+        "\n"
+        "  -n, --steps N          optimizer steps (total, counting resumed ones)\n"
+        "      --data PATH        training text (default " DEFAULT_DATA ")\n"
+        "      --model NAME|FILE  model preset (tiny, shakespeare-char) or JSON file (default tiny)\n"
+        "      --seed S           initialisation and data seed (default 1)\n"
+        "      --batch-size B     sequences per micro-batch (default: the model's)\n"
+        "      --lr X             peak learning rate (default 1e-3)\n"
+        "      --clip X           global gradient-norm clip, 0 disables (default 1.0)\n"
+        "      --sync-optimizer   synchronous clip instead of post-validation\n"
+        "      --eval-every K     validation loss every K steps (default: at the end only)\n"
+        "      --eval-windows N   validation windows per evaluation (default 64)\n"
+        "      --checkpoint DIR   write DIR/" CHECKPOINT_NAME " at every evaluation and at the end\n"
+        "      --resume           continue from DIR/" CHECKPOINT_NAME " (needs --checkpoint)\n"
+        "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
+        "      --trace FILE       write the last step's measured op times as a schedule file\n"
+        "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
+        "  -q, --quiet            no progress lines on stderr\n"
+        "  -h, --help             this text\n");
+}
+
+/* Everything the command line sets. */
+typedef struct run_args {
+    const char *file;        /* schedule file */
+    const char *data;        /* text file */
+    const char *model;       /* preset or model file */
+    const char *ckpt_dir;    /* --checkpoint, or NULL */
+    const char *trace;       /* --trace, or NULL */
+    long steps;              /* --steps */
+    long stop_at;            /* --stop-at: last step of this invocation (0: steps) */
+    long eval_every;         /* 0: at the end only */
+    long eval_windows;       /* --eval-windows */
+    long batch;              /* 0: the model's */
+    long seed;               /* --seed */
+    double lr;               /* --lr */
+    double clip;             /* --clip */
+    int sync_opt;            /* --sync-optimizer */
+    int resume;              /* --resume */
+    int json;                /* --json */
+    int quiet;               /* --quiet */
+} run_args;
+
+static int parse_args(int argc, char **argv, run_args *a)
+{
+    enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
+           O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP };
+    static const struct option opts[] = {
+        { "steps", required_argument, NULL, 'n' },
+        { "data", required_argument, NULL, O_DATA },
+        { "model", required_argument, NULL, O_MODEL },
+        { "seed", required_argument, NULL, O_SEED },
+        { "json", no_argument, NULL, O_JSON },
+        { "checkpoint", required_argument, NULL, O_CKPT },
+        { "resume", no_argument, NULL, O_RESUME },
+        { "trace", required_argument, NULL, O_TRACE },
+        { "eval-every", required_argument, NULL, O_EVAL },
+        { "eval-windows", required_argument, NULL, O_EVALW },
+        { "lr", required_argument, NULL, O_LR },
+        { "batch-size", required_argument, NULL, O_BATCH },
+        { "clip", required_argument, NULL, O_CLIP },
+        { "sync-optimizer", no_argument, NULL, O_SYNC },
+        { "stop-at", required_argument, NULL, O_STOP },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
+                     .seed = 1, .lr = 1e-3, .clip = 1.0 };
+    zb_err err = { { 0 } };
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":n:qh", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'n': bad = cli_parse_int("--steps", optarg, 1, 100000000, &a->steps, &err); break;
+        case O_DATA: a->data = optarg; break;
+        case O_MODEL: a->model = optarg; break;
+        case O_SEED: bad = cli_parse_int("--seed", optarg, 0, 0x7fffffffffffffffL, &a->seed, &err); break;
+        case O_JSON: a->json = 1; break;
+        case O_CKPT: a->ckpt_dir = optarg; break;
+        case O_RESUME: a->resume = 1; break;
+        case O_TRACE: a->trace = optarg; break;
+        case O_EVAL: bad = cli_parse_int("--eval-every", optarg, 1, 100000000, &a->eval_every, &err); break;
+        case O_EVALW: bad = cli_parse_int("--eval-windows", optarg, 1, 1000000, &a->eval_windows, &err); break;
+        case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
+        case O_LR:
+            bad = cli_parse_double("--lr", optarg, &a->lr, &err);
+            if (!bad && a->lr <= 0)
+                bad = zb_fail(&err, "--lr: must be positive, got %s", optarg);
+            break;
+        case O_CLIP:
+            bad = cli_parse_double("--clip", optarg, &a->clip, &err);
+            if (!bad && a->clip < 0)
+                bad = zb_fail(&err, "--clip: must be >= 0, got %s", optarg);
+            break;
+        case O_SYNC: a->sync_opt = 1; break;
+        case O_STOP: bad = cli_parse_int("--stop-at", optarg, 1, 100000000, &a->stop_at, &err); break;
+        case 'q': a->quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        case ':': return cli_usage(argv[0], "%s needs a value (try --help)", argv[optind - 1]);
+        default: return cli_usage(argv[0], "unknown option '%s' (try --help)", argv[optind - 1]);
+        }
+        if (bad)
+            return cli_usage(argv[0], "%s", err.msg);
+    }
+    if (optind >= argc)
+        return cli_usage(argv[0], "missing the schedule FILE (try --help)");
+    if (optind + 1 < argc)
+        return cli_usage(argv[0], "unexpected argument '%s'", argv[optind + 1]);
+    a->file = argv[optind];
+    if (a->steps < 0)
+        return cli_usage(argv[0], "missing --steps N");
+    if (a->stop_at == 0 || a->stop_at > a->steps)
+        a->stop_at = a->steps;
+    if (a->resume && !a->ckpt_dir)
+        return cli_usage(argv[0], "--resume needs --checkpoint DIR");
+    return -1; /* go on */
+}
+
+/* Creates dir when it does not exist; fails when it is not a directory. */
+static int ensure_dir(const char *dir, zb_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0)
+        return S_ISDIR(st.st_mode) ? 0 : zb_fail(err, "%s: not a directory", dir);
+    if (mkdir(dir, 0777) != 0)
+        return zb_fail(err, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What the run produced, for the summary. */
+typedef struct run_result {
+    long first_step;     /* step index the run started at (resume) */
+    double *losses;      /* [steps - first_step] */
+    int n_losses;        /* filled entries */
+    cJSON *evals;        /* array of {step, val_loss} */
+    double val_loss;     /* last validation loss */
+    double train_s;      /* seconds inside trainer_step */
+    long tokens;         /* tokens trained in this run */
+} run_result;
+
+static int evaluate(trainer *t, run_result *res, long step, int quiet, zb_err *err)
+{
+    if (trainer_eval(t, &res->val_loss, err) != 0)
+        return -1;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "step", (double)step);
+    cJSON_AddNumberToObject(e, "val_loss", res->val_loss);
+    cJSON_AddItemToArray(res->evals, e);
+    if (!quiet)
+        fprintf(stderr, "step %ld: val loss %.4f\n", step, res->val_loss);
+    return 0;
+}
+
+static int train(trainer *t, const run_args *a, const char *ckpt_path, run_result *res)
+{
+    zb_err err = { { 0 } };
+    const trainer_stats *st = trainer_get_stats(t);
+    res->first_step = st->step;
+    for (long step = st->step; step < a->stop_at; step++) {
+        double loss;
+        double t0 = now_s();
+        if (trainer_step(t, &loss, &err) != 0)
+            return cli_error("step %ld: %s", step + 1, err.msg);
+        res->train_s += now_s() - t0;
+        res->tokens += st->tokens_per_step;
+        res->losses[res->n_losses++] = loss;
+        if (!isfinite(loss))
+            return cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)",
+                             step + 1, isnan(loss) ? "NaN" : "infinite");
+        if (!a->quiet)
+            fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e\n", step + 1, a->steps,
+                    loss, (double)st->tokens_per_step / st->last_step_s, st->last_lr);
+        int last = step + 1 == a->stop_at;
+        int eval_now = a->eval_every > 0 && (step + 1) % a->eval_every == 0;
+        if (eval_now || last) {
+            if (evaluate(t, res, step + 1, a->quiet, &err) != 0)
+                return cli_fail(&err);
+            if (!isfinite(res->val_loss))
+                return cli_error("step %ld: the validation loss is not finite", step + 1);
+            if (ckpt_path && trainer_save(t, ckpt_path, &err) != 0)
+                return cli_fail(&err);
+        }
+    }
+    return 0;
+}
+
+static void print_summary(const run_args *a, const sched_t *s, trainer *t, const run_result *res)
+{
+    const trainer_stats *st = trainer_get_stats(t);
+    double tps = res->train_s > 0 ? (double)res->tokens / res->train_s : 0;
+    if (!a->json) {
+        printf("%s: %s, %d devices, %d stages, m=%d; %ld steps, final loss %.4f, val loss %.4f, "
+               "%.0f tokens/s, %ld rollbacks\n",
+               a->file, s->name[0] ? s->name : "schedule", s->n_devices, s->n_stages, s->n_micro,
+               st->step, res->n_losses ? res->losses[res->n_losses - 1] : NAN, res->val_loss, tps,
+               st->rollbacks);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schedule", s->name);
+    cJSON_AddStringToObject(o, "model", trainer_model(t)->name);
+    cJSON_AddNumberToObject(o, "devices", s->n_devices);
+    cJSON_AddNumberToObject(o, "stages", s->n_stages);
+    cJSON_AddNumberToObject(o, "micro_batches", s->n_micro);
+    cJSON_AddNumberToObject(o, "batch_size", trainer_model(t)->micro_batch);
+    cJSON_AddNumberToObject(o, "parameters", (double)trainer_param_count(t));
+    cJSON_AddNumberToObject(o, "first_step", (double)res->first_step);
+    cJSON_AddNumberToObject(o, "steps", (double)st->step);
+    cJSON *l = cJSON_AddArrayToObject(o, "losses");
+    for (int i = 0; i < res->n_losses; i++)
+        cJSON_AddItemToArray(l, cJSON_CreateNumber(res->losses[i]));
+    cJSON_AddItemToObject(o, "evals", cJSON_Duplicate(res->evals, 1));
+    cJSON_AddNumberToObject(o, "val_loss", res->val_loss);
+    cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "train_seconds", res->train_s);
+    cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
 
 int cmd_run(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("'run' is not available in this build yet");
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    zb_err err = { { 0 } };
+    sched_t *s = NULL;
+    zb_data *d = NULL;
+    trainer *t = NULL;
+    char *ckpt_path = NULL;
+    run_result res = { 0 };
+    zb_model m;
+    rc = 1;
+    if (sched_load_file(a.file, &s, &err) != 0 || sched_validate(s, &err) != 0) {
+        if (s)
+            zb_wrap(&err, "%s: ", a.file);
+        cli_fail(&err);
+        goto out;
+    }
+    if (model_load(a.model, &m, &err) != 0) {
+        cli_fail(&err);
+        goto out;
+    }
+    if (a.batch > 0)
+        m.micro_batch = (int)a.batch;
+    if (data_load_file(a.data, m.seq_len, &d, &err) != 0) {
+        cli_fail(&err);
+        goto out;
+    }
+    trainer_opts o;
+    trainer_opts_default(&o);
+    o.seed = (uint64_t)a.seed;
+    o.batch_size = (int)a.batch;
+    o.adamw.lr = (float)a.lr;
+    o.adamw.min_lr = (float)(a.lr / 10);
+    o.adamw.warmup_steps = (int)(a.steps / 10 < 100 ? a.steps / 10 : 100);
+    o.adamw.decay_steps = (int)a.steps;
+    o.adamw.grad_clip = (float)a.clip;
+    o.sync_optimizer = a.sync_opt;
+    o.eval_windows = (int)a.eval_windows;
+    o.record_times = a.trace != NULL;
+    if (trainer_create(s, &m, d, &o, &t, &err) != 0) {
+        zb_wrap(&err, "%s with model %s: ", a.file, m.name);
+        cli_fail(&err);
+        goto out;
+    }
+    if (a.ckpt_dir) {
+        if (ensure_dir(a.ckpt_dir, &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
+        size_t n = strlen(a.ckpt_dir) + sizeof CHECKPOINT_NAME + 2;
+        ckpt_path = malloc(n);
+        if (!ckpt_path) {
+            cli_error("out of memory");
+            goto out;
+        }
+        snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
+        if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
+    }
+    if (!a.quiet) {
+        const zb_model *em = trainer_model(t);
+        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d), model %s: %d layers, d=%d, "
+                "vocab %d, %zu parameters, batch %d x %d tokens%s\n",
+                s->name[0] ? s->name : a.file, s->n_devices, s->n_stages, s->n_micro, em->name,
+                em->n_layers, em->d_model, em->vocab, trainer_param_count(t), em->micro_batch,
+                em->seq_len, a.resume ? ", resumed" : "");
+    }
+    long start = trainer_get_stats(t)->step;
+    if (start >= a.stop_at) {
+        cli_error("the checkpoint is already at step %ld; nothing to do for --steps %ld", start, a.stop_at);
+        goto out;
+    }
+    res.losses = calloc((size_t)(a.stop_at - start), sizeof *res.losses);
+    res.evals = cJSON_CreateArray();
+    if (!res.losses || !res.evals) {
+        cli_error("out of memory");
+        goto out;
+    }
+    if (train(t, &a, ckpt_path, &res) != 0)
+        goto out;
+    if (a.trace) {
+        sched_t *tr = NULL;
+        if (trainer_trace(t, &tr, &err) != 0 || sched_save_file(tr, a.trace, &err) != 0) {
+            sched_free(tr);
+            cli_fail(&err);
+            goto out;
+        }
+        sched_free(tr);
+    }
+    print_summary(&a, s, t, &res);
+    rc = 0;
+out:
+    free(res.losses);
+    cJSON_Delete(res.evals);
+    free(ckpt_path);
+    trainer_free(t);
+    data_free(d);
+    sched_free(s);
+    return rc;
 }

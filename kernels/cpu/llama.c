@@ -1,0 +1,741 @@
+/*
+ * llama.c: one pipeline stage of the Llama-style decoder (llama.h): the
+ * parameter layout, deterministic initialisation, and the forward, B and W
+ * passes of a micro-batch over the layer kernels of ops.h.
+ *
+ * The saved state of a micro-batch is a table of "slots", one buffer per
+ * (layer, activation) plus the embedding's and the head's, each tagged with
+ * the phase that allocates and frees it:
+ *
+ *   F_KEEP  allocated by F, used by B and W, freed by W (matmul inputs,
+ *           norm inputs and their 1/rms)
+ *   F_ONLY  allocated by F, freed at the end of B (q, k, v, attention lse,
+ *           SwiGLU pre-activations, logits)
+ *   B_KEEP  allocated by B, freed by W (the output gradients W multiplies
+ *           with the saved inputs)
+ *
+ * so the bytes held after F, after B and after W (zero) are exact sums over
+ * the slots, and the phase discipline is visible in one table (slot_spec).
+ * All buffers of a phase are allocated up front, so a failed allocation
+ * leaves the object as it was before the call.
+ *
+ * Expected workload: shakespeare-char, B=8, T=256, d=384, d_ff=1536, 6
+ * layers: about 66 MB held per micro-batch and layer after F... see
+ * docs/kernels.md for the measured byte counts.
+ */
+#include "kernels/cpu/llama.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/ops.h"
+
+/* ---------------------------------------------------------------------- */
+/* Parameter layout                                                        */
+/* ---------------------------------------------------------------------- */
+
+static const char *const kind_names[LLAMA_T_COUNT] = {
+    "embedding", "attn_norm", "wq", "wk", "wv", "wo",
+    "mlp_norm", "w1", "w3", "w2", "final_norm", "lm_head",
+};
+
+static void tensor_shape(const llama_stage *st, llama_tensor_kind kind,
+                         int *rows, int *cols)
+{
+    const zb_model *m = &st->cfg;
+    int d = m->d_model;
+    switch (kind) {
+    case LLAMA_T_EMBEDDING: *rows = m->vocab; *cols = d; break;
+    case LLAMA_T_ATTN_NORM:
+    case LLAMA_T_MLP_NORM:
+    case LLAMA_T_FINAL_NORM: *rows = 1; *cols = d; break;
+    case LLAMA_T_WQ: *rows = d; *cols = st->q_dim; break;
+    case LLAMA_T_WK:
+    case LLAMA_T_WV: *rows = d; *cols = st->kv_dim; break;
+    case LLAMA_T_WO: *rows = st->q_dim; *cols = d; break;
+    case LLAMA_T_W1:
+    case LLAMA_T_W3: *rows = d; *cols = m->d_ff; break;
+    case LLAMA_T_W2: *rows = m->d_ff; *cols = d; break;
+    case LLAMA_T_LM_HEAD: *rows = d; *cols = m->vocab; break;
+    default: assert(0 && "bad tensor kind"); *rows = *cols = 0;
+    }
+}
+
+static void add_tensor(llama_stage *st, llama_tensor_kind kind, int layer)
+{
+    llama_tensor *t = &st->tensors[st->n_tensors++];
+    t->kind = kind;
+    t->layer = layer;
+    t->offset = st->n_params;
+    tensor_shape(st, kind, &t->rows, &t->cols);
+    t->count = (size_t)t->rows * (size_t)t->cols;
+    t->decay = t->rows > 1;
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "layers.%d.%s", layer,
+                 kind_names[kind]);
+    else
+        snprintf(t->name, sizeof t->name, "%s", kind_names[kind]);
+    st->n_params += t->count;
+}
+
+int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
+                     int has_embedding, int has_head, zb_err *err)
+{
+    memset(st, 0, sizeof *st);
+    if (m->n_layers < 0 || m->d_model <= 0 || m->n_heads <= 0 ||
+        m->n_kv_heads <= 0 || m->d_ff <= 0 || m->vocab <= 0 ||
+        m->seq_len <= 0)
+        return zb_fail(err, "model %s: sizes must be positive", m->name);
+    if (m->d_model % m->n_heads != 0)
+        return zb_fail(err, "model %s: n_heads %d does not divide d_model %d",
+                       m->name, m->n_heads, m->d_model);
+    if ((m->d_model / m->n_heads) % 2 != 0)
+        return zb_fail(err, "model %s: head_dim %d must be even for RoPE",
+                       m->name, m->d_model / m->n_heads);
+    if (m->n_heads % m->n_kv_heads != 0)
+        return zb_fail(err, "model %s: n_kv_heads %d does not divide n_heads %d",
+                       m->name, m->n_kv_heads, m->n_heads);
+    if (!(m->rope_theta > 0))
+        return zb_fail(err, "model %s: rope_theta must be positive", m->name);
+    if (l0 < 0 || l1 < l0 || l1 > m->n_layers)
+        return zb_fail(err, "stage layers [%d, %d) outside the model's %d",
+                       l0, l1, m->n_layers);
+    if (l0 == l1 && !has_embedding && !has_head)
+        return zb_fail(err, "stage [%d, %d) holds nothing", l0, l1);
+    st->cfg = *m;
+    st->l0 = l0;
+    st->l1 = l1;
+    st->has_embedding = has_embedding ? 1 : 0;
+    st->has_head = has_head ? 1 : 0;
+    st->head_dim = m->d_model / m->n_heads;
+    st->q_dim = m->n_heads * st->head_dim;
+    st->kv_dim = m->n_kv_heads * st->head_dim;
+    int cap = 1 + 9 * (l1 - l0) + 2;
+    st->tensors = calloc((size_t)cap, sizeof *st->tensors);
+    if (!st->tensors)
+        return zb_fail(err, "out of memory for the stage's tensor table");
+    if (st->has_embedding)
+        add_tensor(st, LLAMA_T_EMBEDDING, -1);
+    st->layer_offset0 = st->n_params;
+    for (int l = l0; l < l1; l++) {
+        for (int k = LLAMA_T_ATTN_NORM; k <= LLAMA_T_W2; k++)
+            add_tensor(st, (llama_tensor_kind)k, l);
+        if (l == l0)
+            st->layer_stride = st->n_params - st->layer_offset0;
+    }
+    if (st->has_head) {
+        add_tensor(st, LLAMA_T_FINAL_NORM, -1);
+        add_tensor(st, LLAMA_T_LM_HEAD, -1);
+    }
+    assert(st->n_tensors <= cap);
+    return 0;
+}
+
+void llama_stage_free(llama_stage *st)
+{
+    free(st->tensors);
+    st->tensors = NULL;
+    st->n_tensors = 0;
+}
+
+size_t llama_stage_num_params(const llama_stage *st) { return st->n_params; }
+
+const llama_tensor *llama_stage_tensor(const llama_stage *st, int i)
+{
+    if (i < 0 || i >= st->n_tensors)
+        return NULL;
+    return &st->tensors[i];
+}
+
+const llama_tensor *llama_stage_find(const llama_stage *st,
+                                     llama_tensor_kind kind, int layer)
+{
+    for (int i = 0; i < st->n_tensors; i++)
+        if (st->tensors[i].kind == kind && st->tensors[i].layer == layer)
+            return &st->tensors[i];
+    return NULL;
+}
+
+/* Parameters of local layer i (0-based within the stage), kind k. */
+static const float *layer_param(const llama_stage *st, const float *params,
+                                int i, llama_tensor_kind k)
+{
+    int idx = st->has_embedding + i * 9 + (k - LLAMA_T_ATTN_NORM);
+    assert(st->tensors[idx].kind == k && st->tensors[idx].layer == st->l0 + i);
+    return params + st->tensors[idx].offset;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Deterministic initialisation                                            */
+/* ---------------------------------------------------------------------- */
+
+/* splitmix64's finaliser: a bijective 64-bit mixer. */
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1] from 53 random bits. */
+static double unit_open0(uint64_t r)
+{
+    return ((double)(r >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+void llama_stage_init_params(const llama_stage *st, float *params, uint64_t seed)
+{
+    double std_base = 0.02;
+    double std_resid = 0.02 / sqrt(2.0 * (st->cfg.n_layers > 0 ? st->cfg.n_layers : 1));
+    for (int ti = 0; ti < st->n_tensors; ti++) {
+        const llama_tensor *t = &st->tensors[ti];
+        float *p = params + t->offset;
+        if (t->rows == 1) {
+            for (size_t i = 0; i < t->count; i++)
+                p[i] = 1.0f;
+            continue;
+        }
+        double std = (t->kind == LLAMA_T_WO || t->kind == LLAMA_T_W2)
+                         ? std_resid : std_base;
+        /* key depends only on (seed, layer, kind): split-independent */
+        uint64_t key = mix64(mix64(seed) ^
+                             (((uint64_t)(t->layer + 2) << 8) | (uint64_t)t->kind));
+        for (size_t i = 0; i < t->count; i++) {
+            double u1 = unit_open0(mix64(key + 2 * i));
+            double u2 = unit_open0(mix64(key + 2 * i + 1));
+            double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+            p[i] = (float)(std * z);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Saved state                                                             */
+/* ---------------------------------------------------------------------- */
+
+enum { PH_F_KEEP = 1, PH_F_ONLY = 2, PH_B_KEEP = 4 };
+
+/* Per-layer slots.  Shapes with N = B·T. */
+enum {
+    LS_X,     /* [N,d]    layer input (rmsnorm 1 input)          F_KEEP */
+    LS_RSTD1, /* [N]      1/rms of LS_X                          F_KEEP */
+    LS_N1,    /* [N,d]    rmsnorm 1 output: input of wq, wk, wv  F_KEEP */
+    LS_ATT,   /* [N,qd]   attention output: input of wo          F_KEEP */
+    LS_H,     /* [N,d]    residual after attention               F_KEEP */
+    LS_RSTD2, /* [N]      1/rms of LS_H                          F_KEEP */
+    LS_N2,    /* [N,d]    rmsnorm 2 output: input of w1, w3      F_KEEP */
+    LS_HS,    /* [N,ff]   silu(a)·b: input of w2                 F_KEEP */
+    LS_Q,     /* [N,qd]   queries after RoPE                     F_ONLY */
+    LS_K,     /* [N,kvd]  keys after RoPE                        F_ONLY */
+    LS_V,     /* [N,kvd]  values                                 F_ONLY */
+    LS_LSE,   /* [B,nh,T] attention row log-sum-exp              F_ONLY */
+    LS_A,     /* [N,ff]   gate pre-activation n2·w1              F_ONLY */
+    LS_B,     /* [N,ff]   up projection n2·w3                    F_ONLY */
+    LS_DOUT,  /* [N,d]    grad of the layer output (w2's dY)     B_KEEP */
+    LS_DA,    /* [N,ff]   grad of the gate pre-act (w1's dY)     B_KEEP */
+    LS_DB,    /* [N,ff]   grad of the up projection (w3's dY)    B_KEEP */
+    LS_DN2,   /* [N,d]    grad of rmsnorm 2 output (g2's dY)     B_KEEP */
+    LS_DH,    /* [N,d]    grad of LS_H (wo's dY)                 B_KEEP */
+    LS_DQ,    /* [N,qd]   grad of pre-RoPE queries (wq's dY)     B_KEEP */
+    LS_DK,    /* [N,kvd]  grad of pre-RoPE keys (wk's dY)        B_KEEP */
+    LS_DV,    /* [N,kvd]  grad of values (wv's dY)               B_KEEP */
+    LS_DN1,   /* [N,d]    grad of rmsnorm 1 output (g1's dY)     B_KEEP */
+    LS_COUNT
+};
+
+/* Head slots (only when has_head). */
+enum {
+    HS_XF,       /* [N,d]  final norm input                      F_KEEP */
+    HS_RSTD,     /* [N]    1/rms of HS_XF                        F_KEEP */
+    HS_NF,       /* [N,d]  final norm output: LM head input      F_KEEP */
+    HS_LOGITS,   /* [N,V]  logits                                F_ONLY */
+    HS_LSE,      /* [N]    row log-sum-exp of the logits         F_ONLY */
+    HS_TARGETS,  /* [N]    int32 copy of the targets             F_ONLY */
+    HS_DLOGITS,  /* [N,V]  grad of the logits (head's dY)        B_KEEP */
+    HS_DNF,      /* [N,d]  grad of the final norm output         B_KEEP */
+    HS_COUNT
+};
+
+/* Embedding slots (only when has_embedding). */
+enum {
+    ES_TOKENS, /* [N]   int32 copy of the tokens                 F_KEEP */
+    ES_DX,     /* [N,d] grad of the embedding output             B_KEEP */
+    ES_COUNT
+};
+
+struct llama_saved {
+    const llama_stage *st; /* the stage it was made for (must outlive it) */
+    int batch;             /* sequences per micro-batch B */
+    int n_local;           /* layers in the stage */
+    int state;             /* 0 empty, 1 after F, 2 after B */
+    int n_slots;           /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
+    void **slot;           /* [n_slots] buffers, NULL when not held */
+    size_t *slot_bytes;    /* [n_slots] size of each (0: unused here) */
+    unsigned char *slot_phase; /* [n_slots] PH_* of each */
+    size_t bytes;          /* sum of slot_bytes over held slots */
+};
+
+static int head_base(const llama_saved *sv) { return sv->n_local * LS_COUNT; }
+static int emb_base(const llama_saved *sv) { return head_base(sv) + HS_COUNT; }
+
+static float *LSLOT(llama_saved *sv, int i, int k)
+{
+    return (float *)sv->slot[i * LS_COUNT + k];
+}
+static float *HSLOT(llama_saved *sv, int k)
+{
+    return (float *)sv->slot[head_base(sv) + k];
+}
+static void *ESLOT(llama_saved *sv, int k) { return sv->slot[emb_base(sv) + k]; }
+
+/* Fills slot_bytes and slot_phase from the stage's sizes. */
+static void slot_spec(llama_saved *sv)
+{
+    const llama_stage *st = sv->st;
+    size_t N = (size_t)sv->batch * st->cfg.seq_len;
+    size_t d = st->cfg.d_model, ff = st->cfg.d_ff, V = st->cfg.vocab;
+    size_t qd = st->q_dim, kvd = st->kv_dim, f = sizeof(float);
+    static const unsigned char lphase[LS_COUNT] = {
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP,
+        PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
+        PH_F_ONLY, PH_F_ONLY, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
+        PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
+    };
+    const size_t lsize[LS_COUNT] = {
+        [LS_X] = N * d, [LS_RSTD1] = N, [LS_N1] = N * d, [LS_ATT] = N * qd,
+        [LS_H] = N * d, [LS_RSTD2] = N, [LS_N2] = N * d, [LS_HS] = N * ff,
+        [LS_Q] = N * qd, [LS_K] = N * kvd, [LS_V] = N * kvd,
+        [LS_LSE] = N * (size_t)st->cfg.n_heads, [LS_A] = N * ff,
+        [LS_B] = N * ff, [LS_DOUT] = N * d, [LS_DA] = N * ff,
+        [LS_DB] = N * ff, [LS_DN2] = N * d, [LS_DH] = N * d,
+        [LS_DQ] = N * qd, [LS_DK] = N * kvd, [LS_DV] = N * kvd,
+        [LS_DN1] = N * d,
+    };
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; k < LS_COUNT; k++) {
+            sv->slot_bytes[i * LS_COUNT + k] = lsize[k] * f;
+            sv->slot_phase[i * LS_COUNT + k] = lphase[k];
+        }
+    static const unsigned char hphase[HS_COUNT] = {
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY,
+        PH_F_ONLY, PH_F_ONLY, PH_B_KEEP, PH_B_KEEP,
+    };
+    const size_t hsize[HS_COUNT] = {
+        [HS_XF] = N * d, [HS_RSTD] = N, [HS_NF] = N * d, [HS_LOGITS] = N * V,
+        [HS_LSE] = N, [HS_TARGETS] = N, [HS_DLOGITS] = N * V, [HS_DNF] = N * d,
+    };
+    for (int k = 0; k < HS_COUNT; k++) {
+        sv->slot_bytes[head_base(sv) + k] = st->has_head ? hsize[k] * f : 0;
+        sv->slot_phase[head_base(sv) + k] = hphase[k];
+    }
+    sv->slot_bytes[emb_base(sv) + ES_TOKENS] = st->has_embedding ? N * sizeof(int32_t) : 0;
+    sv->slot_phase[emb_base(sv) + ES_TOKENS] = PH_F_KEEP;
+    sv->slot_bytes[emb_base(sv) + ES_DX] = st->has_embedding ? N * d * f : 0;
+    sv->slot_phase[emb_base(sv) + ES_DX] = PH_B_KEEP;
+}
+
+llama_saved *llama_saved_new(const llama_stage *st, int batch)
+{
+    assert(batch > 0);
+    llama_saved *sv = calloc(1, sizeof *sv);
+    if (!sv)
+        return NULL;
+    sv->st = st;
+    sv->batch = batch;
+    sv->n_local = st->l1 - st->l0;
+    sv->n_slots = sv->n_local * LS_COUNT + HS_COUNT + ES_COUNT;
+    sv->slot = calloc((size_t)sv->n_slots, sizeof *sv->slot);
+    sv->slot_bytes = calloc((size_t)sv->n_slots, sizeof *sv->slot_bytes);
+    sv->slot_phase = calloc((size_t)sv->n_slots, 1);
+    if (!sv->slot || !sv->slot_bytes || !sv->slot_phase) {
+        llama_saved_free(sv);
+        return NULL;
+    }
+    slot_spec(sv);
+    return sv;
+}
+
+/* Frees every held slot whose phase is in mask. */
+static void release_phase(llama_saved *sv, int mask)
+{
+    for (int s = 0; s < sv->n_slots; s++)
+        if (sv->slot[s] && (sv->slot_phase[s] & mask)) {
+            free(sv->slot[s]);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+}
+
+/* Allocates every used slot whose phase is in mask; all or nothing. */
+static int acquire_phase(llama_saved *sv, int mask)
+{
+    for (int s = 0; s < sv->n_slots; s++) {
+        if (!(sv->slot_phase[s] & mask) || sv->slot_bytes[s] == 0)
+            continue;
+        assert(sv->slot[s] == NULL);
+        sv->slot[s] = malloc(sv->slot_bytes[s]);
+        if (!sv->slot[s]) {
+            release_phase(sv, mask);
+            return -1;
+        }
+        sv->bytes += sv->slot_bytes[s];
+    }
+    return 0;
+}
+
+void llama_saved_free(llama_saved *sv)
+{
+    if (!sv)
+        return;
+    if (sv->slot && sv->slot_bytes)
+        release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    free(sv->slot);
+    free(sv->slot_bytes);
+    free(sv->slot_phase);
+    free(sv);
+}
+
+void llama_saved_reset(llama_saved *sv)
+{
+    release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    assert(sv->bytes == 0);
+    sv->state = 0;
+}
+
+size_t llama_saved_bytes(const llama_saved *sv) { return sv ? sv->bytes : 0; }
+
+/* ---------------------------------------------------------------------- */
+/* Forward                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Forward of local layer i: reads LS_X, writes every F slot of the layer
+ * and the layer output into out[N,d].  Returns 0 or -1 (attention scratch). */
+static int layer_forward(const llama_stage *st, const float *params,
+                         llama_saved *sv, int i, float *out)
+{
+    const zb_model *m = &st->cfg;
+    int B = sv->batch, T = m->seq_len, N = B * T;
+    int d = m->d_model, ff = m->d_ff, qd = st->q_dim, kvd = st->kv_dim;
+    float *x = LSLOT(sv, i, LS_X), *n1 = LSLOT(sv, i, LS_N1);
+    float *q = LSLOT(sv, i, LS_Q), *k = LSLOT(sv, i, LS_K);
+    float *v = LSLOT(sv, i, LS_V), *att = LSLOT(sv, i, LS_ATT);
+    float *h = LSLOT(sv, i, LS_H), *n2 = LSLOT(sv, i, LS_N2);
+    float *a = LSLOT(sv, i, LS_A), *b = LSLOT(sv, i, LS_B);
+    float *hs = LSLOT(sv, i, LS_HS);
+
+    kern_rmsnorm_forward(n1, LSLOT(sv, i, LS_RSTD1), x,
+                         layer_param(st, params, i, LLAMA_T_ATTN_NORM), N, d);
+    kern_matmul_forward(q, n1, layer_param(st, params, i, LLAMA_T_WQ), N, d, qd);
+    kern_matmul_forward(k, n1, layer_param(st, params, i, LLAMA_T_WK), N, d, kvd);
+    kern_matmul_forward(v, n1, layer_param(st, params, i, LLAMA_T_WV), N, d, kvd);
+    kern_rope(q, N, T, m->n_heads, st->head_dim, m->rope_theta, 0);
+    kern_rope(k, N, T, m->n_kv_heads, st->head_dim, m->rope_theta, 0);
+    if (kern_attention_forward(att, LSLOT(sv, i, LS_LSE), q, k, v, B, T,
+                               m->n_heads, m->n_kv_heads, st->head_dim) != 0)
+        return -1;
+    /* h = x + att·wo */
+    kern_matmul_forward(h, att, layer_param(st, params, i, LLAMA_T_WO), N, qd, d);
+    for (size_t j = 0; j < (size_t)N * d; j++)
+        h[j] = x[j] + h[j];
+    kern_rmsnorm_forward(n2, LSLOT(sv, i, LS_RSTD2), h,
+                         layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
+    kern_matmul_forward(a, n2, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
+    kern_matmul_forward(b, n2, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
+    kern_swiglu_forward(hs, a, b, (size_t)N * ff);
+    /* out = h + hs·w2 */
+    kern_matmul_forward(out, hs, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
+    for (size_t j = 0; j < (size_t)N * d; j++)
+        out[j] = h[j] + out[j];
+    return 0;
+}
+
+int llama_stage_forward(const llama_stage *st, const float *params,
+                        const int32_t *tokens, const float *act_in,
+                        const int32_t *targets, llama_saved *sv,
+                        float *act_out, float *loss, float *logits,
+                        zb_err *err)
+{
+    const zb_model *m = &st->cfg;
+    assert(sv && sv->st == st);
+    assert(st->has_embedding ? tokens != NULL : act_in != NULL);
+    assert(st->has_head ? (targets != NULL && loss != NULL) : act_out != NULL);
+    if (sv->state != 0)
+        return zb_fail(err, "forward: saved state still holds a micro-batch");
+    int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
+    if (st->has_embedding)
+        for (int n = 0; n < N; n++)
+            if (tokens[n] < 0 || tokens[n] >= V)
+                return zb_fail(err, "forward: token %d at position %d outside "
+                               "the vocabulary [0, %d)", tokens[n], n, V);
+    if (st->has_head)
+        for (int n = 0; n < N; n++)
+            if (targets[n] < 0 || targets[n] >= V)
+                return zb_fail(err, "forward: target %d at position %d outside "
+                               "the vocabulary [0, %d)", targets[n], n, V);
+    if (acquire_phase(sv, PH_F_KEEP | PH_F_ONLY) != 0)
+        return zb_fail(err, "forward: out of memory for %d sequences' "
+                       "activations", B);
+
+    /* the stream x enters layer 0's LS_X; with no layers, the head's input
+     * or (embedding-only stage) the output directly */
+    float *x0 = sv->n_local > 0 ? LSLOT(sv, 0, LS_X)
+                : st->has_head ? HSLOT(sv, HS_XF) : act_out;
+    if (st->has_embedding) {
+        memcpy(ESLOT(sv, ES_TOKENS), tokens, sizeof(int32_t) * (size_t)N);
+        kern_embedding_forward(x0, tokens, params + st->tensors[0].offset, N, d);
+    } else {
+        memcpy(x0, act_in, sizeof(float) * (size_t)N * d);
+    }
+    for (int i = 0; i < sv->n_local; i++) {
+        float *out = i + 1 < sv->n_local ? LSLOT(sv, i + 1, LS_X)
+                     : st->has_head ? HSLOT(sv, HS_XF) : act_out;
+        if (layer_forward(st, params, sv, i, out) != 0) {
+            release_phase(sv, PH_F_KEEP | PH_F_ONLY);
+            return zb_fail(err, "forward: out of memory for attention scratch");
+        }
+    }
+    if (st->has_head) {
+        const llama_tensor *gf = &st->tensors[st->n_tensors - 2];
+        const llama_tensor *H = &st->tensors[st->n_tensors - 1];
+        assert(gf->kind == LLAMA_T_FINAL_NORM && H->kind == LLAMA_T_LM_HEAD);
+        float *nf = HSLOT(sv, HS_NF), *lg = HSLOT(sv, HS_LOGITS);
+        kern_rmsnorm_forward(nf, HSLOT(sv, HS_RSTD), HSLOT(sv, HS_XF),
+                             params + gf->offset, N, d);
+        kern_matmul_forward(lg, nf, params + H->offset, N, d, V);
+        memcpy(HSLOT(sv, HS_TARGETS), targets, sizeof(int32_t) * (size_t)N);
+        *loss = (float)kern_crossentropy_forward(HSLOT(sv, HS_LSE), lg,
+                                                 targets, N, V);
+        if (logits)
+            memcpy(logits, lg, sizeof(float) * (size_t)N * V);
+    }
+    sv->state = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Backward B                                                              */
+/* ---------------------------------------------------------------------- */
+
+/* Scratch of one B call: gradients that do not outlive it. */
+typedef struct b_scratch {
+    float *nd;   /* [N,d]  rmsnorm input-grad and matmul partial sums */
+    float *att;  /* [N,qd] grad of the attention output */
+    float *ffb;  /* [N,ff] grad of silu(a)·b */
+} b_scratch;
+
+/* dst[j] = a[j] + b[j] over n floats (dst may alias a). */
+static void add_into(float *dst, const float *a, const float *b, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        dst[j] = a[j] + b[j];
+}
+
+/* B of local layer i: reads LS_DOUT and the forward slots, fills the
+ * layer's B_KEEP slots and writes the gradient of the layer input to dx. */
+static int layer_backward_b(const llama_stage *st, const float *params,
+                            llama_saved *sv, int i, float *dx,
+                            const b_scratch *s)
+{
+    const zb_model *m = &st->cfg;
+    int B = sv->batch, T = m->seq_len, N = B * T;
+    int d = m->d_model, ff = m->d_ff, qd = st->q_dim, kvd = st->kv_dim;
+    size_t Nd = (size_t)N * d;
+    float *dout = LSLOT(sv, i, LS_DOUT), *da = LSLOT(sv, i, LS_DA);
+    float *db = LSLOT(sv, i, LS_DB), *dn2 = LSLOT(sv, i, LS_DN2);
+    float *dh = LSLOT(sv, i, LS_DH), *dq = LSLOT(sv, i, LS_DQ);
+    float *dk = LSLOT(sv, i, LS_DK), *dv = LSLOT(sv, i, LS_DV);
+    float *dn1 = LSLOT(sv, i, LS_DN1);
+
+    /* MLP: out = h + (silu(a)⊙b)·w2,  a = n2·w1,  b = n2·w3 */
+    kern_matmul_backward_b(s->ffb, dout, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
+    kern_swiglu_backward(da, db, s->ffb, LSLOT(sv, i, LS_A), LSLOT(sv, i, LS_B),
+                         (size_t)N * ff);
+    kern_matmul_backward_b(dn2, da, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
+    kern_matmul_backward_b(s->nd, db, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
+    add_into(dn2, dn2, s->nd, Nd);
+    kern_rmsnorm_backward_b(s->nd, dn2, LSLOT(sv, i, LS_H), LSLOT(sv, i, LS_RSTD2),
+                            layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
+    add_into(dh, dout, s->nd, Nd);
+
+    /* attention: h = x + att·wo */
+    kern_matmul_backward_b(s->att, dh, layer_param(st, params, i, LLAMA_T_WO), N, qd, d);
+    if (kern_attention_backward(dq, dk, dv, s->att, LSLOT(sv, i, LS_Q),
+                                LSLOT(sv, i, LS_K), LSLOT(sv, i, LS_V),
+                                LSLOT(sv, i, LS_ATT), LSLOT(sv, i, LS_LSE), B, T,
+                                m->n_heads, m->n_kv_heads, st->head_dim) != 0)
+        return -1;
+    kern_rope(dq, N, T, m->n_heads, st->head_dim, m->rope_theta, 1);
+    kern_rope(dk, N, T, m->n_kv_heads, st->head_dim, m->rope_theta, 1);
+    kern_matmul_backward_b(dn1, dq, layer_param(st, params, i, LLAMA_T_WQ), N, d, qd);
+    kern_matmul_backward_b(s->nd, dk, layer_param(st, params, i, LLAMA_T_WK), N, d, kvd);
+    add_into(dn1, dn1, s->nd, Nd);
+    kern_matmul_backward_b(s->nd, dv, layer_param(st, params, i, LLAMA_T_WV), N, d, kvd);
+    add_into(dn1, dn1, s->nd, Nd);
+    kern_rmsnorm_backward_b(s->nd, dn1, LSLOT(sv, i, LS_X), LSLOT(sv, i, LS_RSTD1),
+                            layer_param(st, params, i, LLAMA_T_ATTN_NORM), N, d);
+    add_into(dx, dh, s->nd, Nd);
+    return 0;
+}
+
+int llama_stage_backward_b(const llama_stage *st, const float *params,
+                           llama_saved *sv, float dloss, const float *dy_in,
+                           float *dx_out, zb_err *err)
+{
+    const zb_model *m = &st->cfg;
+    assert(sv && sv->st == st);
+    assert(st->has_head || dy_in != NULL);
+    assert(st->has_embedding || dx_out != NULL);
+    if (sv->state != 1)
+        return zb_fail(err, "backward B: saved state holds no forward pass");
+    int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
+    size_t Nd = (size_t)N * d;
+    b_scratch s;
+    s.nd = malloc(sizeof(float) * Nd);
+    s.att = malloc(sizeof(float) * (size_t)N * st->q_dim);
+    s.ffb = malloc(sizeof(float) * (size_t)N * m->d_ff);
+    if (!s.nd || !s.att || !s.ffb || acquire_phase(sv, PH_B_KEEP) != 0) {
+        free(s.nd);
+        free(s.att);
+        free(s.ffb);
+        return zb_fail(err, "backward B: out of memory for gradients");
+    }
+
+    /* gradient of the stream leaving the last layer (or entering the head) */
+    float *dx_emb = st->has_embedding ? (float *)ESLOT(sv, ES_DX) : dx_out;
+    float *dstream = sv->n_local > 0 ? LSLOT(sv, sv->n_local - 1, LS_DOUT) : dx_emb;
+    if (st->has_head) {
+        const llama_tensor *gf = &st->tensors[st->n_tensors - 2];
+        const llama_tensor *H = &st->tensors[st->n_tensors - 1];
+        float *dlg = HSLOT(sv, HS_DLOGITS), *dnf = HSLOT(sv, HS_DNF);
+        kern_crossentropy_backward(dlg, HSLOT(sv, HS_LOGITS), HSLOT(sv, HS_LSE),
+                                   (const int32_t *)HSLOT(sv, HS_TARGETS), dloss,
+                                   N, V);
+        kern_matmul_backward_b(dnf, dlg, params + H->offset, N, d, V);
+        kern_rmsnorm_backward_b(dstream, dnf, HSLOT(sv, HS_XF), HSLOT(sv, HS_RSTD),
+                                params + gf->offset, N, d);
+    } else {
+        memcpy(dstream, dy_in, sizeof(float) * Nd);
+    }
+    int rc = 0;
+    for (int i = sv->n_local - 1; i >= 0 && rc == 0; i--) {
+        float *dx = i > 0 ? LSLOT(sv, i - 1, LS_DOUT) : dx_emb;
+        rc = layer_backward_b(st, params, sv, i, dx, &s);
+    }
+    free(s.nd);
+    free(s.att);
+    free(s.ffb);
+    if (rc != 0) {
+        release_phase(sv, PH_B_KEEP);
+        return zb_fail(err, "backward B: out of memory for attention scratch");
+    }
+    if (!st->has_embedding)
+        assert(dx_emb == dx_out);
+    release_phase(sv, PH_F_ONLY);
+    sv->state = 2;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Backward W                                                              */
+/* ---------------------------------------------------------------------- */
+
+int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
+                           float *grads, zb_err *err)
+{
+    const zb_model *m = &st->cfg;
+    assert(sv && sv->st == st);
+    if (sv->state != 2)
+        return zb_fail(err, "backward W: saved state holds no B pass");
+    int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
+    int ff = m->d_ff, qd = st->q_dim, kvd = st->kv_dim;
+    size_t biggest = 0;
+    for (int t = 0; t < st->n_tensors; t++)
+        if (st->tensors[t].count > biggest)
+            biggest = st->tensors[t].count;
+    /* dW of this micro-batch lands here (written, beta 0), then is added
+     * into grads: the result does not depend on grads' prior contents */
+    float *tmp = malloc(sizeof(float) * (biggest > 0 ? biggest : 1));
+    if (!tmp)
+        return zb_fail(err, "backward W: out of memory for a %zu-float "
+                       "temporary", biggest);
+    for (int t = 0; t < st->n_tensors; t++) {
+        const llama_tensor *ten = &st->tensors[t];
+        int i = ten->layer - st->l0; /* local layer, for layer tensors */
+        switch (ten->kind) {
+        case LLAMA_T_EMBEDDING:
+            kern_embedding_backward_w(tmp, (const int32_t *)ESLOT(sv, ES_TOKENS),
+                                      (const float *)ESLOT(sv, ES_DX), N, d, V);
+            break;
+        case LLAMA_T_ATTN_NORM:
+            kern_rmsnorm_backward_w(tmp, LSLOT(sv, i, LS_DN1), LSLOT(sv, i, LS_X),
+                                    LSLOT(sv, i, LS_RSTD1), N, d);
+            break;
+        case LLAMA_T_WQ:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N1), LSLOT(sv, i, LS_DQ), N, d, qd);
+            break;
+        case LLAMA_T_WK:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N1), LSLOT(sv, i, LS_DK), N, d, kvd);
+            break;
+        case LLAMA_T_WV:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N1), LSLOT(sv, i, LS_DV), N, d, kvd);
+            break;
+        case LLAMA_T_WO:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_ATT), LSLOT(sv, i, LS_DH), N, qd, d);
+            break;
+        case LLAMA_T_MLP_NORM:
+            kern_rmsnorm_backward_w(tmp, LSLOT(sv, i, LS_DN2), LSLOT(sv, i, LS_H),
+                                    LSLOT(sv, i, LS_RSTD2), N, d);
+            break;
+        case LLAMA_T_W1:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N2), LSLOT(sv, i, LS_DA), N, d, ff);
+            break;
+        case LLAMA_T_W3:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N2), LSLOT(sv, i, LS_DB), N, d, ff);
+            break;
+        case LLAMA_T_W2:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_HS), LSLOT(sv, i, LS_DOUT), N, ff, d);
+            break;
+        case LLAMA_T_FINAL_NORM:
+            kern_rmsnorm_backward_w(tmp, HSLOT(sv, HS_DNF), HSLOT(sv, HS_XF),
+                                    HSLOT(sv, HS_RSTD), N, d);
+            break;
+        case LLAMA_T_LM_HEAD:
+            kern_matmul_backward_w(tmp, HSLOT(sv, HS_NF), HSLOT(sv, HS_DLOGITS), N, d, V);
+            break;
+        default:
+            assert(0 && "bad tensor kind");
+        }
+        float *g = grads + ten->offset;
+        for (size_t j = 0; j < ten->count; j++)
+            g[j] = g[j] + tmp[j];
+    }
+    free(tmp);
+    release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    assert(sv->bytes == 0);
+    sv->state = 0;
+    return 0;
+}
+
+int llama_stage_backward(const llama_stage *st, const float *params,
+                         llama_saved *sv, float dloss, const float *dy_in,
+                         float *dx_out, float *grads, zb_err *err)
+{
+    if (llama_stage_backward_b(st, params, sv, dloss, dy_in, dx_out, err) != 0)
+        return -1;
+    return llama_stage_backward_w(st, sv, grads, err);
+}
+
+void llama_grads_zero(const llama_stage *st, float *grads)
+{
+    memset(grads, 0, sizeof(float) * st->n_params);
+}
+
+void llama_grads_add(const llama_stage *st, float *acc, const float *scratch)
+{
+    for (size_t j = 0; j < st->n_params; j++)
+        acc[j] = acc[j] + scratch[j];
+}

@@ -1,0 +1,237 @@
+/*
+ * llama.h: one pipeline stage of a Llama-style decoder, fp32 on the CPU,
+ * with the backward pass split into B (input gradients) and W (weight
+ * gradients) so that a zero-bubble schedule can run them at different times.
+ *
+ * The model (Meta Lingua / INTELLECT-1 style):
+ *
+ *   x = E[tokens]                                  embedding, first stage only
+ *   for each layer l:
+ *     h  = x + Wo · attn(rope(Wq·n1), rope(Wk·n1), Wv·n1),  n1 = rmsnorm(x)·g1
+ *     x  = h + W2 · (silu(W1·n2) ⊙ (W3·n2)),                 n2 = rmsnorm(h)·g2
+ *   logits = H · (rmsnorm(x)·gf)                   final norm + LM head, last stage only
+ *   loss   = mean over the B·T tokens of -log softmax(logits)[target]
+ *
+ * Causal multi-head attention with grouped KV heads (query head h reads KV
+ * head h / (n_heads / n_kv_heads)), scale 1/sqrt(head_dim), no biases, no
+ * dropout, untied LM head.  RMSNorm: y = x / sqrt(mean(x²) + 1e-5) · g.
+ * RoPE rotates interleaved pairs (x[2i], x[2i+1]) of each head by the angle
+ * pos · theta^(-2i/head_dim), pos = 0..T-1 within every sequence (Meta's
+ * complex-number convention, as in Lingua).
+ *
+ * Conventions (the JAX golden script tools/golden/make_golden.py uses the
+ * same): activations are row-major [B·T, features]; every weight matrix is
+ * stored row-major [in, out] so that a linear layer is Y = X·W, its B op is
+ * dX = dY·Wᵀ (written) and its W op is dW += Xᵀ·dY (accumulated).
+ *
+ * PARAMETER LAYOUT.  A stage owns layers [l0, l1) plus optionally the
+ * embedding (first stage) and the final norm + LM head (last stage).  Its
+ * parameters live in ONE contiguous fp32 buffer, tensors back to back in
+ * this order (the gradient buffer has the same layout):
+ *
+ *   embedding   E   [vocab, d]                 if has_embedding
+ *   per layer l = l0..l1-1:
+ *     attn_norm g1  [d]
+ *     wq            [d, n_heads·hd]            hd = d / n_heads
+ *     wk            [d, n_kv_heads·hd]
+ *     wv            [d, n_kv_heads·hd]
+ *     wo            [n_heads·hd, d]
+ *     mlp_norm  g2  [d]
+ *     w1 (gate)     [d, d_ff]
+ *     w3 (up)       [d, d_ff]
+ *     w2 (down)     [d_ff, d]
+ *   final_norm  gf  [d]                        if has_head
+ *   lm_head     H   [d, vocab]                 if has_head
+ *
+ * llama_stage_tensor() enumerates these with their offsets, so nobody has to
+ * hard-code them.  llama_stage_init_params() fills a buffer from a seed so
+ * that every tensor depends only on (seed, layer, tensor kind): the same
+ * model split into any stages has bit-identical initial weights.
+ *
+ * SAVED STATE.  Each micro-batch's forward fills a llama_saved object that
+ * the executor owns (llama_saved_new / llama_saved_free).  B consumes the
+ * activations only it needs (attention q/k/v, SwiGLU pre-activations) and
+ * frees them, then keeps what W needs (the inputs of every matmul and the
+ * output gradients B computed).  W consumes that and frees it; after W the
+ * object is empty and can be reused for another micro-batch or freed.
+ * llama_saved_bytes() reports the bytes held at any time (for the runtime's
+ * memory profile: after F, after B, after W = 0).
+ *
+ * DETERMINISM CONTRACT (the runtime promises bit-identical results for
+ * every schedule):
+ *   1. Call kernels_init_threads(1) (kernels/cpu/kernels.h) once before
+ *      anything else: OpenBLAS must run single-threaded so that no
+ *      reduction order depends on thread count.  Several executor threads
+ *      may then call these functions concurrently on different stages /
+ *      micro-batches; nothing here has global mutable state (scratch is
+ *      malloc'd per call).
+ *   2. Forward and B of a micro-batch are pure functions of (params, input,
+ *      saved): their results do not depend on what else ran in between.
+ *   3. W computes this micro-batch's weight gradient dW_mb into a private
+ *      temporary (a fresh GEMM with beta = 0) and then adds it elementwise
+ *      into grads: grads[i] = grads[i] + dW_mb[i].  dW_mb does not depend on
+ *      the contents of grads, so the only order-dependence is the order of
+ *      those additions.  THE EXECUTOR MUST call W for a given stage in
+ *      increasing micro-batch order within a step, starting from a zeroed
+ *      grad buffer (llama_grads_zero), OR call W on a zeroed scratch buffer
+ *      per micro-batch and add the scratches into the accumulator in
+ *      micro-batch order with llama_grads_add — both give the same bits as
+ *      the single-device run, which does F,B,W of micro-batch 0, then 1, ...
+ *   4. The loss is reduced in token order in double; the global loss of a
+ *      step is the caller's average of the micro-batch losses in
+ *      micro-batch order.
+ *
+ * Expected workload: the `tiny` (4×64, T=64) and `shakespeare-char`
+ * (6×384, T=256, B=8..16) presets; attention recomputes its softmax
+ * probabilities in B from saved q, k and the per-row log-sum-exp instead
+ * of keeping B·H·T² floats per layer.
+ */
+#ifndef ZB_KERNELS_LLAMA_H
+#define ZB_KERNELS_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/err.h"
+#include "src/model.h"
+
+/* The kinds of parameter tensor, in layout order within a layer. */
+typedef enum llama_tensor_kind {
+    LLAMA_T_EMBEDDING = 0, /* [vocab, d] */
+    LLAMA_T_ATTN_NORM,     /* [d] */
+    LLAMA_T_WQ,            /* [d, n_heads·hd] */
+    LLAMA_T_WK,            /* [d, n_kv_heads·hd] */
+    LLAMA_T_WV,            /* [d, n_kv_heads·hd] */
+    LLAMA_T_WO,            /* [n_heads·hd, d] */
+    LLAMA_T_MLP_NORM,      /* [d] */
+    LLAMA_T_W1,            /* gate [d, d_ff] */
+    LLAMA_T_W3,            /* up [d, d_ff] */
+    LLAMA_T_W2,            /* down [d_ff, d] */
+    LLAMA_T_FINAL_NORM,    /* [d] */
+    LLAMA_T_LM_HEAD,       /* [d, vocab] */
+    LLAMA_T_COUNT
+} llama_tensor_kind;
+
+/* One parameter tensor of a stage's buffer. */
+typedef struct llama_tensor {
+    llama_tensor_kind kind; /* what it is */
+    int layer;              /* global layer index, -1 for embedding/final norm/head */
+    size_t offset;          /* first float in the stage's param/grad buffer */
+    size_t count;           /* floats = rows · cols */
+    int rows, cols;         /* shape (rows = 1 for vectors) */
+    int decay;              /* 1: AdamW applies weight decay (2-D tensors) */
+    char name[32];          /* "layers.3.wq", "embedding", "lm_head", ... */
+} llama_tensor;
+
+/* A stage: a contiguous range of layers of one model, immutable after
+ * llama_stage_init (safe to share between threads). */
+typedef struct llama_stage {
+    zb_model cfg;           /* the model (copied) */
+    int l0, l1;             /* layers [l0, l1) live here; l0 == l1 allowed */
+    int has_embedding;      /* 1: input is tokens, stage starts with E */
+    int has_head;           /* 1: stage ends with final norm, LM head, loss */
+    int head_dim;           /* d_model / n_heads */
+    int q_dim, kv_dim;      /* n_heads·hd, n_kv_heads·hd */
+    size_t n_params;        /* floats in the param (and grad) buffer */
+    int n_tensors;          /* entries in tensors[] */
+    llama_tensor *tensors;  /* owned; layout order */
+    size_t layer_offset0;   /* offset of layer l0's first tensor */
+    size_t layer_stride;    /* floats per layer */
+} llama_stage;
+
+/* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).
+ * Owned by the caller; one object per micro-batch in flight. */
+typedef struct llama_saved llama_saved;
+
+/* Describes the stage [l0, l1) of model m (fields used: n_layers, d_model,
+ * n_heads, n_kv_heads, d_ff, vocab, seq_len, rope_theta).  Checks sizes
+ * (heads divide d_model, head_dim even, kv heads divide heads, 0 <= l0 <=
+ * l1 <= n_layers, at least one of layers/embedding/head).  Returns 0, or -1
+ * with err set (st left empty).  Free with llama_stage_free. */
+int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
+                     int has_embedding, int has_head, zb_err *err);
+
+/* Releases what llama_stage_init allocated; st may be zero-filled. */
+void llama_stage_free(llama_stage *st);
+
+/* Number of floats in the stage's parameter buffer (= its grad buffer). */
+size_t llama_stage_num_params(const llama_stage *st);
+
+/* The i-th tensor (0 <= i < st->n_tensors), or NULL when out of range. */
+const llama_tensor *llama_stage_tensor(const llama_stage *st, int i);
+
+/* Finds a tensor by kind and global layer (-1 for non-layer tensors);
+ * NULL when this stage does not hold it. */
+const llama_tensor *llama_stage_find(const llama_stage *st,
+                                     llama_tensor_kind kind, int layer);
+
+/* Fills params (llama_stage_num_params floats) deterministically from seed:
+ * norm gains 1; embedding N(0, 0.02²)... precisely: every matrix entry is
+ * std · N(0,1) from a counter-based generator keyed by (seed, layer, kind,
+ * index), std = 0.02 for E, wq/wk/wv/w1/w3 and the head, and
+ * 0.02/sqrt(2·n_layers) for the residual projections wo and w2 (GPT-2 /
+ * nanoGPT scaling).  Independent of the stage split by construction. */
+void llama_stage_init_params(const llama_stage *st, float *params, uint64_t seed);
+
+/* Creates an empty saved-state object for micro-batches of `batch`
+ * sequences of cfg.seq_len tokens.  Returns NULL on allocation failure. */
+llama_saved *llama_saved_new(const llama_stage *st, int batch);
+
+/* Frees the object and anything it still holds (NULL is fine). */
+void llama_saved_free(llama_saved *sv);
+
+/* Drops whatever the object holds (a forward-only evaluation, or an
+ * abandoned step) and makes it empty again, ready for a new forward. */
+void llama_saved_reset(llama_saved *sv);
+
+/* Bytes of activation/gradient buffers the object currently holds. */
+size_t llama_saved_bytes(const llama_saved *sv);
+
+/* Forward of one micro-batch of sv's batch size B and T = cfg.seq_len.
+ *   tokens  int32 [B·T]   input when has_embedding (else NULL)
+ *   act_in  float [B·T·d] input when !has_embedding (else NULL)
+ *   targets int32 [B·T]   next tokens when has_head (else NULL)
+ *   act_out float [B·T·d] written when !has_head (else NULL)
+ *   loss    mean cross-entropy over the B·T tokens, written when has_head
+ *   logits  float [B·T·vocab], optional (may be NULL) when has_head
+ * Fills sv (which must be empty: new, or after W).  Returns 0, or -1 with
+ * err set (token or target out of range, out of memory; sv then empty). */
+int llama_stage_forward(const llama_stage *st, const float *params,
+                        const int32_t *tokens, const float *act_in,
+                        const int32_t *targets, llama_saved *sv,
+                        float *act_out, float *loss, float *logits,
+                        zb_err *err);
+
+/* B: input gradients of one micro-batch, after its forward.
+ *   dloss   when has_head: d(objective)/d(this micro-batch's mean loss),
+ *           e.g. 1/n_micro to average over micro-batches; ignored otherwise
+ *   dy_in   float [B·T·d] gradient of act_out when !has_head (else NULL)
+ *   dx_out  float [B·T·d] gradient of act_in, written when !has_embedding
+ *           (else NULL: the embedding has only a W op)
+ * Frees the forward-only parts of sv and keeps what W needs.  dy_in is not
+ * retained (copied when needed).  Returns 0 or -1 with err set (out of
+ * memory; sv then keeps its forward state so B may be retried). */
+int llama_stage_backward_b(const llama_stage *st, const float *params,
+                           llama_saved *sv, float dloss, const float *dy_in,
+                           float *dx_out, zb_err *err);
+
+/* W: weight gradients of one micro-batch, after its B.  ACCUMULATES into
+ * grads (llama_stage_num_params floats, same layout as params): grads +=
+ * dW_mb, see the determinism contract above for the call order.  Empties
+ * sv.  Returns 0 or -1 with err set (out of memory; grads untouched). */
+int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
+                           float *grads, zb_err *err);
+
+/* Convenience: B immediately followed by W (the non-split backward). */
+int llama_stage_backward(const llama_stage *st, const float *params,
+                         llama_saved *sv, float dloss, const float *dy_in,
+                         float *dx_out, float *grads, zb_err *err);
+
+/* grads := 0 for the whole stage buffer. */
+void llama_grads_zero(const llama_stage *st, float *grads);
+
+/* acc[i] += scratch[i] over the stage buffer (micro-batch-order
+ * accumulation of per-micro-batch W scratches). */
+void llama_grads_add(const llama_stage *st, float *acc, const float *scratch);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * checkpoint.c: atomic write and verified read of checkpoints (checkpoint.h).
+ */
+#include "runtime/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct ckpt_header {
+    char magic[8];          /* CKPT_MAGIC */
+    uint32_t version;       /* CKPT_VERSION */
+    uint32_t n_parts;       /* entries in the size table */
+    uint64_t payload_bytes; /* sum of the part sizes */
+    uint64_t checksum;      /* FNV-1a 64 over the size table then the payload */
+} ckpt_header;
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+static int write_all(FILE *f, const void *data, size_t n)
+{
+    return n == 0 || fwrite(data, 1, n, f) == n ? 0 : -1;
+}
+
+/* fsyncs the directory holding path so that the rename itself is durable. */
+static void sync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+int ckpt_write(const char *path, const ckpt_part *parts, int n_parts, zb_err *err)
+{
+    uint64_t *table = malloc(sizeof *table * (size_t)(n_parts > 0 ? n_parts : 1));
+    if (!table)
+        return zb_fail(err, "%s: out of memory", path);
+    ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
+    h.version = CKPT_VERSION;
+    h.n_parts = (uint32_t)n_parts;
+    for (int i = 0; i < n_parts; i++) {
+        table[i] = parts[i].bytes;
+        h.payload_bytes += parts[i].bytes;
+    }
+    h.checksum = fnv1a(FNV_OFFSET, table, sizeof *table * (size_t)n_parts);
+    for (int i = 0; i < n_parts; i++)
+        h.checksum = fnv1a(h.checksum, parts[i].data, parts[i].bytes);
+
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    if (!tmp) {
+        free(table);
+        return zb_fail(err, "%s: out of memory", path);
+    }
+    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        int e = errno;
+        free(table);
+        free(tmp);
+        return zb_fail(err, "%s: cannot create: %s", path, strerror(e));
+    }
+    int bad = write_all(f, &h, sizeof h) || write_all(f, table, sizeof *table * (size_t)n_parts);
+    for (int i = 0; i < n_parts && !bad; i++)
+        bad = write_all(f, parts[i].data, parts[i].bytes);
+    bad = bad || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int e = errno;
+    bad = (fclose(f) != 0) || bad;
+    if (!bad && rename(tmp, path) != 0) {
+        e = errno;
+        bad = 1;
+    }
+    if (bad) {
+        unlink(tmp);
+        free(table);
+        free(tmp);
+        return zb_fail(err, "%s: write failed: %s", path, strerror(e));
+    }
+    sync_dir_of(path);
+    free(table);
+    free(tmp);
+    return 0;
+}
+
+int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zb_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    ckpt_header h;
+    uint64_t *table = NULL;
+    char *payload = NULL;
+    int rc = -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        zb_fail(err, "%s: not a regular file", path);
+        goto out;
+    }
+    if (fread(&h, 1, sizeof h, f) != sizeof h) {
+        zb_fail(err, "%s: truncated checkpoint (no complete header)", path);
+        goto out;
+    }
+    if (memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) != 0) {
+        zb_fail(err, "%s: not a zbsched checkpoint (bad magic)", path);
+        goto out;
+    }
+    if (h.version != CKPT_VERSION) {
+        zb_fail(err, "%s: checkpoint version %u, this build reads %d", path, h.version, CKPT_VERSION);
+        goto out;
+    }
+    /* The header's sizes decide how much to read, so check them against
+     * the real file length before allocating anything they imply. */
+    uint64_t file_len = (uint64_t)st.st_size;
+    uint64_t need = sizeof h + (uint64_t)h.n_parts * sizeof *table;
+    if (h.n_parts > 1u << 20 || h.payload_bytes > file_len || need + h.payload_bytes > file_len) {
+        zb_fail(err, "%s: truncated checkpoint (%llu bytes, the header promises more)", path,
+                (unsigned long long)file_len);
+        goto out;
+    }
+    if (need + h.payload_bytes < file_len) {
+        zb_fail(err, "%s: corrupt checkpoint (trailing bytes)", path);
+        goto out;
+    }
+    table = malloc(sizeof *table * (size_t)(h.n_parts ? h.n_parts : 1));
+    payload = malloc(h.payload_bytes ? (size_t)h.payload_bytes : 1);
+    if (!table || !payload) {
+        zb_fail(err, "%s: out of memory", path);
+        goto out;
+    }
+    if (fread(table, sizeof *table, h.n_parts, f) != h.n_parts
+        || fread(payload, 1, (size_t)h.payload_bytes, f) != h.payload_bytes) {
+        zb_fail(err, "%s: truncated checkpoint", path);
+        goto out;
+    }
+    uint64_t sum = fnv1a(fnv1a(FNV_OFFSET, table, sizeof *table * h.n_parts), payload,
+                         (size_t)h.payload_bytes);
+    if (sum != h.checksum) {
+        zb_fail(err, "%s: corrupt checkpoint (checksum mismatch)", path);
+        goto out;
+    }
+    /* Intact: now is it the checkpoint the caller expects? */
+    if (h.n_parts != (uint32_t)n_parts) {
+        zb_fail(err, "%s: the checkpoint has %u parts, expected %d (another model or split?)",
+                path, h.n_parts, n_parts);
+        goto out;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (table[i] != parts[i].bytes) {
+            zb_fail(err, "%s: checkpoint part %d holds %llu bytes, expected %zu "
+                    "(another model or split?)", path, i, (unsigned long long)table[i], parts[i].bytes);
+            goto out;
+        }
+        total += table[i];
+    }
+    if (total != h.payload_bytes) {
+        zb_fail(err, "%s: corrupt checkpoint (part sizes do not add up)", path);
+        goto out;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        memcpy(parts[i].data, payload + off, parts[i].bytes);
+        off += parts[i].bytes;
+    }
+    rc = 0;
+out:
+    free(table);
+    free(payload);
+    fclose(f);
+    return rc;
+}

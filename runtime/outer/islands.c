@@ -1,0 +1,329 @@
+/*
+ * islands.c: K pipeline-trainer replicas under an outer optimizer (see
+ * islands.h).
+ *
+ * The replicas' trainers live in an array indexed by outer replica id (ids
+ * are never reused, so the array only grows on joins).  Per inner step:
+ * apply the elastic events of this step, step every replica that trains,
+ * note the step, and let the outer optimizer sync when it is due.
+ */
+#include "runtime/outer/islands.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A replica's parameters as the outer optimizer sees them: one segment per
+ * run of consecutive tensors of the same layer within each stage. */
+typedef struct seg_layout {
+    int n;          /* segments */
+    int *stage;     /* [n] stage of each segment */
+    size_t *off;    /* [n] first float within the stage's buffer */
+    size_t *len;    /* [n] floats */
+} seg_layout;
+
+static void seg_layout_free(seg_layout *l)
+{
+    free(l->stage);
+    free(l->off);
+    free(l->len);
+    memset(l, 0, sizeof *l);
+}
+
+/* Groups every stage's tensors (in layout order) into layer segments. */
+static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
+{
+    memset(l, 0, sizeof *l);
+    int cap = 0;
+    for (int s = 0; s < trainer_stage_count(t); s++)
+        cap += trainer_stage_layout(t, s)->n_tensors;
+    l->stage = malloc((size_t)cap * sizeof *l->stage);
+    l->off = malloc((size_t)cap * sizeof *l->off);
+    l->len = malloc((size_t)cap * sizeof *l->len);
+    if (!l->stage || !l->off || !l->len) {
+        seg_layout_free(l);
+        return zb_fail(err, "islands: out of memory");
+    }
+    for (int s = 0; s < trainer_stage_count(t); s++) {
+        const llama_stage *st = trainer_stage_layout(t, s);
+        for (int i = 0; i < st->n_tensors; i++) {
+            const llama_tensor *tn = &st->tensors[i];
+            int extend = i > 0 && l->n > 0 && l->stage[l->n - 1] == s &&
+                         st->tensors[i - 1].layer == tn->layer &&
+                         l->off[l->n - 1] + l->len[l->n - 1] == tn->offset;
+            if (extend) {
+                l->len[l->n - 1] += tn->count;
+            } else {
+                l->stage[l->n] = s;
+                l->off[l->n] = tn->offset;
+                l->len[l->n] = tn->count;
+                l->n++;
+            }
+        }
+    }
+    return 0;
+}
+
+static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
+{
+    for (int i = 0; i < l->n; i++) {
+        size_t n;
+        ptr[i] = trainer_stage_params(t, l->stage[i], &n) + l->off[i];
+    }
+}
+
+void islands_opts_default(islands_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->replicas = 4;
+    o->steps = 200;
+    outer_config_default(&o->outer, OUTER_DILOCO);
+}
+
+void islands_result_free(islands_result *r)
+{
+    free(r->loss);
+    free(r->val_loss);
+    r->loss = r->val_loss = NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int check_opts(const islands_opts *io, zb_err *err)
+{
+    if (io->replicas < 1 || io->replicas > 1024)
+        return zb_fail(err, "islands: %d replicas (need 1..1024)", io->replicas);
+    if (io->steps < 1)
+        return zb_fail(err, "islands: %ld steps (need at least 1)", io->steps);
+    if (io->eval_every < 0)
+        return zb_fail(err, "islands: eval interval %d is negative", io->eval_every);
+    if (io->n_events > 0 && io->outer.kind == OUTER_SYNC)
+        return zb_fail(err, "islands: elastic replicas need an outer optimizer, not sync");
+    for (int i = 1; i < io->n_events; i++)
+        if (io->events[i].step < io->events[i - 1].step)
+            return zb_fail(err, "islands: elastic events are not sorted by step");
+    return 0;
+}
+
+/* The synchronous baseline: one trainer on K times larger micro-batches;
+ * traffic = a ring all-reduce of every gradient segment per step. */
+static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
+                    const trainer_opts *base, const islands_opts *io,
+                    islands_result *res, zb_err *err)
+{
+    trainer_opts o = *base;
+    int b = base->batch_size > 0 ? base->batch_size : m->micro_batch;
+    o.batch_size = b * io->replicas;
+    o.data_stream = 0;
+    trainer *t = NULL;
+    if (trainer_create(s, m, d, &o, &t, err))
+        return -1;
+    seg_layout l;
+    if (seg_layout_build(t, &l, err)) {
+        trainer_free(t);
+        return -1;
+    }
+    uint64_t per_step = 0;
+    for (int i = 0; i < l.n; i++)
+        per_step += outer_allreduce_bytes(io->outer.wire, io->replicas, l.len[i]);
+    seg_layout_free(&l);
+    int rc = 0;
+    for (long step = 0; step < io->steps && rc == 0; step++) {
+        double loss;
+        if ((rc = trainer_step(t, &loss, err)) != 0)
+            break;
+        res->loss[step] = loss;
+        res->bytes_sent += per_step;
+        res->tokens += trainer_get_stats(t)->tokens_per_step;
+        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0)
+            rc = trainer_eval(t, &res->val_loss[step], err);
+    }
+    if (rc == 0)
+        rc = trainer_eval(t, &res->final_val_loss, err);
+    res->final_replicas = io->replicas;
+    trainer_free(t);
+    return rc;
+}
+
+typedef struct island_set {
+    trainer **t;   /* [cap] trainer of each outer replica id, NULL once gone */
+    int cap;       /* allocated ids */
+    float **ptr;   /* [n_seg] scratch: segment pointers of one replica */
+    seg_layout l;  /* the segment layout (same for every replica) */
+} island_set;
+
+static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_model *m,
+                      const zb_data *d, const trainer_opts *base, uint64_t stream, zb_err *err)
+{
+    trainer_opts opts = *base;
+    opts.data_stream = stream;
+    trainer *t = NULL;
+    if (trainer_create(s, m, d, &opts, &t, err))
+        return -1;
+    if (!is->l.n && seg_layout_build(t, &is->l, err)) {
+        trainer_free(t);
+        return -1;
+    }
+    if (!is->ptr && !(is->ptr = malloc((size_t)is->l.n * sizeof *is->ptr))) {
+        trainer_free(t);
+        return zb_fail(err, "islands: out of memory");
+    }
+    if (o) {
+        seg_pointers(t, &is->l, is->ptr);
+        int id = outer_add_replica(o, is->ptr, NULL, err);
+        if (id < 0) {
+            trainer_free(t);
+            return -1;
+        }
+        if (id >= is->cap) {
+            int cap = id + 8;
+            trainer **nt = realloc(is->t, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                trainer_free(t);
+                return zb_fail(err, "islands: out of memory");
+            }
+            memset(nt + is->cap, 0, (size_t)(cap - is->cap) * sizeof *nt);
+            is->t = nt;
+            is->cap = cap;
+        }
+        is->t[id] = t;
+    } else {
+        /* The first trainer only fixes the layout for outer_new. */
+        is->t = calloc(8, sizeof *is->t);
+        if (!is->t) {
+            trainer_free(t);
+            return zb_fail(err, "islands: out of memory");
+        }
+        is->cap = 8;
+        is->t[0] = t;
+    }
+    return 0;
+}
+
+static void island_set_free(island_set *is)
+{
+    for (int i = 0; i < is->cap; i++)
+        trainer_free(is->t[i]);
+    free(is->t);
+    free(is->ptr);
+    seg_layout_free(&is->l);
+}
+
+static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
+                     const trainer_opts *base, const islands_opts *io,
+                     islands_result *res, zb_err *err)
+{
+    island_set is;
+    memset(&is, 0, sizeof is);
+    outer_t *o = NULL;
+    int rc = 0;
+    uint64_t next_stream = 0;
+    /* Replica 0 first (its trainer defines the segment layout). */
+    if (island_add(&is, NULL, s, m, d, base, next_stream++, err)) {
+        island_set_free(&is);
+        return -1;
+    }
+    if (outer_new(&io->outer, is.l.n, is.l.len, &o, err)) {
+        island_set_free(&is);
+        return -1;
+    }
+    seg_pointers(is.t[0], &is.l, is.ptr);
+    if (outer_add_replica(o, is.ptr, NULL, err) != 0)
+        rc = -1;
+    for (int r = 1; r < io->replicas && rc == 0; r++)
+        rc = island_add(&is, o, s, m, d, base, next_stream++, err);
+
+    int ev = 0;
+    outer_step_info info;
+    for (long step = 0; step < io->steps && rc == 0; step++) {
+        for (; ev < io->n_events && io->events[ev].step <= step && rc == 0; ev++) {
+            const islands_event *e = &io->events[ev];
+            if (e->kind == ISLANDS_LEAVE) {
+                if ((rc = outer_remove_replica(o, e->replica, err)) == 0) {
+                    trainer_free(is.t[e->replica]);
+                    is.t[e->replica] = NULL;
+                }
+            } else {
+                rc = island_add(&is, o, s, m, d, base, next_stream++, err);
+            }
+        }
+        if (rc)
+            break;
+        double sum = 0.0;
+        int trained = 0;
+        for (int id = 0; id < is.cap && rc == 0; id++) {
+            if (!is.t[id] || !outer_replica_trains(o, id))
+                continue;
+            double loss;
+            if ((rc = trainer_step(is.t[id], &loss, err)) != 0)
+                break;
+            outer_note_step(o, id);
+            sum += loss;
+            trained++;
+            res->tokens += trainer_get_stats(is.t[id])->tokens_per_step;
+        }
+        if (rc)
+            break;
+        res->loss[step] = trained ? sum / trained : NAN;
+        if (outer_should_sync(o)) {
+            if ((rc = outer_step(o, &info, err)) != 0)
+                break;
+            res->eliminated += info.eliminated;
+        }
+        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
+            int first;
+            outer_replicas(o, &first);
+            rc = trainer_eval(is.t[first], &res->val_loss[step], err);
+        }
+    }
+    /* Finish with the synchronized model when inner steps are pending. */
+    if (rc == 0) {
+        int n = outer_replicas(o, NULL);
+        int ids[n];
+        outer_replicas(o, ids);
+        int pending = 0;
+        for (int a = 0; a < n; a++)
+            pending |= outer_steps_since_sync(o, ids[a]) > 0;
+        if (pending && (rc = outer_step(o, &info, err)) == 0)
+            res->eliminated += info.eliminated;
+        if (rc == 0)
+            rc = trainer_eval(is.t[ids[0]], &res->final_val_loss, err);
+        res->final_replicas = n;
+    }
+    res->outer_steps = outer_step_count(o);
+    res->bytes_sent = outer_traffic(o)->bytes_sent;
+    outer_free(o);
+    island_set_free(&is);
+    return rc;
+}
+
+int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
+                const trainer_opts *base, const islands_opts *io,
+                islands_result *res, zb_err *err)
+{
+    memset(res, 0, sizeof *res);
+    if (check_opts(io, err))
+        return -1;
+    res->loss = malloc((size_t)io->steps * sizeof *res->loss);
+    res->val_loss = malloc((size_t)io->steps * sizeof *res->val_loss);
+    if (!res->loss || !res->val_loss) {
+        islands_result_free(res);
+        return zb_fail(err, "islands: out of memory for %ld steps", io->steps);
+    }
+    for (long i = 0; i < io->steps; i++)
+        res->loss[i] = res->val_loss[i] = NAN;
+    double t0 = now_s();
+    int rc = io->outer.kind == OUTER_SYNC ? run_sync(s, m, d, base, io, res, err)
+                                          : run_outer(s, m, d, base, io, res, err);
+    res->steps = io->steps;
+    res->wall_s = now_s() - t0;
+    if (rc)
+        islands_result_free(res);
+    return rc;
+}

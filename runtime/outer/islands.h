@@ -1,0 +1,94 @@
+/*
+ * islands.h: K replicas of the pipeline trainer ("islands" of GPUs in
+ * INTELLECT-1's sense), each executing the schedule on its own data
+ * stream, joined by an outer optimizer (outer.h): DiLoCo, EDiT, A-EDiT, or
+ * the synchronous data-parallel baseline.
+ *
+ * Every replica is a trainer (runtime/trainer.h) built with the same seed
+ * (identical initial weights) and data stream = its replica number, so the
+ * replicas see different batches.  Its parameters are handed to the outer
+ * optimizer as one segment per layer group of every stage (embedding,
+ * each transformer layer, final norm + head), so EDiT synchronizes layer
+ * by layer and the int8 all-reduce gets one codebook per layer chunk.
+ * Replicas step one after another in the calling thread (each trainer runs
+ * its own device threads), which keeps the run deterministic.
+ *
+ * The sync baseline: the trainer offers no hook between backward and the
+ * optimizer step, so K-way data parallelism is run as its exact arithmetic
+ * equivalent, one trainer whose micro-batches are K times larger (the mean
+ * loss over K*b sequences has the gradient of the mean of the K replicas'
+ * gradients); the traffic counted per step is what the K replicas' ring
+ * all-reduce of the gradient (one per segment) would send, by
+ * outer_allreduce_bytes.  Compute per step is equal to K replicas.
+ *
+ * Elastic replicas: a list of events (at inner step t, replica r leaves, or
+ * a new one joins) is applied between steps; a joiner gets a fresh trainer
+ * on a new data stream, is given the global parameters and waits for the
+ * next outer step (outer.h).
+ *
+ * Workload: `tiny` / `shakespeare-char` models, K <= 16, a few hundred to a
+ * few thousand steps.
+ */
+#ifndef ZB_OUTER_ISLANDS_H
+#define ZB_OUTER_ISLANDS_H
+
+#include <stdint.h>
+
+#include "src/err.h"
+#include "src/model.h"
+#include "src/sched.h"
+#include "runtime/data.h"
+#include "runtime/trainer.h"
+#include "runtime/outer/outer.h"
+
+typedef enum islands_event_kind {
+    ISLANDS_LEAVE = 0, /* replica `replica` leaves before step `step` */
+    ISLANDS_JOIN = 1,  /* a new replica joins before step `step` */
+} islands_event_kind;
+
+typedef struct islands_event {
+    long step;                /* applied before this 0-based inner step */
+    islands_event_kind kind;  /* leave or join */
+    int replica;              /* LEAVE: replica id (0..); JOIN: ignored */
+} islands_event;
+
+typedef struct islands_opts {
+    int replicas;                /* K, initial replicas (>= 1) */
+    long steps;                  /* N inner steps per replica */
+    outer_config outer;          /* outer optimizer, all-reduce, H, lr, ... */
+    int eval_every;              /* > 0: validation loss every this many steps */
+    const islands_event *events; /* [n_events] sorted by step, or NULL */
+    int n_events;                /* elastic events */
+} islands_opts;
+
+typedef struct islands_result {
+    long steps;            /* inner steps run */
+    double *loss;          /* [steps] mean training loss of the replicas that trained */
+    double *val_loss;      /* [steps] validation loss where evaluated, else NAN */
+    double final_val_loss; /* validation loss of the final (synchronized) model */
+    uint64_t bytes_sent;   /* all traffic between replicas, summed over links */
+    long outer_steps;      /* outer synchronizations taken */
+    long eliminated;       /* EDiT: (replica, layer) contributions dropped */
+    int final_replicas;    /* replicas present at the end */
+    long tokens;           /* training tokens consumed by all replicas */
+    double wall_s;         /* wall seconds of the run */
+} islands_result;
+
+/* Fills o: K = 4, 200 steps, DiLoCo defaults (outer_config_default), no
+ * intermediate evaluation, no events. */
+void islands_opts_default(islands_opts *o);
+
+/* Runs the islands: trainers from (s, m, d, base) — base->data_stream is
+ * replaced per replica — for io->steps inner steps with the outer
+ * optimizer, then a final outer step when inner steps are pending, and
+ * evaluates the result.  Fills *res (free with islands_result_free).
+ * Returns 0, or -1 with err set (invalid options, a trainer failure, a
+ * non-finite DiLoCo pseudo-gradient, an event naming an absent replica). */
+int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
+                const trainer_opts *base, const islands_opts *io,
+                islands_result *res, zb_err *err);
+
+/* Frees what islands_run allocated in r (not r itself). */
+void islands_result_free(islands_result *r);
+
+#endif

@@ -1,0 +1,259 @@
+/*
+ * profiler.c: per-op timings and memory of the CPU kernels (profiler.h).
+ */
+#include "runtime/profiler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/llama.h"
+#include "runtime/channel.h"
+#include "runtime/rng.h"
+#include "runtime/split.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Buffers for timing one stage. */
+typedef struct bench_stage {
+    llama_stage st;       /* the part under test */
+    float *params;        /* [n_params] */
+    float *grads;         /* [n_params] */
+    llama_saved *sv;      /* saved state of the one micro-batch */
+    int32_t *tokens;      /* [B*T] inputs (embedding) */
+    int32_t *targets;     /* [B*T] targets (head) */
+    float *act;           /* [B*T*d] input activation or output */
+    float *dy;            /* [B*T*d] incoming gradient */
+    float *dx;            /* [B*T*d] outgoing gradient */
+} bench_stage;
+
+static void bench_free(bench_stage *b)
+{
+    llama_saved_free(b->sv);
+    free(b->params);
+    free(b->grads);
+    free(b->tokens);
+    free(b->targets);
+    free(b->act);
+    free(b->dy);
+    free(b->dx);
+    llama_stage_free(&b->st);
+}
+
+/* Measures one part: a stage of layers [l0, l1) with or without embedding
+ * and head. */
+static int measure_part(const zb_model *m, int batch, int reps, int n_layers, int emb, int head,
+                        profile_part *out, zb_err *err)
+{
+    bench_stage b;
+    memset(&b, 0, sizeof b);
+    if (llama_stage_init(&b.st, m, 0, n_layers, emb, head, err) != 0)
+        return -1;
+    size_t np = llama_stage_num_params(&b.st);
+    size_t tok = (size_t)batch * (size_t)m->seq_len, act = tok * (size_t)m->d_model;
+    b.params = malloc(sizeof(float) * (np ? np : 1));
+    b.grads = calloc(np ? np : 1, sizeof(float));
+    b.sv = llama_saved_new(&b.st, batch);
+    b.tokens = malloc(sizeof(int32_t) * tok);
+    b.targets = malloc(sizeof(int32_t) * tok);
+    b.act = malloc(sizeof(float) * act);
+    b.dy = malloc(sizeof(float) * act);
+    b.dx = malloc(sizeof(float) * act);
+    if (!b.params || !b.grads || !b.sv || !b.tokens || !b.targets || !b.act || !b.dy || !b.dx) {
+        bench_free(&b);
+        return zb_fail(err, "out of memory while profiling");
+    }
+    llama_stage_init_params(&b.st, b.params, 1);
+    zb_rng r;
+    rng_seed(&r, 7, 0);
+    for (size_t i = 0; i < tok; i++) {
+        b.tokens[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
+        b.targets[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
+    }
+    for (size_t i = 0; i < act; i++) {
+        b.act[i] = (float)rng_normal(&r);
+        b.dy[i] = (float)(rng_normal(&r) * 1e-3);
+    }
+    double *tf = malloc(sizeof(double) * (size_t)reps * 3);
+    if (!tf) {
+        bench_free(&b);
+        return zb_fail(err, "out of memory while profiling");
+    }
+    double *tb = tf + reps, *tw = tb + reps;
+    float *out_act = head ? NULL : b.dx; /* F's output is scratch; dx is overwritten by B later */
+    int rc = 0;
+    for (int k = -1; k < reps && rc == 0; k++) { /* k = -1: warm-up, not timed */
+        float loss;
+        double t0 = now_s();
+        rc = llama_stage_forward(&b.st, b.params, emb ? b.tokens : NULL, emb ? NULL : b.act,
+                                 head ? b.targets : NULL, b.sv, out_act, &loss, NULL, err);
+        double t1 = now_s();
+        size_t after_f = llama_saved_bytes(b.sv);
+        if (rc == 0)
+            rc = llama_stage_backward_b(&b.st, b.params, b.sv, 1.0f, head ? NULL : b.dy,
+                                        emb ? NULL : b.dx, err);
+        double t2 = now_s();
+        size_t after_b = llama_saved_bytes(b.sv);
+        if (rc == 0)
+            rc = llama_stage_backward_w(&b.st, b.sv, b.grads, err);
+        double t3 = now_s();
+        if (k >= 0) {
+            tf[k] = t1 - t0;
+            tb[k] = t2 - t1;
+            tw[k] = t3 - t2;
+            out->m_b = (double)after_f;
+            out->m_w = (double)after_b;
+        }
+    }
+    if (rc == 0) {
+        out->t_f = median(tf, reps);
+        out->t_b = median(tb, reps);
+        out->t_w = median(tw, reps);
+    }
+    free(tf);
+    bench_free(&b);
+    return rc;
+}
+
+/* Ping-pong through a channel between two threads. */
+typedef struct ponger {
+    zb_chan *ch;   /* shared channel */
+    int rounds;    /* messages to bounce */
+} ponger;
+
+static void *pong_main(void *arg)
+{
+    ponger *p = arg;
+    for (int k = 0; k < p->rounds; k++) {
+        void *msg;
+        if (chan_recv(p->ch, CHAN_ACT, 1, k, &msg, NULL) != 0)
+            return NULL;
+        chan_send(p->ch, CHAN_GRAD, 0, k, msg, 0);
+    }
+    return NULL;
+}
+
+static int measure_comm(size_t bytes, double *t_comm, zb_err *err)
+{
+    enum { ROUNDS = 64 };
+    zb_chan ch;
+    if (chan_init(&ch, 2, ROUNDS) != 0)
+        return zb_fail(err, "out of memory while profiling");
+    ponger p = { &ch, ROUNDS };
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, pong_main, &p) != 0) {
+        chan_destroy(&ch);
+        return zb_fail(err, "cannot start the profiling thread");
+    }
+    double t0 = now_s();
+    int rc = 0;
+    for (int k = 0; k < ROUNDS && rc == 0; k++) {
+        void *msg = malloc(bytes ? bytes : 1);
+        if (!msg) {
+            chan_abort(&ch);
+            rc = zb_fail(err, "out of memory while profiling");
+            break;
+        }
+        chan_send(&ch, CHAN_ACT, 1, k, msg, 0);
+        if (chan_recv(&ch, CHAN_GRAD, 0, k, &msg, NULL) != 0)
+            rc = zb_fail(err, "channel aborted while profiling");
+        free(msg);
+    }
+    double dt = now_s() - t0;
+    pthread_join(tid, NULL);
+    chan_destroy(&ch);
+    *t_comm = dt / (2.0 * ROUNDS);
+    return rc;
+}
+
+int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_err *err)
+{
+    if (batch <= 0)
+        batch = m->micro_batch;
+    if (batch <= 0 || reps < 1)
+        return zb_fail(err, "profiling needs a positive batch size and repetition count");
+    kernels_init_threads(1);
+    profile_init(p);
+    snprintf(p->model, sizeof p->model, "%s", m->name);
+    snprintf(p->hardware, sizeof p->hardware, "cpu");
+    p->micro_batch = batch;
+    p->seq_len = m->seq_len;
+    p->recompute = 0;
+    if (measure_part(m, batch, reps, 1, 0, 0, &p->layer, err) != 0)
+        return zb_wrap(err, "profiling a layer: ");
+    if (measure_part(m, batch, reps, 0, 1, 0, &p->embedding, err) != 0)
+        return zb_wrap(err, "profiling the embedding: ");
+    if (measure_part(m, batch, reps, 0, 0, 1, &p->head, err) != 0)
+        return zb_wrap(err, "profiling the head: ");
+    size_t act_bytes = sizeof(float) * (size_t)batch * (size_t)m->seq_len * (size_t)m->d_model;
+    if (measure_comm(act_bytes, &p->t_comm, err) != 0)
+        return -1;
+    /* Per layer the runtime keeps weights, grads, AdamW m and v, and the
+     * post-validation snapshot of weights, m and v: 7 fp32 buffers. */
+    llama_stage one;
+    if (llama_stage_init(&one, m, 0, 1, 0, 0, err) != 0)
+        return -1;
+    p->static_bytes_per_layer = 7.0 * sizeof(float) * (double)llama_stage_num_params(&one);
+    llama_stage_free(&one);
+    return 0;
+}
+
+int profiler_apply(const zb_profile *p, const zb_model *m, sched_t *s, zb_err *err)
+{
+    int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
+    if (!first)
+        return zb_fail(err, "out of memory");
+    if (split_layers(m->n_layers, s->n_stages, first, err) != 0) {
+        free(first);
+        return -1;
+    }
+    for (int i = 0; i < s->n_stages; i++) {
+        double n = first[i + 1] - first[i];
+        stage_cost c = {
+            .t_f = n * p->layer.t_f, .t_b = n * p->layer.t_b, .t_w = n * p->layer.t_w,
+            .d_f = n * p->layer.m_b, .d_b = n * (p->layer.m_w - p->layer.m_b), .d_w = -n * p->layer.m_w,
+        };
+        const profile_part *extra[2] = { i == 0 ? &p->embedding : NULL,
+                                         i == s->n_stages - 1 ? &p->head : NULL };
+        for (int k = 0; k < 2; k++) {
+            if (!extra[k])
+                continue;
+            c.t_f += extra[k]->t_f;
+            c.t_b += extra[k]->t_b;
+            c.t_w += extra[k]->t_w;
+            c.d_f += extra[k]->m_b;
+            c.d_b += extra[k]->m_w - extra[k]->m_b;
+            c.d_w -= extra[k]->m_w;
+        }
+        /* Seconds to milliseconds, the unit of measured traces. */
+        c.t_f *= 1e3;
+        c.t_b *= 1e3;
+        c.t_w *= 1e3;
+        s->cost[i] = c;
+    }
+    s->t_comm = p->t_comm > 0 ? p->t_comm * 1e3 : 0;
+    strcpy(s->time_unit, "ms");
+    strcpy(s->mem_unit, "bytes");
+    free(first);
+    return 0;
+}

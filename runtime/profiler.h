@@ -1,0 +1,39 @@
+/*
+ * profiler.h: measure what the cost model needs on this machine: the time
+ * of F, B and W of one micro-batch through one transformer layer, through
+ * the embedding and through the final norm + LM head + loss, the
+ * activation memory each leaves allocated, and the cost of one
+ * stage-to-stage transfer through the runtime's channel.
+ *
+ * Each part is measured on a stage holding just that part (kernels/cpu/
+ * llama.h allows an embedding-only or head-only stage), single-threaded
+ * BLAS as in training, after one warm-up repetition; the reported time is
+ * the median of the repetitions, which shrugs off the occasional
+ * preemption on a shared machine better than the mean.  The transfer time
+ * is half the round trip of an activation-sized message between two
+ * threads through a zb_chan, the only transport this runtime has.
+ *
+ * Expected workload: a few seconds per call for the small presets.
+ */
+#ifndef ZB_RUNTIME_PROFILER_H
+#define ZB_RUNTIME_PROFILER_H
+
+#include "src/err.h"
+#include "src/model.h"
+#include "src/profile.h"
+#include "src/sched.h"
+
+/* Measures model m at micro-batch size `batch` (<= 0: m->micro_batch) with
+ * `reps` timed repetitions per op (>= 1).  Fills *p (times in seconds,
+ * memory in bytes; hardware "cpu").  Returns 0 or -1 with err set. */
+int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_err *err);
+
+/* Sets the per-stage costs of schedule s from profile p for model m split
+ * as the runtime splits it (runtime/split.h): stage time = its layers'
+ * times + the embedding (stage 0) + the head (stage S-1), in milliseconds;
+ * memory deltas in bytes (F: +m_b, B: m_w - m_b, W: -m_w); t_comm from the
+ * profile (0 when not measured).  Returns 0 or -1 with err set (more
+ * stages than layers). */
+int profiler_apply(const zb_profile *p, const zb_model *m, sched_t *s, zb_err *err);
+
+#endif

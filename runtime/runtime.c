@@ -1,2 +1,0 @@
-/* runtime.c: not written yet. */
-typedef int zb_placeholder_runtime;

@@ -1,0 +1,914 @@
+/*
+ * trainer.c: the pipeline executor (see trainer.h for the design).
+ *
+ * Life of one step:
+ *
+ *   main thread   draw m micro-batches, zero every stage's grads, start one
+ *                 worker per device, join them, average the losses
+ *   worker d      run lane d's ops in order; F/B receive their input from
+ *                 the channel and send their output on; W adds the weight
+ *                 gradient in micro-batch order (out-of-order W results wait
+ *                 in a per-micro-batch scratch); then the optimizer step of
+ *                 each of its stages with post-validation
+ *
+ * Post-validation in detail (per stage s, devices handle their stages in
+ * increasing order on the way up and decreasing order on the way down, which
+ * cannot deadlock because the chain follows the total stage order):
+ *
+ *   up     partial = partial(s-1) + Σ per-tensor squared norms of s, added
+ *          one tensor at a time (the same additions the single-device run
+ *          makes, so the full sum is bit-identical for every split);
+ *          if partial is finite and does not yet require clipping, snapshot
+ *          (params, m, v, t) and step unclipped; otherwise skip.
+ *   down   the full sum arrives from s+1 (stage S-1 has it already).  The
+ *          right action is: skip (not finite), clipped step (the clip scale
+ *          is below 1) or unclipped step.  If the optimistic action differs,
+ *          restore the snapshot when one was taken and do the right one.
+ *
+ * Rollback restores a copy instead of inverting AdamW arithmetically as the
+ * paper's Algorithm 1 does: p - lr*u followed by + lr*u is not exact in
+ * floating point, and the executor promises bit-identical results with the
+ * synchronous clip.  The copy costs 3 buffers per stage and one memcpy per
+ * step, small next to a step's compute.
+ */
+#include "runtime/trainer.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+#include "runtime/channel.h"
+#include "runtime/checkpoint.h"
+#include "runtime/rng.h"
+#include "runtime/split.h"
+
+/* Everything one virtual stage owns. */
+typedef struct stage_rt {
+    llama_stage layout;    /* layers, tensors and their offsets */
+    int device;            /* device (worker thread) that runs it */
+    size_t n_params;       /* floats per buffer below */
+    float *params;         /* [n_params] weights */
+    float *grads;          /* [n_params] weight gradients of the current step */
+    float *adam_m;         /* [n_params] AdamW first moment */
+    float *adam_v;         /* [n_params] AdamW second moment */
+    int64_t adam_t;        /* AdamW steps taken by this stage (1-based in the update) */
+    float *snap_params;    /* [n_params] post-validation snapshot of params */
+    float *snap_m;         /* [n_params] snapshot of adam_m */
+    float *snap_v;         /* [n_params] snapshot of adam_v */
+    int64_t snap_t;        /* snapshot of adam_t */
+    double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
+    llama_saved **saved;   /* [m] per micro-batch saved state (F -> B -> W) */
+    float **w_scratch;     /* [m] weight gradients of W ops run ahead of order */
+    int next_w;            /* next micro-batch whose W is added into grads */
+    int stepped;           /* post-validation: 1 when the optimistic step ran */
+} stage_rt;
+
+/* One worker's identity and outcome. */
+typedef struct worker {
+    struct trainer *t; /* the trainer */
+    int dev;           /* device index = lane */
+    int failed;        /* 1 when this worker stopped on an error */
+    zb_err err;        /* its message */
+} worker;
+
+struct trainer {
+    sched_t *sched;        /* owned copy of the schedule */
+    zb_model model;        /* effective model (data vocab, batch size) */
+    const zb_data *data;   /* borrowed loader */
+    trainer_opts opts;     /* options as given */
+    int n_stages;          /* S */
+    int n_micro;           /* m */
+    int n_devices;         /* p */
+    int batch;             /* B, sequences per micro-batch */
+    int seq;               /* T */
+    size_t act_floats;     /* B*T*d: one activation or gradient message */
+    stage_rt *st;          /* [S] */
+    zb_chan chan;          /* transport between workers */
+    zb_rng rng;            /* data window generator (checkpointed) */
+    int32_t *x;            /* [m][B*T] input tokens of the step */
+    int32_t *y;            /* [m][B*T] target tokens of the step */
+    float *mb_loss;        /* [m] loss of each micro-batch */
+    double step_lr;        /* learning rate of the running step */
+    struct timespec t0;    /* start of the running step */
+    double **op_start;     /* [p][n_ops] ms since t0, last step (record_times) */
+    double **op_end;       /* [p][n_ops] */
+    int have_times;        /* 1 once a step recorded its times */
+    double full_sq;        /* full squared gradient norm of the last step */
+    long rollbacks_step;   /* rollbacks in the running step (workers add under lock) */
+    pthread_mutex_t mu;    /* guards rollbacks_step */
+    trainer_stats stats;   /* progress */
+};
+
+void trainer_opts_default(trainer_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->data_stream = 0;
+    o->batch_size = 0;
+    adamw_config_default(&o->adamw);
+    o->sync_optimizer = 0;
+    o->eval_windows = 16;
+    o->record_times = 0;
+}
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
+/* ---- creation ---------------------------------------------------------- */
+
+/* Checks what the executor relies on so that a bad schedule is an error
+ * and not a hang: placement, ownership and one F and one B and one W (BW
+ * counting as both) per (stage, micro-batch).  Deadlock freedom is the
+ * validator's job (callers run sched_validate first). */
+static int check_schedule(const sched_t *s, zb_err *err)
+{
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stage_device[i] < 0 || s->stage_device[i] >= s->n_devices)
+            return zb_fail(err, "schedule: stage %d is not placed on a device", i);
+    size_t cells = (size_t)s->n_stages * (size_t)s->n_micro;
+    unsigned char *seen = calloc(cells, 3);
+    if (!seen)
+        return zb_fail(err, "out of memory");
+    int rc = 0;
+    for (int d = 0; d < s->n_devices && rc == 0; d++) {
+        for (int k = 0; k < s->dev[d].n_ops && rc == 0; k++) {
+            sched_op op = s->dev[d].ops[k];
+            if (s->stage_device[op.stage] != d) {
+                rc = zb_fail(err, "schedule: device %d, op %d runs stage %d, which lives on device %d",
+                             d, k, op.stage, s->stage_device[op.stage]);
+                break;
+            }
+            unsigned char *c = seen + 3 * ((size_t)op.stage * (size_t)s->n_micro + (size_t)op.mb);
+            int f = op.kind == OP_F, b = op.kind == OP_B || op.kind == OP_BW,
+                w = op.kind == OP_W || op.kind == OP_BW;
+            if ((f && c[0]++) || (b && c[1]++) || (w && c[2]++))
+                rc = zb_fail(err, "schedule: device %d, op %d: duplicate %s of stage %d, micro-batch %d",
+                             d, k, op_kind_name((op_kind)op.kind), op.stage, op.mb);
+        }
+    }
+    for (size_t i = 0; i < cells && rc == 0; i++)
+        if (seen[3 * i] != 1 || seen[3 * i + 1] != 1 || seen[3 * i + 2] != 1)
+            rc = zb_fail(err, "schedule: stage %d, micro-batch %d lacks its %s op",
+                         (int)(i / (size_t)s->n_micro), (int)(i % (size_t)s->n_micro),
+                         seen[3 * i] != 1 ? "F" : seen[3 * i + 1] != 1 ? "B" : "W");
+    free(seen);
+    return rc;
+}
+
+static float *alloc_floats(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+static void stage_free(stage_rt *r, int n_micro)
+{
+    if (r->saved)
+        for (int j = 0; j < n_micro; j++)
+            llama_saved_free(r->saved[j]);
+    if (r->w_scratch)
+        for (int j = 0; j < n_micro; j++)
+            free(r->w_scratch[j]);
+    free(r->saved);
+    free(r->w_scratch);
+    free(r->params);
+    free(r->grads);
+    free(r->adam_m);
+    free(r->adam_v);
+    free(r->snap_params);
+    free(r->snap_m);
+    free(r->snap_v);
+    free(r->tensor_sq);
+    llama_stage_free(&r->layout);
+}
+
+void trainer_free(trainer *t)
+{
+    if (!t)
+        return;
+    if (t->st)
+        for (int s = 0; s < t->n_stages; s++)
+            stage_free(&t->st[s], t->n_micro);
+    free(t->st);
+    if (t->chan.slots)
+        chan_destroy(&t->chan);
+    if (t->op_start)
+        for (int d = 0; d < t->n_devices; d++) {
+            free(t->op_start[d]);
+            free(t->op_end[d]);
+        }
+    free(t->op_start);
+    free(t->op_end);
+    free(t->x);
+    free(t->y);
+    free(t->mb_loss);
+    sched_free(t->sched);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                   const trainer_opts *opts, trainer **out, zb_err *err)
+{
+    if (check_schedule(s, err) != 0)
+        return -1;
+    if (d->ctx != m->seq_len)
+        return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
+    if (opts->eval_windows <= 0)
+        return zb_fail(err, "eval windows must be positive, got %d", opts->eval_windows);
+    int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
+    if (!first)
+        return zb_fail(err, "out of memory");
+    if (split_layers(m->n_layers, s->n_stages, first, err) != 0) {
+        free(first);
+        return -1;
+    }
+    trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(first);
+        return zb_fail(err, "out of memory");
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    t->model = *m;
+    t->model.vocab = d->vocab;
+    if (opts->batch_size > 0)
+        t->model.micro_batch = opts->batch_size;
+    t->data = d;
+    t->opts = *opts;
+    t->n_stages = s->n_stages;
+    t->n_micro = s->n_micro;
+    t->n_devices = s->n_devices;
+    t->batch = t->model.micro_batch;
+    t->seq = t->model.seq_len;
+    if (t->batch <= 0) {
+        free(first);
+        trainer_free(t);
+        return zb_fail(err, "the batch size must be positive, got %d", t->batch);
+    }
+    t->act_floats = (size_t)t->batch * (size_t)t->seq * (size_t)t->model.d_model;
+    t->sched = sched_clone(s);
+    t->st = calloc((size_t)t->n_stages, sizeof *t->st);
+    size_t tok = (size_t)t->batch * (size_t)t->seq;
+    t->x = malloc(sizeof *t->x * tok * (size_t)t->n_micro);
+    t->y = malloc(sizeof *t->y * tok * (size_t)t->n_micro);
+    t->mb_loss = calloc((size_t)t->n_micro, sizeof *t->mb_loss);
+    t->op_start = calloc((size_t)t->n_devices, sizeof *t->op_start);
+    t->op_end = calloc((size_t)t->n_devices, sizeof *t->op_end);
+    int oom = !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
+              || chan_init(&t->chan, t->n_stages, t->n_micro) != 0;
+    for (int dv = 0; dv < t->n_devices && !oom; dv++) {
+        size_t n = (size_t)(s->dev[dv].n_ops ? s->dev[dv].n_ops : 1);
+        t->op_start[dv] = calloc(n, sizeof(double));
+        t->op_end[dv] = calloc(n, sizeof(double));
+        oom = !t->op_start[dv] || !t->op_end[dv];
+    }
+    if (oom) {
+        free(first);
+        trainer_free(t);
+        return zb_fail(err, "out of memory");
+    }
+    kernels_init_threads(1);
+    for (int i = 0; i < t->n_stages; i++) {
+        stage_rt *r = &t->st[i];
+        if (llama_stage_init(&r->layout, &t->model, first[i], first[i + 1], i == 0,
+                             i == t->n_stages - 1, err) != 0) {
+            free(first);
+            trainer_free(t);
+            return zb_wrap(err, "stage %d: ", i);
+        }
+        r->device = s->stage_device[i];
+        r->n_params = llama_stage_num_params(&r->layout);
+        r->params = alloc_floats(r->n_params);
+        r->grads = alloc_floats(r->n_params);
+        r->adam_m = alloc_floats(r->n_params);
+        r->adam_v = alloc_floats(r->n_params);
+        r->snap_params = alloc_floats(r->n_params);
+        r->snap_m = alloc_floats(r->n_params);
+        r->snap_v = alloc_floats(r->n_params);
+        r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
+        r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);
+        r->w_scratch = calloc((size_t)t->n_micro, sizeof *r->w_scratch);
+        oom = !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
+              || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
+        for (int j = 0; j < t->n_micro && !oom; j++)
+            oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch));
+        if (oom) {
+            free(first);
+            trainer_free(t);
+            return zb_fail(err, "out of memory for stage %d", i);
+        }
+        llama_stage_init_params(&r->layout, r->params, opts->seed);
+    }
+    free(first);
+    rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
+    t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
+    *out = t;
+    return 0;
+}
+
+/* ---- the worker: one device's ops ------------------------------------- */
+
+/* Each op function receives its input first and then stamps *start (when
+ * not NULL), so that a measured op starts when its compute starts, as in
+ * the simulator, and time blocked in a receive shows up as a bubble; it
+ * stamps *end before it sends its output, so that a consumer never appears
+ * to start before its producer ended. */
+static void stamp(const trainer *t, double *start)
+{
+    if (start)
+        *start = ms_since(&t->t0);
+}
+
+static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_err *err)
+{
+    stage_rt *r = &t->st[s];
+    size_t tok = (size_t)t->batch * (size_t)t->seq;
+    int last = s == t->n_stages - 1;
+    float *in = NULL; /* the forward copies its input into the saved state */
+    if (s > 0) {
+        void *p;
+        if (chan_recv(&t->chan, CHAN_ACT, s, j, &p, NULL) != 0)
+            return zb_fail(err, "aborted");
+        in = p;
+    }
+    stamp(t, start);
+    float *out = NULL;
+    if (!last && !(out = malloc(sizeof(float) * t->act_floats))) {
+        free(in);
+        return zb_fail(err, "out of memory for an activation");
+    }
+    float loss = 0;
+    int rc = llama_stage_forward(&r->layout, r->params, s == 0 ? t->x + tok * (size_t)j : NULL,
+                                 in, last ? t->y + tok * (size_t)j : NULL, r->saved[j],
+                                 out, &loss, NULL, err);
+    free(in);
+    if (rc != 0) {
+        free(out);
+        return zb_wrap(err, "F of stage %d, micro-batch %d: ", s, j);
+    }
+    stamp(t, end);
+    if (last)
+        t->mb_loss[j] = loss;
+    else
+        chan_send(&t->chan, CHAN_ACT, s + 1, j, out, 0);
+    return 0;
+}
+
+/* B of (s, j).  With held != NULL (the B half of a fused BW) the input
+ * gradient is handed back in *held instead of sent, so that the caller
+ * sends it after W: a fused op's outputs exist only when it ends. */
+static int op_backward_b(trainer *t, int s, int j, double *start, double *end, float **held,
+                         zb_err *err)
+{
+    stage_rt *r = &t->st[s];
+    float *dy = NULL;
+    if (s < t->n_stages - 1) {
+        void *p;
+        if (chan_recv(&t->chan, CHAN_GRAD, s, j, &p, NULL) != 0)
+            return zb_fail(err, "aborted");
+        dy = p;
+    }
+    stamp(t, start);
+    float *dx = NULL;
+    if (s > 0 && !(dx = malloc(sizeof(float) * t->act_floats))) {
+        free(dy);
+        return zb_fail(err, "out of memory for a gradient");
+    }
+    int rc = llama_stage_backward_b(&r->layout, r->params, r->saved[j], 1.0f / (float)t->n_micro,
+                                    dy, dx, err);
+    free(dy);
+    if (rc != 0) {
+        free(dx);
+        return zb_wrap(err, "B of stage %d, micro-batch %d: ", s, j);
+    }
+    stamp(t, end);
+    if (held)
+        *held = dx;
+    else if (s > 0)
+        chan_send(&t->chan, CHAN_GRAD, s - 1, j, dx, 0);
+    return 0;
+}
+
+/* W adds into grads only in micro-batch order (kernels/cpu/llama.h's
+ * determinism contract); a W that runs ahead writes into a zeroed scratch
+ * that is added when its turn comes. */
+static int op_backward_w(trainer *t, int s, int j, zb_err *err)
+{
+    stage_rt *r = &t->st[s];
+    if (j == r->next_w) {
+        if (llama_stage_backward_w(&r->layout, r->saved[j], r->grads, err) != 0)
+            return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
+        r->next_w++;
+        while (r->next_w < t->n_micro && r->w_scratch[r->next_w]) {
+            llama_grads_add(&r->layout, r->grads, r->w_scratch[r->next_w]);
+            free(r->w_scratch[r->next_w]);
+            r->w_scratch[r->next_w] = NULL;
+            r->next_w++;
+        }
+    } else {
+        assert(j > r->next_w);
+        float *scratch = alloc_floats(r->n_params);
+        if (!scratch)
+            return zb_fail(err, "out of memory for a weight-gradient scratch");
+        if (llama_stage_backward_w(&r->layout, r->saved[j], scratch, err) != 0) {
+            free(scratch);
+            return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
+        }
+        r->w_scratch[j] = scratch;
+    }
+    return 0;
+}
+
+/* Sum of squares of the stage's gradient added tensor by tensor onto
+ * `partial`, so that the running total is the same sequence of additions
+ * however the model is split. */
+static double add_stage_norm(stage_rt *r, double partial)
+{
+    adamw_tensor_sum_squares(&r->layout, r->grads, r->tensor_sq);
+    for (int i = 0; i < r->layout.n_tensors; i++)
+        partial += r->tensor_sq[i];
+    return partial;
+}
+
+/* 1 when a squared norm calls for clipping (the same test the synchronous
+ * path applies through adamw_clip_scale). */
+static int needs_clip(const trainer *t, double sq)
+{
+    return t->opts.adamw.grad_clip > 0 && adamw_clip_scale(sq, t->opts.adamw.grad_clip) < 1.0f;
+}
+
+static void stage_update(trainer *t, stage_rt *r, float scale)
+{
+    r->adam_t++;
+    adamw_step_stage(&r->layout, &t->opts.adamw, r->params, r->grads, r->adam_m, r->adam_v,
+                     (int)r->adam_t, (float)t->step_lr, scale);
+}
+
+static void snapshot_take(stage_rt *r)
+{
+    size_t bytes = sizeof(float) * r->n_params;
+    memcpy(r->snap_params, r->params, bytes);
+    memcpy(r->snap_m, r->adam_m, bytes);
+    memcpy(r->snap_v, r->adam_v, bytes);
+    r->snap_t = r->adam_t;
+}
+
+static void snapshot_restore(stage_rt *r)
+{
+    size_t bytes = sizeof(float) * r->n_params;
+    memcpy(r->params, r->snap_params, bytes);
+    memcpy(r->adam_m, r->snap_m, bytes);
+    memcpy(r->adam_v, r->snap_v, bytes);
+    r->adam_t = r->snap_t;
+}
+
+/* The optimizer step of every stage of device dev, with post-validation. */
+static int post_validated_step(trainer *t, int dev, zb_err *err)
+{
+    int S = t->n_stages;
+    for (int s = 0; s < S; s++) {
+        stage_rt *r = &t->st[s];
+        if (r->device != dev)
+            continue;
+        double partial = 0;
+        if (s > 0 && chan_recv(&t->chan, CHAN_NORM_UP, s, 0, NULL, &partial) != 0)
+            return zb_fail(err, "aborted");
+        partial = add_stage_norm(r, partial);
+        r->stepped = isfinite(partial) && !needs_clip(t, partial);
+        if (r->stepped) {
+            snapshot_take(r);
+            stage_update(t, r, 1.0f);
+        }
+        if (s < S - 1)
+            chan_send(&t->chan, CHAN_NORM_UP, s + 1, 0, NULL, partial);
+        else
+            t->full_sq = partial;
+    }
+    for (int s = S - 1; s >= 0; s--) {
+        stage_rt *r = &t->st[s];
+        if (r->device != dev)
+            continue;
+        double full = t->full_sq;
+        if (s < S - 1 && chan_recv(&t->chan, CHAN_NORM_DOWN, s, 0, NULL, &full) != 0)
+            return zb_fail(err, "aborted");
+        int finite = isfinite(full), clip = finite && needs_clip(t, full);
+        if (!(r->stepped && finite && !clip)) {
+            /* The optimistic action was wrong: undo it and do the right one. */
+            if (r->stepped) {
+                snapshot_restore(r);
+                pthread_mutex_lock(&t->mu);
+                t->rollbacks_step++;
+                pthread_mutex_unlock(&t->mu);
+            }
+            if (finite)
+                stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip));
+        }
+        if (s > 0)
+            chan_send(&t->chan, CHAN_NORM_DOWN, s - 1, 0, NULL, full);
+    }
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    trainer *t = w->t;
+    const sched_lane *lane = &t->sched->dev[w->dev];
+    int rc = 0;
+    for (int k = 0; k < lane->n_ops && rc == 0; k++) {
+        sched_op op = lane->ops[k];
+        double *start = t->opts.record_times ? &t->op_start[w->dev][k] : NULL;
+        double *end = t->opts.record_times ? &t->op_end[w->dev][k] : NULL;
+        switch ((op_kind)op.kind) {
+        case OP_F:
+            rc = op_forward(t, op.stage, op.mb, start, end, &w->err);
+            break;
+        case OP_B:
+            rc = op_backward_b(t, op.stage, op.mb, start, end, NULL, &w->err);
+            break;
+        case OP_W:
+            stamp(t, start);
+            rc = op_backward_w(t, op.stage, op.mb, &w->err);
+            stamp(t, end);
+            break;
+        case OP_BW: {
+            float *dx = NULL;
+            rc = op_backward_b(t, op.stage, op.mb, start, NULL, &dx, &w->err);
+            if (rc == 0)
+                rc = op_backward_w(t, op.stage, op.mb, &w->err);
+            stamp(t, end);
+            if (rc == 0 && op.stage > 0)
+                chan_send(&t->chan, CHAN_GRAD, op.stage - 1, op.mb, dx, 0);
+            else
+                free(dx);
+            break;
+        }
+        }
+    }
+    if (rc == 0 && !t->opts.sync_optimizer)
+        rc = post_validated_step(t, w->dev, &w->err);
+    if (rc != 0) {
+        w->failed = 1;
+        chan_abort(&t->chan);
+    }
+    return NULL;
+}
+
+/* The reference path: the full norm first, then every stage steps. */
+static void synchronous_step(trainer *t)
+{
+    double full = 0;
+    for (int s = 0; s < t->n_stages; s++)
+        full = add_stage_norm(&t->st[s], full);
+    t->full_sq = full;
+    if (!isfinite(full))
+        return;
+    float scale = adamw_clip_scale(full, t->opts.adamw.grad_clip);
+    for (int s = 0; s < t->n_stages; s++)
+        stage_update(t, &t->st[s], scale);
+}
+
+/* Returns every per-micro-batch buffer to its empty state after a failed
+ * step so the trainer can be freed (or stepped again) cleanly. */
+static void reset_step_state(trainer *t)
+{
+    chan_reset(&t->chan);
+    for (int s = 0; s < t->n_stages; s++) {
+        stage_rt *r = &t->st[s];
+        for (int j = 0; j < t->n_micro; j++) {
+            free(r->w_scratch[j]);
+            r->w_scratch[j] = NULL;
+            if (llama_saved_bytes(r->saved[j]) > 0) {
+                llama_saved_free(r->saved[j]);
+                r->saved[j] = llama_saved_new(&r->layout, t->batch);
+            }
+        }
+    }
+}
+
+int trainer_step(trainer *t, double *loss, zb_err *err)
+{
+    size_t tok = (size_t)t->batch * (size_t)t->seq;
+    for (int j = 0; j < t->n_micro; j++)
+        data_train_batch(t->data, &t->rng, t->batch, t->x + tok * (size_t)j, t->y + tok * (size_t)j);
+    for (int s = 0; s < t->n_stages; s++) {
+        llama_grads_zero(&t->st[s].layout, t->st[s].grads);
+        t->st[s].next_w = 0;
+        t->st[s].stepped = 0;
+    }
+    t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
+    t->rollbacks_step = 0;
+    t->full_sq = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t->t0);
+
+    worker *w = calloc((size_t)t->n_devices, sizeof *w);
+    pthread_t *tid = calloc((size_t)t->n_devices, sizeof *tid);
+    if (!w || !tid) {
+        free(w);
+        free(tid);
+        return zb_fail(err, "out of memory");
+    }
+    int started = 0, failed = 0;
+    for (int d = 0; d < t->n_devices; d++) {
+        w[d].t = t;
+        w[d].dev = d;
+        if (pthread_create(&tid[d], NULL, worker_main, &w[d]) != 0) {
+            chan_abort(&t->chan);
+            zb_fail(err, "cannot start the worker thread of device %d", d);
+            failed = 1;
+            break;
+        }
+        started++;
+    }
+    for (int d = 0; d < started; d++)
+        pthread_join(tid[d], NULL);
+    for (int d = 0; d < started && !failed; d++) {
+        if (w[d].failed && strcmp(w[d].err.msg, "aborted") != 0) {
+            zb_fail(err, "device %d: %s", d, w[d].err.msg);
+            failed = 1;
+        }
+    }
+    if (!failed)
+        for (int d = 0; d < started; d++)
+            if (w[d].failed) {
+                zb_fail(err, "device %d: %s", d, w[d].err.msg);
+                failed = 1;
+                break;
+            }
+    free(w);
+    free(tid);
+    if (failed) {
+        reset_step_state(t);
+        return -1;
+    }
+    if (t->opts.sync_optimizer)
+        synchronous_step(t);
+    chan_reset(&t->chan);
+
+    double sum = 0;
+    for (int j = 0; j < t->n_micro; j++)
+        sum += t->mb_loss[j];
+    *loss = sum / t->n_micro;
+    t->stats.step++;
+    t->stats.last_loss = *loss;
+    t->stats.last_grad_norm = sqrt(t->full_sq);
+    t->stats.last_step_s = ms_since(&t->t0) * 1e-3;
+    t->stats.last_lr = t->step_lr;
+    t->stats.rollbacks += t->rollbacks_step;
+    if (!isfinite(t->full_sq))
+        t->stats.skipped_steps++;
+    t->have_times = t->opts.record_times;
+    return 0;
+}
+
+/* ---- evaluation --------------------------------------------------------- */
+
+int trainer_eval(trainer *t, double *val_loss, zb_err *err)
+{
+    int B = t->batch;
+    int n_batches = (t->opts.eval_windows + B - 1) / B;
+    int n_total = n_batches * B;
+    size_t tok = (size_t)B * (size_t)t->seq;
+    int32_t *x = malloc(sizeof *x * tok), *y = malloc(sizeof *y * tok);
+    float *a = malloc(sizeof(float) * t->act_floats), *b = malloc(sizeof(float) * t->act_floats);
+    int rc = 0;
+    if (!x || !y || !a || !b)
+        rc = zb_fail(err, "out of memory");
+    double sum = 0;
+    for (int k = 0; k < n_batches && rc == 0; k++) {
+        data_val_batch(t->data, k * B, B, n_total, x, y);
+        for (int s = 0; s < t->n_stages && rc == 0; s++) {
+            stage_rt *r = &t->st[s];
+            int last = s == t->n_stages - 1;
+            llama_saved *sv = llama_saved_new(&r->layout, B);
+            if (!sv) {
+                rc = zb_fail(err, "out of memory");
+                break;
+            }
+            float loss = 0;
+            rc = llama_stage_forward(&r->layout, r->params, s == 0 ? x : NULL, s == 0 ? NULL : a,
+                                     last ? y : NULL, sv, last ? NULL : b, &loss, NULL, err);
+            llama_saved_free(sv);
+            if (rc != 0) {
+                zb_wrap(err, "evaluation, stage %d: ", s);
+                break;
+            }
+            if (last)
+                sum += loss;
+            float *tmp = a;
+            a = b;
+            b = tmp;
+        }
+    }
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+    if (rc != 0)
+        return -1;
+    *val_loss = sum / n_batches;
+    return 0;
+}
+
+/* ---- accessors ---------------------------------------------------------- */
+
+int trainer_stage_count(const trainer *t)
+{
+    return t->n_stages;
+}
+
+float *trainer_stage_params(trainer *t, int stage, size_t *n)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    *n = t->st[stage].n_params;
+    return t->st[stage].params;
+}
+
+float *trainer_stage_adam_m(trainer *t, int stage, size_t *n)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    *n = t->st[stage].n_params;
+    return t->st[stage].adam_m;
+}
+
+float *trainer_stage_adam_v(trainer *t, int stage, size_t *n)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    *n = t->st[stage].n_params;
+    return t->st[stage].adam_v;
+}
+
+const llama_stage *trainer_stage_layout(const trainer *t, int stage)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    return &t->st[stage].layout;
+}
+
+size_t trainer_param_count(const trainer *t)
+{
+    size_t n = 0;
+    for (int s = 0; s < t->n_stages; s++)
+        n += t->st[s].n_params;
+    return n;
+}
+
+const zb_model *trainer_model(const trainer *t)
+{
+    return &t->model;
+}
+
+const trainer_stats *trainer_get_stats(const trainer *t)
+{
+    return &t->stats;
+}
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* What a checkpoint must agree on with the trainer that loads it. */
+typedef struct ckpt_meta {
+    int32_t n_stages, n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab, seq_len, swiglu;
+    int32_t first_layer[64]; /* layer ranges of the first 64 stages (0 beyond) */
+} ckpt_meta;
+
+typedef struct ckpt_progress {
+    int64_t step;           /* optimizer steps taken */
+    int64_t rollbacks;      /* counters carried over so a resumed run reports totals */
+    int64_t skipped_steps;
+    uint64_t rng[4];        /* data generator state */
+} ckpt_progress;
+
+static void fill_meta(const trainer *t, ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    m->n_stages = t->n_stages;
+    m->n_layers = t->model.n_layers;
+    m->d_model = t->model.d_model;
+    m->n_heads = t->model.n_heads;
+    m->n_kv_heads = t->model.n_kv_heads;
+    m->d_ff = t->model.d_ff;
+    m->vocab = t->model.vocab;
+    m->seq_len = t->model.seq_len;
+    m->swiglu = t->model.swiglu;
+    for (int s = 0; s < t->n_stages && s < 64; s++)
+        m->first_layer[s] = t->st[s].layout.l0;
+}
+
+/* Parts: meta, progress, then per stage params, m, v, adam_t. */
+static int ckpt_part_count(const trainer *t)
+{
+    return 2 + 4 * t->n_stages;
+}
+
+int trainer_save(const trainer *t, const char *path, zb_err *err)
+{
+    int n = ckpt_part_count(t);
+    ckpt_part *parts = calloc((size_t)n, sizeof *parts);
+    if (!parts)
+        return zb_fail(err, "out of memory");
+    ckpt_meta meta;
+    fill_meta(t, &meta);
+    ckpt_progress prog = { .step = t->stats.step, .rollbacks = t->stats.rollbacks,
+                           .skipped_steps = t->stats.skipped_steps };
+    memcpy(prog.rng, t->rng.s, sizeof prog.rng);
+    parts[0] = (ckpt_part){ &meta, sizeof meta };
+    parts[1] = (ckpt_part){ &prog, sizeof prog };
+    for (int s = 0; s < t->n_stages; s++) {
+        stage_rt *r = &t->st[s];
+        size_t bytes = sizeof(float) * r->n_params;
+        parts[2 + 4 * s] = (ckpt_part){ r->params, bytes };
+        parts[3 + 4 * s] = (ckpt_part){ r->adam_m, bytes };
+        parts[4 + 4 * s] = (ckpt_part){ r->adam_v, bytes };
+        parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, sizeof r->adam_t };
+    }
+    int rc = ckpt_write(path, parts, n, err);
+    free(parts);
+    return rc;
+}
+
+int trainer_load(trainer *t, const char *path, zb_err *err)
+{
+    /* Read into fresh buffers and commit only when everything matches, so
+     * that a failure leaves the trainer as it was. */
+    int n = ckpt_part_count(t);
+    ckpt_part *parts = calloc((size_t)n, sizeof *parts);
+    ckpt_meta meta, mine;
+    ckpt_progress prog;
+    int64_t *adam_t = calloc((size_t)t->n_stages, sizeof *adam_t);
+    int rc = 0;
+    if (!parts || !adam_t)
+        rc = zb_fail(err, "out of memory");
+    if (rc == 0) {
+        parts[0] = (ckpt_part){ &meta, sizeof meta };
+        parts[1] = (ckpt_part){ &prog, sizeof prog };
+        for (int s = 0; s < t->n_stages && rc == 0; s++) {
+            size_t bytes = sizeof(float) * t->st[s].n_params;
+            for (int k = 0; k < 3; k++) {
+                parts[2 + 4 * s + k] = (ckpt_part){ malloc(bytes ? bytes : 1), bytes };
+                if (!parts[2 + 4 * s + k].data)
+                    rc = zb_fail(err, "out of memory");
+            }
+            parts[5 + 4 * s] = (ckpt_part){ &adam_t[s], sizeof adam_t[s] };
+        }
+    }
+    if (rc == 0)
+        rc = ckpt_read(path, parts, n, err);
+    if (rc == 0) {
+        fill_meta(t, &mine);
+        if (memcmp(&meta, &mine, sizeof meta) != 0)
+            rc = zb_fail(err, "%s: the checkpoint is of another model or stage split", path);
+    }
+    if (rc == 0) {
+        for (int s = 0; s < t->n_stages; s++) {
+            stage_rt *r = &t->st[s];
+            float **dst[3] = { &r->params, &r->adam_m, &r->adam_v };
+            for (int k = 0; k < 3; k++) {
+                float *old = *dst[k];
+                *dst[k] = parts[2 + 4 * s + k].data;
+                parts[2 + 4 * s + k].data = old; /* freed below */
+            }
+            r->adam_t = adam_t[s];
+        }
+        t->stats.step = prog.step;
+        t->stats.rollbacks = prog.rollbacks;
+        t->stats.skipped_steps = prog.skipped_steps;
+        memcpy(t->rng.s, prog.rng, sizeof prog.rng);
+    }
+    if (parts)
+        for (int s = 0; s < t->n_stages; s++)
+            for (int k = 0; k < 3; k++)
+                free(parts[2 + 4 * s + k].data);
+    free(parts);
+    free(adam_t);
+    return rc;
+}
+
+/* ---- trace -------------------------------------------------------------- */
+
+int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
+{
+    if (!t->have_times)
+        return zb_fail(err, "no measured step to trace (enable record_times and run a step)");
+    sched_t *c = sched_clone(t->sched);
+    if (!c)
+        return zb_fail(err, "out of memory");
+    for (int d = 0; d < c->n_devices; d++) {
+        if (sched_lane_alloc_times(c, d) != 0) {
+            sched_free(c);
+            return zb_fail(err, "out of memory");
+        }
+        for (int k = 0; k < c->dev[d].n_ops; k++) {
+            c->dev[d].start[k] = t->op_start[d][k];
+            c->dev[d].end[k] = t->op_end[d][k];
+        }
+    }
+    strcpy(c->time_unit, "ms");
+    *out = c;
+    return 0;
+}

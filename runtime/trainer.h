@@ -1,0 +1,153 @@
+/*
+ * trainer.h: train a Llama-style model by executing a pipeline schedule
+ * for real on the CPU, one worker thread per device of the schedule.
+ *
+ * A trainer is built from a schedule (sched.h), a model (model.h), a text
+ * loader (data.h), a seed and options.  The model's layers are split into
+ * the schedule's S virtual stages (split.h: contiguous, as even as possible,
+ * embedding with stage 0, final norm + LM head + loss with stage S-1).  One
+ * trainer_step is one optimizer step over the schedule's m micro-batches:
+ *
+ *   1. the calling thread draws m micro-batches of batch_size windows from
+ *      the trainer's seeded generator, in micro-batch order;
+ *   2. one pthread per device runs that device's ops in the file's order
+ *      (F, B, W; BW = B then W); activations and gradients travel between
+ *      stages through an in-process channel keyed by (kind, stage,
+ *      micro-batch) whose receives block (channel.h);
+ *   3. each device then takes its optimizer step with post-validation (the
+ *      zero-bubble paper's section 4): the global gradient norm for clipping
+ *      and the NaN/Inf check are NOT taken with a barrier.  Stage s receives
+ *      the partially reduced squared norm of stages 0..s-1, adds its own and
+ *      passes it on, and steps optimistically (skipping when the partial sum
+ *      is already non-finite or above the clip threshold).  The full norm
+ *      then flows back from stage S-1 to 0; each stage validates its step
+ *      and, when it was wrong, restores a snapshot taken just before it and
+ *      redoes it (see docs/runtime.md for why a snapshot and not AdamW's
+ *      arithmetic inverse).  opts.sync_optimizer selects the plain
+ *      synchronous clip instead (the reference the tests compare against).
+ *
+ * Determinism: every schedule of the same m (gpipe, 1f1b, interleaved,
+ * zb-*, ilp, p=1) gives bit-identical losses and parameters for the same
+ * seed, because the kernels are pure per micro-batch (kernels/cpu/llama.h),
+ * weight gradients are added in micro-batch order whatever order the
+ * schedule runs W in, and the norm is a sequential sum of per-tensor sums
+ * in model order, which no split or schedule changes.
+ *
+ * Threading: trainer functions are called from one thread at a time; the
+ * trainer creates and joins its own workers inside trainer_step.  Different
+ * trainers (K replicas of an outer optimizer) may step concurrently from
+ * different threads.
+ *
+ * Expected workload: the `tiny` and `shakespeare-char` presets, p <= 8
+ * devices on a small CPU, steps of tens of milliseconds to seconds.
+ */
+#ifndef ZB_RUNTIME_TRAINER_H
+#define ZB_RUNTIME_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/err.h"
+#include "src/model.h"
+#include "src/sched.h"
+#include "runtime/data.h"
+#include "kernels/cpu/adamw.h"
+
+typedef struct trainer_opts {
+    uint64_t seed;        /* parameter initialisation and data sampling */
+    uint64_t data_stream; /* mixed into the data generator only: replicas of
+                           * an outer optimizer use one seed (same initial
+                           * weights) and different streams (different data) */
+    int batch_size;       /* sequences per micro-batch; <= 0: model->micro_batch */
+    adamw_config adamw;   /* learning-rate schedule, AdamW, grad clip */
+    int sync_optimizer;   /* 1: synchronous global-norm clip; 0: post-validation */
+    int eval_windows;     /* validation windows scored by trainer_eval (> 0) */
+    int record_times;     /* 1: record each op's start/end (trainer_trace) */
+} trainer_opts;
+
+/* Progress counters, updated by trainer_step. */
+typedef struct trainer_stats {
+    long step;              /* optimizer steps taken so far (resumed ones count) */
+    long tokens_per_step;   /* m * batch_size * seq_len */
+    double last_loss;       /* mean training loss of the last step */
+    double last_grad_norm;  /* global gradient norm before clipping, last step */
+    double last_step_s;     /* wall seconds of the last trainer_step */
+    double last_lr;         /* learning rate used by the last step */
+    long rollbacks;         /* post-validation rollbacks so far (stage steps redone) */
+    long skipped_steps;     /* steps skipped because the gradient was not finite */
+} trainer_stats;
+
+/* Fills o with defaults: seed 1, stream 0, model batch size, nanoGPT's
+ * AdamW settings (adamw_config_default), post-validation, 16 eval windows,
+ * no time recording. */
+void trainer_opts_default(trainer_opts *o);
+
+typedef struct trainer trainer;
+
+/* Creates a trainer.  s must pass sched_validate; it is copied, as is the
+ * model (whose vocab is replaced by the loader's and whose micro_batch by
+ * opts->batch_size when positive).  The loader d is borrowed and must
+ * outlive the trainer; its context must equal model->seq_len.  Fails (-1,
+ * err set, *out untouched) when the schedule has more virtual stages than
+ * the model has layers, when a size is invalid, or memory runs out.
+ * Calls kernels_init_threads(1) (process-wide single-threaded BLAS). */
+int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                   const trainer_opts *opts, trainer **out, zb_err *err);
+
+/* Frees t and everything it owns; NULL is fine. */
+void trainer_free(trainer *t);
+
+/* Runs one optimizer step over the schedule's m micro-batches and stores
+ * the mean training loss in *loss (NaN/Inf losses are returned as they
+ * are, with the step skipped; the caller decides whether that is fatal).
+ * Returns 0, or -1 with err set (kernel failure, out of memory); after a
+ * failure the trainer's parameters are unspecified. */
+int trainer_step(trainer *t, double *loss, zb_err *err);
+
+/* Mean loss over opts.eval_windows fixed validation windows (data.h), with
+ * the current parameters, forward only.  Does not touch the training
+ * generator.  Returns 0 or -1 with err set. */
+int trainer_eval(trainer *t, double *val_loss, zb_err *err);
+
+/* Number of virtual stages (the schedule's S). */
+int trainer_stage_count(const trainer *t);
+
+/* The flat fp32 parameter buffer of stage `stage` (layout of
+ * kernels/cpu/llama.h) and its length in *n.  The trainer owns it; callers
+ * may read it and write it between steps (averaging, copying replicas). */
+float *trainer_stage_params(trainer *t, int stage, size_t *n);
+
+/* Same for the AdamW moments of a stage (m and v), for outer optimizers
+ * that want to reset or inspect inner state. */
+float *trainer_stage_adam_m(trainer *t, int stage, size_t *n);
+float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
+
+/* The stage's layer description (layers, tensors and their offsets). */
+const llama_stage *trainer_stage_layout(const trainer *t, int stage);
+
+/* Total parameters over all stages. */
+size_t trainer_param_count(const trainer *t);
+
+/* The effective model (vocab from the data, batch size applied). */
+const zb_model *trainer_model(const trainer *t);
+
+/* Progress counters. */
+const trainer_stats *trainer_get_stats(const trainer *t);
+
+/* Writes a checkpoint of everything a resumed run needs (parameters, AdamW
+ * moments and step counts, step number, data generator state) atomically
+ * to path (checkpoint.h).  Returns 0 or -1 with err set. */
+int trainer_save(const trainer *t, const char *path, zb_err *err);
+
+/* Restores a checkpoint written by trainer_save for the same model, split
+ * and seed-independent shapes.  Returns 0, or -1 with err set (missing,
+ * corrupt, truncated, or from another model/split) leaving t unchanged. */
+int trainer_load(trainer *t, const char *path, zb_err *err);
+
+/* A copy of the schedule whose lanes carry the measured start and end of
+ * every op of the last step, in milliseconds from the step's start (needs
+ * opts.record_times and one finished step).  Stores it in *out (caller
+ * frees with sched_free); returns 0 or -1 with err set. */
+int trainer_trace(const trainer *t, sched_t **out, zb_err *err);
+
+#endif

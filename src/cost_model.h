@@ -1,0 +1,105 @@
+/*
+ * cost_model.h: time and memory of every virtual stage of a pipeline, from
+ * a model and a GPU (FLOP-based estimate) or from a measured profile.
+ *
+ * The model is the zero-bubble paper's Table 1, generalised to grouped-query
+ * attention and SwiGLU, with the embedding and the LM head + loss charged to
+ * the first and last stage (where users run out of memory), mixed-precision
+ * AdamW state with optional ZeRO-1, and a fixed runtime reserve.  Every
+ * formula and constant is derived, with its source, in docs/cost-model.md.
+ *
+ * Units: seconds and bytes in cost_stage; cost_fill_sched writes
+ * milliseconds ("ms") and bytes ("bytes") into a schedule, the units the
+ * zero-bubble paper's profiles use.  Workload: called a few hundred times
+ * per `zbsched search`; each call is O(stages).
+ */
+#ifndef ZB_COST_MODEL_H
+#define ZB_COST_MODEL_H
+
+#include "src/model.h"
+#include "src/profile.h"
+#include "src/sched.h"
+
+/* Runtime reserve per GPU: CUDA context, NCCL buffers, cuBLAS/attention
+ * workspaces and allocator fragmentation (docs/cost-model.md). */
+#define COST_RESERVE_BYTES 3e9
+
+typedef struct cost_options {
+    int recompute;             /* 1: full per-layer activation recompute (checkpoint layer inputs) */
+    int flash_attention;       /* 1: attention scores never stored (flash attention); default 1 */
+    int zero1_dp;              /* data-parallel replicas sharing optimizer state (ZeRO-1); 1 = none */
+    double reserve_bytes;      /* per-GPU runtime reserve; default COST_RESERVE_BYTES */
+    const zb_profile *profile; /* measured figures that replace the estimate, or NULL; borrowed */
+} cost_options;
+
+/* One piece of a stage (a transformer layer, the embedding, the head), per
+ * micro-batch. */
+typedef struct cost_part {
+    double f_flops, b_flops, w_flops; /* matmul FLOPs of F, B, W (B includes recompute when on) */
+    double useful_flops;              /* F+B+W FLOPs without recompute (for MFU) */
+    double t_f, t_b, t_w;             /* seconds */
+    double m_b;                       /* bytes F leaves allocated until B */
+    double m_w;                       /* bytes B leaves allocated until W */
+    double transient;                 /* largest short-lived allocation inside one op, bytes */
+    double params;                    /* parameters held */
+} cost_part;
+
+/* One virtual stage. */
+typedef struct cost_stage {
+    int first_layer;       /* index of its first transformer layer */
+    int n_layers;          /* transformer layers it runs (may be 0 on the first/last stage) */
+    int has_embedding;     /* 1 on stage 0 */
+    int has_head;          /* 1 on stage S-1 */
+    double t_f, t_b, t_w;  /* seconds per micro-batch */
+    double m_b, m_w;       /* bytes per micro-batch, as in cost_part */
+    double transient;      /* bytes, largest of its parts */
+    double params;         /* parameters it holds (a tied head counts its own copy) */
+    double static_bytes;   /* params + grads + optimizer state, bytes */
+    double useful_flops;   /* F+B+W FLOPs per micro-batch, no recompute */
+} cost_stage;
+
+/* Defaults: no recompute, flash attention on, no ZeRO, COST_RESERVE_BYTES,
+ * no profile. */
+void cost_options_default(cost_options *o);
+
+/* Splits n_layers transformer layers over n_stages virtual stages in model
+ * order: the embedding and the head each count as one layer's worth of work,
+ * so the first and last stage get one layer fewer than the others (the
+ * zero-bubble paper's split), remaining layers go to the earliest middle
+ * stages.  Fills layers[n_stages].  Returns 0, or -1 when some middle stage
+ * would get no layer (n_stages > n_layers + 2). */
+int cost_layer_split(int n_layers, int n_stages, int *layers, zb_err *err);
+
+/* Per-micro-batch figures of one transformer layer, the embedding and the
+ * head for model m on gpu g (FLOP estimate, or o->profile when set).
+ * Returns 0, or -1 when the profile does not match the model (seq_len). */
+int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
+               cost_part *layer, cost_part *embedding, cost_part *head, zb_err *err);
+
+/* Bytes of static state (weights, gradients, optimizer) per parameter. */
+double cost_bytes_per_param(const zb_model *m, const cost_options *o);
+
+/* Seconds to send one activation (or its gradient) between stages. */
+double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o);
+
+/* Fills stage[n_stages] for a pipeline of n_stages virtual stages.  When
+ * the embedding is tied and first_last_same_device is 0 the last stage holds
+ * its own copy of the matrix (as Megatron does).  Returns 0 or -1. */
+int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
+                int first_last_same_device, cost_stage *stage, zb_err *err);
+
+/* Sets s's per-stage costs (ms) and memory deltas (bytes: dF = m_b,
+ * dB = m_w - m_b, dW = -m_w), t_comm (ms), and mem_static per device
+ * (bytes: static state of its stages + the largest transient + reserve),
+ * for whatever placement s has (every stage must be placed).  Sets
+ * time_unit "ms" and mem_unit "bytes".  Returns 0 or -1 with err set. */
+int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, sched_t *s, zb_err *err);
+
+/* Useful FLOPs (F+B+W, no recompute) of one micro-batch through the whole
+ * model; MFU = m * this / (iteration time * devices * peak). */
+double cost_model_flops(const zb_model *m, const cost_options *o);
+
+/* Total parameter count of the model (tied embedding counted once). */
+double cost_param_count(const zb_model *m);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * torch_csv.h: PyTorch pipelining's compute-only CSV schedule format.
+ *
+ * torch.distributed.pipelining (and torchtitan's
+ * --parallelism.pipeline_parallel_schedule_csv) reads a schedule as one row
+ * per rank of comma-separated actions written <stage><type><mb>, e.g.
+ * "0F3".  Types: F forward, I backward for the input gradient (our B),
+ * W backward for the weight gradient (our W), B full backward (our BW).  An
+ * empty cell is an idle slot; spaces around actions are allowed.
+ *
+ * Only compute actions are supported: communication and FSDP actions
+ * (SEND_F, RECV_B, UNSHARD, ...) from the "compute_comms" format are
+ * rejected, since PyTorch derives them from the compute order anyway.
+ */
+#ifndef ZB_TORCH_CSV_H
+#define ZB_TORCH_CSV_H
+
+#include "src/sched.h"
+
+/* Returns the CSV text of s (one row per device, "\n" line ends) as a
+ * malloc'd NUL-terminated string (caller frees), or NULL when memory runs
+ * out. */
+char *torch_csv_write(const sched_t *s);
+
+/* Parses len bytes of CSV (need not be NUL-terminated).  Devices = rows
+ * (a final line end does not start a row), stages = largest stage index + 1,
+ * micro-batches = n_micro when positive, else largest index + 1; each
+ * stage is placed on the row that lists it (a stage on two rows is an
+ * error, so is a stage on none).  Costs and memory deltas are sched_new's
+ * defaults: the caller sets the real ones.  On success stores a new
+ * schedule in *out (caller frees) and returns 0; otherwise returns -1 with
+ * err naming the row and action. */
+int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_err *err);
+
+#endif

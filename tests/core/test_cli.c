@@ -1,0 +1,383 @@
+/*
+ * test_cli.c: the gen, simulate, export and import commands as a user runs
+ * them (fork/exec of $ZBSCHED).  Bad input of every kind gives a non-zero
+ * exit, exactly one line on stderr and no output file; good input gives the
+ * documented output (simulate --json figures, byte-identical round trips
+ * through PyTorch CSV for every generator kind).
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "src/sched_io.h"
+#include "tests/core/fixtures.h"
+
+static char tmpdir[] = "/tmp/zb_cli_testXXXXXX";
+static char out_text[1 << 16]; /* stdout of the last run */
+static char err_text[4096];    /* stderr of the last run */
+
+/* Path of name inside the test's temporary directory (static buffer,
+ * rotated so that a few can be alive at once). */
+static const char *tmp(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `zbsched ARGS...` (NULL-terminated) with stdin from in_path (or
+ * /dev/null); returns the exit status, or -1 when it did not exit. */
+static int run(const char *in_path, ...)
+{
+    const char *prog = getenv("ZBSCHED");
+    ck_assert_msg(prog != NULL, "ZBSCHED is not set (run through meson test)");
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)prog;
+    va_list ap;
+    va_start(ap, in_path);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && argc < 63)
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    char o[600], e[600];
+    snprintf(o, sizeof o, "%s/stdout", tmpdir);
+    snprintf(e, sizeof e, "%s/stderr", tmpdir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || fo < 0 || fe < 0)
+            _exit(127);
+        dup2(in, 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(prog, argv);
+        _exit(127);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    slurp(o, out_text, sizeof out_text);
+    slurp(e, err_text, sizeof err_text);
+    unlink(o);
+    unlink(e);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* The last run failed cleanly: non-zero exit (not a signal), one line on
+ * stderr containing frag, and no output file at out (when given). */
+#define EXPECT_CLEAN_FAILURE(rc, frag, out)                                            \
+    do {                                                                               \
+        ck_assert_msg((rc) > 0, "exit %d, stderr: %s", (rc), err_text);                \
+        ck_assert_msg(count_lines(err_text) == 1, "stderr not one line: '%s'", err_text); \
+        ck_assert_msg(strstr(err_text, (frag)), "stderr '%s' lacks '%s'", err_text, (frag)); \
+        if (out)                                                                       \
+            ck_assert_msg(!exists(out), "%s was created", (const char *)(out));       \
+    } while (0)
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(tmpdir, "/tmp/zb_cli_testXXXXXX");
+}
+
+START_TEST(gen_bad_input)
+{
+    const char *o = tmp("g.json");
+    int rc;
+    rc = run(NULL, "gen", "nosuch", "-p", "4", "-m", "8", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "unknown kind 'nosuch'", o);
+    rc = run(NULL, "gen", "1f1b", "-p", "0", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--stages", o);
+    rc = run(NULL, "gen", "1f1b", "-p", "-2", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--stages", o);
+    rc = run(NULL, "gen", "1f1b", "-m", "abc", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--microbatches: 'abc'", o);
+    rc = run(NULL, "gen", "1f1b", "--tf", "-1", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--tf", o);
+    rc = run(NULL, "gen", "1f1b", "--tb", "nan", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--tb", o);
+    rc = run(NULL, "gen", "1f1b", "--bogus", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "unknown option '--bogus'", o);
+    rc = run(NULL, "gen", "1f1b", "-o", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "needs a value", NULL);
+    rc = run(NULL, "gen", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "missing KIND", NULL);
+    rc = run(NULL, "gen", "zb-auto", "-p", "4", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "needs --mem-limit", o);
+    rc = run(NULL, "gen", "zb-auto", "-p", "4", "--mem-limit", "8,8", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "one per device (4), got 2", o);
+    rc = run(NULL, "gen", "zb-auto", "-p", "4", "--mem-limit", "8,x,8,8", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--mem-limit: 'x'", o);
+    rc = run(NULL, "gen", "1f1b", "-o", tmp("no/such/dir/g.json"), NULL);
+    EXPECT_CLEAN_FAILURE(rc, "cannot create", NULL);
+    rc = run(NULL, "gen", "1f1b", "extra", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "unexpected argument 'extra'", NULL);
+    ck_assert_int_eq(run(NULL, "gen", "--help", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "usage: zbsched gen"));
+}
+END_TEST
+
+/* Writes a schedule built from a fixture to path. */
+static void save_fixture(sched_t *s, const char *path)
+{
+    zb_err err = { "" };
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(sched_save_file(s, path, &err) == 0, "%s", err.msg);
+    sched_free(s);
+}
+
+START_TEST(simulate_bad_input)
+{
+    const char *f = tmp("bad.json");
+    int rc;
+    rc = run(NULL, "simulate", tmp("missing.json"), NULL);
+    EXPECT_CLEAN_FAILURE(rc, "cannot open", NULL);
+    rc = run(NULL, "simulate", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "missing FILE", NULL);
+    rc = run(NULL, "simulate", "--bogus", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "unknown option", NULL);
+    rc = run(NULL, "simulate", tmpdir, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "cannot read", NULL);
+    write_text(f, "{\"format\": \"zbsched-schedule\", \"version\": 1, \"devices\"");
+    rc = run(NULL, "simulate", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "truncated", NULL);
+    write_text(f, "{\"format\": \"zbsched-schedule\", \"version\": 1, \"devices\": \"two\", "
+                  "\"microbatches\": 1, \"stages\": 1, \"placement\": [0], \"costs\": {}, \"ops\": [[]]}");
+    rc = run(NULL, "simulate", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "devices must be a number", NULL);
+    write_text(f, "\x01\xff garbage");
+    rc = run(NULL, "simulate", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "malformed JSON", NULL);
+
+    sched_t *s = fixture_1f1b(2, 2, 0);
+    sched_push(s, 1, OP_F, 1, 0); /* duplicate */
+    save_fixture(s, f);
+    rc = run(NULL, "simulate", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "device 1, op 4 (F0@1): duplicate", NULL);
+
+    s = fixture_1f1b(2, 2, 0);
+    s->dev[1].n_ops--; /* missing */
+    save_fixture(s, f);
+    rc = run(NULL, "simulate", f, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "missing backward (B or BW) for stage 1, micro-batch 1", NULL);
+
+    s = sched_new(2, 2, 2); /* cross-device cycle */
+    sched_place_interleaved(s);
+    sched_push(s, 0, OP_F, 0, 0);
+    sched_push(s, 0, OP_BW, 0, 0);
+    sched_push(s, 0, OP_F, 0, 1);
+    sched_push(s, 0, OP_BW, 0, 1);
+    sched_push(s, 1, OP_F, 1, 1);
+    sched_push(s, 1, OP_BW, 1, 1);
+    sched_push(s, 1, OP_F, 1, 0);
+    sched_push(s, 1, OP_BW, 1, 0);
+    save_fixture(s, f);
+    rc = run(NULL, "simulate", f, "--json", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "deadlock", NULL);
+    ck_assert_str_eq(out_text, "");
+}
+END_TEST
+
+START_TEST(simulate_output)
+{
+    const char *f = tmp("s.json");
+    sched_t *s = fixture_1f1b(2, 2, 0);
+    sched_set_costs(s, 1, 1, 1, 0.5);
+    save_fixture(s, f);
+    ck_assert_int_eq(run(NULL, "simulate", f, "--json", NULL), 0);
+    cJSON *o = cJSON_Parse(out_text);
+    ck_assert_msg(o != NULL, "not JSON: %s", out_text);
+    /* Hand-computed in test_sim.c: cost 10, bubble 0.4, peaks 4 and 2. */
+    ck_assert_double_eq(cJSON_GetObjectItem(o, "cost")->valuedouble, 10);
+    ck_assert_double_eq(cJSON_GetObjectItem(o, "makespan")->valuedouble, 10);
+    ck_assert_double_eq_tol(cJSON_GetObjectItem(o, "bubble_rate")->valuedouble, 0.4, 1e-12);
+    ck_assert_int_eq(cJSON_GetObjectItem(o, "devices")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(o, "microbatches")->valueint, 2);
+    cJSON *peak = cJSON_GetObjectItem(o, "peak_memory");
+    ck_assert_int_eq(cJSON_GetArraySize(peak), 2);
+    ck_assert_double_eq(cJSON_GetArrayItem(peak, 0)->valuedouble, 4);
+    ck_assert_double_eq(cJSON_GetArrayItem(peak, 1)->valuedouble, 2);
+    ck_assert_ptr_null(cJSON_GetObjectItem(o, "measured"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(o, "timeline"));
+    cJSON_Delete(o);
+
+    ck_assert_int_eq(run(f, "simulate", "-", "--json", "--timeline", NULL), 0); /* stdin */
+    o = cJSON_Parse(out_text);
+    cJSON *tl = cJSON_GetObjectItem(o, "timeline");
+    ck_assert_int_eq(cJSON_GetArraySize(tl), 2);
+    cJSON *op = cJSON_GetArrayItem(cJSON_GetArrayItem(tl, 0), 2);
+    ck_assert_str_eq(cJSON_GetObjectItem(op, "op")->valuestring, "BW0@0");
+    ck_assert_double_eq(cJSON_GetObjectItem(op, "start")->valuedouble, 5);
+    cJSON_Delete(o);
+
+    ck_assert_int_eq(run(NULL, "simulate", f, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "cost 10, makespan 10, bubble rate 40.00%"));
+    ck_assert_ptr_null(strstr(out_text, "measured"));
+
+    /* Measured times are shown next to the prediction. */
+    s = fixture_1f1b(2, 2, 0);
+    for (int d = 0; d < 2; d++) {
+        ck_assert_int_eq(sched_lane_alloc_times(s, d), 0);
+        for (int i = 0; i < 4; i++) {
+            s->dev[d].start[i] = 2.0 * i;
+            s->dev[d].end[i] = 2.0 * i + 1.5;
+        }
+    }
+    save_fixture(s, f);
+    ck_assert_int_eq(run(NULL, "simulate", f, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "measured:  cost 7.5, makespan 7.5"));
+    ck_assert_int_eq(run(NULL, "simulate", f, "--json", NULL), 0);
+    o = cJSON_Parse(out_text);
+    cJSON *m = cJSON_GetObjectItem(o, "measured");
+    ck_assert_ptr_nonnull(m);
+    ck_assert_double_eq(cJSON_GetObjectItem(m, "cost")->valuedouble, 7.5);
+    cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(export_import_bad_input)
+{
+    const char *f = tmp("s.json"), *c = tmp("s.csv"), *o = tmp("o.json"), *oc = tmp("o.csv");
+    int rc;
+    save_fixture(fixture_1f1b(2, 2, 0), f);
+    rc = run(NULL, "export", f, "--format", "xml", "-o", oc, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "unknown format 'xml'", oc);
+    rc = run(NULL, "export", tmp("missing.json"), "-o", oc, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "cannot open", oc);
+    sched_t *s = fixture_1f1b(2, 2, 0);
+    s->dev[0].n_ops--;
+    save_fixture(s, f);
+    rc = run(NULL, "export", f, "-o", oc, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "invalid schedule", oc);
+
+    rc = run(NULL, "import", tmp("missing.csv"), "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "cannot open", o);
+    write_text(c, "0F0,0B0\n0F0,1B0\n");
+    rc = run(NULL, "import", c, "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "stage 0 is already on row 0", o);
+    write_text(c, "0F0,0Q0\n");
+    rc = run(NULL, "import", c, "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "row 0, cell 1 ('0Q0')", o);
+    write_text(c, "0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n"); /* stage 0 lacks B1 */
+    rc = run(NULL, "import", c, "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "invalid schedule", o);
+    write_text(c, "0F0,0B0\n1B0,1F0\n"); /* B before F on one rank */
+    rc = run(NULL, "import", c, "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "deadlock", o);
+    write_text(c, "0F0,0B0\n1F0,1B0\n");
+    rc = run(NULL, "import", c, "--tf", "x", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--tf", o);
+    rc = run(NULL, "import", c, "-m", "0", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "--microbatches", o);
+    rc = run(NULL, "import", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "missing CSV", NULL);
+    /* m=3 but only micro-batch 0 listed: incomplete, nothing written. */
+    rc = run(NULL, "import", c, "-m", "3", "-o", o, NULL);
+    EXPECT_CLEAN_FAILURE(rc, "missing", o);
+    ck_assert_int_eq(run(NULL, "import", c, "--tf", "2", "--tcomm", "0.5", "--mf", "3", "-o", o, NULL), 0);
+    sched_t *t = NULL;
+    zb_err err = { "" };
+    ck_assert_msg(sched_load_file(o, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t->n_devices, 2);
+    ck_assert_double_eq(t->cost[1].t_f, 2);
+    ck_assert_double_eq(t->cost[1].d_f, 3);
+    ck_assert_double_eq(t->t_comm, 0.5);
+    ck_assert_str_eq(t->name, "torch-csv");
+    sched_free(t);
+}
+END_TEST
+
+START_TEST(round_trip_every_kind)
+{
+    static const char *const kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const char *a = tmp("a.json"), *b = tmp("b.json"), *c = tmp("a.csv");
+        if (run(NULL, "gen", kinds[i], "-p", "4", "-m", "8", "--tf", "1.5", "--tcomm", "0.1",
+                "-o", a, NULL) != 0) {
+            /* A kind whose generator is not in the tree yet fails cleanly. */
+            EXPECT_CLEAN_FAILURE(1, kinds[i], a);
+            continue;
+        }
+        ck_assert_int_eq(run(NULL, "export", a, "--format", "torch-csv", "-o", c, NULL), 0);
+        ck_assert_int_eq(run(NULL, "import", c, "--tf", "1.5", "--tcomm", "0.1", "--name", kinds[i],
+                             "-o", b, NULL), 0);
+        char ta[1 << 15], tb[1 << 15];
+        slurp(a, ta, sizeof ta);
+        slurp(b, tb, sizeof tb);
+        ck_assert_msg(!strcmp(ta, tb), "%s: JSON changed through CSV", kinds[i]);
+        /* export to stdout gives the same CSV */
+        ck_assert_int_eq(run(NULL, "export", b, NULL), 0);
+        slurp(c, ta, sizeof ta);
+        ck_assert_str_eq(out_text, ta);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, gen_bad_input);
+    tcase_add_test(tc, simulate_bad_input);
+    tcase_add_test(tc, simulate_output);
+    tcase_add_test(tc, export_import_bad_input);
+    tcase_add_test(tc, round_trip_every_kind);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,165 @@
+/*
+ * test_adamw.c: AdamW against hand-computed values, decay mask, clipping,
+ * the split-independent sum of squares, and the lr schedule.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/llama.h"
+#include "tests/kernels/kt_common.h"
+
+START_TEST(test_update_by_hand)
+{
+    /* lr 0.1, β 0.9/0.99, wd 0.1, grad_scale 0.5.  With a constant gradient
+     * the bias-corrected m̂ = g and v̂ = g², so each step moves by
+     * lr·(sign(g) + wd·p) (up to eps):
+     *   step 1: p0 = 1 - 0.1·(1 + 0.1)      = 0.89
+     *           p1 = -2 - 0.1·(-1 - 0.2)    = -1.88
+     *           p2 = 0.5 - 0.1·(1 + 0.05)   = 0.395
+     *   step 2: p0 = 0.89 - 0.1·(1 + 0.089) = 0.7811
+     * and m = 0.1·g', v = 0.01·g'² after step 1, g' = 0.5·g. */
+    float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.1f, -0.2f, 0.3f};
+    float m[3] = {0}, v[3] = {0};
+    adamw_update(p, g, m, v, 3, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 0.5f);
+    ck_assert_float_eq_tol(p[0], 0.89f, 1e-6f);
+    ck_assert_float_eq_tol(p[1], -1.88f, 1e-6f);
+    ck_assert_float_eq_tol(p[2], 0.395f, 1e-6f);
+    ck_assert_float_eq_tol(m[1], -0.01f, 1e-8f);
+    ck_assert_float_eq_tol(v[2], 0.01f * 0.15f * 0.15f, 1e-9f);
+    adamw_update(p, g, m, v, 3, 2, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 0.5f);
+    ck_assert_float_eq_tol(p[0], 0.7811f, 1e-6f);
+    /* no decay: p moves by lr·sign only */
+    float q[1] = {3.0f}, gq[1] = {-1.0f}, mq[1] = {0}, vq[1] = {0};
+    adamw_update(q, gq, mq, vq, 1, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f);
+    ck_assert_float_eq_tol(q[0], 3.01f, 1e-6f);
+}
+END_TEST
+
+START_TEST(test_decay_mask)
+{
+    zb_model mdl = kt_model(1, 8, 2, 2, 16, 5, 4);
+    zb_err err = {{0}};
+    llama_stage st;
+    ck_assert_int_eq(llama_stage_init(&st, &mdl, 0, 1, 1, 1, &err), 0);
+    size_t n = st.n_params;
+    float *p = malloc(sizeof(float) * n), *p0 = malloc(sizeof(float) * n);
+    float *g = calloc(n, sizeof(float)), *m = calloc(n, sizeof(float));
+    float *v = calloc(n, sizeof(float));
+    llama_stage_init_params(&st, p, 9);
+    memcpy(p0, p, sizeof(float) * n);
+    adamw_config c;
+    adamw_config_default(&c);
+    /* zero gradients: only the decoupled decay acts, p *= 1 - lr·wd */
+    adamw_step_stage(&st, &c, p, g, m, v, 1, 0.5f, 1.0f);
+    for (int t = 0; t < st.n_tensors; t++) {
+        const llama_tensor *ten = &st.tensors[t];
+        int is_norm = ten->kind == LLAMA_T_ATTN_NORM || ten->kind == LLAMA_T_MLP_NORM ||
+                      ten->kind == LLAMA_T_FINAL_NORM;
+        ck_assert_int_eq(ten->decay, !is_norm);
+        for (size_t i = 0; i < ten->count; i += 7) {
+            float want = ten->decay ? p0[ten->offset + i] * (1.0f - 0.5f * 0.1f)
+                                    : p0[ten->offset + i];
+            ck_assert_float_eq_tol(p[ten->offset + i], want, 1e-7f);
+        }
+    }
+    free(p);
+    free(p0);
+    free(g);
+    free(m);
+    free(v);
+    llama_stage_free(&st);
+}
+END_TEST
+
+START_TEST(test_clipping)
+{
+    float g[2] = {3.0f, 4.0f};
+    double ss = adamw_sum_squares(g, 2);
+    ck_assert(ss == 25.0);
+    ck_assert_float_eq_tol(adamw_clip_scale(ss, 1.0f), 0.2f, 1e-6f);
+    ck_assert_float_eq(adamw_clip_scale(ss, 10.0f), 1.0f);
+    ck_assert_float_eq(adamw_clip_scale(ss, 0.0f), 1.0f);
+    ck_assert_float_eq(adamw_clip_scale(0.0, 1.0f), 1.0f);
+    /* clipping through grad_scale: an update with g·0.2 equals the update
+     * with the pre-scaled gradient */
+    float p1[2] = {1, 1}, p2[2] = {1, 1}, m1[2] = {0}, v1[2] = {0}, m2[2] = {0}, v2[2] = {0};
+    float gs[2] = {3.0f * 0.2f, 4.0f * 0.2f};
+    adamw_update(p1, g, m1, v1, 2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0, 0.2f);
+    adamw_update(p2, gs, m2, v2, 2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0, 1.0f);
+    ck_assert(memcmp(m1, m2, sizeof m1) == 0 && memcmp(p1, p2, sizeof p1) == 0);
+}
+END_TEST
+
+START_TEST(test_sum_squares_split_independent)
+{
+    zb_model mdl = kt_model(3, 8, 2, 1, 16, 5, 4);
+    zb_err err = {{0}};
+    llama_stage whole, a, b;
+    ck_assert_int_eq(llama_stage_init(&whole, &mdl, 0, 3, 1, 1, &err), 0);
+    ck_assert_int_eq(llama_stage_init(&a, &mdl, 0, 1, 1, 0, &err), 0);
+    ck_assert_int_eq(llama_stage_init(&b, &mdl, 1, 3, 0, 1, &err), 0);
+    float *gw = malloc(sizeof(float) * whole.n_params);
+    llama_stage_init_params(&whole, gw, 3); /* any numbers will do */
+    double *tw = malloc(sizeof(double) * whole.n_tensors);
+    double *ts = malloc(sizeof(double) * whole.n_tensors);
+    double total_w = adamw_tensor_sum_squares(&whole, gw, tw);
+    adamw_tensor_sum_squares(&a, gw, ts);
+    adamw_tensor_sum_squares(&b, gw + a.n_params, ts + a.n_tensors);
+    ck_assert_int_eq(a.n_tensors + b.n_tensors, whole.n_tensors);
+    ck_assert(memcmp(tw, ts, sizeof(double) * whole.n_tensors) == 0);
+    double total_s = 0;
+    for (int t = 0; t < whole.n_tensors; t++)
+        total_s += ts[t];
+    ck_assert(total_s == total_w);
+    ck_assert(fabs(total_w - adamw_sum_squares(gw, whole.n_params)) < 1e-9 * total_w);
+    free(gw);
+    free(tw);
+    free(ts);
+    llama_stage_free(&whole);
+    llama_stage_free(&a);
+    llama_stage_free(&b);
+}
+END_TEST
+
+START_TEST(test_lr_schedule)
+{
+    adamw_config c;
+    adamw_config_default(&c);
+    c.lr = 1.0f;
+    c.min_lr = 0.1f;
+    c.warmup_steps = 10;
+    c.decay_steps = 110;
+    ck_assert_float_eq_tol(adamw_lr(&c, 0), 0.1f, 1e-7f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 4), 0.5f, 1e-7f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 9), 1.0f, 1e-7f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 10), 1.0f, 1e-7f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 60), 0.55f, 1e-6f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 110), 0.1f, 1e-7f);
+    ck_assert_float_eq_tol(adamw_lr(&c, 1000), 0.1f, 1e-7f);
+    for (int s = 10; s < 110; s++)
+        ck_assert(adamw_lr(&c, s + 1) <= adamw_lr(&c, s));
+}
+END_TEST
+
+int main(void)
+{
+    kernels_init_threads(1);
+    Suite *s = suite_create("kernels_adamw");
+    TCase *tc = tcase_create("adamw");
+    tcase_add_test(tc, test_update_by_hand);
+    tcase_add_test(tc, test_decay_mask);
+    tcase_add_test(tc, test_clipping);
+    tcase_add_test(tc, test_sum_squares_split_independent);
+    tcase_add_test(tc, test_lr_schedule);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,315 @@
+/*
+ * test_cost.c: the cost model (src/cost_model.h) against figures computed by
+ * hand, the zero-bubble paper's Table 1 identities, and its Table 9 profile.
+ *
+ * Hand computation for the paper's 1.5B model (22 layers, h=2304, a=24,
+ * s=1024, b=6, vocab 50304, GPT-style, bf16), flash attention OFF so that
+ * Table 1 applies literally, 8 pipeline stages on A100-80G:
+ *
+ *   s*b = 6144 tokens.
+ *   Per layer M_B = sb(34h + 5as) = 6144 * (78336 + 122880) = 1,236,271,104 B
+ *   Per layer M_W = 32sbh          = 32 * 6144 * 2304      =   452,984,832 B
+ *   Layer split (first/last one fewer): 22+2 = 24 slots / 8 = 3 each
+ *       -> [2,3,3,3,3,3,3,2]
+ *   Layer params = 12h^2 + 13h = 63,700,992 + 29,952 = 63,730,944
+ *   Bytes/param (bf16 weights 2, fp32 grads 4, fp32 master+m+v 12) = 18
+ *   Middle stage (3 layers):
+ *       static  = 3 * 63,730,944 * 18 = 3,441,470,976 B
+ *       M_B     = 3 * 1,236,271,104   = 3,708,813,312 B
+ *       M_W     = 3 *   452,984,832   = 1,358,954,496 B
+ *       mem_static(device) = static + reserve 3e9 = 6,441,470,976 B
+ *   First stage (2 layers + embedding):
+ *       embedding params = V*h + s*h (learned positions)
+ *                        = 115,900,416 + 2,359,296 = 118,259,712
+ *       params = 127,461,888 + 118,259,712 = 245,721,600 -> *18 = 4,422,988,800 B
+ *       M_B = 2 * 1,236,271,104 + 8*sb (int64 ids) = 2,472,591,360 B
+ *   Last stage (2 layers + head, tied but on another device: own copy):
+ *       head params = V*h + 2h = 115,905,024
+ *       params = 127,461,888 + 115,905,024 = 243,366,912 -> *18 = 4,380,604,416 B
+ *       head M_B = 2*2*sbh + 2*sbV + 4*sbV
+ *                = 56,623,104 + 618,135,552 + 1,236,271,104 = 1,911,029,760 B
+ *       M_B = 2,472,542,208 + 1,911,029,760 = 4,383,571,968 B
+ *       transient (fp32 logits in the loss) = 4*sbV = 1,236,271,104 B
+ *       mem_static(device 7) = 4,380,604,416 + 1,236,271,104 + 3e9 = 8,616,875,520 B
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/cost_model.h"
+
+static zb_model preset(const char *name)
+{
+    zb_model m;
+    zb_err err = { { 0 } };
+    ck_assert_msg(model_preset(name, &m, &err) == 0, "%s", err.msg);
+    return m;
+}
+
+static zb_gpu gpu(const char *name)
+{
+    zb_gpu g;
+    zb_err err = { { 0 } };
+    ck_assert_msg(gpu_preset(name, &g, &err) == 0, "%s", err.msg);
+    return g;
+}
+
+START_TEST(test_layer_split)
+{
+    int l[32];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_layer_split(22, 8, l, &err), 0);
+    int want[8] = { 2, 3, 3, 3, 3, 3, 3, 2 };
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], want[i]);
+    /* 32 layers over 8: 34 slots = 4 each + 2 extra -> first middles get them. */
+    ck_assert_int_eq(cost_layer_split(32, 8, l, &err), 0);
+    int want2[8] = { 3, 5, 5, 4, 4, 4, 4, 3 };
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], want2[i]);
+    /* One layer per chunk: 24 virtual stages for 22 layers, ends get none. */
+    ck_assert_int_eq(cost_layer_split(22, 24, l, &err), 0);
+    ck_assert_int_eq(l[0], 0);
+    ck_assert_int_eq(l[23], 0);
+    int sum = 0;
+    for (int i = 0; i < 24; i++)
+        sum += l[i];
+    ck_assert_int_eq(sum, 22);
+    ck_assert_int_eq(cost_layer_split(22, 1, l, &err), 0);
+    ck_assert_int_eq(l[0], 22);
+    ck_assert_int_eq(cost_layer_split(22, 25, l, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "too few"));
+}
+END_TEST
+
+START_TEST(test_memory_by_hand_1_5b)
+{
+    zb_model m = preset("1.5B");
+    zb_gpu g = gpu("A100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    o.flash_attention = 0;
+    cost_part layer, emb, head;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &layer, &emb, &head, &err), 0);
+    ck_assert_double_eq(layer.m_b, 1236271104.0);
+    ck_assert_double_eq(layer.m_w, 452984832.0);
+    ck_assert_double_eq(layer.params, 63730944.0);
+    ck_assert_double_eq(cost_bytes_per_param(&m, &o), 18.0);
+
+    cost_stage st[8];
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 8, 0, st, &err), 0);
+    ck_assert_double_eq(st[3].static_bytes, 3441470976.0);
+    ck_assert_double_eq(st[3].m_b, 3708813312.0);
+    ck_assert_double_eq(st[3].m_w, 1358954496.0);
+    ck_assert_double_eq(st[0].static_bytes, 4422988800.0);
+    ck_assert_double_eq(st[0].m_b, 2472591360.0);
+    ck_assert_double_eq(st[7].static_bytes, 4380604416.0);
+    ck_assert_double_eq(st[7].m_b, 4383571968.0);
+    ck_assert_int_eq(st[0].has_embedding, 1);
+    ck_assert_int_eq(st[7].has_head, 1);
+    ck_assert_int_eq(st[7].first_layer, 20);
+
+    sched_t *s = sched_new(8, 16, 8);
+    ck_assert_ptr_nonnull(s);
+    sched_place_interleaved(s);
+    ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), 0);
+    ck_assert_str_eq(s->time_unit, "ms");
+    ck_assert_str_eq(s->mem_unit, "bytes");
+    ck_assert_ptr_nonnull(s->mem_static);
+    ck_assert_double_eq(s->mem_static[3], 6441470976.0);
+    ck_assert_double_eq(s->mem_static[7], 8616875520.0);
+    ck_assert_double_eq(s->cost[3].d_f, 3708813312.0);
+    ck_assert_double_eq(s->cost[3].d_b, 1358954496.0 - 3708813312.0);
+    ck_assert_double_eq(s->cost[3].d_w, -1358954496.0);
+    /* Activation of one micro-batch between stages: 2*sbh bytes over
+     * 300 GB/s plus 10 us. */
+    ck_assert_double_eq_tol(s->t_comm, (2.0 * 6144 * 2304 / 300e9 + 10e-6) * 1e3, 1e-12);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_table1_time_identities)
+{
+    const char *names[] = { "1.5B", "6.2B", "llama3-8b", "shakespeare-char" };
+    zb_gpu g = gpu("H100-80G");
+    for (int i = 0; i < 4; i++) {
+        zb_model m = preset(names[i]);
+        cost_options o;
+        cost_options_default(&o);
+        cost_part l, e, h;
+        zb_err err = { { 0 } };
+        ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &h, &err), 0);
+        /* Table 1: T_B + T_W = 2 T_F and T_W < T_F < T_B. */
+        ck_assert_double_eq_tol(l.t_b + l.t_w, 2 * l.t_f, 1e-12 * l.t_f);
+        ck_assert(l.t_w < l.t_f && l.t_f < l.t_b);
+        ck_assert(l.m_w < l.m_b);
+        /* The head's three matmuls cost the same. */
+        ck_assert_double_eq_tol(h.t_f, h.t_w, 1e-15);
+        /* Recompute runs F again inside B and keeps only the layer input. */
+        cost_options r = o;
+        r.recompute = 1;
+        cost_part lr;
+        ck_assert_int_eq(cost_parts(&m, &g, &r, &lr, &e, &h, &err), 0);
+        ck_assert_double_eq_tol(lr.t_b, l.t_b + l.t_f, 1e-12 * l.t_f);
+        ck_assert_double_eq(lr.t_w, l.t_w);
+        ck_assert_double_eq(lr.m_b, (double)zb_dtype_bytes(m.dtype) * m.seq_len * m.micro_batch * m.d_model);
+        ck_assert_double_eq(lr.m_w, l.m_w);
+        ck_assert_double_eq(lr.transient, l.m_b);
+    }
+    /* GPT with a=kv, f=4h: F = sbh(24h + 4s) exactly (Table 1). */
+    zb_model m = preset("6.2B");
+    cost_options o;
+    cost_options_default(&o);
+    cost_part l, e, h;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &h, &err), 0);
+    double sbh = 1024.0 * 3 * 4096;
+    ck_assert_double_eq(l.f_flops, sbh * (24 * 4096.0 + 4 * 1024));
+    ck_assert_double_eq(l.b_flops, sbh * (24 * 4096.0 + 8 * 1024));
+    ck_assert_double_eq(l.w_flops, sbh * (24 * 4096.0));
+    /* Flash attention drops the 5as term of M_B. */
+    cost_options nf = o;
+    nf.flash_attention = 0;
+    cost_part l2;
+    ck_assert_int_eq(cost_parts(&m, &g, &nf, &l2, &e, &h, &err), 0);
+    ck_assert_double_eq(l2.m_b, 1024.0 * 3 * (34 * 4096.0 + 5 * 32 * 1024));
+    ck_assert_double_eq(l.m_b, 1024.0 * 3 * 34 * 4096 + 4.0 * 32 * 1024 * 3);
+}
+END_TEST
+
+START_TEST(test_table9_calibration)
+{
+    /* Paper Table 9: 6.2B, p=8, A100: T_F = 29.7 ms per stage of 4 layers;
+     * 14.6B, p=16: 11.3 ms (3 layers); 28.3B, p=32: 10.4 ms (2 layers). */
+    struct { const char *name; int p; double t_f_ms; } rows[] = {
+        { "6.2B", 8, 29.718 }, { "14.6B", 16, 11.347 }, { "28.3B", 32, 10.419 },
+    };
+    zb_gpu g = gpu("A100-80G");
+    for (int i = 0; i < 3; i++) {
+        zb_model m = preset(rows[i].name);
+        cost_options o;
+        cost_options_default(&o);
+        cost_stage st[32];
+        zb_err err = { { 0 } };
+        ck_assert_int_eq(cost_stages(&m, &g, &o, rows[i].p, 0, st, &err), 0);
+        double t = st[1].t_f * 1e3;
+        ck_assert_msg(fabs(t - rows[i].t_f_ms) / rows[i].t_f_ms < 0.15,
+                      "%s: estimated T_F %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_f_ms);
+    }
+}
+END_TEST
+
+START_TEST(test_param_counts)
+{
+    struct { const char *name; double params; } rows[] = {
+        { "1.5B", 1.5e9 }, { "6.2B", 6.2e9 }, { "14.6B", 14.6e9 }, { "28.3B", 28.3e9 },
+        { "llama3-8b", 8.03e9 }, { "llama3-70b", 70.55e9 }, { "intellect-1-10b", 10.2e9 },
+    };
+    for (int i = 0; i < 7; i++) {
+        zb_model m = preset(rows[i].name);
+        double p = cost_param_count(&m);
+        ck_assert_msg(fabs(p - rows[i].params) / rows[i].params < 0.02,
+                      "%s: %.3g parameters, expected about %.3g", rows[i].name, p, rows[i].params);
+    }
+}
+END_TEST
+
+START_TEST(test_tied_and_zero1)
+{
+    zb_model m = preset("1.5B");
+    zb_gpu g = gpu("A100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    cost_stage a[16], b[16];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 16, 0, a, &err), 0);
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 16, 1, b, &err), 0);
+    /* V placement puts stage 0 and 15 on one device: one copy of V*h. */
+    ck_assert_double_eq(a[15].params - b[15].params, 50304.0 * 2304);
+    m.tied_embedding = 0;
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 16, 1, b, &err), 0);
+    ck_assert_double_eq(a[15].params, b[15].params);
+
+    o.zero1_dp = 4;
+    ck_assert_double_eq(cost_bytes_per_param(&m, &o), 2 + 4 + 3.0);
+    zb_model t = preset("tiny");
+    o.zero1_dp = 1;
+    ck_assert_double_eq(cost_bytes_per_param(&t, &o), 16.0);
+}
+END_TEST
+
+START_TEST(test_profile_overrides)
+{
+    zb_model m = preset("tiny");
+    zb_gpu g = gpu("H200-141G");
+    zb_profile p;
+    profile_init(&p);
+    p.micro_batch = 2; /* the model's micro_batch is 4: figures double */
+    p.seq_len = m.seq_len;
+    p.layer = (profile_part){ 1e-3, 2e-3, 5e-4, 1000, 400 };
+    p.embedding = (profile_part){ 1e-5, 0, 2e-5, 10, 20 };
+    p.head = (profile_part){ 3e-4, 3e-4, 3e-4, 5000, 2000 };
+    p.t_comm = 1e-5;
+    p.reserve_bytes = 1e6;
+    cost_options o;
+    cost_options_default(&o);
+    o.profile = &p;
+    sched_t *s = sched_new(2, 4, 2);
+    sched_place_interleaved(s);
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), 0);
+    /* tiny: 4 layers over 2 stages -> [2, 2]. */
+    ck_assert_double_eq_tol(s->cost[0].t_f, 2 * (2 * 1e-3 + 1e-5) * 1e3, 1e-9);
+    ck_assert_double_eq_tol(s->cost[1].t_w, 2 * (2 * 5e-4 + 3e-4) * 1e3, 1e-9);
+    ck_assert_double_eq(s->cost[1].d_f, 2 * (2 * 1000.0 + 5000));
+    ck_assert_double_eq(s->cost[1].d_w, -2 * (2 * 400.0 + 2000));
+    ck_assert_double_eq_tol(s->t_comm, 2 * 1e-5 * 1e3, 1e-12);
+    ck_assert(s->mem_static[0] > 1e6 && s->mem_static[0] < 1e6 + 1e7);
+
+    /* A profile at another sequence length does not apply. */
+    p.seq_len = 128;
+    ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "seq_len"));
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_head_memory_shows)
+{
+    /* Llama 3 8B, seq 8192: the head's logits (V = 128256) make the last
+     * stage's M_B several GB larger than a middle stage with more layers. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    cost_stage st[8];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 8, 0, st, &err), 0);
+    double logits = 8192.0 * 128256;
+    ck_assert(st[7].m_b - st[7].n_layers * (st[3].m_b / st[3].n_layers) >= 6 * logits);
+    ck_assert(st[7].transient >= 4 * logits);
+    ck_assert(st[0].static_bytes > st[3].static_bytes * st[0].n_layers / st[3].n_layers);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cost");
+    TCase *tc = tcase_create("model");
+    tcase_add_test(tc, test_layer_split);
+    tcase_add_test(tc, test_memory_by_hand_1_5b);
+    tcase_add_test(tc, test_table1_time_identities);
+    tcase_add_test(tc, test_table9_calibration);
+    tcase_add_test(tc, test_param_counts);
+    tcase_add_test(tc, test_tied_and_zero1);
+    tcase_add_test(tc, test_profile_overrides);
+    tcase_add_test(tc, test_head_memory_shows);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,292 @@
+/*
+ * test_search.c: `zbsched search` (solver/search.h and the CLI): ranking,
+ * rejection of candidates over the memory limit, the nothing-fits report
+ * and its minimal memory, the annotations of the written schedule, and the
+ * command's exit codes and messages.
+ *
+ * The scenario is the zero-bubble paper's 1.5B model on 8 A100s with a
+ * global batch of 48 sequences (b in 1, 2, 4, 6, 8, 16; m = 48/b): small
+ * enough that one search takes milliseconds.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "solver/search.h"
+
+static search_options scenario(double mem)
+{
+    search_options o;
+    search_options_default(&o);
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(model_preset("1.5B", &o.model, &err), 0);
+    ck_assert_int_eq(gpu_preset("A100-80G", &o.gpu, &err), 0);
+    o.n_devices = 8;
+    o.global_batch = 48;
+    o.max_micro_batch = 16;
+    o.mem_bytes = mem;
+    return o;
+}
+
+static const search_candidate *find(const search_result *r, const char *label, int b, int rc)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->c[i].label, label) && r->c[i].micro_batch == b && r->c[i].recompute == rc)
+            return &r->c[i];
+    return NULL;
+}
+
+START_TEST(test_ranking)
+{
+    search_options o = scenario(1e12);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_gt(r.n_fit, 10);
+    ck_assert_ptr_nonnull(r.c[0].sched);
+    for (int i = 0; i < r.n; i++) {
+        const search_candidate *c = &r.c[i];
+        if (i < r.n_fit) {
+            ck_assert_int_eq(c->status, SEARCH_FIT);
+            ck_assert(c->peak_bytes <= o.mem_bytes);
+            ck_assert(c->iter_ms > 0 && c->tokens_per_s > 0 && c->mfu > 0 && c->mfu < 1);
+            ck_assert(c->bubble_rate > -1e-9 && c->bubble_rate < 1);
+            ck_assert(c->peak_bytes >= c->static_bytes);
+            if (i > 0)
+                ck_assert(r.c[i - 1].iter_ms <= c->iter_ms);
+            ck_assert_int_eq(c->n_micro * c->micro_batch, 48);
+        } else {
+            ck_assert_int_ne(c->status, SEARCH_FIT);
+        }
+    }
+    /* Every family ran at b=6 without recompute (the V solvers may still be
+     * placeholders, so only the generators and zb-auto are required). */
+    const char *labels[] = { "1f1b", "interleaved v=2", "interleaved v=3", "zb-h1", "zb-h2",
+                             "zb-auto 1p", "zb-auto 2p", "zb-auto max", "zb-v" };
+    for (int i = 0; i < 9; i++) {
+        const search_candidate *c = find(&r, labels[i], 6, 0);
+        ck_assert_msg(c != NULL, "%s missing", labels[i]);
+        ck_assert_msg(c->status == SEARCH_FIT, "%s: %s", labels[i], c->note);
+    }
+    /* 22 layers over 8 devices allow at most (22+2)/8 = 3 chunks. */
+    ck_assert_ptr_null(find(&r, "interleaved v=4", 6, 0));
+    /* Splitting W out never makes a schedule slower (Table 2), and
+     * recompute never makes it faster. */
+    for (int b = 1; b <= 16; b *= 2) {
+        const search_candidate *h1 = find(&r, "zb-h1", b, 0), *f = find(&r, "1f1b", b, 0);
+        const search_candidate *fr = find(&r, "1f1b", b, 1);
+        ck_assert(h1 && f && fr);
+        ck_assert_msg(h1->iter_ms <= f->iter_ms * (1 + 1e-9), "b=%d: zb-h1 %.3f > 1f1b %.3f", b, h1->iter_ms, f->iter_ms);
+        ck_assert(fr->iter_ms > f->iter_ms);
+        ck_assert(fr->peak_bytes < f->peak_bytes);
+    }
+    /* ZB-H2 keeps up to 2p-1 micro-batches on the first device: more than 1F1B. */
+    ck_assert(find(&r, "zb-h2", 6, 0)->peak_bytes > find(&r, "1f1b", 6, 0)->peak_bytes);
+    search_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_limit_excludes)
+{
+    search_options o = scenario(1e12);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    double p_1f1b = find(&r, "1f1b", 6, 0)->peak_bytes;
+    double p_h2 = find(&r, "zb-h2", 6, 0)->peak_bytes;
+    search_result_free(&r);
+    ck_assert(p_h2 > p_1f1b);
+
+    o.mem_bytes = (p_1f1b + p_h2) / 2;
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    const search_candidate *f = find(&r, "1f1b", 6, 0), *h2 = find(&r, "zb-h2", 6, 0);
+    ck_assert_int_eq(f->status, SEARCH_FIT);
+    ck_assert_int_eq(h2->status, SEARCH_OOM);
+    ck_assert_ptr_nonnull(strstr(h2->note, "needs"));
+    ck_assert_ptr_nonnull(strstr(h2->note, "> limit"));
+    for (int i = 0; i < r.n; i++)
+        if (r.c[i].status == SEARCH_OOM)
+            ck_assert(r.c[i].peak_bytes > o.mem_bytes);
+    /* The winner is no slower than any fitting candidate. */
+    ck_assert(r.c[0].iter_ms <= f->iter_ms);
+    search_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_nothing_fits)
+{
+    search_options o = scenario(1e9);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    ck_assert_int_eq(r.n_fit, 0);
+    ck_assert_int_ge(r.min_peak_index, 0);
+    ck_assert(r.min_peak_bytes > 1e9);
+    for (int i = 0; i < r.n; i++)
+        if (r.c[i].status != SEARCH_SKIPPED)
+            ck_assert(r.c[i].peak_bytes >= r.min_peak_bytes);
+    double need = r.min_peak_bytes;
+    search_result_free(&r);
+
+    /* Exactly that much memory makes something fit. */
+    o.mem_bytes = ceil(need);
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    ck_assert_int_ge(r.n_fit, 1);
+    ck_assert(r.c[0].peak_bytes <= o.mem_bytes);
+    search_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_annotate)
+{
+    search_options o = scenario(40e9);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    ck_assert_int_ge(r.n_fit, 1);
+    search_candidate *best = &r.c[0];
+    ck_assert_int_eq(search_annotate(&o, best, &err), 0);
+    cJSON *meta = best->sched->meta;
+    ck_assert_ptr_nonnull(meta);
+    zb_model m;
+    ck_assert_int_eq(model_from_json(cJSON_GetObjectItem(meta, "model"), &m, &err), 0);
+    ck_assert_int_eq(m.micro_batch, best->micro_batch);
+    zb_gpu g;
+    ck_assert_int_eq(gpu_from_json(cJSON_GetObjectItem(meta, "hardware"), &g, &err), 0);
+    ck_assert_str_eq(g.name, "A100-80G");
+    cJSON *pred = cJSON_GetObjectItem(meta, "predicted");
+    ck_assert_double_eq(cJSON_GetObjectItem(pred, "iteration_ms")->valuedouble, best->iter_ms);
+    ck_assert_double_eq(cJSON_GetObjectItem(pred, "peak_bytes")->valuedouble, best->peak_bytes);
+    cJSON *plan = cJSON_GetObjectItem(meta, "plan");
+    cJSON *split = cJSON_GetObjectItem(plan, "layers_per_stage");
+    ck_assert_int_eq(cJSON_GetArraySize(split), best->sched->n_stages);
+    int sum = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, split) sum += it->valueint;
+    ck_assert_int_eq(sum, 22);
+    search_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_bad_options)
+{
+    search_options o = scenario(40e9);
+    search_result r;
+    zb_err err = { { 0 } };
+    o.n_devices = 30; /* 22 layers + 2 allow at most 24 */
+    ck_assert_int_eq(search_run(&o, &r, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "layers"));
+    o = scenario(0);
+    ck_assert_int_eq(search_run(&o, &r, &err), -1);
+    o = scenario(40e9);
+    o.global_batch = 7;
+    o.max_micro_batch = 0;
+    ck_assert_int_eq(search_run(&o, &r, &err), -1);
+}
+END_TEST
+
+/* Runs the built program with args; captures stdout and stderr. */
+static int run_cli(const char *args, char *out, size_t out_len, char *errbuf, size_t err_len)
+{
+    const char *exe = getenv("ZBSCHED");
+    ck_assert_msg(exe != NULL, "ZBSCHED is not set (run through meson test)");
+    char cmd[2048], eout[256];
+    snprintf(eout, sizeof eout, "/tmp/zb_test_search_err_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s search %s 2>%s", exe, args, eout);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = '\0';
+    while (fgetc(p) != EOF) {
+    }
+    int status = pclose(p);
+    FILE *e = fopen(eout, "r");
+    n = e ? fread(errbuf, 1, err_len - 1, e) : 0;
+    errbuf[n] = '\0';
+    if (e)
+        fclose(e);
+    unlink(eout);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+START_TEST(test_cli)
+{
+    static char out[1 << 20], errb[4096];
+    char dir[] = "/tmp/zb_test_search_XXXXXX", args[512], path[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/best.json", dir);
+
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --gpus 8 --global-batch 48 -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    ck_assert_msg(strstr(out, "rank") && strstr(out, "best:"), "%s", out);
+    ck_assert_int_eq(access(path, R_OK), 0);
+    FILE *f = fopen(path, "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(out, "\"predicted\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"layers_per_stage\""));
+    unlink(path);
+
+    /* Nothing fits: exit 1, one line naming the smallest memory, no file. */
+    snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
+    ck_assert_int_eq(count_lines(errb), 1);
+    ck_assert_msg(strstr(errb, "nothing fits") && strstr(errb, "smallest peak"), "%s", errb);
+    ck_assert_int_ne(access(path, F_OK), 0);
+
+    /* JSON lists every candidate with its status. */
+    snprintf(args, sizeof args, "--mem 20G --model 1.5B --gpu A100-80G --global-batch 48 --json -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    cJSON *j = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(j);
+    ck_assert(cJSON_GetArraySize(cJSON_GetObjectItem(j, "candidates")) > 20);
+    ck_assert_ptr_nonnull(strstr(out, "\"status\":\t\"oom\""));
+    cJSON_Delete(j);
+    unlink(path);
+
+    /* Usage errors: exit 2, exactly one line. */
+    const char *bad[] = { "", "--mem 40X", "--mem -4G", "--mem 0", "--mem 40G --model nope",
+                          "--mem 40G --gpu V100", "--mem 40G --gpus 0", "--mem 40G --gpus 4 --stages 8",
+                          "--mem 40G --recompute maybe", "--mem 40G --bogus", "--mem" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(run_cli(bad[i], out, sizeof out, errb, sizeof errb) == 2, "'%s' did not exit 2", bad[i]);
+        ck_assert_msg(count_lines(errb) == 1, "'%s': stderr '%s'", bad[i], errb);
+    }
+    /* Too many devices for the model: a library error, exit 1. */
+    ck_assert_int_eq(run_cli("--mem 40G --model tiny --gpus 8", out, sizeof out, errb, sizeof errb), 1);
+    ck_assert_int_eq(count_lines(errb), 1);
+    rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("search");
+    TCase *tc = tcase_create("search");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_ranking);
+    tcase_add_test(tc, test_limit_excludes);
+    tcase_add_test(tc, test_nothing_fits);
+    tcase_add_test(tc, test_annotate);
+    tcase_add_test(tc, test_bad_options);
+    tcase_add_test(tc, test_cli);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

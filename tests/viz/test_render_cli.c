@@ -1,0 +1,202 @@
+/*
+ * test_render_cli.c: `zbsched render` end to end.  Each format writes a
+ * valid file; --compare puts predicted above measured; every bad input
+ * (missing or broken file, unknown format or option, --compare with a
+ * non-SVG format, an oversized DAG, an unwritable output) exits non-zero
+ * with exactly one line on stderr and leaves no output file.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "src/sched_io.h"
+#include "tests/viz/viz_fixtures.h"
+#include "tests/viz/viz_testutil.h"
+
+/* A temporary directory with a predicted, a measured and a big schedule. */
+typedef struct cli_dir {
+    char *dir;          /* the directory */
+    char pred[512];     /* zb-h1 p=4 m=8, no times */
+    char meas[512];     /* the same with measured times */
+    char big[512];      /* zb-h1 p=8 m=128 (too big for the DAG) */
+    char out[512];      /* where outputs go */
+} cli_dir;
+
+static void save(sched_t *s, const char *path)
+{
+    zb_err err = { 0 };
+    ck_assert_msg(sched_save_file(s, path, &err) == 0, "%s", err.msg);
+    sched_free(s);
+}
+
+static void setup_dir(cli_dir *c)
+{
+    c->dir = tu_tempdir();
+    snprintf(c->pred, sizeof c->pred, "%s/pred.json", c->dir);
+    snprintf(c->meas, sizeof c->meas, "%s/meas.json", c->dir);
+    snprintf(c->big, sizeof c->big, "%s/big.json", c->dir);
+    snprintf(c->out, sizeof c->out, "%s/out", c->dir);
+    save(fixture_zb_h1(4, 8), c->pred);
+    sched_t *m = fixture_zb_h1(4, 8);
+    ck_assert_int_eq(fixture_add_times(m), 0);
+    save(m, c->meas);
+    save(fixture_zb_h1(8, 128), c->big);
+}
+
+static void teardown_dir(cli_dir *c)
+{
+    tu_rmdir(c->dir);
+    free(c->dir);
+}
+
+/* Runs zbsched with printf-style arguments; returns the status. */
+static int run(char **err_text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run(char **err_text, const char *fmt, ...)
+{
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return tu_zbsched(args, err_text);
+}
+
+START_TEST(each_format_writes_a_file)
+{
+    cli_dir c;
+    setup_dir(&c);
+    char *e;
+    ck_assert_int_eq(run(&e, "render '%s' -o '%s'", c.pred, c.out), 0);
+    ck_assert_str_eq(e, "");
+    free(e);
+    ck_assert(tu_xml_valid_file(c.out));
+    char *svg = tu_read(c.out, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 96);
+    free(svg);
+
+    ck_assert_int_eq(run(&e, "render '%s' --format trace -o '%s'", c.meas, c.out), 0);
+    free(e);
+    char *text = tu_read(c.out, NULL);
+    cJSON *doc = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(doc);
+    int n_x = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents"))
+        n_x += !strcmp(cJSON_GetObjectItemCaseSensitive(ev, "ph")->valuestring, "X");
+    ck_assert_int_eq(n_x, 96);
+    cJSON_Delete(doc);
+    free(text);
+
+    ck_assert_int_eq(run(&e, "render '%s' -f dag -o '%s'", c.pred, c.out), 0);
+    ck_assert_str_eq(e, ""); /* Graphviz stays quiet */
+    free(e);
+    ck_assert(tu_xml_valid_file(c.out));
+    svg = tu_read(c.out, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"node\""), 96);
+    free(svg);
+    teardown_dir(&c);
+}
+END_TEST
+
+START_TEST(compare_puts_prediction_above)
+{
+    cli_dir c;
+    setup_dir(&c);
+    char *e;
+    /* The measured file first: it still goes below. */
+    ck_assert_int_eq(run(&e, "render '%s' --compare '%s' -o '%s'", c.meas, c.pred, c.out), 0);
+    free(e);
+    ck_assert(tu_xml_valid_file(c.out));
+    char *svg = tu_read(c.out, NULL);
+    char *p = strstr(svg, "predicted: zb-h1"), *m = strstr(svg, "measured: zb-h1");
+    ck_assert(p && m && p < m);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 192);
+    free(svg);
+    teardown_dir(&c);
+}
+END_TEST
+
+/* Asserts a failed run: non-zero, one stderr line, no output file. */
+static void expect_failure(int status, char *err_text, const char *out, const char *needle)
+{
+    ck_assert_int_ne(status, 0);
+    ck_assert_msg(tu_lines(err_text) == 1, "stderr has %d lines: %s", tu_lines(err_text), err_text);
+    if (needle)
+        ck_assert_msg(strstr(err_text, needle) != NULL, "'%s' not in: %s", needle, err_text);
+    ck_assert(!tu_exists(out));
+    free(err_text);
+}
+
+START_TEST(bad_input_gives_one_line)
+{
+    cli_dir c;
+    setup_dir(&c);
+    char *e;
+    int st = run(&e, "render '%s' --format png -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "png");
+    st = run(&e, "render '%s/nope.json' -o '%s'", c.dir, c.out);
+    expect_failure(st, e, c.out, "nope.json");
+    st = run(&e, "render -o '%s'", c.out);
+    expect_failure(st, e, c.out, NULL);
+    st = run(&e, "render '%s' --bogus -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--bogus");
+    st = run(&e, "render '%s' -o", c.pred);
+    expect_failure(st, e, c.out, NULL);
+    st = run(&e, "render '%s' --format trace --compare '%s' -o '%s'", c.pred, c.meas, c.out);
+    expect_failure(st, e, c.out, "--compare");
+    st = run(&e, "render '%s' --format dag -o '%s'", c.big, c.out);
+    expect_failure(st, e, c.out, "2000");
+    st = run(&e, "render '%s' --compare '%s/nope.json' -o '%s'", c.pred, c.dir, c.out);
+    expect_failure(st, e, c.out, "nope.json");
+    char bad_out[600];
+    snprintf(bad_out, sizeof bad_out, "%s/no-such-dir/out.svg", c.dir);
+    st = run(&e, "render '%s' -o '%s'", c.pred, bad_out);
+    expect_failure(st, e, bad_out, NULL);
+
+    /* A broken document and an incomplete schedule. */
+    char broken[600];
+    snprintf(broken, sizeof broken, "%s/broken.json", c.dir);
+    FILE *f = fopen(broken, "w");
+    fputs("{\"format\": \"zbsched-schedule\", \"version\": 1, \"devices\": ", f);
+    fclose(f);
+    st = run(&e, "render '%s' -o '%s'", broken, c.out);
+    expect_failure(st, e, c.out, NULL);
+    sched_t *s = fixture_zb_h1(2, 2);
+    s->dev[1].n_ops--;
+    save(s, broken);
+    st = run(&e, "render '%s' -f dag -o '%s'", broken, c.out);
+    expect_failure(st, e, c.out, NULL);
+    teardown_dir(&c);
+}
+END_TEST
+
+START_TEST(help_succeeds)
+{
+    char *e;
+    ck_assert_int_eq(tu_zbsched("render --help", &e), 0);
+    ck_assert_str_eq(e, "");
+    free(e);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("render_cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, each_format_writes_a_file);
+    tcase_add_test(tc, compare_puts_prediction_above);
+    tcase_add_test(tc, bad_input_gives_one_line);
+    tcase_add_test(tc, help_succeeds);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

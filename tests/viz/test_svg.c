@@ -1,0 +1,341 @@
+/*
+ * test_svg.c: the SVG timeline and the predicted-vs-measured comparison.
+ * Checks that output is valid XML (xmllint), has exactly one op box per op
+ * with the right kind, shows the paper's figures for ZB-H1 and 1F1B, shades
+ * chunks, draws memory limits, follows measured times, thins labels without
+ * overlaps at p=32, m=256, escapes text, is byte-stable, and refuses
+ * invalid schedules.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/viz/viz_fixtures.h"
+#include "tests/viz/viz_testutil.h"
+#include "viz/palette.h"
+#include "viz/viz.h"
+
+/* Renders s, asserting success; returns the document (caller frees). */
+static char *render(const sched_t *s, size_t *len)
+{
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n = 0;
+    ck_assert_msg(viz_svg_timeline(s, &svg, &n, &err) == 0, "render failed: %s", err.msg);
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_uint_eq(strlen(svg), n);
+    if (len)
+        *len = n;
+    return svg;
+}
+
+START_TEST(zb_h1_boxes_and_figures)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    size_t n;
+    char *svg = render(s, &n);
+    ck_assert(tu_xml_valid(svg, n));
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), sched_op_count(s));
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-F\""), 32);
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-B\""), 32);
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-W\""), 32);
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-BW\""), 0);
+    /* Every box is wide enough for its number at this size. */
+    ck_assert_int_eq(tu_count(svg, "class=\"mb\""), 96);
+    /* ZB-H1 with unit costs: bubble (p-1)(T_F+T_B-T_W) = 3, cost 24 + 3. */
+    ck_assert_ptr_nonnull(strstr(svg, "cost 27 units"));
+    ck_assert_ptr_nonnull(strstr(svg, "bubble rate 11.1%"));
+    ck_assert_ptr_nonnull(strstr(svg, "peak activation memory 8 units (device 0)"));
+    ck_assert_ptr_nonnull(strstr(svg, "simulated"));
+    ck_assert_int_eq(tu_count(svg, "class=\"lane\""), 4);
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-line\""), 4);
+    /* Standalone: generic font, no scripts or external references. */
+    ck_assert_ptr_nonnull(strstr(svg, "font-family=\"sans-serif\""));
+    ck_assert_ptr_null(strstr(svg, "<script"));
+    ck_assert_ptr_null(strstr(svg, "href"));
+    ck_assert_ptr_null(strstr(svg, "@import"));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(same_bytes_twice)
+{
+    sched_t *s = fixture_v(3, 5);
+    size_t n1, n2;
+    char *a = render(s, &n1), *b = render(s, &n2);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert(memcmp(a, b, n1) == 0);
+    free(a);
+    free(b);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(one_f_one_b_fused_backward)
+{
+    sched_t *s = fixture_1f1b(4, 8);
+    char *svg = render(s, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-BW\""), 32);
+    ck_assert_int_eq(tu_count(svg, "class=\"op op-F\""), 32);
+    /* 1F1B: bubble (p-1)(T_F+T_B+T_W) = 9 on top of 24. */
+    ck_assert_ptr_nonnull(strstr(svg, "cost 33 units"));
+    ck_assert_ptr_nonnull(strstr(svg, "BW full backward"));
+    ck_assert_ptr_null(strstr(svg, "W weight gradient"));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+/* One micro-batch label parsed back from the SVG. */
+typedef struct label {
+    double x, y, font; /* centre, baseline, size */
+    int chars;         /* digits */
+} label;
+
+static int label_cmp(const void *pa, const void *pb)
+{
+    const label *a = pa, *b = pb;
+    if (a->y != b->y)
+        return a->y < b->y ? -1 : 1;
+    return a->x < b->x ? -1 : a->x > b->x;
+}
+
+START_TEST(large_schedule_thins_labels_without_overlap)
+{
+    sched_t *s = fixture_1f1b(32, 256);
+    size_t n;
+    char *svg = render(s, &n);
+    long ops = sched_op_count(s);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), ops);
+    double width = 0;
+    ck_assert_int_eq(sscanf(strstr(svg, "<svg "), "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%lf\"", &width), 1);
+    ck_assert_msg(width > 0 && width <= 2000, "width %g", width);
+    long n_labels = tu_count(svg, "class=\"mb\"");
+    ck_assert_int_lt(n_labels, ops);
+
+    /* Each label sits inside the box drawn just before it on its line, and
+     * no two labels of one lane overlap. */
+    label *lab = malloc(sizeof *lab * (size_t)(n_labels + 1));
+    long k = 0;
+    for (char *line = svg; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        char *t = strstr(line, "<text class=\"mb\"");
+        char *eol = strchr(line, '\n');
+        if (!t || (eol && t > eol))
+            continue;
+        double rx, rw, x, y, f;
+        char digits[16];
+        ck_assert_int_eq(sscanf(strstr(line, " x=\""), " x=\"%lf\"", &rx), 1);
+        ck_assert_int_eq(sscanf(strstr(line, " width=\""), " width=\"%lf\"", &rw), 1);
+        ck_assert_int_eq(sscanf(t, "<text class=\"mb\" x=\"%lf\" y=\"%lf\" font-size=\"%lf\"", &x, &y, &f), 3);
+        ck_assert_int_eq(sscanf(strchr(t, '>') + 1, "%15[0-9]", digits), 1);
+        double half = strlen(digits) * f * 0.6 / 2;
+        ck_assert_msg(x - half >= rx - 0.01 && x + half <= rx + rw + 0.01,
+                      "label %s at %g does not fit box [%g, %g]", digits, x, rx, rx + rw);
+        lab[k++] = (label){ x, y, f, (int)strlen(digits) };
+    }
+    ck_assert_int_eq(k, n_labels);
+    qsort(lab, (size_t)k, sizeof *lab, label_cmp);
+    for (long i = 1; i < k; i++) {
+        if (lab[i].y != lab[i - 1].y)
+            continue;
+        double need = (lab[i].chars * lab[i].font + lab[i - 1].chars * lab[i - 1].font) * 0.6 / 2;
+        ck_assert_msg(lab[i].x - lab[i - 1].x >= need, "labels overlap at x=%g, y=%g", lab[i].x, lab[i].y);
+    }
+    free(lab);
+    ck_assert(tu_xml_valid(svg, n));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(chunks_are_shaded)
+{
+    sched_t *s = fixture_v(4, 6);
+    char *svg = render(s, NULL);
+    viz_color c0 = viz_op_color(OP_F, 0, 2), c1 = viz_op_color(OP_F, 1, 2);
+    ck_assert_str_ne(c0.fill, c1.fill);
+    /* The paper's convention: white text on the first chunk, black on the second. */
+    ck_assert_str_eq(c0.text, "#ffffff");
+    ck_assert_str_eq(c1.text, "#000000");
+    char pat[64];
+    snprintf(pat, sizeof pat, "op-F\" x=");
+    ck_assert_int_eq(tu_count(svg, pat), 48);
+    snprintf(pat, sizeof pat, "fill=\"%s\"><title>F", c0.fill);
+    ck_assert_int_eq(tu_count(svg, pat), 24);
+    snprintf(pat, sizeof pat, "fill=\"%s\"><title>F", c1.fill);
+    ck_assert_int_eq(tu_count(svg, pat), 24);
+    ck_assert_ptr_nonnull(strstr(svg, "2 chunks per device"));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(memory_limit_drawn_or_stated)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    s->mem_limit = malloc(sizeof(double) * 4);
+    for (int d = 0; d < 4; d++)
+        s->mem_limit[d] = 8;
+    char *svg = render(s, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-limit\""), 4);
+    ck_assert_ptr_nonnull(strstr(svg, "dashed red: limit"));
+    free(svg);
+    /* A limit far above the peak is stated in words, not drawn. */
+    for (int d = 0; d < 4; d++)
+        s->mem_limit[d] = 1000;
+    svg = render(s, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-limit\""), 0);
+    ck_assert_ptr_nonnull(strstr(svg, "limit 1000 units is above the scale"));
+    free(svg);
+    /* Over the limit: the peak label turns red. */
+    for (int d = 0; d < 4; d++)
+        s->mem_limit[d] = 6;
+    svg = render(s, NULL);
+    ck_assert_int_eq(tu_count(svg, "fill=\"#d62728\">peak"), 2); /* devices 0 and 1 exceed 6 */
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+/* x and width of the n-th op rect (0-based) in document order. */
+static void nth_op_box(const char *svg, int n, double *x, double *w)
+{
+    const char *p = svg;
+    for (int i = 0; i <= n; i++) {
+        p = strstr(p, "class=\"op ");
+        ck_assert_ptr_nonnull(p);
+        p++;
+    }
+    ck_assert_int_eq(sscanf(strstr(p, " x=\""), " x=\"%lf\"", x), 1);
+    ck_assert_int_eq(sscanf(strstr(p, " width=\""), " width=\"%lf\"", w), 1);
+}
+
+START_TEST(measured_times_are_used)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    ck_assert_int_eq(fixture_add_times(s), 0);
+    char *svg = render(s, NULL);
+    ck_assert_ptr_nonnull(strstr(svg, ">measured"));
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 96);
+    /* Device 0: op 0 lasts 1.0, op 1 lasts 1.1 and starts 0.25 after op 0 ends. */
+    double x0, w0, x1, w1;
+    nth_op_box(svg, 0, &x0, &w0);
+    nth_op_box(svg, 1, &x1, &w1);
+    ck_assert_double_eq_tol(w1 / w0, 1.1, 1e-3);
+    ck_assert_double_eq_tol((x1 - x0) / w0, 1.25, 1e-3);
+    free(svg);
+    /* Bad measured times are refused, not drawn. */
+    s->dev[1].end[3] = s->dev[1].start[3] - 1;
+    zb_err err = { 0 };
+    char *out = NULL;
+    size_t n;
+    ck_assert_int_eq(viz_svg_timeline(s, &out, &n, &err), -1);
+    ck_assert_ptr_null(out);
+    ck_assert_ptr_nonnull(strstr(err.msg, "device 1, op 3"));
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(compare_on_one_scale)
+{
+    sched_t *pred = fixture_zb_h1(4, 8), *meas = fixture_zb_h1(4, 8);
+    ck_assert_int_eq(fixture_add_times(meas), 0);
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n;
+    ck_assert_int_eq(viz_svg_compare(pred, "predicted", meas, "measured", &svg, &n, &err), 0);
+    ck_assert(tu_xml_valid(svg, n));
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 192);
+    ck_assert_ptr_nonnull(strstr(svg, "predicted: zb-h1"));
+    ck_assert_ptr_nonnull(strstr(svg, "measured: zb-h1"));
+    ck_assert_int_eq(tu_count(svg, ">time (units)<"), 2);
+    /* One scale: a unit op is equally wide in both blocks (op 0 of
+     * device 0 lasts 1.0 in the prediction and in the fixture's times). */
+    double x0, w0, xm, wm;
+    nth_op_box(svg, 0, &x0, &w0);
+    nth_op_box(svg, 96, &xm, &wm);
+    ck_assert_double_eq_tol(w0, wm, 0.01);
+    ck_assert_double_eq_tol(x0, xm, 0.01);
+    free(svg);
+    sched_free(pred);
+    sched_free(meas);
+}
+END_TEST
+
+START_TEST(text_is_escaped)
+{
+    sched_t *s = fixture_1f1b(2, 2);
+    snprintf(s->name, sizeof s->name, "%s", "a<b>&\"c'\x01");
+    size_t n;
+    char *svg = render(s, &n);
+    ck_assert(tu_xml_valid(svg, n));
+    ck_assert_ptr_nonnull(strstr(svg, "a&lt;b&gt;&amp;&quot;c&apos;?"));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(invalid_schedule_is_refused)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    s->dev[2].n_ops--; /* drop the last W of device 2 */
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(viz_svg_timeline(s, &svg, &n, &err), -1);
+    ck_assert_ptr_null(svg);
+    ck_assert(err.msg[0] != '\0');
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(render_file_is_atomic)
+{
+    sched_t *s = fixture_zb_h1(2, 3);
+    char *dir = tu_tempdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.svg", dir);
+    zb_err err = { 0 };
+    ck_assert_msg(viz_render_svg_file(s, path, &err) == 0, "%s", err.msg);
+    ck_assert(tu_xml_valid_file(path));
+    unlink(path);
+    /* An invalid schedule leaves no file behind. */
+    s->dev[0].n_ops--;
+    ck_assert_int_eq(viz_render_svg_file(s, path, &err), -1);
+    ck_assert(!tu_exists(path));
+    s->dev[0].n_ops++;
+    snprintf(path, sizeof path, "%s/missing-dir/out.svg", dir);
+    ck_assert_int_eq(viz_render_svg_file(s, path, &err), -1);
+    ck_assert(err.msg[0] != '\0');
+    tu_rmdir(dir);
+    free(dir);
+    sched_free(s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("svg");
+    TCase *tc = tcase_create("timeline");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, zb_h1_boxes_and_figures);
+    tcase_add_test(tc, same_bytes_twice);
+    tcase_add_test(tc, one_f_one_b_fused_backward);
+    tcase_add_test(tc, large_schedule_thins_labels_without_overlap);
+    tcase_add_test(tc, chunks_are_shaded);
+    tcase_add_test(tc, memory_limit_drawn_or_stated);
+    tcase_add_test(tc, measured_times_are_used);
+    tcase_add_test(tc, compare_on_one_scale);
+    tcase_add_test(tc, text_is_escaped);
+    tcase_add_test(tc, invalid_schedule_is_refused);
+    tcase_add_test(tc, render_file_is_atomic);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

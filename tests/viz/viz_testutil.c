@@ -1,0 +1,139 @@
+/*
+ * viz_testutil.c: helpers for the viz tests (see viz_testutil.h).
+ */
+#include "tests/viz/viz_testutil.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+long tu_count(const char *text, const char *needle)
+{
+    long n = 0;
+    size_t k = strlen(needle);
+    for (const char *p = text; (p = strstr(p, needle)); p += k)
+        n++;
+    return n;
+}
+
+char *tu_tempdir(void)
+{
+    char tmpl[] = "/tmp/zb-viz-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    return strdup(tmpl);
+}
+
+char *tu_write_temp(const char *name, const char *data, size_t len)
+{
+    char *dir = tu_tempdir();
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    snprintf(path, n, "%s/%s", dir, name);
+    free(dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+    return path;
+}
+
+void tu_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int tu_xml_valid_file(const char *path)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "xmllint --noout '%s' 2>/dev/null", path);
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int tu_xml_valid(const char *doc, size_t len)
+{
+    char *path = tu_write_temp("doc.svg", doc, len);
+    int ok = tu_xml_valid_file(path);
+    char *slash = strrchr(path, '/');
+    unlink(path);
+    *slash = '\0';
+    rmdir(path);
+    free(path);
+    return ok;
+}
+
+char *tu_read(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+int tu_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int tu_zbsched(const char *args, char **err_text)
+{
+    const char *prog = getenv("ZBSCHED");
+    ck_assert_msg(prog != NULL, "ZBSCHED is not set (run through meson test)");
+    char *dir = tu_tempdir();
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr", dir);
+    size_t n = strlen(prog) + strlen(args) + strlen(errpath) + 64;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "'%s' %s >/dev/null 2>'%s'", prog, args, errpath);
+    int st = system(cmd);
+    free(cmd);
+    size_t len;
+    char *text = tu_read(errpath, &len);
+    tu_rmdir(dir);
+    free(dir);
+    if (err_text)
+        *err_text = text ? text : strdup("");
+    else
+        free(text);
+    ck_assert(st != -1 && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+int tu_lines(const char *text)
+{
+    int n = 0;
+    const char *p = text;
+    for (; *p; p++)
+        n += *p == '\n';
+    if (p > text && p[-1] != '\n')
+        n++;
+    return n;
+}

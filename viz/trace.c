@@ -1,0 +1,102 @@
+/*
+ * trace.c: Chrome trace-event JSON of a schedule (viz_trace_json), for
+ * Perfetto (ui.perfetto.dev) and chrome://tracing.
+ *
+ * Layout of the document (the "JSON Object Format" of the Trace Event
+ * Format spec): {"traceEvents": [...], "displayTimeUnit": "ms",
+ * "otherData": {...}}.  Each device is a process (pid = device) with
+ * process_name and process_sort_index metadata so viewers list devices in
+ * order; its ops are complete events ("ph":"X") on thread 0, named like
+ * "F3" with the kind as category and micro-batch, stage, chunk and kind in
+ * args; activation memory is a counter track ("ph":"C") per device.
+ *
+ * The text is written directly rather than through cJSON: a p=64, m=1024
+ * schedule has 200k events and a fixed "%.3f" keeps output byte-stable.
+ */
+#include "viz/viz.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "viz/buf.h"
+#include "viz/times.h"
+
+/* Microseconds per unit of the schedule's time_unit; abstract units and
+ * anything unknown map to 1 us so that numbers read the same in the viewer. */
+static double us_per_unit(const char *unit)
+{
+    if (!strcmp(unit, "s"))
+        return 1e6;
+    if (!strcmp(unit, "ms"))
+        return 1e3;
+    if (!strcmp(unit, "ns"))
+        return 1e-3;
+    return 1;
+}
+
+/* Emits one device's memory curve as counter events; returns 0 or -1. */
+static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, int d, double k,
+                        zb_err *err)
+{
+    sim_mem_point *pts = NULL;
+    int n = 0;
+    if (viz_mem_curve(s, t, d, &pts, &n, err) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        /* Several changes at one instant: only the last one is visible. */
+        if (i + 1 < n && pts[i + 1].t == pts[i].t)
+            continue;
+        viz_buf_printf(b, ",\n{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
+                       "\"args\":{\"", d, (pts[i].t - t->t0) * k);
+        viz_buf_json(b, s->mem_unit);
+        viz_buf_printf(b, "\":%.9g}}", pts[i].mem);
+    }
+    free(pts);
+    return 0;
+}
+
+int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
+{
+    viz_times t;
+    if (viz_times_compute(s, &t, err) != 0)
+        return -1;
+    double k = us_per_unit(s->time_unit);
+    viz_buf b = { 0 };
+    viz_buf_puts(&b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"");
+    viz_buf_json(&b, s->name[0] ? s->name : "schedule");
+    viz_buf_printf(&b, "\",\"source\":\"%s\",\"devices\":%d,\"microbatches\":%d,\"stages\":%d,"
+                   "\"time_unit\":\"", t.measured ? "measured" : "simulated",
+                   s->n_devices, s->n_micro, s->n_stages);
+    viz_buf_json(&b, s->time_unit);
+    viz_buf_printf(&b, "\",\"us_per_time_unit\":%.9g,\"cost\":%.9g,\"bubble_rate\":%.6f,"
+                   "\"peak_memory\":%.9g},\n\"traceEvents\":[\n",
+                   k, t.r.cost, t.r.bubble_rate, t.r.peak_mem);
+    for (int d = 0; d < s->n_devices; d++) {
+        viz_buf_printf(&b, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                       "\"args\":{\"name\":\"device %d\"}},\n"
+                       "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                       "\"args\":{\"sort_index\":%d}},\n"
+                       "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                       "\"args\":{\"name\":\"compute\"}}",
+                       d ? ",\n" : "", d, d, d, d, d);
+        const sched_lane *l = &s->dev[d];
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            const char *kn = op_kind_name((op_kind)op.kind);
+            double a = t.r.dev[d].start[i], e = t.r.dev[d].end[i];
+            viz_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
+                           "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"stage\":%d,\"chunk\":%d,"
+                           "\"kind\":\"%s\"}}",
+                           kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage,
+                           t.stage_chunk[op.stage], kn);
+        }
+        if (trace_memory(&b, s, &t, d, k, err) != 0) {
+            viz_buf_free(&b);
+            viz_times_free(&t);
+            return -1;
+        }
+    }
+    viz_buf_puts(&b, "\n]}\n");
+    viz_times_free(&t);
+    return viz_buf_take(&b, json, len, err);
+}

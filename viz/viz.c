@@ -1,2 +1,0 @@
-/* viz.c: not written yet. */
-typedef int zb_placeholder_viz;
