@@ -10,6 +10,7 @@
  *                     [--model NAME] [--batch B] [--lr LR] [--modes LIST]
  *                     [--schedule zb-h1|1f1b|gpipe] [--pp P] [--micro M]
  *                     [--eval-windows W] [--data PATH] [--seed S]
+ *                     [--outer-lr X] [--outer-momentum X] [--sync-interval S]
  *       trains K replicas of a pipeline (P devices, M micro-batches of B
  *       sequences, the given generator) on tinyshakespeare for N inner
  *       steps each, once per mode in LIST (comma separated, from
@@ -108,7 +109,7 @@ static const mode modes[] = {
 static int bench_train(int argc, char **argv)
 {
     long k = 4, h = 50, steps = 500, batch = 0, pp = 2, micro = 4, evalw = 32, seed = 1;
-    double lr = 1e-3, aedit_s = 0;
+    double lr = 1e-3, aedit_s = 0, outer_lr = 0.7, outer_mom = 0.9;
     const char *model = "tiny", *list = "sync-fp32,diloco-fp32,diloco-int8", *gen = "zb-h1";
     const char *data = "../shared/data/tinyshakespeare.txt";
     static const struct option opts[] = {
@@ -126,6 +127,8 @@ static int bench_train(int argc, char **argv)
         { "data", required_argument, NULL, 'd' },
         { "seed", required_argument, NULL, 'S' },
         { "sync-interval", required_argument, NULL, 'i' },
+        { "outer-lr", required_argument, NULL, 'O' },
+        { "outer-momentum", required_argument, NULL, 'U' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -145,6 +148,8 @@ static int bench_train(int argc, char **argv)
         case 'd': data = optarg; break;
         case 'S': seed = atol(optarg); break;
         case 'i': aedit_s = atof(optarg); break;
+        case 'O': outer_lr = atof(optarg); break;
+        case 'U': outer_mom = atof(optarg); break;
         default: return 2;
         }
     }
@@ -181,11 +186,11 @@ static int bench_train(int argc, char **argv)
     to.adamw.warmup_steps = (int)(steps / 10 > 0 ? steps / 10 : 1);
     to.adamw.decay_steps = (int)steps;
     printf("model %s: %d layers, d=%d, heads %d, ff %d, seq %d, batch %d; schedule %s p=%ld m=%ld;"
-           " K=%ld, H=%ld, %ld steps, lr %g, eval %ld windows\n",
+           " K=%ld, H=%ld, %ld steps, lr %g, outer lr %g momentum %g, eval %ld windows\n",
            m.name, m.n_layers, m.d_model, m.n_heads, m.d_ff, m.seq_len, m.micro_batch, gen, pp,
-           micro, k, h, steps, lr, evalw);
-    printf("%-12s %9s %14s %8s %12s %10s %8s\n", "mode", "val_loss", "bytes_sent", "outer",
-           "tokens", "last_loss", "wall_s");
+           micro, k, h, steps, lr, outer_lr, outer_mom, evalw);
+    printf("%-12s %9s %14s %8s %12s %10s %6s %6s %8s\n", "mode", "val_loss", "bytes_sent", "outer",
+           "tokens", "last_loss", "elim", "skip", "wall_s");
     int rc = 0;
     char *copy = strdup(list);
     for (char *tok = strtok(copy, ","); tok && rc == 0; tok = strtok(NULL, ",")) {
@@ -205,6 +210,8 @@ static int bench_train(int argc, char **argv)
         outer_config_default(&io.outer, md->kind);
         io.outer.wire = md->wire;
         io.outer.inner_steps = (int)h;
+        io.outer.outer_lr = (float)outer_lr;
+        io.outer.outer_momentum = (float)outer_mom;
         io.outer.edit_warmup = 3;
         if (md->kind == OUTER_AEDIT) {
             io.outer.aedit_interval_s = aedit_s > 0 ? aedit_s : 1.0;
@@ -220,8 +227,9 @@ static int bench_train(int argc, char **argv)
         int nl = 0;
         for (long i = steps - 10 > 0 ? steps - 10 : 0; i < steps; i++, nl++)
             last += r.loss[i];
-        printf("%-12s %9.4f %14llu %8ld %12ld %10.4f %8.1f\n", tok, r.final_val_loss,
-               (unsigned long long)r.bytes_sent, r.outer_steps, r.tokens, last / nl, r.wall_s);
+        printf("%-12s %9.4f %14llu %8ld %12ld %10.4f %6ld %6ld %8.1f\n", tok, r.final_val_loss,
+               (unsigned long long)r.bytes_sent, r.outer_steps, r.tokens, last / nl, r.eliminated,
+               r.skipped, r.wall_s);
         fflush(stdout);
         islands_result_free(&r);
     }

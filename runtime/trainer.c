@@ -45,6 +45,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
 #include "runtime/split.h"
+#include "src/validate.h"
 
 /* Everything one virtual stage owns. */
 typedef struct stage_rt {
@@ -96,6 +97,7 @@ struct trainer {
     struct timespec t0;    /* start of the running step */
     double **op_start;     /* [p][n_ops] ms since t0, last step (record_times) */
     double **op_end;       /* [p][n_ops] */
+    double **op_mid;       /* [p][n_ops] end of the B half of BW ops */
     int have_times;        /* 1 once a step recorded its times */
     double full_sq;        /* full squared gradient norm of the last step */
     long rollbacks_step;   /* rollbacks in the running step (workers add under lock) */
@@ -123,45 +125,6 @@ static double ms_since(const struct timespec *t0)
 }
 
 /* ---- creation ---------------------------------------------------------- */
-
-/* Checks what the executor relies on so that a bad schedule is an error
- * and not a hang: placement, ownership and one F and one B and one W (BW
- * counting as both) per (stage, micro-batch).  Deadlock freedom is the
- * validator's job (callers run sched_validate first). */
-static int check_schedule(const sched_t *s, zb_err *err)
-{
-    for (int i = 0; i < s->n_stages; i++)
-        if (s->stage_device[i] < 0 || s->stage_device[i] >= s->n_devices)
-            return zb_fail(err, "schedule: stage %d is not placed on a device", i);
-    size_t cells = (size_t)s->n_stages * (size_t)s->n_micro;
-    unsigned char *seen = calloc(cells, 3);
-    if (!seen)
-        return zb_fail(err, "out of memory");
-    int rc = 0;
-    for (int d = 0; d < s->n_devices && rc == 0; d++) {
-        for (int k = 0; k < s->dev[d].n_ops && rc == 0; k++) {
-            sched_op op = s->dev[d].ops[k];
-            if (s->stage_device[op.stage] != d) {
-                rc = zb_fail(err, "schedule: device %d, op %d runs stage %d, which lives on device %d",
-                             d, k, op.stage, s->stage_device[op.stage]);
-                break;
-            }
-            unsigned char *c = seen + 3 * ((size_t)op.stage * (size_t)s->n_micro + (size_t)op.mb);
-            int f = op.kind == OP_F, b = op.kind == OP_B || op.kind == OP_BW,
-                w = op.kind == OP_W || op.kind == OP_BW;
-            if ((f && c[0]++) || (b && c[1]++) || (w && c[2]++))
-                rc = zb_fail(err, "schedule: device %d, op %d: duplicate %s of stage %d, micro-batch %d",
-                             d, k, op_kind_name((op_kind)op.kind), op.stage, op.mb);
-        }
-    }
-    for (size_t i = 0; i < cells && rc == 0; i++)
-        if (seen[3 * i] != 1 || seen[3 * i + 1] != 1 || seen[3 * i + 2] != 1)
-            rc = zb_fail(err, "schedule: stage %d, micro-batch %d lacks its %s op",
-                         (int)(i / (size_t)s->n_micro), (int)(i % (size_t)s->n_micro),
-                         seen[3 * i] != 1 ? "F" : seen[3 * i + 1] != 1 ? "B" : "W");
-    free(seen);
-    return rc;
-}
 
 static float *alloc_floats(size_t n)
 {
@@ -203,9 +166,11 @@ void trainer_free(trainer *t)
         for (int d = 0; d < t->n_devices; d++) {
             free(t->op_start[d]);
             free(t->op_end[d]);
+            free(t->op_mid[d]);
         }
     free(t->op_start);
     free(t->op_end);
+    free(t->op_mid);
     free(t->x);
     free(t->y);
     free(t->mb_loss);
@@ -217,8 +182,10 @@ void trainer_free(trainer *t)
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
                    const trainer_opts *opts, trainer **out, zb_err *err)
 {
-    if (check_schedule(s, err) != 0)
-        return -1;
+    /* A schedule that is incomplete or deadlocks would hang the workers:
+     * refuse it here, whoever the caller is. */
+    if (sched_validate(s, err) != 0)
+        return zb_wrap(err, "schedule: ");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
@@ -261,13 +228,15 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->mb_loss = calloc((size_t)t->n_micro, sizeof *t->mb_loss);
     t->op_start = calloc((size_t)t->n_devices, sizeof *t->op_start);
     t->op_end = calloc((size_t)t->n_devices, sizeof *t->op_end);
+    t->op_mid = calloc((size_t)t->n_devices, sizeof *t->op_mid);
     int oom = !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
-              || chan_init(&t->chan, t->n_stages, t->n_micro) != 0;
+              || !t->op_mid || chan_init(&t->chan, t->n_stages, t->n_micro) != 0;
     for (int dv = 0; dv < t->n_devices && !oom; dv++) {
         size_t n = (size_t)(s->dev[dv].n_ops ? s->dev[dv].n_ops : 1);
         t->op_start[dv] = calloc(n, sizeof(double));
         t->op_end[dv] = calloc(n, sizeof(double));
-        oom = !t->op_start[dv] || !t->op_end[dv];
+        t->op_mid[dv] = calloc(n, sizeof(double));
+        oom = !t->op_start[dv] || !t->op_end[dv] || !t->op_mid[dv];
     }
     if (oom) {
         free(first);
@@ -540,7 +509,8 @@ static void *worker_main(void *arg)
             break;
         case OP_BW: {
             float *dx = NULL;
-            rc = op_backward_b(t, op.stage, op.mb, start, NULL, &dx, &w->err);
+            double *mid = t->opts.record_times ? &t->op_mid[w->dev][k] : NULL;
+            rc = op_backward_b(t, op.stage, op.mb, start, mid, &dx, &w->err);
             if (rc == 0)
                 rc = op_backward_w(t, op.stage, op.mb, &w->err);
             stamp(t, end);
@@ -898,16 +868,51 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     sched_t *c = sched_clone(t->sched);
     if (!c)
         return zb_fail(err, "out of memory");
+    /* Per stage: summed durations and counts of F, B, W (BW ops split at
+     * the end of their B half), for the costs of the traced file. */
+    double *sum = calloc((size_t)c->n_stages * 6, sizeof *sum);
+    if (!sum) {
+        sched_free(c);
+        return zb_fail(err, "out of memory");
+    }
     for (int d = 0; d < c->n_devices; d++) {
         if (sched_lane_alloc_times(c, d) != 0) {
+            free(sum);
             sched_free(c);
             return zb_fail(err, "out of memory");
         }
         for (int k = 0; k < c->dev[d].n_ops; k++) {
-            c->dev[d].start[k] = t->op_start[d][k];
-            c->dev[d].end[k] = t->op_end[d][k];
+            double st = t->op_start[d][k], en = t->op_end[d][k];
+            c->dev[d].start[k] = st;
+            c->dev[d].end[k] = en;
+            sched_op op = c->dev[d].ops[k];
+            double *acc = sum + 6 * op.stage; /* F, B, W durations then counts */
+            switch ((op_kind)op.kind) {
+            case OP_F: acc[0] += en - st; acc[3]++; break;
+            case OP_B: acc[1] += en - st; acc[4]++; break;
+            case OP_W: acc[2] += en - st; acc[5]++; break;
+            case OP_BW: {
+                double mid = t->op_mid[d][k];
+                acc[1] += mid - st;
+                acc[4]++;
+                acc[2] += en - mid;
+                acc[5]++;
+                break;
+            }
+            }
         }
     }
+    /* The file's costs become the measured mean of each op kind per stage,
+     * so that `zbsched simulate` on the trace predicts from what this run
+     * really spent per op and shows only the scheduling difference. */
+    for (int i = 0; i < c->n_stages; i++) {
+        double *acc = sum + 6 * i;
+        c->cost[i].t_f = acc[3] > 0 ? acc[0] / acc[3] : 0;
+        c->cost[i].t_b = acc[4] > 0 ? acc[1] / acc[4] : 0;
+        c->cost[i].t_w = acc[5] > 0 ? acc[2] / acc[5] : 0;
+    }
+    c->t_comm = 0;
+    free(sum);
     strcpy(c->time_unit, "ms");
     *out = c;
     return 0;

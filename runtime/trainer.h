@@ -84,7 +84,7 @@ void trainer_opts_default(trainer_opts *o);
 
 typedef struct trainer trainer;
 
-/* Creates a trainer.  s must pass sched_validate; it is copied, as is the
+/* Creates a trainer.  s is validated (sched_validate) and copied, as is the
  * model (whose vocab is replaced by the loader's and whose micro_batch by
  * opts->batch_size when positive).  The loader d is borrowed and must
  * outlive the trainer; its context must equal model->seq_len.  Fails (-1,
@@ -145,8 +145,10 @@ int trainer_save(const trainer *t, const char *path, zb_err *err);
 int trainer_load(trainer *t, const char *path, zb_err *err);
 
 /* A copy of the schedule whose lanes carry the measured start and end of
- * every op of the last step, in milliseconds from the step's start (needs
- * opts.record_times and one finished step).  Stores it in *out (caller
+ * every op of the last step, in milliseconds from the step's start, and
+ * whose per-stage costs are the measured mean F, B and W times of that step
+ * (BW split where its B half ended), t_comm 0 (needs opts.record_times and
+ * one finished step).  Stores it in *out (caller
  * frees with sched_free); returns 0 or -1 with err set. */
 int trainer_trace(const trainer *t, sched_t **out, zb_err *err);
 

@@ -52,6 +52,7 @@ void search_options_default(search_options *o)
     o->global_batch = 64;
     o->recompute = -1;
     o->flash_attention = 1;
+    o->split = COST_SPLIT_BALANCED;
     o->zero1_dp = 1;
     o->max_micro_batch = 64;
     o->ilp_top = 3;
@@ -131,17 +132,15 @@ static void skip(search_candidate *c, const char *why)
 
 /* Costs, validates and simulates c's schedule s (taking ownership of s),
  * then fills c's figures.  A schedule the cost model, validator or
- * simulator rejects becomes a skipped candidate with their message.
- * Returns 0; the int return leaves room for hard failures. */
-static int evaluate(search_state *st, const search_config *cf, search_candidate *c, sched_t *s, zb_err *err)
+ * simulator rejects becomes a skipped candidate with their message. */
+static void evaluate(search_state *st, const search_config *cf, search_candidate *c, sched_t *s)
 {
-    (void)err;
     const search_options *o = st->o;
     zb_err e2 = { { 0 } };
     if (cost_fill_sched(&cf->model, &o->gpu, &cf->copt, s, &e2) < 0 || sched_validate(s, &e2) < 0) {
         skip(c, e2.msg);
         sched_free(s);
-        return 0;
+        return;
     }
     sim_result sr;
     memset(&sr, 0, sizeof sr);
@@ -149,7 +148,7 @@ static int evaluate(search_state *st, const search_config *cf, search_candidate 
         skip(c, e2.msg);
         sim_result_free(&sr);
         sched_free(s);
-        return 0;
+        return;
     }
     double peak = -1;
     for (int d = 0; d < s->n_devices; d++) {
@@ -180,7 +179,17 @@ static int evaluate(search_state *st, const search_config *cf, search_candidate 
                  o->mem_bytes / 1e9);
     }
     c->sched = s;
-    return 0;
+}
+
+/* The cost options of every candidate with this recompute setting. */
+static void cost_options_for(const search_options *o, int recompute, cost_options *c)
+{
+    cost_options_default(c);
+    c->recompute = recompute;
+    c->split = o->split;
+    c->flash_attention = o->flash_attention;
+    c->zero1_dp = o->zero1_dp;
+    c->profile = o->profile;
 }
 
 /* Builds a config's cost templates and uniform generator parameters. */
@@ -193,11 +202,7 @@ static int config_init(search_state *st, search_config *cf, int b, int recompute
     cf->b = b;
     cf->m = o->global_batch / b;
     cf->recompute = recompute;
-    cost_options_default(&cf->copt);
-    cf->copt.recompute = recompute;
-    cf->copt.flash_attention = o->flash_attention;
-    cf->copt.zero1_dp = o->zero1_dp;
-    cf->copt.profile = o->profile;
+    cost_options_for(o, recompute, &cf->copt);
     int p = o->n_devices;
     cf->plain = sched_new(p, cf->m, p);
     if (!cf->plain)
@@ -261,8 +266,8 @@ static int run_gen(search_state *st, search_config *cf, const char *label, const
         skip(c, "generator not available in this build");
     else if (fn(&gp, &s, &e2) < 0)
         skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, err) < 0)
-        return -1;
+    else
+        evaluate(st, cf, c, s);
     tick(st);
     return 0;
 }
@@ -281,8 +286,8 @@ static int run_solver(search_state *st, search_config *cf, const char *label, ge
     zb_err e2 = { { 0 } };
     if (fn(&gp, &s, &e2) < 0)
         skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, err) < 0)
-        return -1;
+    else
+        evaluate(st, cf, c, s);
     tick(st);
     return 0;
 }
@@ -302,8 +307,8 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
                  : solver_zb_auto_costs(&pr, &s, NULL, &e2);
     if (rc < 0)
         skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, err) < 0)
-        return -1;
+    else
+        evaluate(st, cf, c, s);
     tick(st);
     return 0;
 }
@@ -642,7 +647,9 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         free(dev_peak);
         return zb_fail(err, "out of memory");
     }
-    if (cost_layer_split(m.n_layers, S, split, err) < 0) {
+    cost_options copt;
+    cost_options_for(o, c->recompute, &copt);
+    if (cost_split_layers(&m, &o->gpu, &copt, S, split, err) < 0) {
         free(split);
         free(v);
         free(dev_peak);
@@ -692,6 +699,7 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !cJSON_AddNumberToObject(plan, "global_batch", o->global_batch);
         bad |= !cJSON_AddBoolToObject(plan, "recompute", c->recompute);
         bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
+        bad |= !cJSON_AddStringToObject(plan, "split", o->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
         bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp);
         bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
         for (int i = 0; i < S; i++)

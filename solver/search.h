@@ -31,6 +31,7 @@ typedef struct search_options {
     int global_batch;          /* sequences per iteration; m = global_batch / b */
     int recompute;             /* -1 try both (default), 0 off, 1 on */
     int flash_attention;       /* 1 (default) */
+    cost_split split;          /* layer split; default COST_SPLIT_BALANCED */
     int zero1_dp;              /* ZeRO-1 data-parallel degree; 1 = none */
     int max_micro_batch;       /* largest b tried (default 64) */
     int ilp;                   /* 1: also run the ILP on the best few plain-placement configs */
@@ -78,7 +79,8 @@ typedef struct search_result {
 
 /* Fills o with the defaults: llama3-8b on H100-80G, 8 devices, global batch
  * 64, 40 GB (mem_bytes = 40e9), recompute tried both ways, flash attention,
- * no ZeRO, b up to 64, no ILP (3 configs, 10 s each when on). */
+ * balanced layer split, no ZeRO, b up to 64, no ILP (3 configs, 10 s each
+ * when on). */
 void search_options_default(search_options *o);
 
 /* Runs the search.  Fills *r (caller frees with search_result_free); the

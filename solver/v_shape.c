@@ -21,10 +21,14 @@
  *     (knob: only when the whole W fits before the next arrival, or always);
  *   - else it idles until its next input arrives.
  * Deadlock is impossible by construction: a first-chunk F is admitted only
- * if it leaves room for its own second-chunk F (a reservation of one chunk
- * activation per micro-batch between its two F's), so second-chunk F's
- * always fit and every admitted micro-batch can reach its B's.  Two knobs
- * (W filling, and chunk preference for F) give four runs; the smallest
+ * if it leaves room for a second-chunk F.  Knob reserve_all keeps room for
+ * the second-chunk F of every micro-batch between its two F's on the
+ * device, so second-chunk F's always fit.  Without it one free slot is
+ * kept, which still suffices: micro-batches run in order on every stage,
+ * so the oldest unfinished one finds, once the device's pending W's have
+ * run, only younger first-chunk activations in memory, and those left a
+ * slot free when they were admitted.  Three knobs (W filling, chunk
+ * preference for F, reservation) give eight runs; the smallest
  * largest-device span wins, as in zb-auto.
  *
  * Workload: p up to 32, m up to a few hundred; each step scans the p
@@ -47,6 +51,10 @@ typedef enum v_variant { V_MIN = 0, V_HALF = 1, V_ZB = 2 } v_variant;
 typedef struct v_knobs {
     int w_always;       /* fill any idle time with a W (else: only if it fits) */
     int prefer_chunk0;  /* among ready F's prefer the first chunk */
+    int reserve_all;    /* a first-chunk F keeps room for the second-chunk F of
+                         * every micro-batch between its F's here (else: for
+                         * one, which suffices because micro-batches stay in
+                         * order on every stage; see the file comment) */
 } v_knobs;
 
 /* Working state of one greedy run. */
@@ -127,7 +135,7 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
         double rt = ready_time(r, OP_F, s, r->nf[s]);
         if (isnan(rt))
             continue;
-        double need = x == 0 ? r->mem[d] + df * (r->resv[d] + 2) : r->mem[d] + df;
+        double need = x == 0 ? r->mem[d] + df * (k->reserve_all ? r->resv[d] + 2 : 2) : r->mem[d] + df;
         if (need > r->limit[d] + 1e-9 * fmax(1, fabs(r->limit[d]))) {
             blocked = 1;
             continue;
@@ -170,21 +178,31 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
     for (int d = 0; d < p; d++)
         r->out->dev[d].n_ops = 0;
 
+    /* Each device's next action, recomputed only when it acts or an input
+     * for it is produced: choose() reads only its own state and its
+     * producers' end times. */
+    v_choice *ch = malloc(sizeof *ch * (size_t)p);
+    if (!ch)
+        return zb_fail(err, "out of memory building a V schedule");
+    for (int d = 0; d < p; d++)
+        ch[d] = choose(r, d, k);
     long left = 3L * S * m;
     while (left > 0) {
         int best_d = -1;
         v_choice best = { INFINITY, -1, -1 };
         for (int d = 0; d < p; d++) {
-            v_choice c = choose(r, d, k);
-            if (c.when < best.when) {
-                best = c;
+            if (ch[d].when < best.when) {
+                best = ch[d];
                 best_d = d;
             }
         }
-        if (best_d < 0)
+        if (best_d < 0) {
+            free(ch);
             return zb_fail(err, "V schedule stuck with %ld ops left (bug)", left);
+        }
         if (best.kind < 0) {
             r->t_dev[best_d] = best.when; /* idle until the input arrives */
+            ch[best_d] = choose(r, best_d, k);
             continue;
         }
         int s = best.stage, d = best_d, j;
@@ -207,11 +225,108 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
             r->mem[d] += sc->d_w;
         }
         r->t_dev[d] = end;
-        if (sched_push(r->out, d, (op_kind)best.kind, s, j) != 0)
+        if (sched_push(r->out, d, (op_kind)best.kind, s, j) != 0) {
+            free(ch);
             return zb_fail(err, "out of memory building a V schedule");
+        }
         left--;
+        ch[d] = choose(r, d, k);
+        /* The consumer of this op's output may now have a new choice. */
+        if (best.kind == OP_F && s + 1 < S)
+            ch[t->stage_device[s + 1]] = choose(r, t->stage_device[s + 1], k);
+        if (best.kind == OP_B && s > 0)
+            ch[t->stage_device[s - 1]] = choose(r, t->stage_device[s - 1], k);
     }
+    free(ch);
     return 0;
+}
+
+/* One op of the periodic pattern: its slot and what it is. */
+typedef struct v_slot {
+    long slot;  /* position in the unit-time pattern */
+    int type;   /* 0 F chunk 0, 1 F chunk 1, 2 B chunk 1, 3 B chunk 0,
+                 * 4 W chunk 1, 5 W chunk 0 */
+    int mb;     /* micro-batch */
+} v_slot;
+
+static int cmp_slot(const void *x, const void *y)
+{
+    const v_slot *a = x, *b = y;
+    return (a->slot > b->slot) - (a->slot < b->slot);
+}
+
+/* The Controllable-Memory paper's stable patterns for V-Min and V-Half, as
+ * the authors' zbv_greedy.py lays them out: with unit slots and a repeat
+ * interval of 6 (F, f, B, b, W, w per micro-batch), device i runs
+ * micro-batch j's
+ *   V-Min:  F at i,  f at 2p-1-i,  B at 2p+g+i,    b at 4p+g-1-i   (g = 2 if 3 | p, else 0)
+ *   V-Half: F at 2i, f at 3p-2-i,  B at 3p+g+2i-1, b at 6p+g-2-i   (g = 3 if 2 | p, else 0)
+ * plus 6j, where f/b are the second chunk's forward and the first chunk's
+ * backward.  W's go, in order, into the free slots after their B's.  The
+ * device lists are the slots in time order; real times are ASAP (the
+ * authors also "squeeze" ops into earlier free slots when memory allows;
+ * that refinement is not done here).  Stored in *out; 0 or -1 on out of
+ * memory. */
+static int pattern_sched(const sched_t *tmpl, v_variant variant, sched_t **out)
+{
+    int p = tmpl->n_devices, m = tmpl->n_micro;
+    sched_t *s = sched_clone(tmpl);
+    v_slot *ops = malloc(sizeof *ops * 6 * (size_t)m);
+    if (!s || !ops)
+        goto fail;
+    for (int i = 0; i < p; i++) {
+        long base[4];
+        if (variant == V_MIN) {
+            int g = p % 3 == 0 ? 2 : 0;
+            base[0] = i; base[1] = 2L * p - 1 - i; base[2] = 2L * p + g + i; base[3] = 4L * p + g - 1 - i;
+        } else {
+            int g = p % 2 == 0 ? 3 : 0;
+            base[0] = 2L * i; base[1] = 3L * p - 2 - i; base[2] = 3L * p + g + 2L * i - 1;
+            base[3] = 6L * p + g - 2 - i;
+        }
+        int n = 0;
+        for (int t = 0; t < 4; t++)
+            for (int j = 0; j < m; j++)
+                ops[n++] = (v_slot){ base[t] + 6L * j, t, j };
+        qsort(ops, (size_t)n, sizeof *ops, cmp_slot);
+        /* W's into the free slots, chunk 1's first, each in B order */
+        int pend[2] = { 0, 0 }, next_w[2] = { 0, 0 }, x = 0, n4 = n;
+        long t = 0, last = ops[n4 - 1].slot;
+        for (; t <= last; t++) {
+            if (x < n4 && ops[x].slot == t) {
+                if (ops[x].type >= 2)
+                    pend[ops[x].type - 2]++;
+                x++;
+                continue;
+            }
+            for (int w = 0; w < 2; w++) {
+                if (pend[w]) {
+                    ops[n++] = (v_slot){ t, 4 + w, next_w[w]++ };
+                    pend[w]--;
+                    break;
+                }
+            }
+        }
+        for (int w = 0; w < 2; w++)
+            while (pend[w]-- > 0)
+                ops[n++] = (v_slot){ ++t, 4 + w, next_w[w]++ };
+        qsort(ops, (size_t)n, sizeof *ops, cmp_slot);
+        int st0 = i, st1 = 2 * p - 1 - i;
+        for (int k = 0; k < n; k++) {
+            static const int kind[6] = { OP_F, OP_F, OP_B, OP_B, OP_W, OP_W };
+            static const int chunk1[6] = { 0, 1, 1, 0, 1, 0 };
+            int t6 = ops[k].type;
+            if (sched_push(s, i, (op_kind)kind[t6], chunk1[t6] ? st1 : st0, ops[k].mb) != 0)
+                goto fail;
+        }
+    }
+    free(ops);
+    *out = s;
+    return 0;
+fail:
+    free(ops);
+    sched_free(s);
+    return -1;
 }
 
 static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_err *err)
@@ -265,9 +380,9 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
     if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv)
         goto oom;
 
-    v_knobs best_k = { 0, 0 };
-    for (int kk = 0; kk < 4; kk++) {
-        v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = kk >> 1 };
+    v_knobs best_k = { 0, 0, 0 };
+    for (int kk = 0; kk < 8; kk++) {
+        v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = kk >> 2 };
         r.out = sched_clone(tmpl);
         if (!r.out)
             goto oom;
@@ -320,16 +435,45 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
         sched_free(hv);
         free(peaks);
     }
+    /* The paper's stable pattern (V-Min, V-Half) is a candidate too. */
+    int used_pattern = 0;
+    if (variant != V_ZB) {
+        sched_t *pv = NULL;
+        zb_err perr;
+        double *peaks = malloc(sizeof(double) * (size_t)p);
+        solver_eval_result ev;
+        if (!peaks || pattern_sched(tmpl, variant, &pv) != 0) {
+            free(peaks);
+            goto oom;
+        }
+        if (solver_eval(pv, &ev, peaks, &perr) == 0) {
+            int fits_all = 1;
+            for (int d = 0; d < p; d++)
+                fits_all &= peaks[d] <= limit[d] + 1e-9 * fmax(1, fabs(limit[d]));
+            if (fits_all && ev.cost < best_cost) {
+                sched_free(best);
+                best = pv;
+                pv = NULL;
+                best_cost = ev.cost;
+                used_pattern = 1;
+                used_handcrafted = 0;
+            }
+        }
+        sched_free(pv);
+        free(peaks);
+    }
     best->mem_limit = limit;
     limit = NULL;
     best->meta = cJSON_CreateObject();
     cJSON *o = best->meta ? cJSON_AddObjectToObject(best->meta, "solver") : NULL;
     if (!o || !cJSON_AddStringToObject(o, "method", used_handcrafted ? "handcrafted ZB-V order (fits the limit, beat the greedy)"
-                                                                      : "V-shape greedy under a memory limit")
+                                                    : used_pattern ? "the paper's stable V pattern (fits the limit, beat the greedy)"
+                                                                   : "V-shape greedy under a memory limit")
         || !cJSON_AddNumberToObject(o, "cost", best_cost)
         || !cJSON_AddNumberToObject(o, "limit_microbatches", mbs)
         || !cJSON_AddBoolToObject(o, "w_always", best_k.w_always)
-        || !cJSON_AddBoolToObject(o, "prefer_chunk0", best_k.prefer_chunk0))
+        || !cJSON_AddBoolToObject(o, "prefer_chunk0", best_k.prefer_chunk0)
+        || !cJSON_AddBoolToObject(o, "reserve_all", best_k.reserve_all))
         goto oom;
     *out = best;
     best = NULL;

@@ -66,15 +66,19 @@ typedef struct zb_run {
     double *stage_bubble;     /* [p] idle time so far after each stage's first op */
     double max_bubble;        /* largest entry of stage_bubble */
     int failed;               /* set when an op would overflow memory */
+    double *cap;              /* [p] limit plus a rounding tolerance for fractional
+                               * deltas (INFINITY: no limit) */
+    double *t_op;             /* [3][p] time of each op kind per stage */
+    double *d_op;             /* [3][p] memory delta of each op kind per stage */
     int mattered[3];          /* a knob's other value would have changed a
                                * decision (0: allow_bubble_before_first_b,
                                * 1: prioritize_b, 2: no_bubble_greedy) */
 } zb_run;
 
-/* Memory comparisons allow for rounding in fractional deltas. */
-static int fits(double mem, double delta, double limit)
+/* fmax without the NaN handling that keeps it out of line (no NaN here). */
+static inline double max2(double a, double b)
 {
-    return mem + delta <= limit + 1e-9 * fmax(1.0, fabs(limit));
+    return a > b ? a : b;
 }
 
 static double op_cost(const solver_problem *pr, int kind, int stage)
@@ -107,16 +111,16 @@ static void put(zb_run *r, int stage, int kind)
     const solver_problem *pr = r->pr;
     int mb = r->n_done[kind][stage];
     assert(mb < pr->m);
-    double dm = op_mem(pr, kind, stage);
-    if (!fits(r->mem[stage], dm, limit_of(pr, stage)))
+    double dm = r->d_op[kind * pr->p + stage];
+    if (r->mem[stage] + dm > r->cap[stage])
         r->failed = 1;
-    double cost = op_cost(pr, kind, stage);
+    double cost = r->t_op[kind * pr->p + stage];
     double t = r->stage_end[stage] + cost;
     double no_bubble = t;
     if (stage > 0 && kind == OP_F)
-        t = fmax(t, *endp(r, OP_F, stage - 1, mb) + pr->t_comm + cost);
+        t = max2(t, *endp(r, OP_F, stage - 1, mb) + pr->t_comm + cost);
     if (stage < pr->p - 1 && kind == OP_B)
-        t = fmax(t, *endp(r, OP_B, stage + 1, mb) + pr->t_comm + cost);
+        t = max2(t, *endp(r, OP_B, stage + 1, mb) + pr->t_comm + cost);
     if (r->n_done[OP_F][stage] > 0) {
         r->stage_bubble[stage] += t - no_bubble;
         if (r->stage_bubble[stage] > r->max_bubble)
@@ -137,7 +141,8 @@ static void fill_gap(zb_run *r, int stage, double arrive, const zb_knobs *k)
 {
     const solver_problem *pr = r->pr;
     int *w = r->n_done[OP_W], *b = r->n_done[OP_B];
-    while (w[stage] < b[stage] && r->stage_end[stage] + op_cost(pr, OP_W, stage) <= arrive)
+    double tw = r->t_op[OP_W * pr->p + stage];
+    while (w[stage] < b[stage] && r->stage_end[stage] + tw <= arrive)
         put(r, stage, OP_W);
     if (w[stage] < b[stage] && r->stage_end[stage] < arrive) {
         if (arrive - r->stage_end[stage] <= r->max_bubble - r->stage_bubble[stage]) {
@@ -154,8 +159,7 @@ static void fill_gap(zb_run *r, int stage, double arrive, const zb_knobs *k)
  * W is left to free memory. */
 static int make_room(zb_run *r, int stage, double delta)
 {
-    const solver_problem *pr = r->pr;
-    while (!fits(r->mem[stage], delta, limit_of(pr, stage))) {
+    while (r->mem[stage] + delta > r->cap[stage]) {
         if (r->n_done[OP_W][stage] >= r->n_done[OP_B][stage])
             return -1;
         put(r, stage, OP_W);
@@ -177,7 +181,7 @@ static int prioritize_skips(const zb_run *r, int j)
         return 1;
     double mem_with_w = r->mem[j] + op_mem(pr, OP_F, j), w_cost = 0;
     int w_cnt = 0;
-    while (!fits(mem_with_w, 0, limit_of(pr, j)) && r->n_done[OP_W][j] + w_cnt < r->n_done[OP_B][j]) {
+    while (mem_with_w > r->cap[j] && r->n_done[OP_W][j] + w_cnt < r->n_done[OP_B][j]) {
         w_cost += op_cost(pr, OP_W, j);
         mem_with_w += op_mem(pr, OP_W, j);
         w_cnt++;
@@ -198,7 +202,7 @@ static double span_lower_bound(zb_run *r)
         double start = *endp(r, OP_F, j, 0) - c->t_f;
         double rest = (pr->m - r->n_done[OP_F][j]) * c->t_f + (pr->m - r->n_done[OP_B][j]) * c->t_b
                       + (pr->m - r->n_done[OP_W][j]) * c->t_w;
-        lb = fmax(lb, r->stage_end[j] - start + rest);
+        lb = max2(lb, r->stage_end[j] - start + rest);
     }
     return lb;
 }
@@ -233,7 +237,7 @@ static double zb_run_once(zb_run *r, const zb_knobs *k, int *f_required, double 
         }
         double mem = r->mem[j], t = r->stage_end[j];
         double df = op_mem(pr, OP_F, j), tf = op_cost(pr, OP_F, j);
-        while (f[j] + f_required[j] < m && fits(mem, df, limit_of(pr, j))) {
+        while (f[j] + f_required[j] < m && mem + df <= r->cap[j]) {
             int stop_allowing = t + tf > last_t + pr->t_comm;
             int stop_strict = t >= last_t + pr->t_comm;
             if (stop_allowing != stop_strict)
@@ -394,6 +398,62 @@ oom:
     return zb_fail(err, "out of memory building the zb-auto schedule");
 }
 
+/* The fallback when no knob setting fits: a 1F1B order with B and W split
+ * and each W right after its B, whose warm-up on stage r is capped by the
+ * memory of stages 0..r (warm-ups must not grow along the pipeline, or a
+ * stage would wait for an F its predecessor runs only after a B that waits
+ * on it).  Stage r then holds at most w_r + 1 activations, which fits by
+ * construction once the limit holds one F (checked up front). */
+static int fallback_sched(const solver_problem *pr, sched_t **out, double *cost, zb_err *err)
+{
+    int p = pr->p, m = pr->m, cap = m - 1;
+    sched_t *s = sched_new(p, m, p);
+    if (!s)
+        return zb_fail(err, "out of memory building the zb-auto schedule");
+    snprintf(s->name, sizeof s->name, "zb-auto");
+    sched_place_interleaved(s);
+    memcpy(s->cost, pr->cost, sizeof *s->cost * (size_t)p);
+    s->t_comm = pr->t_comm;
+    int ok = 1;
+    if (pr->limit) {
+        s->mem_limit = malloc(sizeof(double) * (size_t)p);
+        ok = s->mem_limit != NULL;
+        if (ok)
+            memcpy(s->mem_limit, pr->limit, sizeof(double) * (size_t)p);
+    }
+    for (int r = 0; r < p && ok; r++) {
+        const stage_cost *c = &pr->cost[r];
+        /* k activations plus a B's transient rise must fit */
+        int k = pr->limit ? (int)floor((limit_of(pr, r) - max2(0, c->d_b)) / c->d_f + 1e-9) : m;
+        int w = p - 1 - r;
+        if (k - 1 < w)
+            w = k - 1;
+        if (w < cap)
+            cap = w;
+        w = cap < 0 ? 0 : cap;
+        int next_f = 0;
+        for (; next_f < w; next_f++)
+            ok = ok && sched_push(s, r, OP_F, r, next_f) == 0;
+        for (int i = 0; i < m && ok; i++) {
+            if (next_f < m)
+                ok = sched_push(s, r, OP_F, r, next_f++) == 0;
+            ok = ok && sched_push(s, r, OP_B, r, i) == 0 && sched_push(s, r, OP_W, r, i) == 0;
+        }
+    }
+    solver_eval_result ev;
+    s->meta = ok ? cJSON_CreateObject() : NULL;
+    cJSON *sol = s->meta ? cJSON_AddObjectToObject(s->meta, "solver") : NULL;
+    if (!sol || solver_eval(s, &ev, NULL, err) != 0
+        || !cJSON_AddStringToObject(sol, "method", "zb-auto fallback: 1F1B order, W after B, memory-capped warm-up")
+        || !cJSON_AddNumberToObject(sol, "cost", ev.cost)) {
+        sched_free(s);
+        return err && err->msg[0] ? -1 : zb_fail(err, "out of memory building the zb-auto schedule");
+    }
+    *cost = ev.cost;
+    *out = s;
+    return 0;
+}
+
 int solver_zb_auto_costs(const solver_problem *pr, sched_t **out, double *cost, zb_err *err)
 {
     if (check_problem(pr, err) != 0)
@@ -421,9 +481,20 @@ int solver_zb_auto_costs(const solver_problem *pr, sched_t **out, double *cost, 
             goto out;
         }
     }
-    if (!f_required) {
+    run.cap = malloc(sizeof(double) * (size_t)p);
+    run.t_op = malloc(sizeof(double) * 3 * (size_t)p);
+    run.d_op = malloc(sizeof(double) * 3 * (size_t)p);
+    if (!f_required || !run.cap || !run.t_op || !run.d_op) {
         zb_fail(err, "out of memory in zb-auto");
         goto out;
+    }
+    for (int j = 0; j < p; j++) {
+        double lim = limit_of(pr, j);
+        run.cap[j] = isinf(lim) ? INFINITY : lim + 1e-9 * fmax(1.0, fabs(lim));
+        for (int kind = 0; kind < 3; kind++) {
+            run.t_op[kind * p + j] = op_cost(pr, kind, j);
+            run.d_op[kind * p + j] = op_mem(pr, kind, j);
+        }
     }
 
     double best = -1;
@@ -454,13 +525,22 @@ int solver_zb_auto_costs(const solver_problem *pr, sched_t **out, double *cost, 
         memcpy(best_run.n_ops, run.n_ops, sizeof(int) * (size_t)p);
         memcpy(best_run.order, run.order, (size_t)p * 3 * (size_t)m);
     }
-    if (best < 0) {
-        zb_fail(err, "no zb-auto schedule fits the memory limit (device 0 limit %g, M_B %g): raise the limit",
-                pr->limit ? pr->limit[0] : INFINITY, pr->cost[0].d_f);
+    /* The memory-capped 1F1B order is a candidate too: it always fits
+     * (every knob setting may run out of W's to free under uneven
+     * per-device limits), and under tight limits it can beat the paper's
+     * heuristic. */
+    sched_t *fb = NULL;
+    double fb_cost = INFINITY;
+    if (fallback_sched(pr, &fb, &fb_cost, err) != 0)
         goto out;
+    if (best < 0 || fb_cost < best) {
+        *out = fb;
+        best = fb_cost;
+    } else {
+        sched_free(fb);
+        if (build_sched(&best_run, &best_k, best, out, err) != 0)
+            goto out;
     }
-    if (build_sched(&best_run, &best_k, best, out, err) != 0)
-        goto out;
     if (cost)
         *cost = best;
     rc = 0;
@@ -475,6 +555,9 @@ out:
         free(runs[x]->mem);
         free(runs[x]->stage_bubble);
     }
+    free(run.cap);
+    free(run.t_op);
+    free(run.d_op);
     free(f_required);
     return rc;
 }

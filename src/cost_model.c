@@ -56,6 +56,77 @@ int cost_layer_split(int n_layers, int n_stages, int *layers, zb_err *err)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int cost_layer_split_balanced(int n_layers, int n_stages, double w_first, double w_last,
+                              int *layers, zb_err *err)
+{
+    if (n_stages <= 0 || n_layers <= 0)
+        return zb_fail(err, "cannot split %d layers over %d stages", n_layers, n_stages);
+    if (!(w_first >= 0) || !(w_last >= 0) || !isfinite(w_first) || !isfinite(w_last))
+        return zb_fail(err, "embedding and head weights must be finite and >= 0");
+    if (n_stages == 1) {
+        layers[0] = n_layers;
+        return 0;
+    }
+    if (n_stages > n_layers + 2)
+        return zb_fail(err, "%d layers are too few for %d virtual stages (at most %d)",
+                       n_layers, n_stages, n_layers + 2);
+    int S = n_stages, L = n_layers;
+    /* The optimal largest load is one of k, k + w_first, k + w_last. */
+    int n_cand = 3 * (L + 1);
+    double *cand = malloc(sizeof *cand * (size_t)n_cand);
+    if (!cand)
+        return zb_fail(err, "out of memory");
+    for (int k = 0; k <= L; k++) {
+        cand[3 * k] = k;
+        cand[3 * k + 1] = k + w_first;
+        cand[3 * k + 2] = k + w_last;
+    }
+    qsort(cand, (size_t)n_cand, sizeof *cand, cmp_double);
+    const double eps = 1e-9;
+    double T = -1;
+    for (int i = 0; i < n_cand && T < 0; i++) {
+        double t = cand[i];
+        double cf = floor(t - w_first + eps), cl = floor(t - w_last + eps), cm = floor(t + eps);
+        if (cf < 0 || cl < 0 || (S > 2 && cm < 1))
+            continue;
+        if (cf + cl + (S - 2) * cm >= L)
+            T = t;
+    }
+    free(cand);
+    assert(T >= 0); /* T = L + max weight always fits */
+    double w[2] = { w_first, w_last };
+    for (int i = 0; i < S; i++) {
+        double wi = i == 0 ? w[0] : i == S - 1 ? w[1] : 0;
+        double cap = floor(T - wi + eps);
+        layers[i] = cap > L ? L : (int)cap;
+    }
+    long total = 0;
+    for (int i = 0; i < S; i++)
+        total += layers[i];
+    /* Take the excess back from the most loaded stage, earliest first. */
+    for (; total > L; total--) {
+        int best = -1;
+        double best_load = -1;
+        for (int i = 0; i < S; i++) {
+            int min = (i == 0 || i == S - 1) ? 0 : 1;
+            double load = layers[i] + (i == 0 ? w[0] : i == S - 1 ? w[1] : 0);
+            if (layers[i] > min && load > best_load + eps) {
+                best = i;
+                best_load = load;
+            }
+        }
+        assert(best >= 0);
+        layers[best]--;
+    }
+    return 0;
+}
+
 double cost_bytes_per_param(const zb_model *m, const cost_options *o)
 {
     double dp = o->zero1_dp > 1 ? o->zero1_dp : 1;
@@ -231,6 +302,20 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
     return 0;
 }
 
+int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
+                      int *layers, zb_err *err)
+{
+    if (o->split != COST_SPLIT_BALANCED)
+        return cost_layer_split(m->n_layers, n_stages, layers, err);
+    cost_part layer, emb, head;
+    if (cost_parts(m, g, o, &layer, &emb, &head, err) < 0)
+        return -1;
+    double unit = layer.t_f + layer.t_b + layer.t_w;
+    double wf = unit > 0 ? (emb.t_f + emb.t_b + emb.t_w) / unit : 0;
+    double wl = unit > 0 ? (head.t_f + head.t_b + head.t_w) / unit : 0;
+    return cost_layer_split_balanced(m->n_layers, n_stages, wf, wl, layers, err);
+}
+
 static void add_part(cost_stage *st, const cost_part *p, double count)
 {
     st->t_f += count * p->t_f;
@@ -255,7 +340,7 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
     int *split = malloc(sizeof *split * (size_t)n_stages);
     if (!split)
         return zb_fail(err, "out of memory");
-    if (cost_layer_split(m->n_layers, n_stages, split, err) < 0) {
+    if (cost_split_layers(m, g, o, n_stages, split, err) < 0) {
         free(split);
         return -1;
     }

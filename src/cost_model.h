@@ -24,8 +24,15 @@
  * workspaces and allocator fragmentation (docs/cost-model.md). */
 #define COST_RESERVE_BYTES 3e9
 
+/* How layers are distributed over virtual stages (cost_split_layers). */
+typedef enum cost_split {
+    COST_SPLIT_PAPER = 0,    /* first and last stage one layer fewer (zero-bubble paper) */
+    COST_SPLIT_BALANCED = 1, /* smallest largest stage time, embedding and head weighted by their time */
+} cost_split;
+
 typedef struct cost_options {
     int recompute;             /* 1: full per-layer activation recompute (checkpoint layer inputs) */
+    cost_split split;          /* layer split; default COST_SPLIT_PAPER */
     int flash_attention;       /* 1: attention scores never stored (flash attention); default 1 */
     int zero1_dp;              /* data-parallel replicas sharing optimizer state (ZeRO-1); 1 = none */
     double reserve_bytes;      /* per-GPU runtime reserve; default COST_RESERVE_BYTES */
@@ -58,8 +65,8 @@ typedef struct cost_stage {
     double useful_flops;   /* F+B+W FLOPs per micro-batch, no recompute */
 } cost_stage;
 
-/* Defaults: no recompute, flash attention on, no ZeRO, COST_RESERVE_BYTES,
- * no profile. */
+/* Defaults: no recompute, the paper's split, flash attention on, no ZeRO,
+ * COST_RESERVE_BYTES, no profile. */
 void cost_options_default(cost_options *o);
 
 /* Splits n_layers transformer layers over n_stages virtual stages in model
@@ -69,6 +76,22 @@ void cost_options_default(cost_options *o);
  * stages.  Fills layers[n_stages].  Returns 0, or -1 when some middle stage
  * would get no layer (n_stages > n_layers + 2). */
 int cost_layer_split(int n_layers, int n_stages, int *layers, zb_err *err);
+
+/* Splits n_layers over n_stages so that the largest stage load is smallest,
+ * where a stage's load is its layer count, plus w_first on stage 0 (the
+ * embedding's time in layers) and w_last on stage S-1 (the head's).  Middle
+ * stages get at least one layer; on ties layers go to later stages (early
+ * stages keep more micro-batches in flight, so fewer layers there saves
+ * memory).  Fills layers[n_stages]; returns 0, or -1 when
+ * n_stages > n_layers + 2 or a weight is negative. */
+int cost_layer_split_balanced(int n_layers, int n_stages, double w_first, double w_last,
+                              int *layers, zb_err *err);
+
+/* The split o->split selects for model m on gpu g: the paper's, or the
+ * balanced one with the embedding's and head's F+B+W time measured in
+ * layers (from the estimate or the profile).  Fills layers[n_stages]. */
+int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
+                      int *layers, zb_err *err);
 
 /* Per-micro-batch figures of one transformer layer, the embedding and the
  * head for model m on gpu g (FLOP estimate, or o->profile when set).

@@ -13,6 +13,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct zb_err {
     char msg[512]; /* one line, no trailing newline; empty when no error */
 } zb_err;
@@ -26,5 +30,9 @@ int zb_fail(zb_err *err, const char *fmt, ...)
  * Used when a lower layer's message needs the caller's context. */
 int zb_wrap(zb_err *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -253,6 +253,8 @@ static int describe_stuck(const walk *w, int d, int pass, char *msg, size_t cap,
         return 0;
     char lab[48], nlab[48], part[200];
     op_label(op, lab, sizeof lab);
+    if (ppos >= 0)
+        need = s->dev[pdev].ops[ppos]; /* name the provider as listed: B or BW */
     op_label(need, nlab, sizeof nlab);
     if (own)
         snprintf(part, sizeof part, "device %d, op %d (%s) comes before %s (op %d) on the same device",
@@ -280,7 +282,8 @@ static int report_deadlock(const walk *w, zb_err *err)
             if (w->pos[d] < s->dev[d].n_ops)
                 shown += describe_stuck(w, d, pass, msg, sizeof msg, &used);
     if (stuck > shown)
-        return zb_fail(err, "deadlock: %s; and %d more stuck devices", msg, stuck - shown);
+        return zb_fail(err, "deadlock: %s; and %d more stuck device%s", msg, stuck - shown,
+                       stuck - shown == 1 ? "" : "s");
     return zb_fail(err, "deadlock: %s", msg);
 }
 

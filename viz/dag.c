@@ -332,6 +332,18 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
     return g;
 }
 
+/* The process's one Graphviz context, made on first use and kept.  A
+ * context per call would be cleaner, but Graphviz 2.43's pango plugin
+ * caches a font name that gvFreeContext frees, so a second context in the
+ * same process reads freed memory.  Reachable from here, it is not a leak. */
+static GVC_t *dag_context(void)
+{
+    static GVC_t *gvc;
+    if (!gvc)
+        gvc = gvContext();
+    return gvc;
+}
+
 int viz_dag_svg(const sched_t *s, char **svg, size_t *len, zb_err *err)
 {
     long n_ops = sched_op_count(s);
@@ -352,7 +364,7 @@ int viz_dag_svg(const sched_t *s, char **svg, size_t *len, zb_err *err)
     agusererrf old_fn = agseterrf(dag_gv_err);
     dag_gv_msg[0] = '\0';
     int rc = -1;
-    GVC_t *gvc = gvContext();
+    GVC_t *gvc = dag_context();
     Agraph_t *g = gvc ? dag_build(s, &o, &t) : NULL;
     if (!gvc || !g) {
         zb_fail(err, "cannot set up Graphviz%s%s", dag_gv_msg[0] ? ": " : "", dag_gv_msg);
@@ -376,8 +388,6 @@ int viz_dag_svg(const sched_t *s, char **svg, size_t *len, zb_err *err)
     }
     if (g)
         agclose(g);
-    if (gvc)
-        gvFreeContext(gvc);
     agseterrf(old_fn);
     agseterr(old_level);
     dag_ops_free(&o);

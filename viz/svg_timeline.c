@@ -10,7 +10,7 @@
  *
  * Sizing adapts to the schedule so that p=4, m=8 reads like the paper's
  * figures and p=32, m=256 stays legible: the time scale aims at ~30 px per
- * average op but the plot is clamped to [480, 1800] px; lanes shrink from
+ * average op but the plot is clamped to [560, 1800] px; lanes shrink from
  * 26 px to 11 px as devices grow; a micro-batch number is written only when
  * its estimated width fits inside its box, so labels thin out instead of
  * overlapping.  Every op box is a <rect class="op op-KIND"> with a tooltip,
@@ -33,17 +33,20 @@
 
 /* One timeline to draw. */
 typedef struct tl_src {
-    const sched_t *s; /* the schedule */
-    viz_times t;      /* its measured or simulated times */
-    const char *tag;  /* block heading in compare mode ("predicted"), NULL alone */
+    const sched_t *s;      /* the schedule */
+    viz_times t;           /* its measured or simulated times */
+    const char *tag;       /* block heading in compare mode ("predicted"), NULL alone */
+    double scale;          /* px per time unit of this schedule */
+    double axis_factor;    /* axis units per time unit of this schedule */
+    const char *axis_unit; /* unit written on the axis */
+    double axis_span;      /* axis units across the plot width */
 } tl_src;
 
 /* Geometry shared by every block of one picture (one time scale). */
 typedef struct tl_layout {
     double plot_x;     /* x of each block's first op start */
     double plot_w;     /* width of the time area in px */
-    double span;       /* time shown across plot_w */
-    double scale;      /* px per time unit */
+    int shared_scale;  /* 1 when all blocks share one time scale */
     double lane_h;     /* height of one device lane */
     double lane_gap;   /* vertical gap between lanes */
     double op_font;    /* micro-batch label size; 0 when lanes are too thin */
@@ -54,7 +57,7 @@ typedef struct tl_layout {
 
 #define TL_MARGIN_LEFT 64.0  /* room for "dev 31" */
 #define TL_MARGIN_RIGHT 96.0 /* room for "peak 12.5 GiB" next to memory panels */
-#define TL_PLOT_MIN 480.0
+#define TL_PLOT_MIN 560.0
 #define TL_PLOT_MAX 1800.0
 #define TL_PX_PER_OP 30.0    /* target width of an average op */
 
@@ -98,29 +101,75 @@ static double nice_step(double span)
     return 10 * mag;
 }
 
-static void layout_compute(const tl_src *src, int n_src, tl_layout *L)
+/* Seconds per time unit for physical units; 0 for abstract "units". */
+static double unit_seconds(const char *unit)
 {
-    double span = 0, busy = 0;
-    long ops = 0;
+    if (!strcmp(unit, "s"))
+        return 1;
+    if (!strcmp(unit, "ms"))
+        return 1e-3;
+    if (!strcmp(unit, "us"))
+        return 1e-6;
+    if (!strcmp(unit, "ns"))
+        return 1e-9;
+    return 0;
+}
+
+/* Chooses plot width, lane sizes and each block's time scale.  Blocks
+ * share one scale when their time units agree or are both physical (the
+ * top block is converted to the bottom block's unit); a prediction in
+ * abstract units next to a run measured in ms cannot share one, so each
+ * then spans the plot on its own scale and says so. */
+static void layout_compute(tl_src *src, int n_src, tl_layout *L)
+{
+    const char *unit = src[n_src - 1].s->time_unit;
+    double unit_s = unit_seconds(unit);
+    L->shared_scale = 1;
+    for (int k = 0; k < n_src; k++) {
+        const char *u = src[k].s->time_unit;
+        src[k].axis_unit = unit;
+        src[k].axis_factor = 1;
+        if (strcmp(u, unit) != 0) {
+            if (unit_seconds(u) > 0 && unit_s > 0)
+                src[k].axis_factor = unit_seconds(u) / unit_s;
+            else
+                L->shared_scale = 0;
+        }
+    }
+    /* Width: about TL_PX_PER_OP per average op of the busiest picture. */
+    double want = TL_PLOT_MIN;
     int p = 1;
     for (int k = 0; k < n_src; k++) {
         const sched_t *s = src[k].s;
-        if (src[k].t.t1 - src[k].t.t0 > span)
-            span = src[k].t.t1 - src[k].t.t0;
+        double busy = 0;
+        long ops = 0;
         for (int d = 0; d < s->n_devices; d++) {
             busy += src[k].t.r.dev[d].busy;
             ops += s->dev[d].n_ops;
         }
+        double span = src[k].t.t1 - src[k].t.t0;
+        if (ops > 0 && busy > 0 && span > 0 && span / (busy / (double)ops) * TL_PX_PER_OP > want)
+            want = span / (busy / (double)ops) * TL_PX_PER_OP;
         if (s->n_devices > p)
             p = s->n_devices;
     }
-    if (!(span > 0))
-        span = 1;
-    double avg = ops > 0 && busy > 0 ? busy / (double)ops : span;
-    L->plot_w = clampd(span / avg * TL_PX_PER_OP, TL_PLOT_MIN, TL_PLOT_MAX);
-    L->plot_w = floor(L->plot_w);
-    L->span = span;
-    L->scale = L->plot_w / span;
+    L->plot_w = floor(clampd(want, TL_PLOT_MIN, TL_PLOT_MAX));
+    double axis_span = 0;
+    for (int k = 0; k < n_src; k++) {
+        double span = (src[k].t.t1 - src[k].t.t0) * src[k].axis_factor;
+        if (!L->shared_scale) {
+            src[k].axis_unit = src[k].s->time_unit;
+            src[k].axis_factor = 1;
+            src[k].axis_span = span > 0 ? span : 1;
+        } else if (span > axis_span) {
+            axis_span = span;
+        }
+    }
+    for (int k = 0; k < n_src; k++) {
+        if (L->shared_scale)
+            src[k].axis_span = axis_span > 0 ? axis_span : 1;
+        src[k].scale = L->plot_w / src[k].axis_span * src[k].axis_factor;
+    }
     L->plot_x = TL_MARGIN_LEFT;
     L->width = TL_MARGIN_LEFT + L->plot_w + TL_MARGIN_RIGHT;
     L->lane_h = floor(clampd(560.0 / p, 11, 26));
@@ -130,6 +179,19 @@ static void layout_compute(const tl_src *src, int n_src, tl_layout *L)
         L->op_font = 0;
     L->dev_font = floor(clampd(L->lane_h * 0.6, 8, 12));
     L->mem_h = floor(clampd(L->lane_h * 1.6, 18, 44));
+}
+
+/* The largest finite memory limit of s (0 when none) and whether it is
+ * drawn: a limit far above every peak would flatten the curves, so it is
+ * then stated in words instead. */
+static int mem_limit_drawn(const tl_src *src, double *limit_max)
+{
+    const sched_t *s = src->s;
+    *limit_max = 0;
+    for (int d = 0; d < s->n_devices; d++)
+        if (s->mem_limit && isfinite(s->mem_limit[d]) && s->mem_limit[d] > *limit_max)
+            *limit_max = s->mem_limit[d];
+    return *limit_max > 0 && *limit_max <= 2 * src->t.r.peak_mem;
 }
 
 /* Which kinds appear at all, for the legend. */
@@ -199,16 +261,24 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
     for (int k = 0; k < n_src; k++) {
         if (src[k].t.n_chunks > n_chunks)
             n_chunks = src[k].t.n_chunks;
-        any_limit |= src[k].s->mem_limit != NULL;
+        double limit_max;
+        any_limit |= n_src == 1 && mem_limit_drawn(&src[k], &limit_max);
     }
     static const char *const kind_text[OP_KIND_COUNT] = {
         "F forward", "B input gradient", "W weight gradient", "BW full backward",
     };
-    double x = L->plot_x;
+    /* Items flow left to right and wrap before the right margin; text
+     * width is estimated at 7 px per character of the 12 px font. */
+    double x = L->plot_x, right = L->width - 8;
     viz_buf_puts(b, "<g class=\"legend\">\n");
     for (int kind = 0; kind < OP_KIND_COUNT; kind++) {
         if (!present[kind])
             continue;
+        double w = 19.0 * n_chunks + 4 + 7.0 * (double)strlen(kind_text[kind]);
+        if (x + w > right && x > L->plot_x) {
+            x = L->plot_x;
+            y += 20;
+        }
         for (int c = 0; c < n_chunks; c++) {
             viz_color col = viz_op_color((op_kind)kind, c, n_chunks);
             char num[16];
@@ -219,27 +289,42 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
                        x + 4, y + 11, kind_text[kind]);
         x += 4 + 7.0 * (double)strlen(kind_text[kind]) + 14;
     }
+    if (x + 52 > right && x > L->plot_x) {
+        x = L->plot_x;
+        y += 20;
+    }
     legend_swatch(b, x, y, VIZ_IDLE_FILL, NULL, NULL);
     viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">idle</text>\n",
                    x + 22, y + 11);
     x += 22 + 30 + 14;
-    if (n_chunks > 1) {
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">"
-                       "swatch number = chunk (model order on the device)</text>\n", x, y + 11);
-    } else if (any_limit) {
+    if (any_limit) {
+        if (x + 110 > right && x > L->plot_x) {
+            x = L->plot_x;
+            y += 20;
+        }
         viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
                        "stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>", x, y + 7, x + 18, y + 7);
         viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">memory limit</text>\n",
                        x + 22, y + 11);
+        x += 22 + 84 + 14;
+    }
+    if (n_chunks > 1) {
+        static const char note[] = "swatch number = chunk (model order on the device)";
+        if (x + 7.0 * (sizeof note - 1) > right && x > L->plot_x) {
+            x = L->plot_x;
+            y += 20;
+        }
+        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+                       x, y + 11, note);
     }
     viz_buf_puts(b, "</g>\n");
     return y + 14;
 }
 
-/* x of time t in a block whose first op starts at t0. */
-static double tx(const tl_layout *L, double t0, double t)
+/* x of time t in a block (each block starts at its first op). */
+static double tx(const tl_layout *L, const tl_src *src, double t)
 {
-    return L->plot_x + (t - t0) * L->scale;
+    return L->plot_x + (t - src->t.t0) * src->scale;
 }
 
 /* Lanes of one schedule from y; returns the y below the last lane. */
@@ -247,7 +332,7 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
 {
     const sched_t *s = src->s;
     const viz_times *t = &src->t;
-    double step = nice_step(L->span);
+    double step = nice_step(src->axis_span), px_per_axis = src->scale / src->axis_factor;
     double lanes_h = s->n_devices * (L->lane_h + L->lane_gap) - L->lane_gap;
     viz_buf_puts(b, "<g class=\"lanes\">\n");
     for (int d = 0; d < s->n_devices; d++) {
@@ -258,9 +343,9 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
                        L->plot_x - 6, ly + L->lane_h / 2 + L->dev_font * 0.35, L->dev_font, d);
     }
     /* Faint time grid over the idle background, under the ops. */
-    for (double g = step; g < L->span - 1e-9 * L->span; g += step)
+    for (int k = 1; k * step < src->axis_span * (1 - 1e-9); k++)
         viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#fff\" stroke-width=\"1\"/>\n",
-                       L->plot_x + g * L->scale, y, L->plot_x + g * L->scale, y + lanes_h);
+                       L->plot_x + k * step * px_per_axis, y, L->plot_x + k * step * px_per_axis, y + lanes_h);
     viz_buf_puts(b, "</g>\n<g class=\"ops\">\n");
     for (int d = 0; d < s->n_devices; d++) {
         const sched_lane *l = &s->dev[d];
@@ -268,7 +353,7 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
         for (int i = 0; i < l->n_ops; i++) {
             sched_op op = l->ops[i];
             double a = t->r.dev[d].start[i], e = t->r.dev[d].end[i];
-            double x0 = tx(L, t->t0, a), w = (e - a) * L->scale;
+            double x0 = tx(L, src, a), w = (e - a) * src->scale;
             int chunk = t->stage_chunk[op.stage];
             viz_color col = viz_op_color((op_kind)op.kind, chunk, t->n_chunks);
             const char *kn = op_kind_name((op_kind)op.kind);
@@ -295,22 +380,23 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
 }
 
 /* Tick marks and labels under the lanes; returns the y below. */
-static double draw_axis(viz_buf *b, double y, const tl_layout *L, const char *unit)
+static double draw_axis(viz_buf *b, double y, const tl_layout *L, const tl_src *src)
 {
-    double step = nice_step(L->span);
+    double step = nice_step(src->axis_span), px_per_axis = src->scale / src->axis_factor;
+    const char *unit = src->axis_unit;
     viz_buf_printf(b, "<g class=\"axis\" font-size=\"11\" fill=\"#333\">\n"
                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>\n",
                    L->plot_x, y + 2, L->plot_x + L->plot_w, y + 2);
     for (int k = 0;; k++) {
         double g = k * step;
-        if (g > L->span * (1 + 1e-9))
+        if (g > src->axis_span * (1 + 1e-9))
             break;
-        double x = L->plot_x + g * L->scale;
+        double x = L->plot_x + g * px_per_axis;
         viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>"
                        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
                        x, y + 2, x, y + 6, x, y + 18, g);
     }
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\">time (", L->plot_x + L->plot_w + 8, y + 18);
+    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\">time (", L->plot_x + L->plot_w + 18, y + 18);
     viz_buf_xml(b, unit[0] ? unit : "units");
     viz_buf_puts(b, ")</text>\n</g>\n");
     return y + 24;
@@ -321,14 +407,8 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
 {
     const sched_t *s = src->s;
     const viz_times *t = &src->t;
-    double top = 0, peak_all = t->r.peak_mem, limit_max = 0;
-    for (int d = 0; d < s->n_devices; d++)
-        if (s->mem_limit && isfinite(s->mem_limit[d]) && s->mem_limit[d] > limit_max)
-            limit_max = s->mem_limit[d];
-    top = peak_all;
-    /* A limit far above every peak would flatten the curves; it is then
-     * stated in words instead of drawn. */
-    int limit_drawn = limit_max > 0 && limit_max <= 2 * peak_all;
+    double limit_max, top = t->r.peak_mem;
+    int limit_drawn = mem_limit_drawn(src, &limit_max);
     if (limit_drawn && limit_max > top)
         top = limit_max;
     /* Headroom so that a curve at the limit stays visible under the
@@ -367,17 +447,17 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
             for (int pass = 0; pass < 2; pass++) {
                 viz_buf_puts(b, pass == 0 ? "<path class=\"mem-area\" fill=\"#c9b8e8\" d=\"M"
                                           : "<path class=\"mem-line\" fill=\"none\" stroke=\"#5b3a9e\" stroke-width=\"1\" d=\"M");
-                viz_buf_num(b, tx(L, t->t0, pts[0].t));
+                viz_buf_num(b, tx(L, src, pts[0].t));
                 viz_buf_puts(b, " ");
                 viz_buf_num(b, base);
                 for (int i = 0; i < n; i++) {
                     viz_buf_puts(b, "H");
-                    viz_buf_num(b, tx(L, t->t0, pts[i].t));
+                    viz_buf_num(b, tx(L, src, pts[i].t));
                     viz_buf_puts(b, "V");
                     viz_buf_num(b, base - clampd(pts[i].mem, 0, top) * ys);
                 }
                 viz_buf_puts(b, "H");
-                viz_buf_num(b, tx(L, t->t0, t->r.dev[d].last_end > pts[n - 1].t ? t->r.dev[d].last_end : pts[n - 1].t));
+                viz_buf_num(b, tx(L, src, t->r.dev[d].last_end > pts[n - 1].t ? t->r.dev[d].last_end : pts[n - 1].t));
                 if (pass == 0) {
                     viz_buf_puts(b, "V");
                     viz_buf_num(b, base);
@@ -441,7 +521,17 @@ static int render(tl_src *src, int n_src, char **svg, size_t *len, zb_err *err)
         viz_buf_xml(&b, src[0].tag);
         viz_buf_puts(&b, " and ");
         viz_buf_xml(&b, src[1].tag);
-        viz_buf_puts(&b, " on one time scale</text>\n");
+        viz_buf_puts(&b, L.shared_scale ? " on one time scale</text>\n"
+                                         : ", each on its own time scale</text>\n");
+        if (!L.shared_scale) {
+            viz_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"12\" fill=\"#d62728\">"
+                           "time units differ (", y + 18);
+            viz_buf_xml(&b, src[0].s->time_unit);
+            viz_buf_puts(&b, " vs ");
+            viz_buf_xml(&b, src[1].s->time_unit);
+            viz_buf_puts(&b, "): each timeline spans the full width; compare shapes, not lengths</text>\n");
+            y += 18;
+        }
         y += 14;
     }
     y = draw_legend(&b, y, src, n_src, &L) + 14;
@@ -452,7 +542,7 @@ static int render(tl_src *src, int n_src, char **svg, size_t *len, zb_err *err)
             y += 40;
         }
         y = draw_lanes(&b, y, &src[k], &L);
-        y = draw_axis(&b, y, &L, src[k].s->time_unit) + 10;
+        y = draw_axis(&b, y, &L, &src[k]) + 10;
     }
     if (n_src == 1) {
         y = draw_memory(&b, y + 4, &src[0], &L, err);

@@ -166,11 +166,11 @@ const llama_tensor *llama_stage_find(const llama_stage *st,
                                      llama_tensor_kind kind, int layer);
 
 /* Fills params (llama_stage_num_params floats) deterministically from seed:
- * norm gains 1; embedding N(0, 0.02²)... precisely: every matrix entry is
- * std · N(0,1) from a counter-based generator keyed by (seed, layer, kind,
- * index), std = 0.02 for E, wq/wk/wv/w1/w3 and the head, and
- * 0.02/sqrt(2·n_layers) for the residual projections wo and w2 (GPT-2 /
- * nanoGPT scaling).  Independent of the stage split by construction. */
+ * norm gains are 1; every matrix entry is std · N(0,1) from a counter-based
+ * generator keyed by (seed, layer, kind, index), std = 0.02 for E,
+ * wq/wk/wv/w1/w3 and the head, and 0.02/sqrt(2·n_layers) for the residual
+ * projections wo and w2 (GPT-2 / nanoGPT scaling).  Independent of the
+ * stage split by construction. */
 void llama_stage_init_params(const llama_stage *st, float *params, uint64_t seed);
 
 /* Creates an empty saved-state object for micro-batches of `batch`

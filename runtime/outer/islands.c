@@ -275,6 +275,7 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             if ((rc = outer_step(o, &info, err)) != 0)
                 break;
             res->eliminated += info.eliminated;
+            res->skipped += info.skipped_segments;
         }
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
             int first;
@@ -290,8 +291,10 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
         int pending = 0;
         for (int a = 0; a < n; a++)
             pending |= outer_steps_since_sync(o, ids[a]) > 0;
-        if (pending && (rc = outer_step(o, &info, err)) == 0)
+        if (pending && (rc = outer_step(o, &info, err)) == 0) {
             res->eliminated += info.eliminated;
+            res->skipped += info.skipped_segments;
+        }
         if (rc == 0)
             rc = trainer_eval(is.t[ids[0]], &res->final_val_loss, err);
         res->final_replicas = n;

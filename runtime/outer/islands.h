@@ -69,6 +69,7 @@ typedef struct islands_result {
     uint64_t bytes_sent;   /* all traffic between replicas, summed over links */
     long outer_steps;      /* outer synchronizations taken */
     long eliminated;       /* EDiT: (replica, layer) contributions dropped */
+    long skipped;          /* EDiT: (outer step, layer) pairs left unchanged, all dropped */
     int final_replicas;    /* replicas present at the end */
     long tokens;           /* training tokens consumed by all replicas */
     double wall_s;         /* wall seconds of the run */

@@ -396,13 +396,19 @@ int outer_step(outer_t *o, outer_step_info *info, zb_err *err)
     int ring[k > 0 ? k : 1];
     outer_replicas(o, ring);
     float *bufs[k > 0 ? k : 1];
-    double norm[k > 0 ? k : 1], w[k > 0 ? k : 1];
+    double w[k > 0 ? k : 1];
     for (int a = 0; a < k; a++)
         st.contributors += !o->rep[ring[a]].joining;
     st.ring_size = k;
     double applied_ss = 0.0;
 
-    for (int s = 0; s < o->n_seg && st.contributors > 0; s++) {
+    /* Phase 1: every pseudo-gradient and its norm, before anything changes,
+     * so that a rejected step (non-finite DiLoCo pseudo-gradient) leaves
+     * every replica as it was. */
+    double *norms = malloc((size_t)o->n_seg * (size_t)(k > 0 ? k : 1) * sizeof *norms);
+    if (!norms)
+        return zb_fail(err, "outer: out of memory");
+    for (int s = 0; s < o->n_seg; s++) {
         size_t off = o->seg_off[s], len = o->seg_len[s];
         for (int a = 0; a < k; a++) {
             outer_replica *r = &o->rep[ring[a]];
@@ -414,18 +420,28 @@ int outer_step(outer_t *o, outer_step_info *info, zb_err *err)
                 for (size_t j = 0; j < len; j++)
                     d[j] = g[j] - p[j];
             }
-            norm[a] = sqrt(norm2(d, len));
-            bufs[a] = d;
+            norms[(size_t)s * k + a] = sqrt(norm2(d, len));
+            if (o->cfg.kind == OUTER_DILOCO && !isfinite(norms[(size_t)s * k + a])) {
+                free(norms);
+                return zb_fail(err, "outer: replica %d: pseudo-gradient of segment %d is not finite",
+                               ring[a], s);
+            }
         }
+    }
+
+    /* Phase 2: combine through the ring and apply, segment by segment. */
+    for (int s = 0; s < o->n_seg && st.contributors > 0; s++) {
+        size_t off = o->seg_off[s], len = o->seg_len[s];
+        const double *norm = norms + (size_t)s * k;
+        for (int a = 0; a < k; a++)
+            bufs[a] = o->rep[ring[a]].delta + off;
         int apply = 1;
         if (o->cfg.kind == OUTER_DILOCO) {
-            for (int a = 0; a < k; a++)
-                if (!isfinite(norm[a]))
-                    return zb_fail(err, "outer: replica %d: pseudo-gradient of segment %d is not finite",
-                                   ring[a], s);
             if (outer_allreduce(o->cfg.wire, bufs, k, len, (float)st.contributors,
-                                &o->traffic, err))
+                                &o->traffic, err)) {
+                free(norms);
                 return -1;
+            }
         } else {
             outer_ring_count_allgather(&o->traffic, k, 1); /* the norms */
             int kept = edit_segment_weights(o, s, ring, k, norm, w, &st.eliminated);
@@ -442,8 +458,10 @@ int outer_step(outer_t *o, outer_step_info *info, zb_err *err)
                             bufs[a][j] *= wf;
                     }
                 }
-                if (outer_allreduce(o->cfg.wire, bufs, k, len, 1.0f, &o->traffic, err))
+                if (outer_allreduce(o->cfg.wire, bufs, k, len, 1.0f, &o->traffic, err)) {
+                    free(norms);
                     return -1;
+                }
                 /* Identical buffers everywhere, so every replica computes
                  * the same factor; compute it once. */
                 double f = outer_edit_clip_factor(sqrt(norm2(bufs[0], len)), o->cfg.edit_clip);
@@ -470,6 +488,7 @@ int outer_step(outer_t *o, outer_step_info *info, zb_err *err)
         o->rep[ring[a]].joining = 0;
         o->rep[ring[a]].steps = 0;
     }
+    free(norms);
     st.delta_norm = sqrt(applied_ss);
     o->n_outer++;
     o->started = 1;

@@ -142,8 +142,10 @@ long outer_steps_since_sync(const outer_t *o, int id);
 int outer_should_sync(outer_t *o);
 
 /* Runs one outer step (see the header).  Returns 0, or -1 with err set when
- * a DiLoCo pseudo-gradient is not finite or memory runs out (EDiT drops a
- * non-finite replica as an anomaly instead).  info may be NULL. */
+ * a DiLoCo pseudo-gradient is not finite (then nothing changed: every
+ * replica's parameters, global and momentum are as before) or memory runs
+ * out (state unspecified).  EDiT drops a non-finite replica as an anomaly
+ * instead.  info may be NULL. */
 int outer_step(outer_t *o, outer_step_info *info, zb_err *err);
 
 /* OUTER_SYNC: replaces every replica's gradients by their mean over the

@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 
 #include "runtime/trainer.h"
+#include "runtime/outer/islands.h"
 #include "src/model.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
@@ -59,8 +60,20 @@ static void usage(FILE *out)
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
+
         "  -q, --quiet            no progress lines on stderr\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n"
+        "\n"
+        "Islands (docs/outer.md): K replicas, each running FILE on its own data stream:\n"
+        "      --replicas K       train K replicas joined by an outer optimizer\n"
+        "      --outer KIND       sync (data parallel), diloco, edit or a-edit (default diloco)\n"
+        "      --inner-steps H    inner steps between outer steps (default 50)\n"
+        "      --outer-lr X       outer Nesterov learning rate (default 0.7)\n"
+        "      --outer-momentum X outer Nesterov momentum (default 0.9)\n"
+        "      --allreduce W      fp32 or int8 (INTELLECT-1's codebook; default fp32)\n"
+        "      --sync-interval S  a-edit: seconds between outer steps, once the replicas\n"
+        "                         did 100 steps in total since the last (default 600)\n"
+        "      (--json then adds bytes_sent, outer_steps and replicas)\n");
 }
 
 /* Everything the command line sets. */
@@ -82,12 +95,15 @@ typedef struct run_args {
     int resume;              /* --resume */
     int json;                /* --json */
     int quiet;               /* --quiet */
+    islands_opts isl;        /* --replicas and the outer-optimizer flags */
+    int outer_flag;          /* 1 when an outer-optimizer flag was given */
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a)
 {
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
-           O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP };
+           O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
+           O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -104,12 +120,21 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "clip", required_argument, NULL, O_CLIP },
         { "sync-optimizer", no_argument, NULL, O_SYNC },
         { "stop-at", required_argument, NULL, O_STOP },
+        { "replicas", required_argument, NULL, O_REPLICAS },
+        { "outer", required_argument, NULL, O_OUTER },
+        { "inner-steps", required_argument, NULL, O_INNER },
+        { "outer-lr", required_argument, NULL, O_OUTER_LR },
+        { "outer-momentum", required_argument, NULL, O_OUTER_MOM },
+        { "allreduce", required_argument, NULL, O_ALLREDUCE },
+        { "sync-interval", required_argument, NULL, O_INTERVAL },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
                      .seed = 1, .lr = 1e-3, .clip = 1.0 };
+    islands_opts_default(&a->isl);
+    a->isl.replicas = 0; /* no --replicas: a single trainer */
     zb_err err = { { 0 } };
     int c;
     optind = 1;
@@ -140,6 +165,64 @@ static int parse_args(int argc, char **argv, run_args *a)
             break;
         case O_SYNC: a->sync_opt = 1; break;
         case O_STOP: bad = cli_parse_int("--stop-at", optarg, 1, 100000000, &a->stop_at, &err); break;
+        case O_REPLICAS: {
+            long k;
+            bad = cli_parse_int("--replicas", optarg, 1, 1024, &k, &err);
+            a->isl.replicas = (int)k;
+            break;
+        }
+        case O_OUTER: {
+            int k = outer_kind_parse(optarg);
+            if (k < 0)
+                bad = zb_fail(&err, "--outer: '%s' is not sync, diloco, edit or a-edit", optarg);
+            else
+                a->isl.outer.kind = (outer_kind)k;
+            a->outer_flag = 1;
+            break;
+        }
+        case O_INNER: {
+            long h;
+            bad = cli_parse_int("--inner-steps", optarg, 1, 100000000, &h, &err);
+            a->isl.outer.inner_steps = (int)h;
+            a->outer_flag = 1;
+            break;
+        }
+        case O_OUTER_LR: {
+            double v;
+            bad = cli_parse_double("--outer-lr", optarg, &v, &err);
+            if (!bad && !(v > 0))
+                bad = zb_fail(&err, "--outer-lr: must be positive, got %s", optarg);
+            a->isl.outer.outer_lr = (float)v;
+            a->outer_flag = 1;
+            break;
+        }
+        case O_OUTER_MOM: {
+            double v;
+            bad = cli_parse_double("--outer-momentum", optarg, &v, &err);
+            if (!bad && !(v >= 0 && v < 1))
+                bad = zb_fail(&err, "--outer-momentum: must be in [0, 1), got %s", optarg);
+            a->isl.outer.outer_momentum = (float)v;
+            a->outer_flag = 1;
+            break;
+        }
+        case O_ALLREDUCE: {
+            int w = outer_wire_parse(optarg);
+            if (w < 0)
+                bad = zb_fail(&err, "--allreduce: '%s' is not fp32 or int8", optarg);
+            else
+                a->isl.outer.wire = (outer_wire)w;
+            a->outer_flag = 1;
+            break;
+        }
+        case O_INTERVAL: {
+            double v;
+            bad = cli_parse_double("--sync-interval", optarg, &v, &err);
+            if (!bad && !(v > 0))
+                bad = zb_fail(&err, "--sync-interval: must be positive, got %s", optarg);
+            a->isl.outer.aedit_interval_s = v;
+            a->outer_flag = 1;
+            break;
+        }
         case 'q': a->quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return cli_usage(argv[0], "%s needs a value (try --help)", argv[optind - 1]);
@@ -159,6 +242,10 @@ static int parse_args(int argc, char **argv, run_args *a)
         a->stop_at = a->steps;
     if (a->resume && !a->ckpt_dir)
         return cli_usage(argv[0], "--resume needs --checkpoint DIR");
+    if (a->outer_flag && a->isl.replicas == 0)
+        return cli_usage(argv[0], "the outer-optimizer flags need --replicas K");
+    if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
+        return cli_usage(argv[0], "--replicas does not support --checkpoint, --resume, --trace or --stop-at");
     return -1; /* go on */
 }
 
@@ -275,6 +362,69 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_Delete(o);
 }
 
+/* `--replicas K`: K trainers of the schedule under an outer optimizer
+ * (runtime/outer/islands.h); prints the summary or the JSON object. */
+static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data *d,
+                       const trainer_opts *o)
+{
+    zb_err err = { { 0 } };
+    islands_result r;
+    a->isl.steps = a->steps;
+    a->isl.eval_every = (int)a->eval_every;
+    if (!a->quiet)
+        fprintf(stderr, "zbsched run: %d replicas of %s, outer %s, all-reduce %s, H=%d, %ld steps\n",
+                a->isl.replicas, s->name[0] ? s->name : a->file, outer_kind_name(a->isl.outer.kind),
+                outer_wire_name(a->isl.outer.wire), a->isl.outer.inner_steps, a->steps);
+    if (islands_run(s, m, d, o, &a->isl, &r, &err) != 0) {
+        zb_wrap(&err, "%s: ", a->file);
+        return cli_fail(&err);
+    }
+    if (!isfinite(r.final_val_loss)) {
+        islands_result_free(&r);
+        return cli_error("%s: the validation loss is not finite (diverged; try a lower --lr or --outer-lr)", a->file);
+    }
+    if (!a->json) {
+        printf("%s: %d replicas, outer %s, all-reduce %s; %ld steps, final loss %.4f, val loss %.4f, "
+               "%ld outer steps, %llu bytes sent, %.1f s\n",
+               a->file, a->isl.replicas, outer_kind_name(a->isl.outer.kind),
+               outer_wire_name(a->isl.outer.wire), r.steps, r.loss[r.steps - 1], r.final_val_loss,
+               r.outer_steps, (unsigned long long)r.bytes_sent, r.wall_s);
+    } else {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "schedule", s->name);
+        cJSON_AddStringToObject(j, "model", m->name);
+        cJSON_AddNumberToObject(j, "replicas", a->isl.replicas);
+        cJSON_AddStringToObject(j, "outer", outer_kind_name(a->isl.outer.kind));
+        cJSON_AddStringToObject(j, "allreduce", outer_wire_name(a->isl.outer.wire));
+        cJSON_AddNumberToObject(j, "inner_steps", a->isl.outer.inner_steps);
+        cJSON_AddNumberToObject(j, "steps", (double)r.steps);
+        cJSON *l = cJSON_AddArrayToObject(j, "losses");
+        cJSON *ev = cJSON_AddArrayToObject(j, "evals");
+        for (long i = 0; i < r.steps; i++) {
+            cJSON_AddItemToArray(l, cJSON_CreateNumber(r.loss[i]));
+            if (isfinite(r.val_loss[i])) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "step", (double)(i + 1));
+                cJSON_AddNumberToObject(e, "val_loss", r.val_loss[i]);
+                cJSON_AddItemToArray(ev, e);
+            }
+        }
+        cJSON_AddNumberToObject(j, "val_loss", r.final_val_loss);
+        cJSON_AddNumberToObject(j, "bytes_sent", (double)r.bytes_sent);
+        cJSON_AddNumberToObject(j, "outer_steps", (double)r.outer_steps);
+        cJSON_AddNumberToObject(j, "final_replicas", r.final_replicas);
+        cJSON_AddNumberToObject(j, "tokens", (double)r.tokens);
+        cJSON_AddNumberToObject(j, "train_seconds", r.wall_s);
+        char *text = cJSON_PrintUnformatted(j);
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        cJSON_Delete(j);
+    }
+    islands_result_free(&r);
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -317,6 +467,10 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
+    if (a.isl.replicas > 0) {
+        rc = run_islands(&a, s, &m, d, &o);
+        goto out;
+    }
     if (trainer_create(s, &m, d, &o, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s: ", a.file, m.name);
         cli_fail(&err);

@@ -42,6 +42,9 @@ static void usage(FILE *out)
         "  --recompute on|off|both\n"
         "                        activation recompute settings tried (default both)\n"
         "  --no-flash            assume attention scores are stored (no flash attention)\n"
+        "  --split balanced|paper\n"
+        "                        layers per stage: balance stage times counting the\n"
+        "                        embedding and head (default), or the paper's rule\n"
         "  --zero1 N             shard optimizer state over N data-parallel replicas\n"
         "  --max-micro-batch N   largest micro-batch size tried (default 64)\n"
         "  --ilp                 also run the ILP on the best 3 configurations\n"
@@ -87,8 +90,9 @@ static void print_table(const search_options *o, const search_result *r, int row
 {
     printf("model %s, %s, %d GPUs, global batch %d, memory limit %.1f GB per GPU\n",
            o->model.name, o->gpu.name, o->n_devices, o->global_batch, o->mem_bytes / 1e9);
-    printf("%-4s %-18s %4s %5s %-3s %13s %10s %11s %7s %6s\n", "rank", "schedule", "b", "m", "rc",
-           "peak GB (dev)", "iter ms", "tok/s/GPU", "bubble", "MFU");
+    if (r->n_fit > 0 && rows > 0)
+        printf("%-4s %-18s %4s %5s %-3s %13s %10s %11s %7s %6s\n", "rank", "schedule", "b", "m", "rc",
+               "peak GB (dev)", "iter ms", "tok/s/GPU", "bubble", "MFU");
     int shown = 0;
     for (int i = 0; i < r->n_fit && shown < rows; i++, shown++) {
         const search_candidate *c = &r->c[i];
@@ -170,7 +174,7 @@ static int print_json(const search_options *o, const search_result *r)
 
 enum {
     OPT_MEM = 1000, OPT_MODEL, OPT_GPU, OPT_GPUS, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE,
-    OPT_NO_FLASH, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
+    OPT_NO_FLASH, OPT_SPLIT, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
 };
 
 int cmd_search(int argc, char **argv)
@@ -185,6 +189,7 @@ int cmd_search(int argc, char **argv)
         { "profile", required_argument, NULL, OPT_PROFILE },
         { "recompute", required_argument, NULL, OPT_RECOMPUTE },
         { "no-flash", no_argument, NULL, OPT_NO_FLASH },
+        { "split", required_argument, NULL, OPT_SPLIT },
         { "zero1", required_argument, NULL, OPT_ZERO1 },
         { "max-micro-batch", required_argument, NULL, OPT_MAX_MB },
         { "ilp", no_argument, NULL, OPT_ILP },
@@ -255,6 +260,14 @@ int cmd_search(int argc, char **argv)
             break;
         case OPT_NO_FLASH:
             o.flash_attention = 0;
+            break;
+        case OPT_SPLIT:
+            if (!strcmp(optarg, "balanced"))
+                o.split = COST_SPLIT_BALANCED;
+            else if (!strcmp(optarg, "paper"))
+                o.split = COST_SPLIT_PAPER;
+            else
+                return cli_usage("search", "--split: '%s' is not balanced or paper", optarg);
             break;
         case OPT_ZERO1:
             if (cli_parse_int("--zero1", optarg, 1, 1 << 20, &num, &err) < 0)

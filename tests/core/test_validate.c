@@ -126,7 +126,7 @@ START_TEST(rejects_cross_device_cycle)
     sched_push(s, 1, OP_BW, 1, 1);
     sched_push(s, 1, OP_F, 1, 0);
     sched_push(s, 1, OP_BW, 1, 0);
-    expect_invalid(s, "device 0, op 1 (BW0@0) waits for B0@1 (device 1, op 3)",
+    expect_invalid(s, "device 0, op 1 (BW0@0) waits for BW0@1 (device 1, op 3)",
                    "device 1, op 0 (F1@1) waits for F1@0 (device 0, op 2)");
 }
 END_TEST

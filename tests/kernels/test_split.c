@@ -10,9 +10,12 @@
  *     W straight into the accumulator (the two options of the contract);
  *   - B followed later by W equals the fused llama_stage_backward;
  *   - llama_saved_bytes after F, after B and after W match the slot table;
+ *   - two threads running stages concurrently (as the executor's workers
+ *     do) get the same bits as one thread running them in turn;
  *   - bad input (tokens, call order, configs) fails with a message.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +310,80 @@ START_TEST(test_deferred_equals_fused)
 }
 END_TEST
 
+/* One worker's job: F+B+W of M_MICRO micro-batches on its own stage. */
+typedef struct worker_job {
+    const zb_model *m;  /* the model */
+    int l0, l1;         /* its layers */
+    float *grads;       /* out: accumulated gradients */
+    float *dx;          /* out: dX of the last micro-batch [N,d] */
+    int rc;             /* 0 when every call succeeded */
+} worker_job;
+
+static void *worker_run(void *arg)
+{
+    worker_job *j = arg;
+    zb_err err = {{0}};
+    llama_stage st;
+    j->rc = llama_stage_init(&st, j->m, j->l0, j->l1, 0, 0, &err);
+    if (j->rc)
+        return NULL;
+    float *p = malloc(sizeof(float) * st.n_params);
+    llama_stage_init_params(&st, p, SEED);
+    llama_grads_zero(&st, j->grads);
+    size_t Nd = (size_t)BATCH * j->m->seq_len * j->m->d_model;
+    float *x = malloc(sizeof(float) * Nd), *y = malloc(sizeof(float) * Nd);
+    llama_saved *sv = llama_saved_new(&st, BATCH);
+    for (int mb = 0; mb < M_MICRO && j->rc == 0; mb++) {
+        for (size_t i = 0; i < Nd; i++)
+            x[i] = (float)((int)((i * 31 + mb * 7) % 29) - 14) * 0.07f;
+        j->rc |= llama_stage_forward(&st, p, NULL, x, NULL, sv, y, NULL, NULL, &err);
+        j->rc |= llama_stage_backward(&st, p, sv, 0, y, j->dx, j->grads, &err);
+    }
+    llama_saved_free(sv);
+    free(x);
+    free(y);
+    free(p);
+    llama_stage_free(&st);
+    return NULL;
+}
+
+START_TEST(test_threads_bit_identical)
+{
+    zb_model m = kt_model(4, 64, 4, 2, 128, 23, 32);
+    size_t Nd = (size_t)BATCH * m.seq_len * m.d_model;
+    llama_stage probe;
+    zb_err err = {{0}};
+    ck_assert_int_eq(llama_stage_init(&probe, &m, 0, 2, 0, 0, &err), 0);
+    size_t np = probe.n_params;
+    llama_stage_free(&probe);
+    worker_job seq[2], par[2];
+    for (int w = 0; w < 2; w++) {
+        worker_job base = {&m, 2 * w, 2 * w + 2, NULL, NULL, -1};
+        seq[w] = base;
+        par[w] = base;
+        seq[w].grads = malloc(sizeof(float) * np);
+        par[w].grads = malloc(sizeof(float) * np);
+        seq[w].dx = malloc(sizeof(float) * Nd);
+        par[w].dx = malloc(sizeof(float) * Nd);
+        worker_run(&seq[w]);
+        ck_assert_int_eq(seq[w].rc, 0);
+    }
+    pthread_t th[2];
+    for (int w = 0; w < 2; w++)
+        ck_assert_int_eq(pthread_create(&th[w], NULL, worker_run, &par[w]), 0);
+    for (int w = 0; w < 2; w++) {
+        pthread_join(th[w], NULL);
+        ck_assert_int_eq(par[w].rc, 0);
+        ck_assert(memcmp(seq[w].grads, par[w].grads, sizeof(float) * np) == 0);
+        ck_assert(memcmp(seq[w].dx, par[w].dx, sizeof(float) * Nd) == 0);
+        free(seq[w].grads);
+        free(par[w].grads);
+        free(seq[w].dx);
+        free(par[w].dx);
+    }
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     zb_model m = test_model();
@@ -371,6 +448,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_bit_identical);
     tcase_add_test(tc, test_saved_bytes);
     tcase_add_test(tc, test_deferred_equals_fused);
+    tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -300,16 +300,24 @@ END_TEST
 
 START_TEST(diloco_rejects_nan)
 {
-    outer_t *o = make_outer(OUTER_DILOCO, OUTER_WIRE_INT8, 1);
+    outer_t *o = make_outer(OUTER_DILOCO, OUTER_WIRE_INT8, 2);
     fake_replica r[2];
     zb_err err = { "" };
     for (int i = 0; i < 2; i++) {
         fake_init(&r[i]);
         ck_assert(outer_add_replica(o, r[i].params, NULL, &err) == i);
     }
-    r[1].seg0[2] = INFINITY;
+    r[0].seg0[0] = 0.5f;
+    r[1].seg1[1] = INFINITY; /* segment 1: segment 0 must not move either */
+    uint64_t bytes = outer_traffic(o)->bytes_sent;
     ck_assert_int_eq(outer_step(o, NULL, &err), -1);
-    ck_assert_msg(strstr(err.msg, "replica 1") && strstr(err.msg, "not finite"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "replica 1") && strstr(err.msg, "segment 1") && strstr(err.msg, "not finite"), "%s", err.msg);
+    /* rejected before anything moved or was sent */
+    ck_assert(r[0].seg0[0] == 0.5f);
+    ck_assert(outer_global(o, 0, 0)[0] == 0.0f);
+    ck_assert(outer_momentum(o, 0, 0)[0] == 0.0f);
+    ck_assert_uint_eq(outer_traffic(o)->bytes_sent, bytes);
+    ck_assert_int_eq(outer_step_count(o), 0);
     outer_free(o);
 }
 END_TEST

@@ -8,7 +8,8 @@
  *     exceeds rolls back and ends bit-identical to the synchronous clip;
  *   - a non-finite gradient skips the step on every stage;
  *   - resuming from a checkpoint gives the uninterrupted run's losses;
- *   - a schedule with more stages than layers is refused.
+ *   - a schedule with more stages than layers, a deadlocking one and an
+ *     incomplete one are refused.
  */
 #include <check.h>
 #include <math.h>
@@ -260,7 +261,7 @@ START_TEST(resume_from_checkpoint_equals_uninterrupted)
 }
 END_TEST
 
-START_TEST(too_many_stages_is_an_error)
+START_TEST(unfit_or_invalid_schedules_are_errors)
 {
     zb_data *d = fixture_data(fixture_model().seq_len);
     trainer_opts o = fixture_opts();
@@ -272,6 +273,28 @@ START_TEST(too_many_stages_is_an_error)
     ck_assert_int_eq(trainer_create(s, &m, d, &o, &t, &err), -1);
     ck_assert_ptr_null(t);
     ck_assert_ptr_nonnull(strstr(err.msg, "8 virtual stages"));
+    sched_free(s);
+
+    /* A deadlocking schedule is refused instead of hanging the workers:
+     * stage 0 waits for B0 from stage 1 before it sends F0. */
+    s = sched_new(2, 1, 2);
+    sched_place_interleaved(s);
+    sched_push(s, 0, OP_BW, 0, 0);
+    sched_push(s, 0, OP_F, 0, 0);
+    sched_push(s, 1, OP_F, 1, 0);
+    sched_push(s, 1, OP_BW, 1, 0);
+    ck_assert_int_eq(trainer_create(s, &m, d, &o, &t, &err), -1);
+    ck_assert_ptr_null(t);
+    ck_assert_ptr_nonnull(strstr(err.msg, "schedule: "));
+    /* So is an incomplete one. */
+    sched_free(s);
+    s = sched_new(2, 2, 2);
+    sched_place_interleaved(s);
+    sched_push(s, 0, OP_F, 0, 0);
+    sched_push(s, 1, OP_F, 1, 0);
+    sched_push(s, 1, OP_BW, 1, 0);
+    sched_push(s, 0, OP_BW, 0, 0);
+    ck_assert_int_eq(trainer_create(s, &m, d, &o, &t, &err), -1);
     sched_free(s);
     data_free(d);
 }
@@ -286,7 +309,7 @@ int main(void)
     tcase_add_test(tc, post_validation_rollback_equals_synchronous_clip);
     tcase_add_test(tc, non_finite_gradient_skips_and_restores);
     tcase_add_test(tc, resume_from_checkpoint_equals_uninterrupted);
-    tcase_add_test(tc, too_many_stages_is_an_error);
+    tcase_add_test(tc, unfit_or_invalid_schedules_are_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -83,6 +83,62 @@ START_TEST(test_layer_split)
 }
 END_TEST
 
+START_TEST(test_balanced_split)
+{
+    int l[32];
+    zb_err err = { { 0 } };
+    /* A free embedding and a head worth 1.6 layers (1.5B: 1.69): 22 layers
+     * over 8 stages fit under a largest load of 3: [3,3,3,3,3,3,3,1]
+     * (last = 1 + 1.6). */
+    ck_assert_int_eq(cost_layer_split_balanced(22, 8, 0, 1.6, l, &err), 0);
+    int want[8] = { 3, 3, 3, 3, 3, 3, 3, 1 };
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], want[i]);
+    /* Both ends worth one layer: the paper's split. */
+    ck_assert_int_eq(cost_layer_split_balanced(22, 8, 1, 1, l, &err), 0);
+    int paper[8] = { 2, 3, 3, 3, 3, 3, 3, 2 };
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], paper[i]);
+    /* 32 layers, head 1.84: the largest load is 5; the excess is taken from
+     * the earliest stages, so later stages keep the extra layer. */
+    ck_assert_int_eq(cost_layer_split_balanced(32, 8, 0, 1.84, l, &err), 0);
+    int want3[8] = { 4, 4, 4, 4, 4, 4, 5, 3 };
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], want3[i]);
+    /* Middle stages always get a layer; the ends may get none. */
+    ck_assert_int_eq(cost_layer_split_balanced(4, 6, 3, 3, l, &err), 0);
+    ck_assert_int_eq(l[0], 0);
+    ck_assert_int_eq(l[5], 0);
+    for (int i = 1; i < 5; i++)
+        ck_assert_int_eq(l[i], 1);
+    ck_assert_int_eq(cost_layer_split_balanced(4, 7, 0, 0, l, &err), -1);
+    ck_assert_int_eq(cost_layer_split_balanced(4, 2, -1, 0, l, &err), -1);
+
+    /* Through the model: 1.5B's head is 6V/(72h + 12s) = 1.69 layers of F+B+W. */
+    zb_model m = preset("1.5B");
+    zb_gpu g = gpu("A100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    o.split = COST_SPLIT_BALANCED;
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 8, l, &err), 0);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(l[i], want[i]);
+    cost_stage st[8];
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 8, 0, st, &err), 0);
+    ck_assert_int_eq(st[7].n_layers, 1);
+    ck_assert_int_eq(st[7].first_layer, 21);
+    /* ...and its largest stage time is below the paper split's. */
+    double worst_bal = 0, worst_paper = 0;
+    for (int i = 0; i < 8; i++)
+        worst_bal = fmax(worst_bal, st[i].t_f + st[i].t_b + st[i].t_w);
+    o.split = COST_SPLIT_PAPER;
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 8, 0, st, &err), 0);
+    for (int i = 0; i < 8; i++)
+        worst_paper = fmax(worst_paper, st[i].t_f + st[i].t_b + st[i].t_w);
+    ck_assert(worst_bal < 0.9 * worst_paper);
+}
+END_TEST
+
 START_TEST(test_memory_by_hand_1_5b)
 {
     zb_model m = preset("1.5B");
@@ -240,6 +296,35 @@ START_TEST(test_tied_and_zero1)
 }
 END_TEST
 
+START_TEST(test_fill_v_placement)
+{
+    /* V placement of the 1.5B model: 16 stages on 8 devices, device d holds
+     * stages d and 15-d, so device 0 holds the embedding and the (tied)
+     * head and keeps one copy of the V*h matrix. */
+    zb_model m = preset("1.5B");
+    zb_gpu g = gpu("A100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    cost_stage st[16];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 16, 1, st, &err), 0);
+    sched_t *s = sched_new(8, 16, 16);
+    sched_place_v(s);
+    ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), 0);
+    for (int d = 0; d < 8; d++) {
+        const cost_stage *a = &st[d], *b = &st[15 - d];
+        double transient = fmax(a->transient, b->transient);
+        ck_assert_double_eq_tol(s->mem_static[d], a->static_bytes + b->static_bytes + transient + 3e9, 1);
+        ck_assert_double_eq(s->cost[15 - d].t_f, b->t_f * 1e3);
+    }
+    /* Tied: device 0's static has the matrix once (embedding + head norm). */
+    double vh = 50304.0 * 2304;
+    ck_assert_double_eq_tol(st[15].params - st[15].n_layers * 63730944.0, 2 * 2304, 1e-6);
+    ck_assert(st[0].params - st[0].n_layers * 63730944.0 >= vh);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(test_profile_overrides)
 {
     zb_model m = preset("tiny");
@@ -299,11 +384,13 @@ int main(void)
     Suite *s = suite_create("cost");
     TCase *tc = tcase_create("model");
     tcase_add_test(tc, test_layer_split);
+    tcase_add_test(tc, test_balanced_split);
     tcase_add_test(tc, test_memory_by_hand_1_5b);
     tcase_add_test(tc, test_table1_time_identities);
     tcase_add_test(tc, test_table9_calibration);
     tcase_add_test(tc, test_param_counts);
     tcase_add_test(tc, test_tied_and_zero1);
+    tcase_add_test(tc, test_fill_v_placement);
     tcase_add_test(tc, test_profile_overrides);
     tcase_add_test(tc, test_head_memory_shows);
     suite_add_tcase(s, tc);

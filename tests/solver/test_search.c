@@ -84,8 +84,9 @@ START_TEST(test_ranking)
         ck_assert(fr->iter_ms > f->iter_ms);
         ck_assert(fr->peak_bytes < f->peak_bytes);
     }
-    /* ZB-H2 keeps up to 2p-1 micro-batches on the first device: more than 1F1B. */
-    ck_assert(find(&r, "zb-h2", 6, 0)->peak_bytes > find(&r, "1f1b", 6, 0)->peak_bytes);
+    /* ZB-H2 keeps up to 2p-1 micro-batches on the first device: more than
+     * 1F1B's p (at b=1, m=48; at b=6 m=8=p caps both at 8). */
+    ck_assert(find(&r, "zb-h2", 1, 0)->peak_bytes > find(&r, "1f1b", 1, 0)->peak_bytes);
     search_result_free(&r);
 }
 END_TEST
@@ -96,14 +97,14 @@ START_TEST(test_limit_excludes)
     search_result r;
     zb_err err = { { 0 } };
     ck_assert_int_eq(search_run(&o, &r, &err), 0);
-    double p_1f1b = find(&r, "1f1b", 6, 0)->peak_bytes;
-    double p_h2 = find(&r, "zb-h2", 6, 0)->peak_bytes;
+    double p_1f1b = find(&r, "1f1b", 1, 0)->peak_bytes;
+    double p_h2 = find(&r, "zb-h2", 1, 0)->peak_bytes;
     search_result_free(&r);
     ck_assert(p_h2 > p_1f1b);
 
     o.mem_bytes = (p_1f1b + p_h2) / 2;
     ck_assert_int_eq(search_run(&o, &r, &err), 0);
-    const search_candidate *f = find(&r, "1f1b", 6, 0), *h2 = find(&r, "zb-h2", 6, 0);
+    const search_candidate *f = find(&r, "1f1b", 1, 0), *h2 = find(&r, "zb-h2", 1, 0);
     ck_assert_int_eq(f->status, SEARCH_FIT);
     ck_assert_int_eq(h2->status, SEARCH_OOM);
     ck_assert_ptr_nonnull(strstr(h2->note, "needs"));
@@ -240,6 +241,20 @@ START_TEST(test_cli)
     ck_assert_ptr_nonnull(strstr(out, "\"layers_per_stage\""));
     unlink(path);
 
+    /* The paper's split is written into the plan when asked for. */
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --global-batch 48 --split paper -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    f = fopen(path, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    cJSON *doc = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(doc);
+    cJSON *split = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "plan"), "split");
+    ck_assert(cJSON_IsString(split) && !strcmp(split->valuestring, "paper"));
+    cJSON_Delete(doc);
+    unlink(path);
+
     /* Nothing fits: exit 1, one line naming the smallest memory, no file. */
     snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
@@ -260,7 +275,8 @@ START_TEST(test_cli)
     /* Usage errors: exit 2, exactly one line. */
     const char *bad[] = { "", "--mem 40X", "--mem -4G", "--mem 0", "--mem 40G --model nope",
                           "--mem 40G --gpu V100", "--mem 40G --gpus 0", "--mem 40G --gpus 4 --stages 8",
-                          "--mem 40G --recompute maybe", "--mem 40G --bogus", "--mem" };
+                          "--mem 40G --recompute maybe", "--mem 40G --split even", "--mem 40G --bogus",
+                          "--mem" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_msg(run_cli(bad[i], out, sizeof out, errb, sizeof errb) == 2, "'%s' did not exit 2", bad[i]);
         ck_assert_msg(count_lines(errb) == 1, "'%s': stderr '%s'", bad[i], errb);

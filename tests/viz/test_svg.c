@@ -120,10 +120,14 @@ START_TEST(large_schedule_thins_labels_without_overlap)
      * no two labels of one lane overlap. */
     label *lab = malloc(sizeof *lab * (size_t)(n_labels + 1));
     long k = 0;
-    for (char *line = svg; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        char *t = strstr(line, "<text class=\"mb\"");
+    for (char *line = svg, *next; line && *line; line = next) {
+        /* Cut the document into lines so each search stays on one. */
         char *eol = strchr(line, '\n');
-        if (!t || (eol && t > eol))
+        next = eol ? eol + 1 : NULL;
+        if (eol)
+            *eol = '\0';
+        char *t = strstr(line, "<text class=\"mb\"");
+        if (!t)
             continue;
         double rx, rw, x, y, f;
         char digits[16];
@@ -145,6 +149,8 @@ START_TEST(large_schedule_thins_labels_without_overlap)
         ck_assert_msg(lab[i].x - lab[i - 1].x >= need, "labels overlap at x=%g, y=%g", lab[i].x, lab[i].y);
     }
     free(lab);
+    free(svg);
+    svg = render(s, &n); /* the parse above cut the first copy into lines */
     ck_assert(tu_xml_valid(svg, n));
     free(svg);
     sched_free(s);
@@ -265,6 +271,39 @@ START_TEST(compare_on_one_scale)
 }
 END_TEST
 
+START_TEST(compare_converts_units)
+{
+    /* A prediction in seconds against a run measured in ms: one scale,
+     * so a 0.001 s op is as wide as a 1 ms one. */
+    sched_t *pred = fixture_zb_h1(2, 3), *meas = fixture_zb_h1(2, 3);
+    strcpy(pred->time_unit, "s");
+    sched_set_costs(pred, 0.001, 0.001, 0.001, 0);
+    strcpy(meas->time_unit, "ms");
+    ck_assert_int_eq(fixture_add_times(meas), 0);
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n;
+    ck_assert_int_eq(viz_svg_compare(pred, "predicted", meas, "measured", &svg, &n, &err), 0);
+    ck_assert_ptr_nonnull(strstr(svg, "on one time scale"));
+    ck_assert_int_eq(tu_count(svg, ">time (ms)<"), 2);
+    double x0, w0, xm, wm;
+    nth_op_box(svg, 0, &x0, &w0);
+    nth_op_box(svg, (int)sched_op_count(pred), &xm, &wm);
+    ck_assert_double_eq_tol(w0, wm, 0.01);
+    free(svg);
+    /* Abstract units cannot be converted: each block gets its own scale,
+     * and the picture says so. */
+    strcpy(pred->time_unit, "units");
+    ck_assert_int_eq(viz_svg_compare(pred, "predicted", meas, "measured", &svg, &n, &err), 0);
+    ck_assert(tu_xml_valid(svg, n));
+    ck_assert_ptr_nonnull(strstr(svg, "each on its own time scale"));
+    ck_assert_ptr_nonnull(strstr(svg, "time units differ (units vs ms)"));
+    free(svg);
+    sched_free(pred);
+    sched_free(meas);
+}
+END_TEST
+
 START_TEST(text_is_escaped)
 {
     sched_t *s = fixture_1f1b(2, 2);
@@ -329,6 +368,7 @@ int main(void)
     tcase_add_test(tc, memory_limit_drawn_or_stated);
     tcase_add_test(tc, measured_times_are_used);
     tcase_add_test(tc, compare_on_one_scale);
+    tcase_add_test(tc, compare_converts_units);
     tcase_add_test(tc, text_is_escaped);
     tcase_add_test(tc, invalid_schedule_is_refused);
     tcase_add_test(tc, render_file_is_atomic);

@@ -1,0 +1,606 @@
+/*
+ * gpu_stage.cu: the forward, B and W passes of one pipeline stage on a GPU
+ * (gpu_stage.h), a line-by-line twin of kernels/cpu/llama.c over the CUDA
+ * ops, with the fusions the GPU makes cheap: residual adds ride in the
+ * GEMM epilogue (C = residual, beta 1) and in RMSNorm's backward (dres),
+ * and the three input-gradient products of q, k and v accumulate into one
+ * buffer (beta 1) instead of separate adds.
+ *
+ * Saved state: the same slot table as llama.c (F_KEEP, F_ONLY, B_KEEP),
+ * element types per slot (bf16 activations, fp32 1/rms and lse, int32
+ * tokens), buffers from cudaMallocAsync on the stage's stream.
+ */
+#include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/gpu_stage.h"
+
+struct gpu_stage {
+    zb_cuda *c;                /* borrowed context: stream, cuBLASLt */
+    const llama_stage *layout; /* borrowed CPU description: tensors, offsets */
+    size_t n;                  /* parameters */
+    float *master;             /* fp32 [n] master weights */
+    zb_bf16 *w;                /* bf16 [n] compute copy */
+    float *grads;              /* fp32 [n] weight-gradient accumulators */
+    float *m, *v;              /* fp32 [n] AdamW moments */
+    double *scalars;           /* device doubles: per-tensor sums of squares */
+};
+
+enum { PH_F_KEEP = 1, PH_F_ONLY = 2, PH_B_KEEP = 4 };
+
+/* Per-layer slots, as llama.c (N = B·T; bf16 unless noted). */
+enum {
+    LS_X, LS_RSTD1 /* f32 */, LS_N1, LS_ATT, LS_H, LS_RSTD2 /* f32 */, LS_N2, LS_HS,
+    LS_Q, LS_K, LS_V, LS_LSE /* f32 */, LS_A, LS_B,
+    LS_DOUT, LS_DA, LS_DB, LS_DN2, LS_DH, LS_DQ, LS_DK, LS_DV, LS_DN1,
+    LS_COUNT
+};
+enum {
+    HS_XF, HS_RSTD /* f32 */, HS_NF, HS_LOGITS, HS_LSE /* f32 */, HS_TARGETS /* i32 */,
+    HS_LOSSES /* f32 */, HS_DLOGITS, HS_DNF, HS_COUNT
+};
+enum { ES_TOKENS /* i32 */, ES_DX, ES_COUNT };
+
+struct gpu_saved {
+    gpu_stage *st;           /* the stage it belongs to */
+    int batch;               /* sequences per micro-batch */
+    int n_local;             /* layers of the stage */
+    int state;               /* 0 empty, 1 after F, 2 after B */
+    int n_slots;             /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
+    void **slot;             /* [n_slots] device buffers, NULL when not held */
+    size_t *slot_bytes;      /* [n_slots] bytes of each (0: unused) */
+    unsigned char *phase;    /* [n_slots] PH_* of each */
+    size_t bytes;            /* held now */
+    double *loss_dev;        /* device double: Σ of the per-token losses */
+};
+
+/* ---------------------------------------------------------------------- */
+/* Stage                                                                   */
+/* ---------------------------------------------------------------------- */
+
+extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out,
+                                zb_err *err)
+{
+    gpu_stage *st = (gpu_stage *)calloc(1, sizeof *st);
+    if (!st)
+        return zb_fail(err, "out of memory for a GPU stage");
+    st->c = c;
+    st->layout = layout;
+    st->n = llama_stage_num_params(layout);
+    size_t n = st->n;
+    if (zb_cuda_set_device(c->device, err) != 0 ||
+        zb_cuda_alloc((void **)&st->master, n * 4, err) != 0 ||
+        zb_cuda_alloc((void **)&st->w, n * 2, err) != 0 ||
+        zb_cuda_alloc((void **)&st->grads, n * 4, err) != 0 ||
+        zb_cuda_alloc((void **)&st->m, n * 4, err) != 0 ||
+        zb_cuda_alloc((void **)&st->v, n * 4, err) != 0 ||
+        zb_cuda_alloc((void **)&st->scalars, sizeof(double) * (size_t)(layout->n_tensors + 1),
+                      err) != 0) {
+        gpu_stage_free(st);
+        return zb_wrap(err, "GPU stage of %zu parameters: ", n);
+    }
+    if (zb_cuda_zero(c, st->grads, n * 4, err) != 0 || zb_cuda_zero(c, st->m, n * 4, err) != 0 ||
+        zb_cuda_zero(c, st->v, n * 4, err) != 0 || zb_cuda_sync(c, err) != 0) {
+        gpu_stage_free(st);
+        return -1;
+    }
+    *out = st;
+    return 0;
+}
+
+extern "C" void gpu_stage_free(gpu_stage *st)
+{
+    if (!st)
+        return;
+    zb_cuda_release(st->master);
+    zb_cuda_release(st->w);
+    zb_cuda_release(st->grads);
+    zb_cuda_release(st->m);
+    zb_cuda_release(st->v);
+    zb_cuda_release(st->scalars);
+    free(st);
+}
+
+extern "C" zb_cuda *gpu_stage_ctx(const gpu_stage *st) { return st->c; }
+extern "C" const llama_stage *gpu_stage_layout(const gpu_stage *st) { return st->layout; }
+extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st) { return st->n * (4 + 2 + 4 + 4 + 4); }
+
+extern "C" int gpu_stage_upload(gpu_stage *st, const float *params, zb_err *err)
+{
+    if (zb_cuda_upload(st->c, st->master, params, st->n * 4, err) != 0 ||
+        zb_cuda_f32_to_bf16(st->c, st->w, st->master, st->n, err) != 0)
+        return -1;
+    return zb_cuda_sync(st->c, err);
+}
+
+extern "C" int gpu_stage_download(gpu_stage *st, float *params, zb_err *err)
+{
+    return zb_cuda_download(st->c, params, st->master, st->n * 4, err);
+}
+
+extern "C" int gpu_stage_download_grads(gpu_stage *st, float *grads, zb_err *err)
+{
+    return zb_cuda_download(st->c, grads, st->grads, st->n * 4, err);
+}
+
+extern "C" int gpu_stage_grads_zero(gpu_stage *st, zb_err *err)
+{
+    return zb_cuda_zero(st->c, st->grads, st->n * 4, err);
+}
+
+extern "C" int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    for (int i = 0; i < L->n_tensors; i++)
+        if (zb_cuda_sum_f64(st->c, st->scalars + i, st->grads + L->tensors[i].offset,
+                            L->tensors[i].count, 1, err) != 0)
+            return -1;
+    if (zb_cuda_download(st->c, out, st->scalars, sizeof(double) * (size_t)L->n_tensors, err) != 0)
+        return -1;
+    double s = 0.0;
+    for (int i = 0; i < L->n_tensors; i++)
+        s += out[i];
+    *total = s;
+    return 0;
+}
+
+extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr,
+                               float grad_scale, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    for (int i = 0; i < L->n_tensors; i++) {
+        const llama_tensor *ten = &L->tensors[i];
+        size_t o = ten->offset;
+        if (zb_cuda_adamw_update(st->c, st->master + o, st->w + o, st->grads + o, st->m + o,
+                                 st->v + o, ten->count, t, lr, c->beta1, c->beta2, c->eps,
+                                 ten->decay ? c->weight_decay : 0.0f, grad_scale, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* bf16 weights of local layer i, kind k (layout order as llama.c). */
+static const zb_bf16 *layer_w(const gpu_stage *st, int i, llama_tensor_kind k)
+{
+    const llama_stage *L = st->layout;
+    int idx = L->has_embedding + i * 9 + (k - LLAMA_T_ATTN_NORM);
+    assert(L->tensors[idx].kind == k && L->tensors[idx].layer == L->l0 + i);
+    return st->w + L->tensors[idx].offset;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Saved state                                                             */
+/* ---------------------------------------------------------------------- */
+
+static int head_base(const gpu_saved *sv) { return sv->n_local * LS_COUNT; }
+static int emb_base(const gpu_saved *sv) { return head_base(sv) + HS_COUNT; }
+static void *LSL(gpu_saved *sv, int i, int k) { return sv->slot[i * LS_COUNT + k]; }
+static void *HSL(gpu_saved *sv, int k) { return sv->slot[head_base(sv) + k]; }
+static void *ESL(gpu_saved *sv, int k) { return sv->slot[emb_base(sv) + k]; }
+#define LB(sv, i, k) ((zb_bf16 *)LSL(sv, i, k))
+#define LF(sv, i, k) ((float *)LSL(sv, i, k))
+#define HB(sv, k) ((zb_bf16 *)HSL(sv, k))
+#define HF(sv, k) ((float *)HSL(sv, k))
+
+static void slot_spec(gpu_saved *sv)
+{
+    const llama_stage *L = sv->st->layout;
+    size_t N = (size_t)sv->batch * L->cfg.seq_len;
+    size_t d = L->cfg.d_model, ff = L->cfg.d_ff, V = L->cfg.vocab;
+    size_t qd = L->q_dim, kvd = L->kv_dim, nh = L->cfg.n_heads;
+    static const unsigned char lphase[LS_COUNT] = {
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP,
+        PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
+        PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
+        PH_B_KEEP,
+    };
+    size_t lsize[LS_COUNT];
+    lsize[LS_X] = N * d * 2; lsize[LS_RSTD1] = N * 4; lsize[LS_N1] = N * d * 2;
+    lsize[LS_ATT] = N * qd * 2; lsize[LS_H] = N * d * 2; lsize[LS_RSTD2] = N * 4;
+    lsize[LS_N2] = N * d * 2; lsize[LS_HS] = N * ff * 2; lsize[LS_Q] = N * qd * 2;
+    lsize[LS_K] = N * kvd * 2; lsize[LS_V] = N * kvd * 2; lsize[LS_LSE] = N * nh * 4;
+    lsize[LS_A] = N * ff * 2; lsize[LS_B] = N * ff * 2; lsize[LS_DOUT] = N * d * 2;
+    lsize[LS_DA] = N * ff * 2; lsize[LS_DB] = N * ff * 2; lsize[LS_DN2] = N * d * 2;
+    lsize[LS_DH] = N * d * 2; lsize[LS_DQ] = N * qd * 2; lsize[LS_DK] = N * kvd * 2;
+    lsize[LS_DV] = N * kvd * 2; lsize[LS_DN1] = N * d * 2;
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; k < LS_COUNT; k++) {
+            sv->slot_bytes[i * LS_COUNT + k] = lsize[k];
+            sv->phase[i * LS_COUNT + k] = lphase[k];
+        }
+    static const unsigned char hphase[HS_COUNT] = {
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
+        PH_B_KEEP, PH_B_KEEP,
+    };
+    size_t hsize[HS_COUNT];
+    hsize[HS_XF] = N * d * 2; hsize[HS_RSTD] = N * 4; hsize[HS_NF] = N * d * 2;
+    hsize[HS_LOGITS] = N * V * 2; hsize[HS_LSE] = N * 4; hsize[HS_TARGETS] = N * 4;
+    hsize[HS_LOSSES] = N * 4; hsize[HS_DLOGITS] = N * V * 2; hsize[HS_DNF] = N * d * 2;
+    for (int k = 0; k < HS_COUNT; k++) {
+        sv->slot_bytes[head_base(sv) + k] = L->has_head ? hsize[k] : 0;
+        sv->phase[head_base(sv) + k] = hphase[k];
+    }
+    sv->slot_bytes[emb_base(sv) + ES_TOKENS] = L->has_embedding ? N * 4 : 0;
+    sv->phase[emb_base(sv) + ES_TOKENS] = PH_F_KEEP;
+    sv->slot_bytes[emb_base(sv) + ES_DX] = L->has_embedding ? N * d * 2 : 0;
+    sv->phase[emb_base(sv) + ES_DX] = PH_B_KEEP;
+}
+
+extern "C" gpu_saved *gpu_saved_new(gpu_stage *st, int batch)
+{
+    assert(batch > 0);
+    gpu_saved *sv = (gpu_saved *)calloc(1, sizeof *sv);
+    if (!sv)
+        return NULL;
+    sv->st = st;
+    sv->batch = batch;
+    sv->n_local = st->layout->l1 - st->layout->l0;
+    sv->n_slots = sv->n_local * LS_COUNT + HS_COUNT + ES_COUNT;
+    sv->slot = (void **)calloc((size_t)sv->n_slots, sizeof *sv->slot);
+    sv->slot_bytes = (size_t *)calloc((size_t)sv->n_slots, sizeof *sv->slot_bytes);
+    sv->phase = (unsigned char *)calloc((size_t)sv->n_slots, 1);
+    if (!sv->slot || !sv->slot_bytes || !sv->phase ||
+        cudaMalloc((void **)&sv->loss_dev, sizeof(double)) != cudaSuccess) {
+        cudaGetLastError();
+        sv->loss_dev = NULL;
+        gpu_saved_free(sv);
+        return NULL;
+    }
+    slot_spec(sv);
+    return sv;
+}
+
+static void release_phase(gpu_saved *sv, int mask)
+{
+    for (int s = 0; s < sv->n_slots; s++)
+        if (sv->slot[s] && (sv->phase[s] & mask)) {
+            cudaFreeAsync(sv->slot[s], sv->st->c->stream);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+}
+
+static int acquire_phase(gpu_saved *sv, int mask, zb_err *err)
+{
+    for (int s = 0; s < sv->n_slots; s++) {
+        if (!(sv->phase[s] & mask) || sv->slot_bytes[s] == 0)
+            continue;
+        assert(sv->slot[s] == NULL);
+        cudaError_t e = cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], sv->st->c->stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            sv->slot[s] = NULL;
+            release_phase(sv, mask);
+            return zb_fail(err, "out of device memory for activations (%zu bytes more): %s",
+                           sv->slot_bytes[s], cudaGetErrorString(e));
+        }
+        sv->bytes += sv->slot_bytes[s];
+    }
+    return 0;
+}
+
+extern "C" void gpu_saved_free(gpu_saved *sv)
+{
+    if (!sv)
+        return;
+    if (sv->slot && sv->phase)
+        release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    if (sv->loss_dev)
+        cudaFree(sv->loss_dev);
+    free(sv->slot);
+    free(sv->slot_bytes);
+    free(sv->phase);
+    free(sv);
+}
+
+extern "C" size_t gpu_saved_bytes(const gpu_saved *sv) { return sv ? sv->bytes : 0; }
+
+/* ---------------------------------------------------------------------- */
+/* Forward                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    int B = sv->batch, T = m->seq_len, N = B * T;
+    int d = m->d_model, ff = m->d_ff, qd = L->q_dim, kvd = L->kv_dim, hd = L->head_dim;
+    zb_bf16 *x = LB(sv, i, LS_X), *n1 = LB(sv, i, LS_N1), *q = LB(sv, i, LS_Q);
+    zb_bf16 *k = LB(sv, i, LS_K), *v = LB(sv, i, LS_V), *att = LB(sv, i, LS_ATT);
+    zb_bf16 *h = LB(sv, i, LS_H), *n2 = LB(sv, i, LS_N2), *a = LB(sv, i, LS_A);
+    zb_bf16 *b = LB(sv, i, LS_B), *hs = LB(sv, i, LS_HS);
+    if (zb_cuda_rmsnorm_forward(c, n1, LF(sv, i, LS_RSTD1), x,
+                                layer_w(st, i, LLAMA_T_ATTN_NORM), N, d, err) ||
+        zb_cuda_matmul_forward(c, q, n1, layer_w(st, i, LLAMA_T_WQ), NULL, N, d, qd, err) ||
+        zb_cuda_matmul_forward(c, k, n1, layer_w(st, i, LLAMA_T_WK), NULL, N, d, kvd, err) ||
+        zb_cuda_matmul_forward(c, v, n1, layer_w(st, i, LLAMA_T_WV), NULL, N, d, kvd, err) ||
+        zb_cuda_rope(c, q, N, T, m->n_heads, hd, m->rope_theta, 0, err) ||
+        zb_cuda_rope(c, k, N, T, m->n_kv_heads, hd, m->rope_theta, 0, err) ||
+        zb_cuda_attention_forward(c, att, LF(sv, i, LS_LSE), q, k, v, B, T, m->n_heads,
+                                  m->n_kv_heads, hd, err) ||
+        /* h = x + att·wo, residual in the epilogue */
+        zb_cuda_matmul_forward(c, h, att, layer_w(st, i, LLAMA_T_WO), x, N, qd, d, err) ||
+        zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), h,
+                                layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
+        zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
+        zb_cuda_matmul_forward(c, b, n2, layer_w(st, i, LLAMA_T_W3), NULL, N, d, ff, err) ||
+        zb_cuda_swiglu_forward(c, hs, a, b, (size_t)N * ff, err) ||
+        /* out = h + hs·w2 */
+        zb_cuda_matmul_forward(c, out, hs, layer_w(st, i, LLAMA_T_W2), h, N, ff, d, err))
+        return -1;
+    return 0;
+}
+
+extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *tokens,
+                                 const zb_bf16 *act_in, const int32_t *targets,
+                                 zb_bf16 *act_out, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    assert(sv && sv->st == st);
+    assert(L->has_embedding ? tokens != NULL : act_in != NULL);
+    assert(L->has_head ? targets != NULL : act_out != NULL);
+    if (sv->state != 0)
+        return zb_fail(err, "GPU forward: saved state still holds a micro-batch");
+    int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
+    if (L->has_embedding)
+        for (int n = 0; n < N; n++)
+            if (tokens[n] < 0 || tokens[n] >= V)
+                return zb_fail(err, "GPU forward: token %d at position %d outside the "
+                               "vocabulary [0, %d)", tokens[n], n, V);
+    if (L->has_head)
+        for (int n = 0; n < N; n++)
+            if (targets[n] < 0 || targets[n] >= V)
+                return zb_fail(err, "GPU forward: target %d at position %d outside the "
+                               "vocabulary [0, %d)", targets[n], n, V);
+    if (acquire_phase(sv, PH_F_KEEP | PH_F_ONLY, err) != 0)
+        return -1;
+    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : L->has_head ? HB(sv, HS_XF) : act_out;
+    int rc = 0;
+    if (L->has_embedding) {
+        rc = zb_cuda_upload(c, ESL(sv, ES_TOKENS), tokens, sizeof(int32_t) * (size_t)N, err);
+        if (rc == 0)
+            rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
+                                           st->w + L->tensors[0].offset, N, d, err);
+    } else {
+        rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
+    }
+    for (int i = 0; i < sv->n_local && rc == 0; i++) {
+        zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
+                       : L->has_head ? HB(sv, HS_XF) : act_out;
+        rc = layer_forward(st, sv, i, out, err);
+    }
+    if (rc == 0 && L->has_head) {
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
+        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
+        int32_t *tg = (int32_t *)HSL(sv, HS_TARGETS);
+        rc = zb_cuda_rmsnorm_forward(c, HB(sv, HS_NF), HF(sv, HS_RSTD), HB(sv, HS_XF),
+                                     st->w + gf->offset, N, d, err) ||
+             zb_cuda_matmul_forward(c, HB(sv, HS_LOGITS), HB(sv, HS_NF), st->w + H->offset,
+                                    NULL, N, d, V, err) ||
+             zb_cuda_upload(c, tg, targets, sizeof(int32_t) * (size_t)N, err) ||
+             zb_cuda_crossentropy_forward(c, HF(sv, HS_LSE), HF(sv, HS_LOSSES),
+                                          HB(sv, HS_LOGITS), tg, N, V, err) ||
+             zb_cuda_sum_f64(c, sv->loss_dev, HF(sv, HS_LOSSES), (size_t)N, 0, err)
+                 ? -1 : 0;
+    }
+    if (rc != 0) {
+        release_phase(sv, PH_F_KEEP | PH_F_ONLY);
+        return -1;
+    }
+    sv->state = 1;
+    return 0;
+}
+
+extern "C" int gpu_saved_loss(gpu_saved *sv, double *loss, zb_err *err)
+{
+    const llama_stage *L = sv->st->layout;
+    if (!L->has_head || sv->state == 0)
+        return zb_fail(err, "GPU loss: no forward of a head stage held");
+    double sum = 0.0;
+    if (zb_cuda_download(sv->st->c, &sum, sv->loss_dev, sizeof sum, err) != 0)
+        return -1;
+    *loss = sum / ((double)sv->batch * L->cfg.seq_len);
+    return 0;
+}
+
+extern "C" int gpu_saved_copy_loss_sum(gpu_saved *sv, double *dst, zb_err *err)
+{
+    if (!sv->st->layout->has_head || sv->state == 0)
+        return zb_fail(err, "GPU loss: no forward of a head stage held");
+    return zb_cuda_copy(sv->st->c, dst, sv->loss_dev, sizeof(double), err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Backward B                                                              */
+/* ---------------------------------------------------------------------- */
+
+typedef struct b_scratch {
+    zb_bf16 *att;  /* [N,qd] grad of the attention output */
+    zb_bf16 *ffb;  /* [N,ff] grad of silu(a)·b */
+    void *attn;    /* attention backward scratch (D = dO·O per row) */
+} b_scratch;
+
+static int layer_backward_b(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *dx,
+                            const b_scratch *s, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    int B = sv->batch, T = m->seq_len, N = B * T;
+    int d = m->d_model, ff = m->d_ff, qd = L->q_dim, kvd = L->kv_dim, hd = L->head_dim;
+    zb_bf16 *dout = LB(sv, i, LS_DOUT), *da = LB(sv, i, LS_DA), *db = LB(sv, i, LS_DB);
+    zb_bf16 *dn2 = LB(sv, i, LS_DN2), *dh = LB(sv, i, LS_DH), *dq = LB(sv, i, LS_DQ);
+    zb_bf16 *dk = LB(sv, i, LS_DK), *dv = LB(sv, i, LS_DV), *dn1 = LB(sv, i, LS_DN1);
+    if (/* MLP: out = h + (silu(a)⊙b)·w2 */
+        zb_cuda_matmul_backward_b(c, s->ffb, dout, layer_w(st, i, LLAMA_T_W2), N, ff, d, 0, err) ||
+        zb_cuda_swiglu_backward(c, da, db, s->ffb, LB(sv, i, LS_A), LB(sv, i, LS_B),
+                                (size_t)N * ff, err) ||
+        zb_cuda_matmul_backward_b(c, dn2, da, layer_w(st, i, LLAMA_T_W1), N, d, ff, 0, err) ||
+        zb_cuda_matmul_backward_b(c, dn2, db, layer_w(st, i, LLAMA_T_W3), N, d, ff, 1, err) ||
+        /* dh = dout + rmsnorm_B(dn2) */
+        zb_cuda_rmsnorm_backward_b(c, dh, dn2, LB(sv, i, LS_H), LF(sv, i, LS_RSTD2),
+                                   layer_w(st, i, LLAMA_T_MLP_NORM), dout, N, d, err) ||
+        /* attention: h = x + att·wo */
+        zb_cuda_matmul_backward_b(c, s->att, dh, layer_w(st, i, LLAMA_T_WO), N, qd, d, 0, err) ||
+        zb_cuda_attention_backward(c, dq, dk, dv, s->att, LB(sv, i, LS_Q), LB(sv, i, LS_K),
+                                   LB(sv, i, LS_V), LB(sv, i, LS_ATT), LF(sv, i, LS_LSE),
+                                   s->attn, B, T, m->n_heads, m->n_kv_heads, hd, err) ||
+        zb_cuda_rope(c, dq, N, T, m->n_heads, hd, m->rope_theta, 1, err) ||
+        zb_cuda_rope(c, dk, N, T, m->n_kv_heads, hd, m->rope_theta, 1, err) ||
+        zb_cuda_matmul_backward_b(c, dn1, dq, layer_w(st, i, LLAMA_T_WQ), N, d, qd, 0, err) ||
+        zb_cuda_matmul_backward_b(c, dn1, dk, layer_w(st, i, LLAMA_T_WK), N, d, kvd, 1, err) ||
+        zb_cuda_matmul_backward_b(c, dn1, dv, layer_w(st, i, LLAMA_T_WV), N, d, kvd, 1, err) ||
+        /* dx = dh + rmsnorm_B(dn1) */
+        zb_cuda_rmsnorm_backward_b(c, dx, dn1, LB(sv, i, LS_X), LF(sv, i, LS_RSTD1),
+                                   layer_w(st, i, LLAMA_T_ATTN_NORM), dh, N, d, err))
+        return -1;
+    return 0;
+}
+
+extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
+                                    const zb_bf16 *dy_in, zb_bf16 *dx_out, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    assert(sv && sv->st == st);
+    assert(L->has_head || dy_in != NULL);
+    assert(L->has_embedding || dx_out != NULL);
+    if (sv->state != 1)
+        return zb_fail(err, "GPU backward B: saved state holds no forward pass");
+    int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
+    b_scratch s = { NULL, NULL, NULL };
+    cudaStream_t str = c->stream;
+    size_t att_bytes = (size_t)N * L->q_dim * 2, ffb_bytes = (size_t)N * m->d_ff * 2;
+    size_t attn_bytes = zb_cuda_attention_scratch_bytes(B, T, m->n_heads);
+    if (sv->n_local > 0 &&
+        (cudaMallocAsync((void **)&s.att, att_bytes, str) != cudaSuccess ||
+         cudaMallocAsync((void **)&s.ffb, ffb_bytes, str) != cudaSuccess ||
+         cudaMallocAsync(&s.attn, attn_bytes, str) != cudaSuccess)) {
+        cudaGetLastError();
+        if (s.att)
+            cudaFreeAsync(s.att, str);
+        if (s.ffb)
+            cudaFreeAsync(s.ffb, str);
+        return zb_fail(err, "GPU backward B: out of device memory for scratch");
+    }
+    if (acquire_phase(sv, PH_B_KEEP, err) != 0) {
+        if (s.att) {
+            cudaFreeAsync(s.att, str);
+            cudaFreeAsync(s.ffb, str);
+            cudaFreeAsync(s.attn, str);
+        }
+        return -1;
+    }
+    zb_bf16 *dx_emb = L->has_embedding ? (zb_bf16 *)ESL(sv, ES_DX) : dx_out;
+    zb_bf16 *dstream = sv->n_local > 0 ? LB(sv, sv->n_local - 1, LS_DOUT) : dx_emb;
+    int rc = 0;
+    if (L->has_head) {
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
+        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
+        rc = zb_cuda_crossentropy_backward(c, HB(sv, HS_DLOGITS), HB(sv, HS_LOGITS),
+                                           HF(sv, HS_LSE), (const int32_t *)HSL(sv, HS_TARGETS),
+                                           dloss, N, V, err) ||
+             zb_cuda_matmul_backward_b(c, HB(sv, HS_DNF), HB(sv, HS_DLOGITS), st->w + H->offset,
+                                       N, d, V, 0, err) ||
+             zb_cuda_rmsnorm_backward_b(c, dstream, HB(sv, HS_DNF), HB(sv, HS_XF),
+                                        HF(sv, HS_RSTD), st->w + gf->offset, NULL, N, d, err)
+                 ? -1 : 0;
+    } else {
+        rc = zb_cuda_copy(c, dstream, dy_in, (size_t)N * d * 2, err);
+    }
+    for (int i = sv->n_local - 1; i >= 0 && rc == 0; i--) {
+        zb_bf16 *dx = i > 0 ? LB(sv, i - 1, LS_DOUT) : dx_emb;
+        rc = layer_backward_b(st, sv, i, dx, &s, err);
+    }
+    if (s.att) {
+        cudaFreeAsync(s.att, str);
+        cudaFreeAsync(s.ffb, str);
+        cudaFreeAsync(s.attn, str);
+    }
+    if (rc != 0) {
+        release_phase(sv, PH_B_KEEP);
+        return -1;
+    }
+    release_phase(sv, PH_F_ONLY);
+    sv->state = 2;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Backward W                                                              */
+/* ---------------------------------------------------------------------- */
+
+extern "C" int gpu_stage_backward_w(gpu_stage *st, gpu_saved *sv, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    assert(sv && sv->st == st);
+    if (sv->state != 2)
+        return zb_fail(err, "GPU backward W: saved state holds no B pass");
+    int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
+    int ff = m->d_ff, qd = L->q_dim, kvd = L->kv_dim;
+    int rc = 0;
+    for (int t = 0; t < L->n_tensors && rc == 0; t++) {
+        const llama_tensor *ten = &L->tensors[t];
+        int i = ten->layer - L->l0;
+        float *g = st->grads + ten->offset;
+        switch (ten->kind) {
+        case LLAMA_T_EMBEDDING:
+            rc = zb_cuda_embedding_backward_w(c, g, (const int32_t *)ESL(sv, ES_TOKENS),
+                                              (const zb_bf16 *)ESL(sv, ES_DX), N, d, V, err);
+            break;
+        case LLAMA_T_ATTN_NORM:
+            rc = zb_cuda_rmsnorm_backward_w(c, g, LB(sv, i, LS_DN1), LB(sv, i, LS_X),
+                                            LF(sv, i, LS_RSTD1), N, d, err);
+            break;
+        case LLAMA_T_WQ:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N1), LB(sv, i, LS_DQ), N, d, qd, err);
+            break;
+        case LLAMA_T_WK:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N1), LB(sv, i, LS_DK), N, d, kvd, err);
+            break;
+        case LLAMA_T_WV:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N1), LB(sv, i, LS_DV), N, d, kvd, err);
+            break;
+        case LLAMA_T_WO:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_ATT), LB(sv, i, LS_DH), N, qd, d, err);
+            break;
+        case LLAMA_T_MLP_NORM:
+            rc = zb_cuda_rmsnorm_backward_w(c, g, LB(sv, i, LS_DN2), LB(sv, i, LS_H),
+                                            LF(sv, i, LS_RSTD2), N, d, err);
+            break;
+        case LLAMA_T_W1:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_DA), N, d, ff, err);
+            break;
+        case LLAMA_T_W3:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_DB), N, d, ff, err);
+            break;
+        case LLAMA_T_W2:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_HS), LB(sv, i, LS_DOUT), N, ff, d, err);
+            break;
+        case LLAMA_T_FINAL_NORM:
+            rc = zb_cuda_rmsnorm_backward_w(c, g, HB(sv, HS_DNF), HB(sv, HS_XF), HF(sv, HS_RSTD),
+                                            N, d, err);
+            break;
+        case LLAMA_T_LM_HEAD:
+            rc = zb_cuda_matmul_backward_w(c, g, HB(sv, HS_NF), HB(sv, HS_DLOGITS), N, d, V, err);
+            break;
+        default:
+            assert(0 && "bad tensor kind");
+        }
+    }
+    if (rc != 0)
+        return -1;
+    release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    assert(sv->bytes == 0);
+    sv->state = 0;
+    return 0;
+}

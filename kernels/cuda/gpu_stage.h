@@ -1,0 +1,135 @@
+/*
+ * gpu_stage.h: one pipeline stage of the Llama-style decoder on a GPU, the
+ * twin of kernels/cpu/llama.h over the CUDA ops of zb_cuda.h, with the
+ * backward split into B (input gradients) and W (weight gradients) so that
+ * zero-bubble schedules can run them apart.
+ *
+ * The stage reuses the CPU stage's description (llama_stage: layers,
+ * tensors, offsets), so parameters move between host and device as one
+ * flat buffer in exactly the CPU layout: llama_stage_init_params on the
+ * host, gpu_stage_upload, and a GPU run starts from the same weights as a
+ * CPU run.  On the device the stage holds, all in that layout:
+ *
+ *   master   fp32 [n]   the weights AdamW updates
+ *   weights  bf16 [n]   the copy every forward / B multiplies with
+ *   grads    fp32 [n]   weight-gradient accumulators (W adds into them)
+ *   m, v     fp32 [n]   AdamW moments
+ *
+ * Saved state per micro-batch (gpu_saved) follows llama.c's slot table:
+ * F allocates what B and W need, B frees the forward-only tensors (q, k,
+ * v, lse, SwiGLU pre-activations, logits) and adds the output gradients W
+ * multiplies with, W frees everything.  Buffers come from the stream-
+ * ordered allocator (cudaMallocAsync on the stage's stream), so freeing
+ * never synchronises the device and several stages' streams keep running;
+ * gpu_saved_bytes is the exact activation memory held, the figure the
+ * zero-bubble paper's M_B / M_W model predicts.
+ *
+ * Precision: bf16 activations and weights, fp32 accumulation, fp32 norms'
+ * 1/rms and attention lse, fp32 weight gradients (mixed precision as in
+ * Megatron).  Results match the CPU stage within bf16 tolerance, not bit
+ * for bit; W accumulates in the order the schedule runs it.
+ *
+ * All pointers passed in (act_in, dy_in, act_out, dx_out) are device
+ * pointers of B·T·d bf16; tokens and targets are HOST int32 arrays (the
+ * data loader lives on the host) copied into the saved state.
+ *
+ * Expected workload: the `tiny` and `shakespeare-char` presets for the
+ * loss comparison with the CPU, one layer of the 1.5B / Llama-3 8B shapes
+ * in the proof benchmark.
+ */
+#ifndef ZB_GPU_STAGE_H
+#define ZB_GPU_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/llama.h"
+#include "kernels/cuda/zb_cuda.h"
+#include "src/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpu_stage gpu_stage;
+typedef struct gpu_saved gpu_saved;
+
+/* Creates the device side of stage `layout` (borrowed: must outlive the
+ * stage) on context c (borrowed), allocating master, bf16 weights, grads
+ * and moments (zeroed).  Returns 0 and *out, or -1 with err set. */
+int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out, zb_err *err);
+
+/* Frees the stage's device buffers; NULL is fine. */
+void gpu_stage_free(gpu_stage *st);
+
+/* The context and layout the stage was made with. */
+zb_cuda *gpu_stage_ctx(const gpu_stage *st);
+const llama_stage *gpu_stage_layout(const gpu_stage *st);
+
+/* Device bytes of the static state (master + bf16 + grads + m + v). */
+size_t gpu_stage_static_bytes(const gpu_stage *st);
+
+/* Copies n = llama_stage_num_params floats of host params into the master
+ * weights and refreshes the bf16 copy.  Synchronous.  0 or -1. */
+int gpu_stage_upload(gpu_stage *st, const float *params, zb_err *err);
+
+/* Copies the master weights (or the gradient accumulators) to the host
+ * (llama_stage_num_params floats).  Synchronous.  0 or -1. */
+int gpu_stage_download(gpu_stage *st, float *params, zb_err *err);
+int gpu_stage_download_grads(gpu_stage *st, float *grads, zb_err *err);
+
+/* grads := 0 (queued on the stage's stream). */
+int gpu_stage_grads_zero(gpu_stage *st, zb_err *err);
+
+/* Per-tensor Σ g² of the accumulators, in tensor order, into host
+ * out[layout->n_tensors] (synchronous); returns their sum in *total. */
+int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, zb_err *err);
+
+/* One AdamW step of every tensor (decay as llama_tensor.decay says) for
+ * 1-based step t, as adamw_step_stage does on the CPU.  Queued. */
+int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr, float grad_scale,
+                    zb_err *err);
+
+/* A saved-state object for micro-batches of `batch` sequences; NULL when
+ * host memory runs out (device memory is taken by F, B and W). */
+gpu_saved *gpu_saved_new(gpu_stage *st, int batch);
+void gpu_saved_free(gpu_saved *sv);
+
+/* Device bytes of activations the object holds now. */
+size_t gpu_saved_bytes(const gpu_saved *sv);
+
+/* Forward of one micro-batch (queued on the stage's stream).
+ *   tokens   host int32 [B·T] when the stage has the embedding, else NULL
+ *   act_in   device bf16 [B·T·d] otherwise
+ *   targets  host int32 [B·T] when the stage has the head, else NULL
+ *   act_out  device bf16 [B·T·d] written when the stage has no head
+ * The loss (has_head) stays on the device until gpu_saved_loss.
+ * Tokens and targets are range-checked here.  0, or -1 with err set. */
+int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *tokens,
+                      const zb_bf16 *act_in, const int32_t *targets, zb_bf16 *act_out,
+                      zb_err *err);
+
+/* The mean cross-entropy of sv's last forward (head stage only; waits for
+ * it).  May be called until W empties sv.  0 or -1. */
+int gpu_saved_loss(gpu_saved *sv, double *loss, zb_err *err);
+
+/* Queues a device-to-device copy of the SUM of the per-token losses of
+ * sv's last forward (one double; divide by B·T for the mean) to dst, so an
+ * executor can collect losses without waiting.  Head stage, after F. */
+int gpu_saved_copy_loss_sum(gpu_saved *sv, double *dst, zb_err *err);
+
+/* B: input gradients.  dloss as in llama_stage_backward_b (head stage);
+ * dy_in device bf16 [B·T·d] when the stage has no head; dx_out device bf16
+ * [B·T·d] written when the stage has no embedding.  0 or -1. */
+int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss, const zb_bf16 *dy_in,
+                         zb_bf16 *dx_out, zb_err *err);
+
+/* W: weight gradients, accumulated into the stage's grads; empties sv. */
+int gpu_stage_backward_w(gpu_stage *st, gpu_saved *sv, zb_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

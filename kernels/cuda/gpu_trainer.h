@@ -1,0 +1,74 @@
+/*
+ * gpu_trainer.h: train the Llama-style model by executing a pipeline
+ * schedule on ONE GPU, the GPU twin of runtime/trainer.h.
+ *
+ * Every device of the schedule gets its own zb_cuda context (a stream and
+ * a cuBLASLt handle) on the same GPU; every virtual stage a gpu_stage on
+ * its device's context.  One host thread issues the ops of all devices:
+ * it walks the devices round-robin and issues each device's next op as
+ * soon as its inputs have been ISSUED (not finished): the producer records
+ * a fence (CUDA event) after the op, the consumer's stream waits for it
+ * and copies the activation (or gradient) device to device into its own
+ * buffer (gpu_transport.h).  The GPU then overlaps the streams exactly as
+ * the schedule allows, and the host never blocks inside a step.  A round
+ * that issues nothing means the schedule deadlocks (an error).
+ *
+ * Data, initial weights, the split into stages, the learning-rate schedule
+ * and AdamW follow the CPU trainer (same seed, same generator, same
+ * llama_stage_init_params, split_layers, adamw_lr), so losses of the two
+ * can be compared step by step; they agree within bf16 tolerance, not bit
+ * for bit (bf16 activations, W accumulated in schedule order).  The
+ * optimizer is the synchronous global-norm clip (the CPU trainer's
+ * opts.sync_optimizer reference path).
+ *
+ * Expected workload: `tiny` and `shakespeare-char`, p <= 8 devices sharing
+ * one H100/H200; steps of milliseconds.
+ */
+#ifndef ZB_GPU_TRAINER_H
+#define ZB_GPU_TRAINER_H
+
+#include <stddef.h>
+
+#include "runtime/data.h"
+#include "runtime/trainer.h"
+#include "src/err.h"
+#include "src/model.h"
+#include "src/sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpu_trainer gpu_trainer;
+
+/* Creates a one-GPU trainer on CUDA device `device` for schedule s (must
+ * pass sched_validate; copied), model m (vocab from d, batch from
+ * opts->batch_size when positive) and loader d (borrowed).  Returns 0 and
+ * *out, or -1 with err set (no device, sizes, device memory). */
+int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                       const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err);
+
+/* Frees everything; NULL is fine. */
+void gpu_trainer_free(gpu_trainer *t);
+
+/* One optimizer step over the schedule's micro-batches; *loss = mean
+ * training loss.  Returns 0 or -1 with err set. */
+int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err);
+
+/* Seconds of the last step (host wall clock, including the final sync). */
+double gpu_trainer_last_step_s(const gpu_trainer *t);
+
+/* Device memory: static bytes (weights, grads, moments, transfer buffers)
+ * and the stream-ordered pool's high-water mark of activations since the
+ * trainer was created.  0 or -1. */
+int gpu_trainer_memory(const gpu_trainer *t, size_t *static_bytes, size_t *peak_activation_bytes,
+                       zb_err *err);
+
+/* Downloads stage `stage`'s master weights (llama layout, n floats). */
+int gpu_trainer_stage_params(gpu_trainer *t, int stage, float *params, size_t n, zb_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * test_outer_cli.c: `zbsched run ... --replicas K --outer ...` end to end
+ * through the built program: the JSON carries bytes_sent and the outer
+ * steps, int8 sends fewer bytes than fp32, and bad flags give exit status
+ * 2 with exactly one line on stderr.
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "src/sched_io.h"
+
+static char dir[256];
+static char sched_path[300], model_path[300];
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/zb-outer-cli-XXXXXX");
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(sched_path, sizeof sched_path, "%s/s.json", dir);
+    snprintf(model_path, sizeof model_path, "%s/m.json", dir);
+    sched_t *s = sched_new(2, 2, 2);
+    s->stage_device[0] = 0;
+    s->stage_device[1] = 1;
+    for (int d = 0; d < 2; d++) {
+        for (int j = 0; j < 2; j++)
+            sched_push(s, d, OP_F, d, j);
+        for (int j = 0; j < 2; j++)
+            sched_push(s, d, OP_BW, d, j);
+    }
+    strcpy(s->name, "gpipe-2");
+    zb_err err = { "" };
+    ck_assert_msg(sched_save_file(s, sched_path, &err) == 0, "%s", err.msg);
+    sched_free(s);
+    FILE *f = fopen(model_path, "w");
+    ck_assert(f != NULL);
+    fputs("{\"name\":\"cli-tiny\",\"n_layers\":2,\"d_model\":32,\"n_heads\":4,\"n_kv_heads\":2,"
+          "\"d_ff\":64,\"vocab\":65,\"seq_len\":32,\"micro_batch\":2,\"swiglu\":1,"
+          "\"tied_embedding\":0,\"rope_theta\":10000,\"dtype\":\"fp32\"}\n", f);
+    fclose(f);
+}
+
+static void teardown(void)
+{
+    unlink(sched_path);
+    unlink(model_path);
+    rmdir(dir);
+}
+
+/* Runs zbsched with the extra arguments; captures stdout and stderr into
+ * malloc'd strings; returns the exit status. */
+static int run_cli(const char *extra, char **out, char **errtext)
+{
+    const char *exe = getenv("ZBSCHED");
+    const char *root = getenv("ZB_SOURCE_ROOT");
+    ck_assert_msg(exe && root, "ZBSCHED and ZB_SOURCE_ROOT must be set");
+    char outp[320], errp[320], cmd[2048];
+    snprintf(outp, sizeof outp, "%s/out.txt", dir);
+    snprintf(errp, sizeof errp, "%s/err.txt", dir);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' run '%s' --model '%s' --eval-windows 4 -q %s >'%s' 2>'%s'",
+             root, exe, sched_path, model_path, extra, outp, errp);
+    int st = system(cmd);
+    const char *paths[2] = { outp, errp };
+    char **dst[2] = { out, errtext };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        ck_assert(f != NULL);
+        char *buf = calloc(1, 1 << 20);
+        size_t n = fread(buf, 1, (1 << 20) - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        unlink(paths[i]);
+        *dst[i] = buf;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double json_num(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    ck_assert_msg(cJSON_IsNumber(it), "no number '%s'", key);
+    return it->valuedouble;
+}
+
+START_TEST(replicas_json_has_bytes_sent)
+{
+    char *out, *errt;
+    double bytes[2];
+    const char *wires[2] = { "fp32", "int8" };
+    for (int w = 0; w < 2; w++) {
+        char extra[256];
+        snprintf(extra, sizeof extra,
+                 "--steps 4 --replicas 2 --outer diloco --inner-steps 2 --allreduce %s --json", wires[w]);
+        int rc = run_cli(extra, &out, &errt);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, errt);
+        cJSON *j = cJSON_Parse(out);
+        ck_assert_msg(j != NULL, "not JSON: %s", out);
+        bytes[w] = json_num(j, "bytes_sent");
+        ck_assert(bytes[w] > 0);
+        ck_assert_int_eq((int)json_num(j, "outer_steps"), 2);
+        ck_assert_int_eq((int)json_num(j, "replicas"), 2);
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "losses")), 4);
+        double v = json_num(j, "val_loss");
+        ck_assert(v > 0 && v < 10);
+        cJSON_Delete(j);
+        free(out);
+        free(errt);
+    }
+    ck_assert(bytes[1] * 2 < bytes[0]);
+    /* edit and sync run too */
+    ck_assert_int_eq(run_cli("--steps 2 --replicas 2 --outer edit --inner-steps 1", &out, &errt), 0);
+    ck_assert_msg(strstr(out, "outer edit") != NULL, "%s", out);
+    free(out);
+    free(errt);
+    ck_assert_int_eq(run_cli("--steps 2 --replicas 2 --outer sync --json", &out, &errt), 0);
+    cJSON *j = cJSON_Parse(out);
+    ck_assert(j != NULL);
+    ck_assert(json_num(j, "bytes_sent") > 0);
+    ck_assert_int_eq((int)json_num(j, "outer_steps"), 0);
+    cJSON_Delete(j);
+    free(out);
+    free(errt);
+}
+END_TEST
+
+static void expect_usage_error(const char *extra, const char *needle)
+{
+    char *out, *errt;
+    int rc = run_cli(extra, &out, &errt);
+    ck_assert_msg(rc == 2, "'%s': exit %d", extra, rc);
+    ck_assert_msg(strstr(errt, needle) != NULL, "'%s': stderr '%s'", extra, errt);
+    char *nl = strchr(errt, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "'%s': not one line: '%s'", extra, errt);
+    ck_assert_str_eq(out, "");
+    free(out);
+    free(errt);
+}
+
+START_TEST(bad_flags_are_one_line_usage_errors)
+{
+    expect_usage_error("--steps 2 --replicas 2 --outer adam", "--outer");
+    expect_usage_error("--steps 2 --inner-steps 3", "--replicas");
+    expect_usage_error("--steps 2 --replicas 2 --allreduce fp16", "--allreduce");
+    expect_usage_error("--steps 2 --replicas 0", "--replicas");
+    expect_usage_error("--steps 2 --replicas 2 --outer-momentum 1.5", "--outer-momentum");
+    expect_usage_error("--steps 2 --replicas 2 --outer-lr -1", "--outer-lr");
+    expect_usage_error("--steps 2 --replicas 2 --inner-steps x", "--inner-steps");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("outer_cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, replicas_json_has_bytes_sent);
+    tcase_add_test(tc, bad_flags_are_one_line_usage_errors);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * test_vshape.c: V-Min, V-Half and V-ZB (solver/v_shape.c).  Each schedule
+ * must be valid (real validator), V-placed, within its limit on every
+ * device (real simulator), and the variants must trade memory for bubble:
+ * peak(V-Min) <= peak(V-Half) <= peak(V-ZB) <= p M_B (the 1F1B peak) and
+ * bubble(V-Min) >= bubble(V-Half) >= bubble(V-ZB).  A caller's limit caps
+ * the variant's own; a limit below one micro-batch's activation is an
+ * error.  Cases up to p=16, m=48: well under a second.
+ */
+#include <string.h>
+
+#include "tests/solver/solver_check.h"
+
+typedef int (*v_fn)(const gen_params *, sched_t **, zb_err *);
+static const v_fn fns[3] = { solver_v_min, solver_v_half, solver_v_zb };
+
+static gen_params params(int p, int m, double f, double b, double w, double c)
+{
+    return (gen_params){ .stages = p, .microbatches = m, .chunks = 2, .t_f = f, .t_b = b, .t_w = w,
+                         .t_comm = c, .m_f = 1, .m_b = -0.5, .m_w = -0.5, .mem_limit = NULL };
+}
+
+/* Runs the three variants on gp; checks each and the ordering. */
+static void check_family(const gen_params *gp)
+{
+    int p = gp->stages;
+    double bubble[3], peak[3];
+    for (int v = 0; v < 3; v++) {
+        sched_t *s = NULL;
+        zb_err err = { { 0 } };
+        ck_assert_msg(fns[v](gp, &s, &err) == 0, "variant %d: %s", v, err.msg);
+        ck_assert_int_eq(s->n_stages, 2 * p);
+        for (int d = 0; d < p; d++) {
+            ck_assert_int_eq(s->stage_device[d], d);
+            ck_assert_int_eq(s->stage_device[2 * p - 1 - d], d);
+        }
+        sim_result sr = { 0 };
+        check_valid_sim(s, &sr);
+        ck_assert(s->mem_limit != NULL);
+        check_peaks(&sr, s->mem_limit, p);
+        /* The variant's own limit, in whole-model micro-batches of 2 dF. */
+        int mbs = v == 2 ? p : v == 1 ? (p + 2) / 2 : (p + 4) / 3;
+        ck_assert_msg(sr.peak_mem <= 2.0 * mbs * gp->m_f + 1e-9, "variant %d peak %g", v, sr.peak_mem);
+        bubble[v] = sr.bubble_rate;
+        peak[v] = sr.peak_mem;
+        sim_result_free(&sr);
+        sched_free(s);
+    }
+    ck_assert_msg(peak[0] <= peak[1] && peak[1] <= peak[2], "peaks %g %g %g", peak[0], peak[1], peak[2]);
+    ck_assert_msg(bubble[0] >= bubble[1] - 1e-12 && bubble[1] >= bubble[2] - 1e-12,
+                  "bubbles %g %g %g", bubble[0], bubble[1], bubble[2]);
+    ck_assert_msg(peak[0] < peak[2], "V-Min saves no memory (%g vs %g)", peak[0], peak[2]);
+}
+
+START_TEST(unit_costs)
+{
+    gen_params gp = params(4, 8, 1, 1, 1, 0);
+    check_family(&gp);
+    gp = params(8, 32, 1, 1, 1, 0);
+    check_family(&gp);
+}
+END_TEST
+
+START_TEST(profiled_costs)
+{
+    /* Table 8's per-chunk profile for 6.2B on 16 GPUs (us). */
+    gen_params gp = params(16, 48, 14407, 14380, 9676, 1610);
+    check_family(&gp);
+    gp = params(6, 18, 5, 6, 4, 1);
+    check_family(&gp);
+}
+END_TEST
+
+/* V-ZB with T_F = T_B = T_W and no comm has no bubble (the paper's claim),
+ * at the 1F1B peak. */
+START_TEST(vzb_zero_bubble)
+{
+    gen_params gp = params(4, 12, 1, 1, 1, 0);
+    sched_t *s = NULL;
+    zb_err err = { { 0 } };
+    ck_assert_msg(solver_v_zb(&gp, &s, &err) == 0, "%s", err.msg);
+    sim_result sr = { 0 };
+    check_valid_sim(s, &sr);
+    ck_assert_msg(sr.bubble_rate < 0.02, "bubble %g", sr.bubble_rate);
+    ck_assert(sr.peak_mem <= 2.0 * 4 * gp.m_f);
+    sim_result_free(&sr);
+    sched_free(s);
+}
+END_TEST
+
+/* With T_F = T_B = T_W the paper's claims hold roughly (its asymptotic
+ * figures, B = 1F1B's bubble (p-1)/(m+p-1)): V-Half about B/2, V-Min about
+ * 2B/3, at half and a third of 1F1B's memory. */
+START_TEST(beats_1f1b_unit)
+{
+    gen_params gp = params(8, 32, 1, 1, 1, 0);
+    double b_1f1b = 7.0 / 39.0, bubble[2];
+    for (int v = 0; v < 2; v++) {
+        sched_t *s = NULL;
+        zb_err err = { { 0 } };
+        ck_assert_msg(fns[v](&gp, &s, &err) == 0, "%s", err.msg);
+        sim_result sr = { 0 };
+        check_valid_sim(s, &sr);
+        bubble[v] = sr.bubble_rate;
+        sim_result_free(&sr);
+        sched_free(s);
+    }
+    ck_assert_msg(bubble[0] < 0.75 * b_1f1b, "V-Min bubble %g vs 1F1B %g", bubble[0], b_1f1b);
+    ck_assert_msg(bubble[1] < 0.55 * b_1f1b, "V-Half bubble %g vs 1F1B %g", bubble[1], b_1f1b);
+}
+END_TEST
+
+START_TEST(caller_limit)
+{
+    gen_params gp = params(8, 24, 1, 1, 1, 0);
+    double limit[8] = { 4, 4, 4, 4, 3, 3, 2, 2 };
+    gp.mem_limit = limit;
+    for (int v = 0; v < 3; v++) {
+        sched_t *s = NULL;
+        zb_err err = { { 0 } };
+        ck_assert_msg(fns[v](&gp, &s, &err) == 0, "%s", err.msg);
+        sim_result sr = { 0 };
+        check_valid_sim(s, &sr);
+        check_peaks(&sr, limit, 8);
+        sim_result_free(&sr);
+        sched_free(s);
+    }
+    limit[5] = 1.5; /* below 2 dF */
+    sched_t *s = NULL;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(solver_v_half(&gp, &s, &err), -1);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "device 5") && strstr(err.msg, "below"), "%s", err.msg);
+    gp.mem_limit = NULL;
+    gp.m_b = 0.5; /* deltas must sum to 0 with dB <= 0 */
+    ck_assert_int_eq(solver_v_zb(&gp, &s, &err), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("vshape");
+    TCase *tc = tcase_create("v");
+    tcase_add_test(tc, unit_costs);
+    tcase_add_test(tc, profiled_costs);
+    tcase_add_test(tc, vzb_zero_bubble);
+    tcase_add_test(tc, beats_1f1b_unit);
+    tcase_add_test(tc, caller_limit);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
