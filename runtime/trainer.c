@@ -464,8 +464,10 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
         stage_rt *r = &t->st[s];
         if (r->device != dev)
             continue;
-        double full = t->full_sq;
-        if (s < S - 1 && chan_recv(&t->chan, CHAN_NORM_DOWN, s, 0, NULL, &full) != 0)
+        double full = 0;
+        if (s == S - 1)
+            full = t->full_sq; /* written by this same worker on the way up */
+        else if (chan_recv(&t->chan, CHAN_NORM_DOWN, s, 0, NULL, &full) != 0)
             return zb_fail(err, "aborted");
         int finite = isfinite(full), clip = finite && needs_clip(t, full);
         if (!(r->stepped && finite && !clip)) {

@@ -37,7 +37,8 @@ typedef struct solver_problem {
 } solver_problem;
 
 /* zb-auto on per-stage costs: runs the heuristic with all 8 knob settings
- * and keeps the one with the smallest largest stage span.  Stores the
+ * and keeps the one with the smallest largest stage span (plus two extra
+ * candidates under tight limits, see docs/solver.md).  Stores the
  * schedule in *out (caller frees), its cost (largest span) in *cost when
  * cost is not NULL.  Returns 0, or -1 with err set when no setting fits the
  * limits or an argument is out of range. */

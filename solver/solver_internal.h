@@ -12,4 +12,25 @@
  * pr->cost points into it).  Returns 0, or -1 with err set on bad shapes. */
 int solver_problem_from_params(const gen_params *gp, solver_problem *pr, stage_cost **costs, zb_err *err);
 
+/* The Controllable-Memory paper's stable V-Min (half = 0) or V-Half
+ * (half = 1) pattern, squeezed as the authors do (v_pattern.c), on the
+ * placement and costs of tmpl (a V-placed schedule without ops).  Stores a
+ * new schedule in *out; 0, or -1 on out of memory.  The caller checks its
+ * memory against any limit. */
+int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
+
+/* The greedy list scheduler of v_shape.c on tmpl's placement (a V pair or
+ * one stage per device) and costs, under limit[p] per device: runs its knob
+ * settings (8 for V, 2 otherwise) and stores the fastest schedule in *out
+ * (caller frees), its cost in *cost and its knobs in *knob_bits (bit 0 W
+ * filling always, 1 first chunk preferred, 2 reserve for all).  Needs
+ * dB <= 0 and dW <= 0 on every stage.  0, or -1 with err set. */
+int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
+                       int *knob_bits, zb_err *err);
+
+/* A lower bound on stage s's span in any schedule of pr (bound.c): the
+ * stage's busy time plus the idle its memory limit forces before its first
+ * B and after its last F.  Valid for one stage per device. */
+double solver_stage_lower_bound(const solver_problem *pr, int s);
+
 #endif

@@ -11,7 +11,10 @@
  * (p+2)/2, V-Min (p+4)/3, following the paper's Table 1 (peaks M, M/2, M/3)
  * and the authors' demo.  A caller's mem_limit, when given, caps it further.
  *
- * The schedule is built by a greedy list scheduler in global time order.
+ * Candidates, the fastest that fits every device's limit wins: the paper's
+ * stable V-Min / V-Half patterns (v_pattern.c), the handcrafted ZB-V order
+ * (schedules/gen_zb_v.c), and a greedy list scheduler (solver_greedy_list,
+ * also used by zb-auto on one stage per device) in global time order.
  * At each step the device whose next action is earliest acts:
  *   - a B whose inputs have arrived, if any (it frees memory and feeds
  *     the devices upstream);
@@ -27,12 +30,14 @@
  * kept, which still suffices: micro-batches run in order on every stage,
  * so the oldest unfinished one finds, once the device's pending W's have
  * run, only younger first-chunk activations in memory, and those left a
- * slot free when they were admitted.  Three knobs (W filling, chunk
- * preference for F, reservation) give eight runs; the smallest
- * largest-device span wins, as in zb-auto.
+ * slot free when they were admitted (with one stage per device there is
+ * no second chunk and the same ordering argument applies).  Three knobs
+ * (W filling, chunk preference for F, reservation) give eight runs (two
+ * with one stage per device).
  *
- * Workload: p up to 32, m up to a few hundred; each step scans the p
- * devices, so a run is O(ops * p), a few milliseconds at p=32, m=256.
+ * Workload: p up to 32, m up to a few hundred; each step picks the
+ * earliest of p cached device choices, so a run is O(ops * p) comparisons,
+ * tens of milliseconds at p=32, m=256 (bench/bench_heuristic.c).
  */
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
@@ -110,12 +115,13 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
 {
     const sched_t *t = r->tmpl;
     int p = t->n_devices, m = t->n_micro;
-    int st[2] = { d, 2 * p - 1 - d }; /* first and second chunk */
+    int n_st = t->n_stages == 2 * p ? 2 : 1;               /* V pair, or one stage */
+    int st[2] = { d, n_st == 2 ? 2 * p - 1 - d : d };      /* first and second chunk */
     double now = r->t_dev[d], df = t->cost[st[0]].d_f;
     double next_arrival = INFINITY;
     v_choice c = { INFINITY, -1, -1 };
     /* B: the second chunk first (its B comes first in the backward pass). */
-    for (int x = 1; x >= 0; x--) {
+    for (int x = n_st - 1; x >= 0; x--) {
         int s = st[x];
         if (r->nb[s] >= m || r->nb[s] >= r->nf[s])
             continue;
@@ -128,14 +134,15 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     }
     /* F: memory permitting, with the first chunk's reservation. */
     int blocked = 0;
-    for (int y = 0; y < 2; y++) {
-        int x = k->prefer_chunk0 ? y : 1 - y, s = st[x];
+    for (int y = 0; y < n_st; y++) {
+        int x = k->prefer_chunk0 || n_st == 1 ? y : 1 - y, s = st[x];
         if (r->nf[s] >= m)
             continue;
         double rt = ready_time(r, OP_F, s, r->nf[s]);
         if (isnan(rt))
             continue;
-        double need = x == 0 ? r->mem[d] + df * (k->reserve_all ? r->resv[d] + 2 : 2) : r->mem[d] + df;
+        double need = x == 0 && n_st == 2 ? r->mem[d] + df * (k->reserve_all ? r->resv[d] + 2 : 2)
+                                          : r->mem[d] + t->cost[s].d_f;
         if (need > r->limit[d] + 1e-9 * fmax(1, fabs(r->limit[d]))) {
             blocked = 1;
             continue;
@@ -146,7 +153,7 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     }
     /* W: the oldest pending one. */
     int ws = -1;
-    for (int x = 0; x < 2; x++) {
+    for (int x = 0; x < n_st; x++) {
         int s = st[x];
         if (r->nw[s] < r->nb[s]
             && (ws < 0 || *at(r, r->end_b, s, r->nw[s]) < *at(r, r->end_b, ws, r->nw[ws])))
@@ -213,7 +220,8 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
             end = start + sc->t_f;
             *at(r, r->end_f, s, j) = end;
             r->mem[d] += sc->d_f;
-            r->resv[d] += s < p ? 1 : -1;
+            if (S == 2 * p)
+                r->resv[d] += s < p ? 1 : -1;
         } else if (best.kind == OP_B) {
             j = r->nb[s]++;
             end = start + sc->t_b;
@@ -241,92 +249,64 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
     return 0;
 }
 
-/* One op of the periodic pattern: its slot and what it is. */
-typedef struct v_slot {
-    long slot;  /* position in the unit-time pattern */
-    int type;   /* 0 F chunk 0, 1 F chunk 1, 2 B chunk 1, 3 B chunk 0,
-                 * 4 W chunk 1, 5 W chunk 0 */
-    int mb;     /* micro-batch */
-} v_slot;
-
-static int cmp_slot(const void *x, const void *y)
+int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
+                       int *knob_bits, zb_err *err)
 {
-    const v_slot *a = x, *b = y;
-    return (a->slot > b->slot) - (a->slot < b->slot);
-}
-
-/* The Controllable-Memory paper's stable patterns for V-Min and V-Half, as
- * the authors' zbv_greedy.py lays them out: with unit slots and a repeat
- * interval of 6 (F, f, B, b, W, w per micro-batch), device i runs
- * micro-batch j's
- *   V-Min:  F at i,  f at 2p-1-i,  B at 2p+g+i,    b at 4p+g-1-i   (g = 2 if 3 | p, else 0)
- *   V-Half: F at 2i, f at 3p-2-i,  B at 3p+g+2i-1, b at 6p+g-2-i   (g = 3 if 2 | p, else 0)
- * plus 6j, where f/b are the second chunk's forward and the first chunk's
- * backward.  W's go, in order, into the free slots after their B's.  The
- * device lists are the slots in time order; real times are ASAP (the
- * authors also "squeeze" ops into earlier free slots when memory allows;
- * that refinement is not done here).  Stored in *out; 0 or -1 on out of
- * memory. */
-static int pattern_sched(const sched_t *tmpl, v_variant variant, sched_t **out)
-{
-    int p = tmpl->n_devices, m = tmpl->n_micro;
-    sched_t *s = sched_clone(tmpl);
-    v_slot *ops = malloc(sizeof *ops * 6 * (size_t)m);
-    if (!s || !ops)
-        goto fail;
-    for (int i = 0; i < p; i++) {
-        long base[4];
-        if (variant == V_MIN) {
-            int g = p % 3 == 0 ? 2 : 0;
-            base[0] = i; base[1] = 2L * p - 1 - i; base[2] = 2L * p + g + i; base[3] = 4L * p + g - 1 - i;
-        } else {
-            int g = p % 2 == 0 ? 3 : 0;
-            base[0] = 2L * i; base[1] = 3L * p - 2 - i; base[2] = 3L * p + g + 2L * i - 1;
-            base[3] = 6L * p + g - 2 - i;
-        }
-        int n = 0;
-        for (int t = 0; t < 4; t++)
-            for (int j = 0; j < m; j++)
-                ops[n++] = (v_slot){ base[t] + 6L * j, t, j };
-        qsort(ops, (size_t)n, sizeof *ops, cmp_slot);
-        /* W's into the free slots, chunk 1's first, each in B order */
-        int pend[2] = { 0, 0 }, next_w[2] = { 0, 0 }, x = 0, n4 = n;
-        long t = 0, last = ops[n4 - 1].slot;
-        for (; t <= last; t++) {
-            if (x < n4 && ops[x].slot == t) {
-                if (ops[x].type >= 2)
-                    pend[ops[x].type - 2]++;
-                x++;
-                continue;
-            }
-            for (int w = 0; w < 2; w++) {
-                if (pend[w]) {
-                    ops[n++] = (v_slot){ t, 4 + w, next_w[w]++ };
-                    pend[w]--;
-                    break;
-                }
-            }
-        }
-        for (int w = 0; w < 2; w++)
-            while (pend[w]-- > 0)
-                ops[n++] = (v_slot){ ++t, 4 + w, next_w[w]++ };
-        qsort(ops, (size_t)n, sizeof *ops, cmp_slot);
-        int st0 = i, st1 = 2 * p - 1 - i;
-        for (int k = 0; k < n; k++) {
-            static const int kind[6] = { OP_F, OP_F, OP_B, OP_B, OP_W, OP_W };
-            static const int chunk1[6] = { 0, 1, 1, 0, 1, 0 };
-            int t6 = ops[k].type;
-            if (sched_push(s, i, (op_kind)kind[t6], chunk1[t6] ? st1 : st0, ops[k].mb) != 0)
-                goto fail;
-        }
+    int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
+    v_run r = { .tmpl = tmpl, .limit = limit };
+    long cells = (long)S * m;
+    int rc = -1, n_knobs = S == 2 * p ? 8 : 2;
+    sched_t *best = NULL;
+    double best_cost = INFINITY;
+    r.end_f = malloc(sizeof(double) * (size_t)cells);
+    r.end_b = malloc(sizeof(double) * (size_t)cells);
+    r.nf = malloc(sizeof(int) * (size_t)S);
+    r.nb = malloc(sizeof(int) * (size_t)S);
+    r.nw = malloc(sizeof(int) * (size_t)S);
+    r.t_dev = malloc(sizeof(double) * (size_t)p);
+    r.mem = malloc(sizeof(double) * (size_t)p);
+    r.resv = malloc(sizeof(int) * (size_t)p);
+    if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv) {
+        zb_fail(err, "out of memory in the list scheduler");
+        goto out;
     }
-    free(ops);
-    *out = s;
-    return 0;
-fail:
-    free(ops);
-    sched_free(s);
-    return -1;
+    for (int kk = 0; kk < n_knobs; kk++) {
+        v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = (kk >> 2) & 1 };
+        r.out = sched_clone(tmpl);
+        if (!r.out) {
+            zb_fail(err, "out of memory in the list scheduler");
+            goto out;
+        }
+        solver_eval_result ev;
+        if (v_run_once(&r, &k, err) != 0 || solver_eval(r.out, &ev, NULL, err) != 0) {
+            sched_free(r.out);
+            goto out;
+        }
+        if (ev.cost < best_cost) {
+            sched_free(best);
+            best = r.out;
+            best_cost = ev.cost;
+            *knob_bits = kk;
+        } else {
+            sched_free(r.out);
+        }
+        r.out = NULL;
+    }
+    *out = best;
+    *cost = best_cost;
+    best = NULL;
+    rc = 0;
+out:
+    sched_free(best);
+    free(r.end_f);
+    free(r.end_b);
+    free(r.nf);
+    free(r.nb);
+    free(r.nw);
+    free(r.t_dev);
+    free(r.mem);
+    free(r.resv);
+    return rc;
 }
 
 static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_err *err)
@@ -354,7 +334,6 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
                                d, gp->mem_limit[d], 2 * gp->m_f);
 
     sched_t *tmpl = sched_new(p, m, 2 * p);
-    v_run r = { .tmpl = tmpl };
     double *limit = malloc(sizeof(double) * (size_t)p);
     sched_t *best = NULL;
     double best_cost = INFINITY;
@@ -367,44 +346,11 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
     sched_set_mem(tmpl, gp->m_f, gp->m_b, gp->m_w);
     for (int d = 0; d < p; d++)
         limit[d] = gp->mem_limit ? fmin(own, gp->mem_limit[d]) : own;
-    r.limit = limit;
-    long cells = 2L * p * m;
-    r.end_f = malloc(sizeof(double) * (size_t)cells);
-    r.end_b = malloc(sizeof(double) * (size_t)cells);
-    r.nf = malloc(sizeof(int) * 2 * (size_t)p);
-    r.nb = malloc(sizeof(int) * 2 * (size_t)p);
-    r.nw = malloc(sizeof(int) * 2 * (size_t)p);
-    r.t_dev = malloc(sizeof(double) * (size_t)p);
-    r.mem = malloc(sizeof(double) * (size_t)p);
-    r.resv = malloc(sizeof(int) * (size_t)p);
-    if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv)
-        goto oom;
-
-    v_knobs best_k = { 0, 0, 0 };
-    for (int kk = 0; kk < 8; kk++) {
-        v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = kk >> 2 };
-        r.out = sched_clone(tmpl);
-        if (!r.out)
-            goto oom;
-        if (v_run_once(&r, &k, err) != 0) {
-            sched_free(r.out);
-            goto out;
-        }
-        solver_eval_result ev;
-        if (solver_eval(r.out, &ev, NULL, err) != 0) {
-            sched_free(r.out);
-            goto out;
-        }
-        if (ev.cost < best_cost) {
-            sched_free(best);
-            best = r.out;
-            best_cost = ev.cost;
-            best_k = k;
-        } else {
-            sched_free(r.out);
-        }
-        r.out = NULL;
-    }
+    int best_bits = 0;
+    if (solver_greedy_list(tmpl, limit, &best, &best_cost, &best_bits, err) != 0)
+        goto out;
+    v_knobs best_k = { .w_always = best_bits & 1, .prefer_chunk0 = (best_bits >> 1) & 1,
+                       .reserve_all = (best_bits >> 2) & 1 };
     /* The handcrafted ZB-V order (schedules/gen.c) is a candidate too: it
      * is kept when it fits every device's limit and is faster. */
     int used_handcrafted = 0;
@@ -430,19 +376,21 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
                 cJSON_Delete(best->meta);
                 best->meta = NULL;
                 free(best->mem_limit);
+                best->mem_limit = NULL;
             }
         }
         sched_free(hv);
         free(peaks);
     }
-    /* The paper's stable pattern (V-Min, V-Half) is a candidate too. */
+    /* The paper's stable pattern, squeezed (v_pattern.c), is a candidate
+     * too for V-Min and V-Half. */
     int used_pattern = 0;
     if (variant != V_ZB) {
         sched_t *pv = NULL;
         zb_err perr;
         double *peaks = malloc(sizeof(double) * (size_t)p);
         solver_eval_result ev;
-        if (!peaks || pattern_sched(tmpl, variant, &pv) != 0) {
+        if (!peaks || v_pattern_sched(tmpl, variant == V_HALF, &pv) != 0) {
             free(peaks);
             goto oom;
         }
@@ -485,14 +433,6 @@ out:
     sched_free(best);
     sched_free(tmpl);
     free(limit);
-    free(r.end_f);
-    free(r.end_b);
-    free(r.nf);
-    free(r.nb);
-    free(r.nw);
-    free(r.t_dev);
-    free(r.mem);
-    free(r.resv);
     return rc;
 }
 

@@ -9,6 +9,7 @@
  */
 #include "runtime/outer/islands.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,13 @@ static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
             }
         }
     }
+    /* Every parameter belongs to exactly one segment, or some would never
+     * be synchronized. */
+    size_t total = 0;
+    for (int i = 0; i < l->n; i++)
+        total += l->len[i];
+    assert(total == trainer_param_count(t));
+    (void)total;
     return 0;
 }
 

@@ -24,8 +24,10 @@
 
 static int cc_passed, cc_failed;
 
+#define CC_UNUSED __attribute__((unused))
+
 /* Records one comparison; returns 1 when it passed. */
-static int cc_expect(const char *name, double nmse, double bound)
+CC_UNUSED static int cc_expect(const char *name, double nmse, double bound)
 {
     int ok = isfinite(nmse) && nmse <= bound;
     printf("%-44s NMSE %.3e (bound %.0e) %s\n", name, nmse, bound, ok ? "ok" : "FAIL");
@@ -37,7 +39,7 @@ static int cc_expect(const char *name, double nmse, double bound)
 }
 
 /* Records a boolean check. */
-static void cc_true(const char *name, int cond)
+CC_UNUSED static void cc_true(const char *name, int cond)
 {
     printf("%-44s %s\n", name, cond ? "ok" : "FAIL");
     if (cond)
@@ -46,7 +48,7 @@ static void cc_true(const char *name, int cond)
         cc_failed++;
 }
 
-static double cc_nmse(const float *got, const float *want, size_t n)
+CC_UNUSED static double cc_nmse(const float *got, const float *want, size_t n)
 {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {

@@ -143,11 +143,21 @@ static char *make_text(size_t len)
 
 #define STEPS 4
 
+/* Synchronous clip (the GPU executor's optimizer) and no warmup with a
+ * large rate, so that four steps visibly lower the loss. */
+static void test_opts(trainer_opts *o)
+{
+    trainer_opts_default(o);
+    o->sync_optimizer = 1;
+    o->adamw.warmup_steps = 0;
+    o->adamw.lr = 1e-2f;
+    o->adamw.min_lr = 1e-3f;
+}
+
 static void run_cpu(const sched_t *s, const zb_model *m, const zb_data *d, double *loss)
 {
     trainer_opts o;
-    trainer_opts_default(&o);
-    o.sync_optimizer = 1;
+    test_opts(&o);
     trainer *t;
     CC_OK(trainer_create(s, m, d, &o, &t, err));
     for (int i = 0; i < STEPS; i++)
@@ -159,8 +169,7 @@ static void run_gpu(const sched_t *s, const zb_model *m, const zb_data *d, doubl
                     size_t *peak)
 {
     trainer_opts o;
-    trainer_opts_default(&o);
-    o.sync_optimizer = 1;
+    test_opts(&o);
     gpu_trainer *t;
     CC_OK(gpu_trainer_create(s, m, d, &o, 0, &t, err));
     for (int i = 0; i < STEPS; i++)

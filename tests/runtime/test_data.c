@@ -1,7 +1,8 @@
 /*
  * test_data.c: the runtime's building blocks that need no model: the seeded
  * generator, the character loader (vocabulary, 90/10 split, seeded and
- * fixed windows), the layer split, the channel and the checkpoint container
+ * fixed windows), the layer split, profile costs applied to a schedule,
+ * the channel and the checkpoint container
  * (round trip, corrupt and truncated files rejected without side effects).
  */
 #include <check.h>
@@ -14,6 +15,7 @@
 #include "runtime/channel.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
+#include "runtime/profiler.h"
 #include "runtime/rng.h"
 #include "runtime/split.h"
 
@@ -151,6 +153,42 @@ START_TEST(split_is_contiguous_and_even)
         ck_assert_int_eq(first[i], i);
     ck_assert_int_eq(split_layers(4, 8, first, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "8 virtual stages"));
+}
+END_TEST
+
+/* ---- profile costs onto a schedule ---- */
+
+START_TEST(profile_costs_follow_the_split)
+{
+    zb_profile p;
+    profile_init(&p);
+    p.layer = (profile_part){ .t_f = 0.010, .t_b = 0.020, .t_w = 0.005, .m_b = 100, .m_w = 40 };
+    p.embedding = (profile_part){ .t_f = 0.001, .t_b = 0, .t_w = 0.002, .m_b = 1, .m_w = 2 };
+    p.head = (profile_part){ .t_f = 0.003, .t_b = 0.004, .t_w = 0.001, .m_b = 10, .m_w = 5 };
+    p.t_comm = 0.0005;
+    zb_model m;
+    memset(&m, 0, sizeof m);
+    m.n_layers = 6;
+    sched_t *s = sched_new(2, 4, 4);
+    zb_err err;
+    ck_assert_int_eq(profiler_apply(&p, &m, s, &err), 0);
+    /* Layers 2, 2, 1, 1; embedding on stage 0, head on stage 3; ms. */
+    ck_assert_double_eq_tol(s->cost[0].t_f, 21.0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[0].t_w, 12.0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[1].t_b, 40.0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[2].t_f, 10.0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[3].t_f, 13.0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[3].t_b, 24.0, 1e-9);
+    ck_assert_double_eq_tol(s->t_comm, 0.5, 1e-12);
+    /* Memory: F keeps M_B, B leaves M_W, W frees the rest: sums to zero. */
+    for (int i = 0; i < 4; i++)
+        ck_assert_double_eq_tol(s->cost[i].d_f + s->cost[i].d_b + s->cost[i].d_w, 0, 1e-9);
+    ck_assert_double_eq_tol(s->cost[1].d_f, 200, 1e-9);
+    ck_assert_str_eq(s->time_unit, "ms");
+    sched_free(s);
+    s = sched_new(2, 4, 8);
+    ck_assert_int_eq(profiler_apply(&p, &m, s, &err), -1);
+    sched_free(s);
 }
 END_TEST
 
@@ -294,6 +332,7 @@ int main(void)
     tcase_add_test(tc, data_windows_are_seeded_and_split);
     tcase_add_test(tc, data_rejects_empty_and_tiny_text);
     tcase_add_test(tc, split_is_contiguous_and_even);
+    tcase_add_test(tc, profile_costs_follow_the_split);
     tcase_add_test(tc, channel_delivers_across_threads_and_aborts);
     tcase_add_test(tc, checkpoint_round_trip_and_rejections);
     suite_add_tcase(s, tc);

@@ -1,0 +1,287 @@
+#!/bin/bash
+# run.sh: the GPU proof of zbsched in one call (about five minutes on one
+# H100/H200).  Written for a machine that has nvcc, cuBLAS, NCCL (Python
+# wheel nvidia-nccl-cu12) and PyTorch but no glpk, cjson, graphviz, check,
+# openblas, meson, ninja or pkg-config: those come from the .deb files that
+# bench/gpu/fetch-debs.sh downloaded into .deps/, unpacked with `dpkg -x`
+# into a private prefix (no root, no network).
+#
+# Steps (each logged with `set -x`, each under its own time limit, and each
+# guarded so that one failure does not stop the rest):
+#   1. environment: GPU, driver, nvcc, Python, PyTorch
+#   2. unpack .deps/ into $PREFIX, point PATH / PKG_CONFIG_PATH / CPATH /
+#      LIBRARY_PATH / LD_LIBRARY_PATH / PYTHONPATH there; find NCCL in the wheel
+#   3. meson setup -Dcuda=enabled -Dnccl_dir=..., build the GPU targets
+#   4. every CUDA op against the CPU op (tests/cuda/test_cuda_ops)
+#   5. the GPU stage and the one-GPU executor (1F1B, ZB-H2) against the CPU
+#      stage and trainer (tests/cuda/test_cuda_train, tiny model); the NCCL
+#      transport on one rank (tests/cuda/test_cuda_nccl)
+#   6. the card's bf16 cuBLASLt GEMM rate (8192³)
+#   7. 1F1B and ZB-H2 on shakespeare-char: CPU vs GPU losses per step, GPU
+#      step time, GPU memory vs the cost model + simulator prediction
+#   8. per-op F, B, W of one layer (and embedding, head) for the 1.5B shape
+#      (h 2304, 24 heads, s 1024, b 6; SwiGLU d_ff 6144) and the Llama-3 8B
+#      shape (h 4096, 32 heads, 8 KV heads, d_ff 14336, s 4096, b 1):
+#      TFLOP/s and measured activation bytes vs the cost model
+#   9. the same layer's training step in PyTorch, eager and torch.compile
+#  10. summary.txt
+#
+# Output, in $OUT (default ./gpu-out), at most 8 files:
+#   summary.txt  the figures, one "key value" per line, and step statuses
+#   run.log      everything (set -x trace, every command's output)
+#   profile-1.5b.json, profile-8b.json   measured profiles (zbsched search --profile)
+#
+# usage: bench/gpu/run.sh            (from anywhere; ZB_BUDGET_S=540 total seconds)
+#        ZB_CONFIGURE_ONLY=1 bench/gpu/run.sh   steps 1-3 only, GPU targets
+#        not required (the check that the .deb path configures; docs/gpu.md)
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/run.log"
+SUMMARY="$OUT/summary.txt"
+: > "$LOG"
+: > "$SUMMARY"
+BUDGET=${ZB_BUDGET_S:-540}
+START=$(date +%s)
+PREFIX=${ZB_PREFIX:-${TMPDIR:-/tmp}/zb-prefix}
+BUILD=${ZB_GPU_BUILD:-$ROOT/build-gpu}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zb-gpu.XXXXXX")
+exec 3>&1                       # the caller's stdout: progress lines
+exec >>"$LOG" 2>&1              # everything else into run.log
+export PS4='+ [$(( $(date +%s) - START ))s] '
+set -x
+
+say() { echo "$*" >&3; echo "## $*" >> "$LOG"; }
+note() { echo "$*" >> "$SUMMARY"; }
+
+# step NAME SECONDS CMD...: runs CMD with a time limit (capped by what is
+# left of the budget), records "step NAME: ok|FAILED (rc)|TIMEOUT" and
+# never stops the script.
+step() {
+    { set +x; } 2>/dev/null   # keep the trace out of the step's own output
+    local name=$1 limit=$2
+    shift 2
+    echo "+ [$(( $(date +%s) - START ))s] step $name: $*" >> "$LOG"
+    local left=$(( BUDGET - ( $(date +%s) - START ) ))
+    if [ "$left" -lt 10 ]; then
+        note "step $name: SKIPPED (time budget spent)"
+        say "step $name: skipped, budget spent"
+        set -x
+        return 99
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    say "step $name (limit ${limit}s)"
+    local t0=$(date +%s)
+    if declare -F "$1" >/dev/null; then
+        # a function of this script: run it in a child bash (exported below)
+        timeout --kill-after=10 "$limit" bash -c '"$@"' step-fn "$@"
+    else
+        timeout --kill-after=10 "$limit" "$@"
+    fi
+    local rc=$?
+    local dt=$(( $(date +%s) - t0 ))
+    if [ $rc -eq 0 ]; then
+        note "step $name: ok (${dt}s)"
+    elif [ $rc -eq 77 ]; then
+        note "step $name: SKIPPED (no CUDA device)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        note "step $name: TIMEOUT after ${dt}s"
+    else
+        note "step $name: FAILED (rc $rc, ${dt}s)"
+    fi
+    say "step $name: rc $rc (${dt}s)"
+    set -x
+    return $rc
+}
+
+# Copies "key value" lines of a step's output into the summary.
+keep() { grep -E "$2" "$1" >> "$SUMMARY" 2>/dev/null || true; }
+
+note "zbsched GPU proof, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# ---- 1. environment ------------------------------------------------------
+export PATH="$PATH:/usr/local/cuda/bin"
+PY=$(command -v python3 || command -v python)
+env_info() {
+    exec > "$WORK/env.txt" 2>&1
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+    nvcc --version | tail -2
+    "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+    uname -a
+    ldd --version | head -1
+}
+export ROOT OUT PREFIX WORK PY BUILD START BUDGET
+export -f env_info
+step env 30 env_info
+cat "$WORK/env.txt"
+sed 's/^/env: /' "$WORK/env.txt" | head -8 >> "$SUMMARY"
+
+# ---- 2. dependencies from .deps/ ------------------------------------------
+unpack_deps() {
+    if ! ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
+        echo "no .deps/*.deb (run bench/gpu/fetch-debs.sh on a Debian 12 machine first)"
+        return 1
+    fi
+    rm -rf "$PREFIX"
+    mkdir -p "$PREFIX"
+    for d in "$ROOT"/.deps/*.deb; do
+        if command -v dpkg >/dev/null; then
+            dpkg -x "$d" "$PREFIX" || return 1
+        else
+            # no dpkg: a .deb is an ar archive holding data.tar.*
+            (cd "$WORK" && rm -f data.tar.* && ar x "$d" && tar -xf data.tar.* -C "$PREFIX") || return 1
+        fi
+    done
+    # .pc files and pkgconf's own config name /usr: point them at the prefix
+    find "$PREFIX" -name '*.pc' -exec sed -i "s#=/usr#=$PREFIX/usr#g; s#-I/usr#-I$PREFIX/usr#g; s#-L/usr#-L$PREFIX/usr#g" {} +
+    # (openblas: Debian's alternatives symlinks are not needed, openblas.pc
+    # in openblas-pthread/pkgconfig names that directory itself)
+    ls "$PREFIX/usr/bin" "$PREFIX/usr/lib/x86_64-linux-gnu" | head -80
+}
+export -f unpack_deps
+step deps 60 unpack_deps
+ML="$PREFIX/usr/lib/x86_64-linux-gnu"
+export PKG_CONFIG_PATH="$ML/pkgconfig:$ML/openblas-pthread/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export CPATH="$PREFIX/usr/include:$PREFIX/usr/include/x86_64-linux-gnu:$PREFIX/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}"
+export LIBRARY_PATH="$ML:$ML/openblas-pthread:$PREFIX/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$ML:$ML/openblas-pthread:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$PREFIX/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
+# tools: the machine's own when present (ZB_PREFIX_TOOLS=1: always the
+# unpacked ones), else the unpacked ones
+MESON="meson"
+if [ -n "${ZB_PREFIX_TOOLS:-}" ] || ! command -v meson >/dev/null; then
+    MESON="$PY $PREFIX/usr/bin/meson"
+fi
+if [ -n "${ZB_PREFIX_TOOLS:-}" ] || ! command -v ninja >/dev/null; then
+    export PATH="$PREFIX/usr/bin:$PATH"
+fi
+if [ -n "${ZB_PREFIX_TOOLS:-}" ] || ! command -v pkg-config >/dev/null; then
+    mkdir -p "$WORK/bin"
+    ln -sf "$PREFIX/usr/bin/pkgconf" "$WORK/bin/pkg-config"
+    export PATH="$WORK/bin:$PATH"
+fi
+export PKG_CONFIG="$(command -v pkg-config)"
+# NCCL from the Python wheel: include/ and lib/libnccl.so.2 (no .so link)
+find_nccl() {
+    local d
+    d=$("$PY" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null) || d=""
+    if [ -z "$d" ] || [ ! -e "$d/lib/libnccl.so.2" ]; then
+        for c in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib; do
+            [ -e "$c/libnccl.so.2" ] && d=$(dirname "$c") && break
+        done
+    fi
+    [ -n "$d" ] || { echo "NCCL not found"; return 1; }
+    mkdir -p "$PREFIX/nccl/lib"
+    ln -sfn "$d/include" "$PREFIX/nccl/include"
+    for f in "$d"/lib/libnccl.so*; do ln -sf "$f" "$PREFIX/nccl/lib/"; done
+    [ -e "$PREFIX/nccl/lib/libnccl.so" ] || ln -sf "$d/lib/libnccl.so.2" "$PREFIX/nccl/lib/libnccl.so"
+    ls -l "$PREFIX/nccl" "$PREFIX/nccl/lib"
+}
+NCCL_OPT=""
+export -f find_nccl
+if step nccl 20 find_nccl; then
+    NCCL_OPT="-Dnccl_dir=$PREFIX/nccl"
+    export LD_LIBRARY_PATH="$PREFIX/nccl/lib:$LD_LIBRARY_PATH"
+fi
+
+# ---- 3. configure and build ----------------------------------------------
+CUDA_OPT=-Dcuda=enabled
+[ -n "${ZB_CONFIGURE_ONLY:-}" ] && CUDA_OPT=-Dcuda=auto
+configure() {
+    rm -rf "$BUILD"
+    # word splitting of $MESON and $NCCL_OPT is intended (no spaces in paths)
+    $MESON setup "$BUILD" $CUDA_OPT $NCCL_OPT --buildtype=release -Db_ndebug=false
+}
+export MESON NCCL_OPT CUDA_OPT
+export -f configure
+step configure 90 configure
+TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
+[ -n "${ZB_CONFIGURE_ONLY:-}" ] && TARGETS=(runtime/libzb_runtime.a)
+step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
+if [ -n "${ZB_CONFIGURE_ONLY:-}" ]; then
+    grep -E "Run-time dependency|Library|found" "$BUILD/meson-logs/meson-log.txt" | tail -20
+    say "configure-only run done: $SUMMARY"
+    cat "$SUMMARY" >&3
+    rm -rf "$WORK"
+    exit 0
+fi
+BENCH="$BUILD/kernels/cuda/zb_gpu_bench"
+
+# ---- 4, 5. correctness ------------------------------------------------------
+step ops_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_ops" > "$WORK/ops.txt" 2>&1
+cat "$WORK/ops.txt"
+keep "$WORK/ops.txt" 'FAIL|passed,'
+step train_vs_cpu 180 "$BUILD/tests/cuda/test_cuda_train" > "$WORK/train.txt" 2>&1
+cat "$WORK/train.txt"
+keep "$WORK/train.txt" 'FAIL|step [0-9]+ loss|passed,'
+
+step nccl_selftest 60 "$BUILD/tests/cuda/test_cuda_nccl" > "$WORK/nccl.txt" 2>&1
+cat "$WORK/nccl.txt"
+keep "$WORK/nccl.txt" 'FAIL|passed,|skipped'
+
+# ---- 6. the card's GEMM rate ---------------------------------------------
+step gemm 60 "$BENCH" gemm 8192 8192 8192 > "$WORK/gemm.txt" 2>&1
+cat "$WORK/gemm.txt"
+keep "$WORK/gemm.txt" '^gemm_'
+
+# ---- 7. 1F1B and ZB-H2 on shakespeare-char: CPU vs GPU --------------------
+DATA=""
+for f in "$ROOT/../shared/data/tinyshakespeare.txt" "$ROOT/shared/data/tinyshakespeare.txt" \
+         "$ROOT/data/tinyshakespeare.txt"; do
+    [ -f "$f" ] && DATA=$f && break
+done
+if [ -z "$DATA" ]; then
+    # no copy of the corpus here: a deterministic stand-in text (1 MB of
+    # word-like lines); CPU and GPU still see the same data
+    DATA="$WORK/text.txt"
+    "$PY" - "$DATA" <<'PYEOF'
+import random, sys
+r = random.Random(1)
+words = ["".join(r.choice("etaoinshrdlucmfwypvbgkjqxz") for _ in range(r.randint(1, 9)))
+         for _ in range(3000)]
+with open(sys.argv[1], "w") as f:
+    while f.tell() < 1_000_000:
+        f.write(" ".join(r.choice(words) for _ in range(r.randint(3, 12))).capitalize() + ".\n")
+PYEOF
+    note "data: tinyshakespeare.txt not found, used a generated 1 MB text"
+fi
+cat > "$WORK/shakespeare-b4.json" <<'JSON'
+{ "base": "shakespeare-char", "micro_batch": 4 }
+JSON
+for kind in 1f1b zb-h2; do
+    step "train_$kind" 120 "$BENCH" train "$kind" "$WORK/shakespeare-b4.json" "$DATA" 5 3 6 \
+        > "$WORK/t-$kind.txt" 2>&1
+    cat "$WORK/t-$kind.txt"
+    keep "$WORK/t-$kind.txt" '^(step|train_)'
+done
+
+# ---- 8, 9. per-op timings and PyTorch side by side --------------------------
+cat > "$WORK/gpt1.5b-swiglu.json" <<'JSON'
+{ "base": "1.5B", "swiglu": 1, "d_ff": 6144 }
+JSON
+cat > "$WORK/llama3-8b-s4096.json" <<'JSON'
+{ "base": "llama3-8b", "seq_len": 4096, "micro_batch": 1 }
+JSON
+layer_and_torch() { # tag model d heads kv ff seq batch
+    local tag=$1 model=$2
+    PROFILE_OUT="$OUT/profile-$tag.json" step "layer_$tag" 120 "$BENCH" layer "$model" "$8" 5 \
+        > "$WORK/l-$tag.txt" 2>&1
+    cat "$WORK/l-$tag.txt"
+    sed "s/^/$tag /" "$WORK/l-$tag.txt" | grep -E "^$tag (model|layer_|embedding_|head_|t_comm|static)" >> "$SUMMARY"
+    step "torch_$tag" 150 "$PY" "$ROOT/bench/gpu/torch_layer.py" "$3" "$4" "$5" "$6" "$7" "$8" 10 \
+        > "$WORK/p-$tag.txt" 2>&1
+    cat "$WORK/p-$tag.txt"
+    sed "s/^/$tag /" "$WORK/p-$tag.txt" | grep -E "^$tag torch_" >> "$SUMMARY"
+}
+layer_and_torch 1.5b "$WORK/gpt1.5b-swiglu.json" 2304 24 24 6144 1024 6
+layer_and_torch 8b "$WORK/llama3-8b-s4096.json" 4096 32 8 14336 4096 1
+
+# ---- 10. summary --------------------------------------------------------------
+note "elapsed_s $(( $(date +%s) - START ))"
+set +x
+say "done in $(( $(date +%s) - START ))s; summary in $SUMMARY"
+cat "$SUMMARY" >&3
+rm -rf "$WORK"
+exit 0
