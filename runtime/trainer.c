@@ -601,6 +601,8 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
     }
     for (int d = 0; d < started; d++)
         pthread_join(tid[d], NULL);
+    /* Report the worker that failed first-hand, not the ones that only saw
+     * the channel abort it caused. */
     for (int d = 0; d < started && !failed; d++) {
         if (w[d].failed && strcmp(w[d].err.msg, "aborted") != 0) {
             zb_fail(err, "device %d: %s", d, w[d].err.msg);

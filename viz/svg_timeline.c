@@ -14,10 +14,11 @@
  * 26 px to 11 px as devices grow; a micro-batch number is written only when
  * its estimated width fits inside its box, so labels thin out instead of
  * overlapping.  Every op box is a <rect class="op op-KIND"> with a tooltip,
- * which also lets tests count them.
+ * which also lets tests count them.  In a comparison both blocks share the
+ * plot and, when their time units allow, one time scale.
  *
  * Expected workload: up to ~200k ops (p=64, m=1024); the output is linear in
- * the op count (about 150 bytes per op).
+ * the op count (150 to 200 bytes per op).
  */
 #include "viz/viz.h"
 
@@ -42,7 +43,8 @@ typedef struct tl_src {
     double axis_span;      /* axis units across the plot width */
 } tl_src;
 
-/* Geometry shared by every block of one picture (one time scale). */
+/* Geometry shared by every block of one picture; time scales are per block
+ * (tl_src) because units may differ. */
 typedef struct tl_layout {
     double plot_x;     /* x of each block's first op start */
     double plot_w;     /* width of the time area in px */
@@ -439,7 +441,9 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
                        L->plot_x - 6, py + L->mem_h / 2 + L->dev_font * 0.35, L->dev_font, d);
         sim_mem_point *pts = NULL;
         int n = 0;
-        if (viz_mem_curve(s, t, d, &pts, &n, err) != 0)
+        /* A device without ops has no curve (its first_start is 0, which
+         * may lie far outside a measured run's clock). */
+        if (s->dev[d].n_ops > 0 && viz_mem_curve(s, t, d, &pts, &n, err) != 0)
             return -1;
         if (n > 0) {
             /* The same step path twice: once closed and filled, once as

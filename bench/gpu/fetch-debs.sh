@@ -7,7 +7,8 @@
 # The GPU machine has nvcc, cuBLAS, NCCL (Python wheel) and PyTorch but no
 # glpk, cjson, graphviz, check, openblas, meson, ninja or pkg-config.  The
 # list below is the link-time closure of what meson.build needs, minus what
-# every Linux has (libc, libstdc++, zlib, libexpat): checked by unpacking
+# every Linux has (libc, libstdc++, zlib, libexpat: Debian 12's libexpat
+# needs glibc 2.36 and would shadow the system's for Python): checked by unpacking
 # into an empty prefix and configuring a build against it (docs/gpu.md).
 #
 # usage: bench/gpu/fetch-debs.sh            (run on a Debian 12 machine with apt)
@@ -20,10 +21,9 @@ PKGS="
   libglpk-dev libglpk40 libamd2 libcolamd2 libsuitesparseconfig5 libltdl7 libgmp10
   libcjson-dev libcjson1
   libgraphviz-dev libgvc6 libcgraph6 libcdt5 libpathplan4 libxdot4 libgvpr2 liblab-gamut1
-  libexpat1
   check libsubunit-dev libsubunit0
   libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0
-  meson ninja-build python3-setuptools python3-pkg-resources
+  meson ninja-build
   pkgconf pkgconf-bin libpkgconf3
 "
 # shellcheck disable=SC2086

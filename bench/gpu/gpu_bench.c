@@ -18,6 +18,12 @@
  *                                        by side, GPU step time, GPU memory
  *                                        (static + pool peak) vs the cost
  *                                        model + simulator prediction
+ *   zb_gpu_bench ranked KIND MODEL DATA STEPS [M]
+ *                                        one rank of a multi-GPU run (rank
+ *                                        variables as `zbsched launch` sets
+ *                                        them, p = world size): the NCCL
+ *                                        executor; rank 0 prints CPU and
+ *                                        GPU losses (needs >= 2 GPUs)
  *
  * MODEL is a preset name or a model JSON file (src/model.h).  Output is
  * plain "key value" lines so run.sh can grep them into summary.txt.
@@ -32,6 +38,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gpu_profile.h"
 #include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 #include "runtime/data.h"
 #include "runtime/trainer.h"
@@ -251,11 +258,69 @@ out:
     return rc;
 }
 
+/* One rank of a multi-GPU run (ZB_RANK / ZB_WORLD_SIZE / ZB_LOCAL_RANK,
+ * world = p): the ranked executor; rank 0 also runs the CPU trainer and
+ * prints both losses. */
+static int bench_ranked(const char *kind, const char *model, const char *data, int steps, int mb)
+{
+    zb_err err = { { 0 } };
+    gpu_rank_info rk;
+    int have = gpu_rank_from_env(&rk, &err);
+    if (have < 0)
+        return fail(&err);
+    zb_model m;
+    zb_data *d = NULL;
+    sched_t *s = NULL;
+    trainer *ct = NULL;
+    gpu_trainer *gt = NULL;
+    gpu_comm *comm = NULL;
+    int rc = 1;
+    gen_fn gen = gen_lookup(kind);
+    if (!gen) {
+        fprintf(stderr, "zb_gpu_bench: unknown schedule kind '%s'\n", kind);
+        return 1;
+    }
+    if (model_load(model, &m, &err) || data_load_file(data, m.seq_len, &d, &err))
+        return fail(&err);
+    gen_params gp;
+    gen_params_default(&gp);
+    gp.stages = rk.world;
+    gp.microbatches = mb;
+    trainer_opts o;
+    trainer_opts_default(&o);
+    o.sync_optimizer = 1;
+    kernels_init_threads(1);
+    if (gen(&gp, &s, &err) != 0 || sched_validate(s, &err) != 0 ||
+        gpu_comm_create(&rk, 60, &comm, &err) != 0 ||
+        gpu_trainer_create_ranked(s, &m, d, &o, &rk, comm, &gt, &err) != 0 ||
+        (rk.rank == 0 && trainer_create(s, &m, d, &o, &ct, &err) != 0))
+        goto out;
+    for (int i = 0; i < steps; i++) {
+        double lg, lc = NAN;
+        if (gpu_trainer_step(gt, &lg, &err) != 0 || (ct && trainer_step(ct, &lc, &err) != 0))
+            goto out;
+        if (rk.rank == 0)
+            printf("ranked %s world %d step %d loss_cpu %.6f loss_gpu %.6f rel %.2e gpu_s %.4f\n",
+                   kind, rk.world, i + 1, lc, lg, fabs(lg - lc) / fabs(lc),
+                   gpu_trainer_last_step_s(gt));
+    }
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "zb_gpu_bench: rank %d: %s\n", rk.rank, err.msg);
+    gpu_trainer_free(gt);
+    gpu_comm_free(comm);
+    trainer_free(ct);
+    sched_free(s);
+    data_free(d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: zb_gpu_bench gemm [M N K] | layer MODEL [B [REPS]] | "
-                        "train KIND MODEL DATA STEPS [P M]\n");
+                        "train KIND MODEL DATA STEPS [P M] | ranked KIND MODEL DATA STEPS [M]\n");
         return 2;
     }
     if (zb_cuda_device_count() == 0) {
@@ -270,6 +335,8 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "train") == 0 && argc >= 6)
         return bench_train(argv[2], argv[3], argv[4], atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 2,
                            argc > 7 ? atoi(argv[7]) : 4);
+    if (strcmp(argv[1], "ranked") == 0 && argc >= 6)
+        return bench_ranked(argv[2], argv[3], argv[4], atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 4);
     fprintf(stderr, "zb_gpu_bench: bad arguments (run without any for usage)\n");
     return 2;
 }

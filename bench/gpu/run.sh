@@ -18,7 +18,8 @@
 #      transport on one rank (tests/cuda/test_cuda_nccl)
 #   6. the card's bf16 cuBLASLt GEMM rate (8192³)
 #   7. 1F1B and ZB-H2 on shakespeare-char: CPU vs GPU losses per step, GPU
-#      step time, GPU memory vs the cost model + simulator prediction
+#      step time, GPU memory vs the cost model + simulator prediction;
+#      with >= 2 GPUs also the NCCL executor (one process per GPU, 1F1B, tiny)
 #   8. per-op F, B, W of one layer (and embedding, head) for the 1.5B shape
 #      (h 2304, 24 heads, s 1024, b 6; SwiGLU d_ff 6144) and the Llama-3 8B
 #      shape (h 4096, 32 heads, 8 KV heads, d_ff 14336, s 4096, b 1):
@@ -146,8 +147,11 @@ ML="$PREFIX/usr/lib/x86_64-linux-gnu"
 export PKG_CONFIG_PATH="$ML/pkgconfig:$ML/openblas-pthread/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export CPATH="$PREFIX/usr/include:$PREFIX/usr/include/x86_64-linux-gnu:$PREFIX/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}"
 export LIBRARY_PATH="$ML:$ML/openblas-pthread:$PREFIX/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}   # PyTorch runs with the machine's own libraries
 export LD_LIBRARY_PATH="$ML:$ML/openblas-pthread:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONPATH="$PREFIX/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
+# meson (pure Python) runs from the unpacked package; only meson and ninja
+# get this PYTHONPATH, so PyTorch never sees Debian's Python modules
+MESON_PYTHONPATH="$PREFIX/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
 # tools: the machine's own when present (ZB_PREFIX_TOOLS=1: always the
 # unpacked ones), else the unpacked ones
 MESON="meson"
@@ -165,18 +169,29 @@ fi
 export PKG_CONFIG="$(command -v pkg-config)"
 # NCCL from the Python wheel: include/ and lib/libnccl.so.2 (no .so link)
 find_nccl() {
-    local d
+    local d libdir="" incdir=""
     d=$("$PY" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null) || d=""
-    if [ -z "$d" ] || [ ! -e "$d/lib/libnccl.so.2" ]; then
-        for c in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib; do
-            [ -e "$c/libnccl.so.2" ] && d=$(dirname "$c") && break
+    if [ -n "$d" ] && [ -e "$d/lib/libnccl.so.2" ] && [ -e "$d/include/nccl.h" ]; then
+        libdir="$d/lib"
+        incdir="$d/include"
+    else
+        for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
+                 /usr/local/lib64; do
+            [ -e "$c/libnccl.so.2" ] && libdir=$c && break
+        done
+        for c in /usr/local/cuda/include /usr/include /usr/local/include; do
+            [ -e "$c/nccl.h" ] && incdir=$c && break
         done
     fi
-    [ -n "$d" ] || { echo "NCCL not found"; return 1; }
+    if [ -z "$libdir" ] || [ -z "$incdir" ]; then
+        echo "NCCL not found (lib: '$libdir', include: '$incdir')"
+        return 1
+    fi
+    rm -rf "$PREFIX/nccl"
     mkdir -p "$PREFIX/nccl/lib"
-    ln -sfn "$d/include" "$PREFIX/nccl/include"
-    for f in "$d"/lib/libnccl.so*; do ln -sf "$f" "$PREFIX/nccl/lib/"; done
-    [ -e "$PREFIX/nccl/lib/libnccl.so" ] || ln -sf "$d/lib/libnccl.so.2" "$PREFIX/nccl/lib/libnccl.so"
+    ln -sfn "$incdir" "$PREFIX/nccl/include"
+    for f in "$libdir"/libnccl.so*; do ln -sf "$f" "$PREFIX/nccl/lib/"; done
+    [ -e "$PREFIX/nccl/lib/libnccl.so" ] || ln -sf "$libdir/libnccl.so.2" "$PREFIX/nccl/lib/libnccl.so"
     ls -l "$PREFIX/nccl" "$PREFIX/nccl/lib"
 }
 NCCL_OPT=""
@@ -192,14 +207,15 @@ CUDA_OPT=-Dcuda=enabled
 configure() {
     rm -rf "$BUILD"
     # word splitting of $MESON and $NCCL_OPT is intended (no spaces in paths)
-    $MESON setup "$BUILD" $CUDA_OPT $NCCL_OPT --buildtype=release -Db_ndebug=false
+    PYTHONPATH=$MESON_PYTHONPATH $MESON setup "$BUILD" $CUDA_OPT $NCCL_OPT \
+        --buildtype=release -Db_ndebug=false
 }
-export MESON NCCL_OPT CUDA_OPT
+export MESON NCCL_OPT CUDA_OPT MESON_PYTHONPATH
 export -f configure
 step configure 90 configure
 TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
 [ -n "${ZB_CONFIGURE_ONLY:-}" ] && TARGETS=(runtime/libzb_runtime.a)
-step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
+PYTHONPATH=$MESON_PYTHONPATH step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
 if [ -n "${ZB_CONFIGURE_ONLY:-}" ]; then
     grep -E "Run-time dependency|Library|found" "$BUILD/meson-logs/meson-log.txt" | tail -20
     say "configure-only run done: $SUMMARY"
@@ -257,6 +273,29 @@ for kind in 1f1b zb-h2; do
     keep "$WORK/t-$kind.txt" '^(step|train_)'
 done
 
+# ---- 7b. several GPUs (only when the machine has them): the NCCL executor ---
+ranked_run() { # world
+    local w=$1 r pids=() rc=0
+    for ((r = 0; r < w; r++)); do
+        ZB_RANK=$r ZB_WORLD_SIZE=$w ZB_LOCAL_RANK=$r ZB_MASTER_ADDR=127.0.0.1 ZB_MASTER_PORT=29677 \
+            "$BENCH" ranked 1f1b tiny "$DATA" 5 8 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+}
+export BENCH DATA
+export -f ranked_run
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${NGPU:-0}" -ge 2 ]; then
+    W=$(( NGPU < 4 ? NGPU : 4 ))
+    step "ranked_w$W" 90 ranked_run "$W" > "$WORK/ranked.txt" 2>&1
+    cat "$WORK/ranked.txt"
+    keep "$WORK/ranked.txt" '^ranked|rank [0-9]+:'
+else
+    note "step ranked: SKIPPED (one GPU; NCCL needs one GPU per rank)"
+fi
+
 # ---- 8, 9. per-op timings and PyTorch side by side --------------------------
 cat > "$WORK/gpt1.5b-swiglu.json" <<'JSON'
 { "base": "1.5B", "swiglu": 1, "d_ff": 6144 }
@@ -270,7 +309,7 @@ layer_and_torch() { # tag model d heads kv ff seq batch
         > "$WORK/l-$tag.txt" 2>&1
     cat "$WORK/l-$tag.txt"
     sed "s/^/$tag /" "$WORK/l-$tag.txt" | grep -E "^$tag (model|layer_|embedding_|head_|t_comm|static)" >> "$SUMMARY"
-    step "torch_$tag" 150 "$PY" "$ROOT/bench/gpu/torch_layer.py" "$3" "$4" "$5" "$6" "$7" "$8" 10 \
+    LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH step "torch_$tag" 150 "$PY" "$ROOT/bench/gpu/torch_layer.py" "$3" "$4" "$5" "$6" "$7" "$8" 10 \
         > "$WORK/p-$tag.txt" 2>&1
     cat "$WORK/p-$tag.txt"
     sed "s/^/$tag /" "$WORK/p-$tag.txt" | grep -E "^$tag torch_" >> "$SUMMARY"

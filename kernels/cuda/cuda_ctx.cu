@@ -67,9 +67,19 @@ extern "C" int zb_cuda_create(int device, zb_cuda **out, zb_err *err)
         free(c);
         return -1;
     }
+    if (zb_cublas_status(cublasCreate(&c->blas), "cublasCreate", err) != 0 ||
+        zb_cublas_status(cublasSetStream(c->blas, c->stream), "cublasSetStream", err) != 0) {
+        if (c->blas)
+            cublasDestroy(c->blas);
+        cublasLtDestroy(c->lt);
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return -1;
+    }
     c->workspace_bytes = ZB_LT_WORKSPACE;
     if (zb_cuda_status(cudaMalloc(&c->workspace, c->workspace_bytes),
                        "cudaMalloc (cuBLASLt workspace)", err) != 0) {
+        cublasDestroy(c->blas);
         cublasLtDestroy(c->lt);
         cudaStreamDestroy(c->stream);
         free(c);
@@ -86,6 +96,7 @@ extern "C" void zb_cuda_free(zb_cuda *c)
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
     cudaFree(c->workspace);
+    cublasDestroy(c->blas);
     cublasLtDestroy(c->lt);
     cudaStreamDestroy(c->stream);
     free(c);

@@ -22,6 +22,7 @@ extern "C" {
 }
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -31,6 +32,8 @@ struct zb_cuda {
     int device;                 /* CUDA device the stream lives on */
     cudaStream_t stream;        /* every op of this context is queued here */
     cublasLtHandle_t lt;        /* cuBLASLt handle (one per context: thread-safe use) */
+    cublasHandle_t blas;        /* cuBLAS handle on the same stream: the fallback when
+                                 * cuBLASLt has no algorithm (odd leading dimensions) */
     void *workspace;            /* cuBLASLt workspace on the device */
     size_t workspace_bytes;     /* its size */
 };

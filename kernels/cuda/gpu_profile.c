@@ -238,6 +238,8 @@ int gpu_profile_measure(const zb_model *m, int batch, int reps, int device, zb_p
     p->recompute = 0;
     int rc = 0;
     part_rig r;
+    /* the three measured stages: layers [0, l1), embedding, head; and
+     * where their figures go */
     struct { int l1, emb, head; profile_part *dst; } parts[3] = {
         { 1, 0, 0, &p->layer }, { 0, 1, 0, &p->embedding }, { 0, 0, 1, &p->head },
     };

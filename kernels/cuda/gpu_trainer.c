@@ -1,5 +1,7 @@
 /*
- * gpu_trainer.c: the one-GPU pipeline executor (gpu_trainer.h).
+ * gpu_trainer.c: the pipeline executor on GPUs (gpu_trainer.h): every
+ * device of the schedule on one GPU (one stream each), or, in the ranked
+ * variant, one device per process with NCCL between them.
  *
  * Per stage s and micro-batch j the trainer owns: a gpu_saved (activations
  * between F, B and W), an input buffer in[s][j] (s > 0) and output buffer
@@ -51,7 +53,16 @@ struct gpu_trainer {
     long step;            /* optimizer steps taken */
     double last_step_s;   /* wall seconds of the last step */
     size_t static_bytes;  /* device bytes allocated up front */
+    gpu_comm *comm;       /* ranked variant: the communicator (borrowed); NULL on one GPU */
+    int my_dev;           /* ranked variant: the schedule device this rank runs */
+    double *scal_dev;     /* ranked variant: device double for the norm all-reduce */
 };
+
+/* 1 when stage s runs in this process. */
+static int is_local(const gpu_trainer *t, int s)
+{
+    return !t->comm || t->st[s].device == t->my_dev;
+}
 
 static double now_s(void)
 {
@@ -126,6 +137,7 @@ void gpu_trainer_free(gpu_trainer *t)
     }
     free(t->st);
     zb_cuda_release(t->loss_dev);
+    zb_cuda_release(t->scal_dev);
     for (int i = 0; t->ctx && i < t->p; i++)
         zb_cuda_free(t->ctx[i]);
     free(t->ctx);
@@ -135,8 +147,11 @@ void gpu_trainer_free(gpu_trainer *t)
     free(t);
 }
 
-int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
-                       const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err)
+/* Both variants: comm NULL = every device on CUDA device `device`;
+ * otherwise only device rk->rank, on CUDA device rk->local_rank. */
+static int create_common(const sched_t *s, const zb_model *m, const zb_data *d,
+                         const trainer_opts *opts, int device, const gpu_rank_info *rk,
+                         gpu_comm *comm, gpu_trainer **out, zb_err *err)
 {
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the loader's context %d differs from the model's seq_len %d", d->ctx,
@@ -150,7 +165,9 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         t->model.micro_batch = opts->batch_size;
     t->data = d;
     t->opts = *opts;
-    t->cuda_device = device;
+    t->cuda_device = comm ? rk->local_rank : device;
+    t->comm = comm;
+    t->my_dev = comm ? rk->rank : -1;
     t->S = s->n_stages;
     t->m = s->n_micro;
     t->p = s->n_devices;
@@ -175,8 +192,9 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     if (split_layers(t->model.n_layers, t->S, first, err) != 0)
         goto fail;
     for (int i = 0; i < t->p; i++)
-        if (zb_cuda_create(device, &t->ctx[i], err) != 0)
+        if ((!comm || i == t->my_dev) && zb_cuda_create(t->cuda_device, &t->ctx[i], err) != 0)
             goto fail;
+    device = t->cuda_device;
     /* keep freed activations in the pool between steps instead of handing
      * them back to the driver at every synchronisation */
     {
@@ -188,7 +206,8 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         }
         cudaGetLastError();
     }
-    if (zb_cuda_alloc((void **)&t->loss_dev, sizeof(double) * (size_t)t->m, err) != 0)
+    if (zb_cuda_alloc((void **)&t->loss_dev, sizeof(double) * (size_t)t->m, err) != 0 ||
+        (comm && zb_cuda_alloc((void **)&t->scal_dev, sizeof(double), err) != 0))
         goto fail;
     for (int s_ = 0; s_ < t->S; s_++) {
         gstage *g = &t->st[s_];
@@ -198,6 +217,8 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             zb_wrap(err, "stage %d: ", s_);
             goto fail;
         }
+        if (!is_local(t, s_))
+            continue; /* another rank holds it */
         size_t n = llama_stage_num_params(&g->layout);
         float *params = malloc(sizeof(float) * n);
         if (!params) {
@@ -240,6 +261,22 @@ fail:
     return -1;
 }
 
+int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                       const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err)
+{
+    return create_common(s, m, d, opts, device, NULL, NULL, out, err);
+}
+
+int gpu_trainer_create_ranked(const sched_t *s, const zb_model *m, const zb_data *d,
+                              const trainer_opts *opts, const gpu_rank_info *rk, gpu_comm *comm,
+                              gpu_trainer **out, zb_err *err)
+{
+    if (gpu_comm_size(comm) != s->n_devices || gpu_comm_rank(comm) != rk->rank)
+        return zb_fail(err, "the schedule has %d devices but the run has %d ranks (this is "
+                       "rank %d)", s->n_devices, gpu_comm_size(comm), rk->rank);
+    return create_common(s, m, d, opts, rk->local_rank, rk, comm, out, err);
+}
+
 /* Issue state of one step. */
 typedef struct issue_state {
     unsigned char *f_issued; /* [S·m] */
@@ -253,7 +290,7 @@ static int op_forward(gpu_trainer *t, issue_state *is, int s, int j, zb_err *err
     zb_cuda *me = t->ctx[g->device];
     size_t N = (size_t)t->batch * t->model.seq_len;
     const int32_t *tok = t->x + N * (size_t)j, *tgt = t->y + N * (size_t)j;
-    if (s > 0) {
+    if (s > 0 && is_local(t, s - 1)) { /* remote: the NCCL receive already filled in[j] */
         gstage *prev = &t->st[s - 1];
         if (gpu_fence_wait(prev->f_fwd[j], me, err) != 0 ||
             zb_cuda_copy(me, g->in[j], prev->out[j], N * (size_t)t->model.d_model * 2, err) != 0)
@@ -264,7 +301,7 @@ static int op_forward(gpu_trainer *t, issue_state *is, int s, int j, zb_err *err
         return -1;
     if (s == t->S - 1 && gpu_saved_copy_loss_sum(g->saved[j], t->loss_dev + j, err) != 0)
         return -1;
-    if (s < t->S - 1 && gpu_fence_signal(g->f_fwd[j], me, err) != 0)
+    if (s < t->S - 1 && is_local(t, s + 1) && gpu_fence_signal(g->f_fwd[j], me, err) != 0)
         return -1;
     is->f_issued[s * t->m + j] = 1;
     return 0;
@@ -275,7 +312,7 @@ static int op_backward_b(gpu_trainer *t, issue_state *is, int s, int j, zb_err *
     gstage *g = &t->st[s];
     zb_cuda *me = t->ctx[g->device];
     size_t N = (size_t)t->batch * t->model.seq_len;
-    if (s < t->S - 1) {
+    if (s < t->S - 1 && is_local(t, s + 1)) {
         gstage *next = &t->st[s + 1];
         if (gpu_fence_wait(next->f_bwd[j], me, err) != 0 ||
             zb_cuda_copy(me, g->gin[j], next->gout[j], N * (size_t)t->model.d_model * 2, err) != 0)
@@ -285,7 +322,7 @@ static int op_backward_b(gpu_trainer *t, issue_state *is, int s, int j, zb_err *
                              s < t->S - 1 ? g->gin[j] : NULL, s > 0 ? g->gout[j] : NULL,
                              err) != 0)
         return -1;
-    if (s > 0 && gpu_fence_signal(g->f_bwd[j], me, err) != 0)
+    if (s > 0 && is_local(t, s - 1) && gpu_fence_signal(g->f_bwd[j], me, err) != 0)
         return -1;
     is->b_issued[s * t->m + j] = 1;
     return 0;
@@ -297,11 +334,11 @@ static int ready(const gpu_trainer *t, const issue_state *is, sched_op op)
     int s = op.stage, j = op.mb;
     switch (op.kind) {
     case OP_F:
-        return s == 0 || is->f_issued[(s - 1) * t->m + j];
+        return s == 0 || !is_local(t, s - 1) || is->f_issued[(s - 1) * t->m + j];
     case OP_B:
     case OP_BW:
         return is->f_issued[s * t->m + j] &&
-               (s == t->S - 1 || is->b_issued[(s + 1) * t->m + j]);
+               (s == t->S - 1 || !is_local(t, s + 1) || is->b_issued[(s + 1) * t->m + j]);
     case OP_W:
         return is->b_issued[s * t->m + j];
     }
@@ -344,6 +381,77 @@ static int issue_all(gpu_trainer *t, issue_state *is, zb_err *err)
     }
 }
 
+/* Ranked variant: the NCCL messages around op `done` (its outgoing
+ * activation or gradient, when the consumer is another rank) and before op
+ * `next` (its incoming one, when the producer is another rank), posted as
+ * one group on this rank's stream.  Either may be NULL. */
+static int exchange_around(gpu_trainer *t, const sched_op *done, const sched_op *next,
+                           zb_err *err)
+{
+    size_t bytes = (size_t)t->batch * t->model.seq_len * (size_t)t->model.d_model * 2;
+    gpu_msg snd[1], rcv[1];
+    int ns = 0, nr = 0;
+    if (done) {
+        int s = done->stage, j = done->mb;
+        if (done->kind == OP_F && s < t->S - 1 && !is_local(t, s + 1))
+            snd[ns++] = (gpu_msg){ t->st[s + 1].device, t->st[s].out[j], bytes };
+        if ((done->kind == OP_B || done->kind == OP_BW) && s > 0 && !is_local(t, s - 1))
+            snd[ns++] = (gpu_msg){ t->st[s - 1].device, t->st[s].gout[j], bytes };
+    }
+    if (next) {
+        int s = next->stage, j = next->mb;
+        if (next->kind == OP_F && s > 0 && !is_local(t, s - 1))
+            rcv[nr++] = (gpu_msg){ t->st[s - 1].device, t->st[s].in[j], bytes };
+        if ((next->kind == OP_B || next->kind == OP_BW) && s < t->S - 1 && !is_local(t, s + 1))
+            rcv[nr++] = (gpu_msg){ t->st[s + 1].device, t->st[s].gin[j], bytes };
+    }
+    if (ns == 0 && nr == 0)
+        return 0;
+    return gpu_comm_exchange(t->comm, t->ctx[t->my_dev], snd, ns, rcv, nr, err);
+}
+
+/* Ranked variant: this rank's lane in order, NCCL groups between ops. */
+static int issue_rank(gpu_trainer *t, issue_state *is, zb_err *err)
+{
+    const sched_lane *lane = &t->sched->dev[t->my_dev];
+    if (lane->n_ops > 0 && exchange_around(t, NULL, &lane->ops[0], err) != 0)
+        return -1;
+    for (int k = 0; k < lane->n_ops; k++) {
+        sched_op op = lane->ops[k];
+        gstage *g = &t->st[op.stage];
+        int rc;
+        if (!ready(t, is, op))
+            return zb_fail(err, "device %d: %s of stage %d micro-batch %d comes before its "
+                           "input on the same device", t->my_dev,
+                           op_kind_name((op_kind)op.kind), op.stage, op.mb);
+        switch (op.kind) {
+        case OP_F: rc = op_forward(t, is, op.stage, op.mb, err); break;
+        case OP_B: rc = op_backward_b(t, is, op.stage, op.mb, err); break;
+        case OP_W: rc = gpu_stage_backward_w(g->st, g->saved[op.mb], err); break;
+        default:
+            rc = op_backward_b(t, is, op.stage, op.mb, err);
+            if (rc == 0)
+                rc = gpu_stage_backward_w(g->st, g->saved[op.mb], err);
+        }
+        if (rc == 0)
+            rc = exchange_around(t, &op, k + 1 < lane->n_ops ? &lane->ops[k + 1] : NULL, err);
+        if (rc != 0)
+            return zb_wrap(err, "rank %d, %s of stage %d micro-batch %d: ", t->my_dev,
+                           op_kind_name((op_kind)op.kind), op.stage, op.mb);
+    }
+    return 0;
+}
+
+/* Ranked variant: sums n device doubles over the ranks, in place, and
+ * copies the result to host out (may alias nothing on the device). */
+static int allreduce_f64(gpu_trainer *t, double *dev, double *out, size_t n, zb_err *err)
+{
+    zb_cuda *me = t->ctx[t->my_dev];
+    if (gpu_comm_allreduce_sum_f64(t->comm, me, dev, n, err) != 0)
+        return -1;
+    return zb_cuda_download(me, out, dev, sizeof(double) * n, err);
+}
+
 int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
 {
     double t0 = now_s();
@@ -351,8 +459,12 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
     for (int j = 0; j < t->m; j++)
         data_train_batch(t->data, &t->rng, t->batch, t->x + N * (size_t)j, t->y + N * (size_t)j);
     for (int s = 0; s < t->S; s++)
-        if (gpu_stage_grads_zero(t->st[s].st, err) != 0)
+        if (is_local(t, s) && gpu_stage_grads_zero(t->st[s].st, err) != 0)
             return -1;
+    /* ranks without the head contribute zeros to the loss all-reduce */
+    if (t->comm && !is_local(t, t->S - 1) &&
+        zb_cuda_zero(t->ctx[t->my_dev], t->loss_dev, sizeof(double) * (size_t)t->m, err) != 0)
+        return -1;
     float lr = adamw_lr(&t->opts.adamw, (int)t->step);
     issue_state is;
     is.f_issued = calloc((size_t)t->S * t->m, 1);
@@ -363,15 +475,17 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
         zb_fail(err, "out of memory");
         goto out;
     }
-    if (issue_all(t, &is, err) != 0)
+    if ((t->comm ? issue_rank(t, &is, err) : issue_all(t, &is, err)) != 0)
         goto out;
     for (int i = 0; i < t->p; i++)
-        if (zb_cuda_sync(t->ctx[i], err) != 0)
+        if (t->ctx[i] && zb_cuda_sync(t->ctx[i], err) != 0)
             goto out;
     /* synchronous global-norm clip, stage order as the CPU's reference path */
     double total = 0.0;
     for (int s = 0; s < t->S; s++) {
         gstage *g = &t->st[s];
+        if (!is_local(t, s))
+            continue;
         double *per = malloc(sizeof(double) * (size_t)(g->layout.n_tensors + 1));
         double part = 0.0;
         if (!per) {
@@ -384,10 +498,15 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
             goto out;
         total += part;
     }
+    if (t->comm && (zb_cuda_upload(t->ctx[t->my_dev], t->scal_dev, &total, sizeof total, err) ||
+                    allreduce_f64(t, t->scal_dev, &total, 1, err)))
+        goto out;
     if (isfinite(total)) {
         float scale = adamw_clip_scale(total, t->opts.adamw.grad_clip);
         for (int s = 0; s < t->S; s++) {
             gstage *g = &t->st[s];
+            if (!is_local(t, s))
+                continue;
             g->adam_t++;
             if (gpu_stage_adamw(g->st, &t->opts.adamw, g->adam_t, lr, scale, err) != 0)
                 goto out;
@@ -395,12 +514,15 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
     }
     {
         double *ls = malloc(sizeof(double) * (size_t)t->m);
-        zb_cuda *head = t->ctx[t->st[t->S - 1].device];
+        zb_cuda *head = t->ctx[t->comm ? t->my_dev : t->st[t->S - 1].device];
         if (!ls) {
             zb_fail(err, "out of memory");
             goto out;
         }
-        if (zb_cuda_download(head, ls, t->loss_dev, sizeof(double) * (size_t)t->m, err) != 0) {
+        int bad = t->comm ? allreduce_f64(t, t->loss_dev, ls, (size_t)t->m, err)
+                          : zb_cuda_download(head, ls, t->loss_dev, sizeof(double) * (size_t)t->m,
+                                             err);
+        if (bad) {
             free(ls);
             goto out;
         }
@@ -411,7 +533,7 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
         *loss = sum / t->m;
     }
     for (int i = 0; i < t->p; i++)
-        if (zb_cuda_sync(t->ctx[i], err) != 0)
+        if (t->ctx[i] && zb_cuda_sync(t->ctx[i], err) != 0)
             goto out;
     t->step++;
     t->last_step_s = now_s() - t0;
@@ -443,6 +565,8 @@ int gpu_trainer_stage_params(gpu_trainer *t, int stage, float *params, size_t n,
 {
     if (stage < 0 || stage >= t->S)
         return zb_fail(err, "stage %d out of range", stage);
+    if (!is_local(t, stage))
+        return zb_fail(err, "stage %d lives on rank %d", stage, t->st[stage].device);
     if (n != llama_stage_num_params(&t->st[stage].layout))
         return zb_fail(err, "stage %d holds %zu parameters, not %zu", stage,
                        llama_stage_num_params(&t->st[stage].layout), n);

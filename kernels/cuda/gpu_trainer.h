@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 
+#include "kernels/cuda/gpu_transport.h"
 #include "runtime/data.h"
 #include "runtime/trainer.h"
 #include "src/err.h"
@@ -48,11 +49,28 @@ typedef struct gpu_trainer gpu_trainer;
 int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
                        const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err);
 
+/* The multi-GPU variant: this process is rank gpu_comm_rank(comm) of
+ * gpu_comm_size(comm) == s->n_devices ranks and runs schedule device
+ * `rank` on CUDA device rk->local_rank, holding only that device's stages.
+ * Stage boundaries between ranks go through NCCL: right after each op, one
+ * group holds the op's outgoing activation or gradient (ncclSend) and the
+ * next op's incoming one (ncclRecv), Megatron's send_forward_recv_backward
+ * pattern, so two neighbours never wait on each other's later ops.
+ * Boundaries inside the rank (the turn of a V schedule) use events as on
+ * one GPU.  The global gradient norm and the losses are all-reduced.
+ * comm is borrowed.  Every rank must call this with the same arguments.
+ * 0 or -1 with err set.  Built and type-checked; not yet run on two GPUs
+ * (docs/gpu.md). */
+int gpu_trainer_create_ranked(const sched_t *s, const zb_model *m, const zb_data *d,
+                              const trainer_opts *opts, const gpu_rank_info *rk, gpu_comm *comm,
+                              gpu_trainer **out, zb_err *err);
+
 /* Frees everything; NULL is fine. */
 void gpu_trainer_free(gpu_trainer *t);
 
 /* One optimizer step over the schedule's micro-batches; *loss = mean
- * training loss.  Returns 0 or -1 with err set. */
+ * training loss (on every rank in the ranked variant).  Returns 0 or -1
+ * with err set. */
 int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err);
 
 /* Seconds of the last step (host wall clock, including the final sync). */

@@ -328,6 +328,16 @@ int gpu_comm_allreduce_sum(gpu_comm *c, zb_cuda *s, float *buf, size_t n, zb_err
                    "ncclAllReduce", err);
 }
 
+int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, zb_err *err)
+{
+    return nccl_ok(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, c->comm,
+                                 (cudaStream_t)zb_cuda_stream(s)),
+                   "ncclAllReduce", err);
+}
+
+int gpu_comm_rank(const gpu_comm *c) { return c->me.rank; }
+int gpu_comm_size(const gpu_comm *c) { return c->me.world; }
+
 #else /* no NCCL in this build */
 
 struct gpu_comm {
@@ -358,5 +368,14 @@ int gpu_comm_allreduce_sum(gpu_comm *c, zb_cuda *s, float *buf, size_t n, zb_err
     (void)c; (void)s; (void)buf; (void)n;
     return zb_fail(err, "multi-GPU transport: built without NCCL");
 }
+
+int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, zb_err *err)
+{
+    (void)c; (void)s; (void)buf; (void)n;
+    return zb_fail(err, "multi-GPU transport: built without NCCL");
+}
+
+int gpu_comm_rank(const gpu_comm *c) { (void)c; return 0; }
+int gpu_comm_size(const gpu_comm *c) { (void)c; return 1; }
 
 #endif

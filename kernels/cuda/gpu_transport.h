@@ -100,6 +100,13 @@ int gpu_comm_exchange(gpu_comm *c, zb_cuda *s, const gpu_msg *sends, int n_sends
  * optimizer's pseudo-gradients).  Queued on s.  0 or -1. */
 int gpu_comm_allreduce_sum(gpu_comm *c, zb_cuda *s, float *buf, size_t n, zb_err *err);
 
+/* The same for n doubles (global gradient norm, losses).  Queued on s. */
+int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, zb_err *err);
+
+/* This communicator's rank and size. */
+int gpu_comm_rank(const gpu_comm *c);
+int gpu_comm_size(const gpu_comm *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,28 @@
  */
 #include "kernels/cuda/cuda_internal.cuh"
 
+/* The fallback when cuBLASLt offers no algorithm (its tensor-core kernels
+ * want leading dimensions that are multiples of 8; a 65-character
+ * vocabulary is not): cublasGemmEx with the same types, which takes any
+ * leading dimension.  It computes in place, so an out-of-place C (the
+ * residual) is first copied into D. */
+static int gemm_ex(zb_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                   const void *A, int lda, const void *B, int ldb, void *D, cudaDataType_t dtype,
+                   int ldd, const void *C, float beta, const char *what, zb_err *err)
+{
+    if (C && C != D) {
+        size_t esz = dtype == CUDA_R_32F ? 4 : 2;
+        if (zb_cuda_status(cudaMemcpyAsync(D, C, (size_t)ldd * n * esz, cudaMemcpyDeviceToDevice,
+                                           c->stream), what, err) != 0)
+            return -1;
+    }
+    float alpha = 1.0f;
+    return zb_cublas_status(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                                         CUDA_R_16BF, ldb, &beta, D, dtype, ldd,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                            what, err);
+}
+
 /* D[m,n] = alpha·op(A)·op(B) + beta·C, column-major, C and D the same
  * buffer and type (ctype), A and B bf16. */
 static int lt_gemm(zb_cuda *c, int transa, int transb, int m, int n, int k, const void *A,
@@ -77,8 +99,7 @@ static int lt_gemm(zb_cuda *c, int transa, int transb, int m, int n, int k, cons
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1,
                                                            &heur, &found);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-            zb_fail(err, "%s: cuBLASLt has no algorithm for m=%d n=%d k=%d (status %d)", what,
-                    m, n, k, (int)st);
+            rc = gemm_ex(c, ta, tb, m, n, k, A, lda, B, ldb, D, dtype, ldd, C, beta, what, err);
             goto out;
         }
         rc = zb_cublas_status(cublasLtMatmul(c->lt, op, &alpha, A, la, B, lb, &beta,

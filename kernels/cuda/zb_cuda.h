@@ -58,8 +58,9 @@ typedef struct zb_cuda zb_cuda;
  * (never an error: callers skip GPU work on 0). */
 int zb_cuda_device_count(void);
 
-/* Creates a context on CUDA device `device` with a new non-blocking stream
- * and a cuBLASLt handle with a 32 MiB workspace.  Returns 0 and stores it in
+/* Creates a context on CUDA device `device` with a new non-blocking stream,
+ * a cuBLASLt handle with a 32 MiB workspace and a cuBLAS handle (the
+ * fallback for shapes cuBLASLt has no algorithm for).  Returns 0 and stores it in
  * *out (free with zb_cuda_free), or -1 with err set. */
 int zb_cuda_create(int device, zb_cuda **out, zb_err *err);
 

@@ -388,6 +388,8 @@ int main(void)
     test_matmul(256, 64, 64);
     test_matmul(200, 96, 136);
     test_matmul(512, 384, 1536);
+    test_matmul(37, 23, 65);    /* odd leading dimensions: the cublasGemmEx fallback */
+    test_matmul(128, 64, 65);   /* the LM head of a 65-character vocabulary */
     test_rope(2, 64, 4, 16);
     test_rope(2, 100, 6, 64);
     test_rope(1, 64, 2, 128);
