@@ -3,9 +3,11 @@
  * over a grid of (p, m) at limits p/2 M_B (tight), p M_B and 2p M_B, with unit
  * costs and with the paper-like ratio (T_F, T_B, T_W, T_comm) = (5, 6, 4, 1).
  * Prints per case: seconds, proven optimal or not, ILP cost, heuristic cost,
- * bound, binaries.  argv[1] is the time limit per case (default 60 s).
+ * bound, binaries.  argv[1] is the time limit per case (default 60 s);
+ * argv[2] and argv[3], when given, keep only the cases with p <= argv[2]
+ * and m <= argv[3] (the small cases the ILP should prove quickly).
  *
- *   build/bench/bench_ilp [time_limit_s]
+ *   build/bench/bench_ilp [time_limit_s [max_p max_m]]
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@ static double meta(const sched_t *s, const char *key)
 int main(int argc, char **argv)
 {
     double tl = argc > 1 ? atof(argv[1]) : 60;
+    int max_p = argc > 3 ? atoi(argv[2]) : 1 << 30, max_m = argc > 3 ? atoi(argv[3]) : 1 << 30;
     static const int grid[][2] = { { 2, 4 }, { 2, 8 }, { 3, 6 }, { 4, 4 }, { 4, 8 }, { 4, 12 }, { 6, 12 }, { 8, 16 }, { 8, 32 } };
     static const double costs[][4] = { { 1, 1, 1, 0 }, { 5, 6, 4, 1 } };
     printf("%-3s %-3s %-5s %-9s %9s %-7s %8s %8s %8s %8s\n", "p", "m", "limit", "costs", "seconds", "optimal",
@@ -33,6 +36,8 @@ int main(int argc, char **argv)
         for (int c = 0; c < 2; c++) {
             for (int k = 0; k <= 2; k++) {
                 int p = grid[g][0], m = grid[g][1];
+                if (p > max_p || m > max_m)
+                    continue;
                 double limit[8];
                 for (int d = 0; d < p; d++) /* dF = 2: p/2, p, 2p micro-batches */
                     limit[d] = k == 0 ? 2.0 * (p / 2 > 0 ? p / 2 : 1) : 2.0 * k * p;

@@ -73,6 +73,8 @@ typedef struct ilp_ctx {
     double *lb, *ub;          /* [n] bounds on each op's end time */
     double *tail;             /* [n] work of the op's forced same-stage successors */
     double *start;            /* [p] start of each stage's window */
+    int *lag_b, *lag_w;       /* [p] memory-forced lags: B(s,j) (W(s,j)) must run before
+                                 F(s,j+lag) (0: no such precedence), see memory_lags */
     double *warm_end;         /* [n] end times of the heuristic schedule */
     int *warm_pos;            /* [n] position of each op in its heuristic list */
     int *pair_a, *pair_b;     /* [n_pairs] the ops of each binary (a < b) */
@@ -96,6 +98,8 @@ static void ctx_free(ilp_ctx *c)
     free(c->ub);
     free(c->tail);
     free(c->start);
+    free(c->lag_b);
+    free(c->lag_w);
     free(c->warm_end);
     free(c->warm_pos);
     free(c->pair_a);
@@ -148,14 +152,92 @@ static int node_parents(const solver_problem *pr, int id, int par[2], double gap
     return n;
 }
 
-/* A topological order: F by stage up, B by stage down, then W; within each
- * stage by micro-batch. */
+/* A topological order, micro-batch major: for each micro-batch, F by
+ * stage up, B by stage down, then W.  Every dependency stays within a
+ * micro-batch or goes to a later one, and so do the memory-forced
+ * precedences (memory_lags), so this order is topological for both. */
 static int topo_node(const solver_problem *pr, int k)
 {
-    int p = pr->p, m = pr->m, kind = k / (p * m), s = (k / m) % p, j = k % m;
-    if (kind == OP_B)
-        s = p - 1 - s;
-    return node_id(pr, kind, s, j);
+    int p = pr->p, j = k / (3 * p), r = k % (3 * p);
+    if (r < p)
+        return node_id(pr, OP_F, r, j);
+    if (r < 2 * p)
+        return node_id(pr, OP_B, 2 * p - 1 - r, j);
+    return node_id(pr, OP_W, r - 2 * p, j);
+}
+
+/* Memory-forced precedences.  Under a limit on stage s, F(s,i) cannot run
+ * before B(s,j) (or W(s,j)) once i - j is large enough, because the memory
+ * held right after F(s,i) would then exceed the limit however the other
+ * ops are ordered.  Proof, for X(s,j) still not run when F(s,i) ends, k =
+ * i - j >= 1, same-kind ops in micro-batch order (the model's symmetry
+ * breaking) and every delta counted as in row (7):
+ *   - micro-batches j..i have run F (F's run in order, F(s,i) just ran);
+ *   - X = B: none of B(s,j..i) has run (B's run in order), so each holds
+ *     dF: (k+1) dF;
+ *   - X = W: none of W(s,j..i) has run; B(s,i) has not (it depends on
+ *     F(s,i)) and the B's that have run form a prefix of j..i-1, so they
+ *     hold at least (k+1) dF + k min(dB, 0);
+ *   - each micro-batch l < j holds at least the smallest of its possible
+ *     states dF, dF+dB, dF+dB+dW (call it q), so j q in all.
+ * If that least memory exceeds the limit, X(s,j) runs before F(s,i) in
+ * every feasible schedule: an edge X(s,j) -> F(s,i) (gap 0, same device)
+ * cuts no feasible schedule.  The least memory grows as j falls with i
+ * fixed (by dF - q >= 0, resp. dF + min(dB,0) - q >= 0), so the edge holds
+ * for every j' <= j too, and the one edge from the largest such j implies
+ * the others through the B (W) chain: one lag per stage and kind. */
+static int memory_lags(ilp_ctx *c)
+{
+    const solver_problem *pr = c->pr;
+    c->lag_b = calloc((size_t)pr->p, sizeof(int));
+    c->lag_w = calloc((size_t)pr->p, sizeof(int));
+    if (!c->lag_b || !c->lag_w)
+        return -1;
+    if (!pr->limit)
+        return 0;
+    for (int s = 0; s < pr->p; s++) {
+        const stage_cost *sc = &pr->cost[s];
+        double lim = pr->limit[s] + 1e-9 * fmax(1, fabs(pr->limit[s]));
+        double q = fmin(sc->d_f, fmin(sc->d_f + sc->d_b, sc->d_f + sc->d_b + sc->d_w));
+        if (!(sc->d_f > 0))
+            continue;
+        for (int k = 1; k < pr->m && !c->lag_b[s]; k++) {
+            /* one lag for all i: forced at every j = i - k */
+            int forced = 1;
+            for (int j = 0; j + k < pr->m; j++)
+                if ((k + 1) * sc->d_f + j * q <= lim)
+                    forced = 0;
+            if (forced)
+                c->lag_b[s] = k;
+        }
+        for (int k = 1; k < pr->m && !c->lag_w[s]; k++) {
+            int forced = 1;
+            for (int j = 0; j + k < pr->m; j++)
+                if ((k + 1) * sc->d_f + k * fmin(sc->d_b, 0) + j * q <= lim)
+                    forced = 0;
+            if (forced)
+                c->lag_w[s] = k;
+        }
+    }
+    return 0;
+}
+
+/* node_parents plus the memory-forced parents of an F (memory_lags): at
+ * most 4.  Returns the count. */
+static int node_parents_all(const ilp_ctx *c, int id, int par[4], double gap[4])
+{
+    const solver_problem *pr = c->pr;
+    int n = node_parents(pr, id, par, gap), m = pr->m;
+    int kind = id / (pr->p * m), s = (id / m) % pr->p, j = id % m;
+    if (kind == OP_F && c->lag_b && c->lag_b[s] && j - c->lag_b[s] >= 0) {
+        par[n] = node_id(pr, OP_B, s, j - c->lag_b[s]);
+        gap[n++] = 0;
+    }
+    if (kind == OP_F && c->lag_w && c->lag_w[s] && j - c->lag_w[s] >= 0) {
+        par[n] = node_id(pr, OP_W, s, j - c->lag_w[s]);
+        gap[n++] = 0;
+    }
+    return n;
 }
 
 static int precedes(const ilp_ctx *c, int a, int b)
@@ -174,14 +256,15 @@ static int analyse(ilp_ctx *c)
     c->ub = malloc(sizeof(double) * (size_t)n);
     c->tail = calloc((size_t)n, sizeof(double));
     c->start = malloc(sizeof(double) * (size_t)pr->p);
-    if (!c->anc || !c->lb || !c->ub || !c->tail || !c->start)
+    if (!c->anc || !c->lb || !c->ub || !c->tail || !c->start || memory_lags(c) != 0)
         return -1;
-    /* Ancestors and ASAP end times in topological order. */
+    /* Ancestors and ASAP end times in topological order, over the
+     * dependencies and the memory-forced precedences. */
     for (int k = 0; k < n; k++) {
-        int i = topo_node(pr, k), par[2];
-        double gap[2], asap = 0;
+        int i = topo_node(pr, k), par[4];
+        double gap[4], asap = 0;
         uint64_t *row = &c->anc[(long)i * c->words];
-        int np = node_parents(pr, i, par, gap);
+        int np = node_parents_all(c, i, par, gap);
         for (int x = 0; x < np; x++) {
             const uint64_t *pr_row = &c->anc[(long)par[x] * c->words];
             for (int w = 0; w < c->words; w++)
@@ -225,6 +308,15 @@ static int analyse(ilp_ctx *c)
     for (int s = 0; s < pr->p; s++) {
         int f0 = node_id(pr, OP_F, s, 0);
         c->ub[f0] = c->lb[f0];
+    }
+    /* Latest ends also follow from the successors on other stages: an op
+     * ends at least T_child (+ T_comm) before each child's latest end. */
+    for (int k = n - 1; k >= 0; k--) {
+        int i = topo_node(pr, k), par[4];
+        double gap[4];
+        int np = node_parents_all(c, i, par, gap);
+        for (int x = 0; x < np; x++)
+            c->ub[par[x]] = fmin(c->ub[par[x]], c->ub[i] - node_cost(pr, i) - gap[x]);
     }
     return 0;
 }
@@ -398,11 +490,11 @@ static int build_model(ilp_ctx *c)
         c->warm_x[col] = c->warm_pos[c->pair_a[k]] < c->warm_pos[c->pair_b[k]];
     }
 
-    /* (4), (5): dependencies. */
+    /* (4), (5): dependencies, and the memory-forced precedences. */
     for (int i = 0; i < n; i++) {
-        int par[2];
-        double gap[2];
-        int np = node_parents(pr, i, par, gap);
+        int par[4];
+        double gap[4];
+        int np = node_parents_all(c, i, par, gap);
         for (int x = 0; x < np; x++) {
             int row = glp_add_rows(lp, 1);
             c->ind[1] = col_e(i); c->val[1] = 1;

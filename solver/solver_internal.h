@@ -28,6 +28,14 @@ int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err);
 
+/* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
+ * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and
+ * costs (the same on every stage), under limit[p] per device.  Stores the
+ * best of its four knob settings in *out (caller frees) and its largest
+ * stage span in *cost.  0, or -1 with err set when every setting fails
+ * (the authors' code would assert: small m, tight limit) or out of memory. */
+int v_adaptive_sched(const sched_t *tmpl, const double *limit, sched_t **out, double *cost, zb_err *err);
+
 /* A lower bound on stage s's span in any schedule of pr (bound.c): the
  * stage's busy time plus the idle its memory limit forces before its first
  * B and after its last F.  Valid for one stage per device. */

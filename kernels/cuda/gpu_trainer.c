@@ -267,6 +267,71 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     return create_common(s, m, d, opts, device, NULL, NULL, out, err);
 }
 
+/* The micro-batch order in which stage `stage` runs ops of the given
+ * direction (F; or B/BW) on its device, into order[m]. */
+static void stage_order(const sched_t *s, int stage, int backward, int *order)
+{
+    const sched_lane *lane = &s->dev[s->stage_device[stage]];
+    int n = 0;
+    for (int k = 0; k < lane->n_ops; k++) {
+        sched_op op = lane->ops[k];
+        int is_b = op.kind == OP_B || op.kind == OP_BW;
+        if (op.stage == stage && (backward ? is_b : op.kind == OP_F) && n < s->n_micro)
+            order[n++] = op.mb;
+    }
+}
+
+/* NCCL matches the sends and receives between two ranks purely by order
+ * (no tags).  The ranked executor is therefore correct only when every
+ * cross-rank boundary sends in the order the other side receives: the
+ * producer stage's F order equals the consumer stage's F order, and
+ * likewise for B.  Plain pipelines (1F1B, GPipe, ZB-H1/H2) satisfy this;
+ * schedules that mix two boundaries on one pair of ranks in different
+ * orders (some V / interleaved shapes) are refused rather than silently
+ * mismatched. */
+int gpu_trainer_check_ranked(const sched_t *s, zb_err *err)
+{
+    int *a = malloc(sizeof(int) * (size_t)s->n_micro * 2);
+    if (!a)
+        return zb_fail(err, "out of memory");
+    int *b = a + s->n_micro;
+    for (int st = 0; st + 1 < s->n_stages; st++) {
+        if (s->stage_device[st] == s->stage_device[st + 1])
+            continue;
+        for (int dir = 0; dir < 2; dir++) {
+            stage_order(s, st, dir, a);
+            stage_order(s, st + 1, dir, b);
+            if (memcmp(a, b, sizeof(int) * (size_t)s->n_micro) != 0) {
+                free(a);
+                return zb_fail(err, "ranked executor: stages %d and %d run their %s ops in "
+                               "different micro-batch orders, which NCCL cannot match", st,
+                               st + 1, dir ? "backward" : "forward");
+            }
+        }
+    }
+    /* every cross-rank boundary x -> x+1 opens two ordered channels,
+     * activations dev(x) -> dev(x+1) and gradients dev(x+1) -> dev(x); two
+     * channels on the same (from, to) pair would interleave unmatchably */
+    for (int x = 0; x + 1 < s->n_stages; x++)
+        for (int y = x; y + 1 < s->n_stages; y++)
+            for (int cx = 0; cx < 2; cx++)
+                for (int cy = 0; cy < 2; cy++) {
+                    if (x == y && cx >= cy)
+                        continue;
+                    int fx = s->stage_device[x + cx], tx = s->stage_device[x + 1 - cx];
+                    int fy = s->stage_device[y + cy], ty = s->stage_device[y + 1 - cy];
+                    if (fx != tx && fx == fy && tx == ty) {
+                        free(a);
+                        return zb_fail(err, "ranked executor: boundaries %d->%d and %d->%d "
+                                       "both send from rank %d to rank %d; schedules with "
+                                       "several stages per rank (V, interleaved) are not "
+                                       "supported", x, x + 1, y, y + 1, fx, tx);
+                    }
+                }
+    free(a);
+    return 0;
+}
+
 int gpu_trainer_create_ranked(const sched_t *s, const zb_model *m, const zb_data *d,
                               const trainer_opts *opts, const gpu_rank_info *rk, gpu_comm *comm,
                               gpu_trainer **out, zb_err *err)
@@ -274,6 +339,8 @@ int gpu_trainer_create_ranked(const sched_t *s, const zb_model *m, const zb_data
     if (gpu_comm_size(comm) != s->n_devices || gpu_comm_rank(comm) != rk->rank)
         return zb_fail(err, "the schedule has %d devices but the run has %d ranks (this is "
                        "rank %d)", s->n_devices, gpu_comm_size(comm), rk->rank);
+    if (gpu_trainer_check_ranked(s, err) != 0)
+        return -1;
     return create_common(s, m, d, opts, rk->local_rank, rk, comm, out, err);
 }
 

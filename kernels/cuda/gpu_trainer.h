@@ -58,12 +58,21 @@ int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
  * pattern, so two neighbours never wait on each other's later ops.
  * Boundaries inside the rank (the turn of a V schedule) use events as on
  * one GPU.  The global gradient norm and the losses are all-reduced.
+ * NCCL matches messages by order only, so schedules whose two sides of a
+ * rank boundary run a direction's micro-batches in different orders, or
+ * with two boundaries joining the same ranks the same way, are refused
+ * (plain pipelines such as 1F1B and ZB-H1/H2 pass).
  * comm is borrowed.  Every rank must call this with the same arguments.
  * 0 or -1 with err set.  Built and type-checked; not yet run on two GPUs
  * (docs/gpu.md). */
 int gpu_trainer_create_ranked(const sched_t *s, const zb_model *m, const zb_data *d,
                               const trainer_opts *opts, const gpu_rank_info *rk, gpu_comm *comm,
                               gpu_trainer **out, zb_err *err);
+
+/* The schedule check gpu_trainer_create_ranked applies (needs no GPU):
+ * 0 when every cross-rank channel can be matched by order, -1 with err
+ * naming the offending stages otherwise. */
+int gpu_trainer_check_ranked(const sched_t *s, zb_err *err);
 
 /* Frees everything; NULL is fine. */
 void gpu_trainer_free(gpu_trainer *t);
