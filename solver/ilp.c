@@ -75,6 +75,13 @@ typedef struct ilp_ctx {
     double *start;            /* [p] start of each stage's window */
     int *lag_b, *lag_w;       /* [p] memory-forced lags: B(s,j) (W(s,j)) must run before
                                  F(s,j+lag) (0: no such precedence), see memory_lags */
+    int *xe_par, *xe_next;    /* [xe_cap] window-forced edges: parent, next edge of the child */
+    int *xe_head;             /* [n] first window-forced edge into each op, or -1 */
+    int n_xe, xe_cap;         /* window-forced edges, allocated */
+    int *topo;                /* [n] a topological order of all edges */
+    int *par_buf;             /* [4 + 3m] parents scratch for node_parents_all */
+    double *gap_buf;          /* [4 + 3m] their gaps */
+    int infeasible;           /* the windows prove that no schedule has R <= r_cap */
     double *warm_end;         /* [n] end times of the heuristic schedule */
     int *warm_pos;            /* [n] position of each op in its heuristic list */
     int *pair_a, *pair_b;     /* [n_pairs] the ops of each binary (a < b) */
@@ -83,7 +90,10 @@ typedef struct ilp_ctx {
     double *warm_x;           /* [1 + columns] the incumbent handed to GLPK */
     int *ind;                 /* [1 + columns] scratch row indices */
     double *val;              /* [1 + columns] scratch row values */
-    double r_heur;            /* the heuristic's cost (R's upper bound) */
+    double r_heur;            /* the heuristic's cost */
+    double r_cap;             /* R's upper bound in the model: r_heur, or r_heur - 1
+                                 when every time is an integer (see solver_ilp_costs) */
+    int integral;             /* every T and T_comm is an integer, so is every span */
     double r_lb;              /* static lower bound on R */
     double bound;             /* best bound seen in the search */
     int heur_given;           /* the incumbent was handed to GLPK */
@@ -100,6 +110,12 @@ static void ctx_free(ilp_ctx *c)
     free(c->start);
     free(c->lag_b);
     free(c->lag_w);
+    free(c->xe_par);
+    free(c->xe_next);
+    free(c->xe_head);
+    free(c->topo);
+    free(c->par_buf);
+    free(c->gap_buf);
     free(c->warm_end);
     free(c->warm_pos);
     free(c->pair_a);
@@ -222,55 +238,155 @@ static int memory_lags(ilp_ctx *c)
     return 0;
 }
 
-/* node_parents plus the memory-forced parents of an F (memory_lags): at
- * most 4.  Returns the count. */
-static int node_parents_all(const ilp_ctx *c, int id, int par[4], double gap[4])
+/* node_parents plus the memory-forced parents of an F (memory_lags) and
+ * the window-forced parents (window_edges), in c->par_buf / c->gap_buf
+ * (valid until the next call).  Returns the count. */
+static int node_parents_all(const ilp_ctx *c, int id)
 {
     const solver_problem *pr = c->pr;
-    int n = node_parents(pr, id, par, gap), m = pr->m;
+    int *par = c->par_buf, par2[2];
+    double *gap = c->gap_buf, gap2[2];
+    int n = node_parents(pr, id, par2, gap2), m = pr->m;
+    for (int x = 0; x < n; x++) {
+        par[x] = par2[x];
+        gap[x] = gap2[x];
+    }
     int kind = id / (pr->p * m), s = (id / m) % pr->p, j = id % m;
-    if (kind == OP_F && c->lag_b && c->lag_b[s] && j - c->lag_b[s] >= 0) {
+    if (kind == OP_F && c->lag_b[s] && j - c->lag_b[s] >= 0) {
         par[n] = node_id(pr, OP_B, s, j - c->lag_b[s]);
         gap[n++] = 0;
     }
-    if (kind == OP_F && c->lag_w && c->lag_w[s] && j - c->lag_w[s] >= 0) {
+    if (kind == OP_F && c->lag_w[s] && j - c->lag_w[s] >= 0) {
         par[n] = node_id(pr, OP_W, s, j - c->lag_w[s]);
+        gap[n++] = 0;
+    }
+    for (int e = c->xe_head[id]; e >= 0; e = c->xe_next[e]) {
+        par[n] = c->xe_par[e];
         gap[n++] = 0;
     }
     return n;
 }
 
+/* A topological order of all edges into c->topo (Kahn's algorithm).
+ * Returns 0, 1 when the edges have a cycle (only window-forced edges can
+ * close one, and then no schedule has R <= r_cap), -1 on out of memory. */
+static int topo_sort(ilp_ctx *c)
+{
+    int n = c->n, rc = -1;
+    int *n_child = calloc((size_t)n + 1, sizeof(int)), *indeg = calloc((size_t)n, sizeof(int));
+    int *child = NULL;
+    if (!n_child || !indeg)
+        goto out;
+    long n_edges = 0;
+    for (int i = 0; i < n; i++) {
+        int np = node_parents_all(c, i);
+        indeg[i] = np;
+        for (int x = 0; x < np; x++)
+            n_child[c->par_buf[x] + 1]++;
+        n_edges += np;
+    }
+    for (int i = 0; i < n; i++)
+        n_child[i + 1] += n_child[i]; /* now the start of each op's children */
+    child = malloc(sizeof(int) * (size_t)(n_edges + 1));
+    int *fill = malloc(sizeof(int) * (size_t)n);
+    if (!child || !fill) {
+        free(fill);
+        goto out;
+    }
+    memcpy(fill, n_child, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        int np = node_parents_all(c, i);
+        for (int x = 0; x < np; x++)
+            child[fill[c->par_buf[x]]++] = i;
+    }
+    free(fill);
+    int head = 0, tail = 0;
+    for (int k = 0; k < n; k++) { /* sources in the base order, for stable ties */
+        int i = topo_node(c->pr, k);
+        if (!indeg[i])
+            c->topo[tail++] = i;
+    }
+    while (head < tail) {
+        int i = c->topo[head++];
+        for (int e = n_child[i]; e < n_child[i + 1]; e++)
+            if (--indeg[child[e]] == 0)
+                c->topo[tail++] = child[e];
+    }
+    rc = tail < n ? 1 : 0;
+out:
+    free(n_child);
+    free(indeg);
+    free(child);
+    return rc;
+}
+
+/* A lower bound on the end of op i from the memory limit, for an F (0 for
+ * other ops or without a limit).  Right after F(s,i) ends, F(s,0..i) have
+ * run, and (same kinds in micro-batch order) the B's that have run are
+ * B(s,0..nb-1) and the W's W(s,0..nw-1) for some nw <= nb <= i (B(s,i)
+ * needs F(s,i)), so the memory is (i+1) dF + nb dB + nw dW, which must fit
+ * the limit.  Whatever (nb, nw) a schedule has, B(s,nb-1) and W(s,nw-1)
+ * ran before F(s,i) on the same device, so F(s,i) ends at least T_F after
+ * the later of their earliest ends: the least of that over the (nb, nw)
+ * that fit bounds E_F.  (The memory lags are the special case where every
+ * fitting pair has nb or nw large; this also covers the disjunctions,
+ * e.g. at 2 M_B F(s,j+2) waits for B(s,j+1) or W(s,j).) */
+static double memory_release_lb(const ilp_ctx *c, int i)
+{
+    const solver_problem *pr = c->pr;
+    int m = pr->m, kind = i / (pr->p * m), s = (i / m) % pr->p, j = i % m;
+    if (kind != OP_F || !pr->limit)
+        return 0;
+    const stage_cost *sc = &pr->cost[s];
+    double lim = pr->limit[s] + 1e-9 * fmax(1, fabs(pr->limit[s])), best = INFINITY;
+    for (int nb = 0; nb <= j; nb++) {
+        double after_b = nb ? c->lb[node_id(pr, OP_B, s, nb - 1)] : 0;
+        for (int nw = 0; nw <= nb; nw++) {
+            if ((j + 1) * sc->d_f + nb * sc->d_b + nw * sc->d_w > lim)
+                continue;
+            double after_w = nw ? c->lb[node_id(pr, OP_W, s, nw - 1)] : 0;
+            best = fmin(best, fmax(after_b, after_w));
+        }
+    }
+    return isinf(best) ? 0 : best + sc->t_f; /* none fits: zb-auto would have failed */
+}
+
+/* 1 when a must run before b (b's ancestor bitset has a). */
 static int precedes(const ilp_ctx *c, int a, int b)
 {
     return (c->anc[(long)b * c->words + a / 64] >> (a % 64)) & 1;
 }
 
-/* Ancestors, bounds and tails; 0 or -1 on out of memory. */
-static int analyse(ilp_ctx *c)
+/* One pass over the current edges: ancestors, ASAP and latest ends, tails,
+ * stage starts and R's static lower bound.  0, or -1 on out of memory;
+ * sets c->infeasible when the edges or windows leave no schedule with
+ * R <= r_cap. */
+static int analyse_pass(ilp_ctx *c)
 {
     const solver_problem *pr = c->pr;
     int n = c->n;
-    c->words = (n + 63) / 64;
-    c->anc = calloc((size_t)n * (size_t)c->words, sizeof(uint64_t));
-    c->lb = malloc(sizeof(double) * (size_t)n);
-    c->ub = malloc(sizeof(double) * (size_t)n);
-    c->tail = calloc((size_t)n, sizeof(double));
-    c->start = malloc(sizeof(double) * (size_t)pr->p);
-    if (!c->anc || !c->lb || !c->ub || !c->tail || !c->start || memory_lags(c) != 0)
+    int cyc = topo_sort(c);
+    if (cyc < 0)
         return -1;
-    /* Ancestors and ASAP end times in topological order, over the
-     * dependencies and the memory-forced precedences. */
+    if (cyc) {
+        c->infeasible = 1;
+        return 0;
+    }
+    memset(c->anc, 0, sizeof(uint64_t) * (size_t)n * (size_t)c->words);
+    memset(c->tail, 0, sizeof(double) * (size_t)n);
+    /* Ancestors and ASAP end times in topological order. */
     for (int k = 0; k < n; k++) {
-        int i = topo_node(pr, k), par[4];
-        double gap[4], asap = 0;
+        int i = c->topo[k];
+        double asap = 0;
         uint64_t *row = &c->anc[(long)i * c->words];
-        int np = node_parents_all(c, i, par, gap);
+        int np = node_parents_all(c, i);
         for (int x = 0; x < np; x++) {
-            const uint64_t *pr_row = &c->anc[(long)par[x] * c->words];
+            int q = c->par_buf[x];
+            const uint64_t *pr_row = &c->anc[(long)q * c->words];
             for (int w = 0; w < c->words; w++)
                 row[w] |= pr_row[w];
-            row[par[x] / 64] |= (uint64_t)1 << (par[x] % 64);
-            asap = fmax(asap, c->lb[par[x]] + gap[x]);
+            row[q / 64] |= (uint64_t)1 << (q % 64);
+            asap = fmax(asap, c->lb[q] + c->gap_buf[x]);
         }
         c->lb[i] = asap + node_cost(pr, i);
     }
@@ -294,16 +410,42 @@ static int analyse(ilp_ctx *c)
         }
         c->lb[i] = fmax(c->lb[i], c->start[s] + head + node_cost(pr, i));
     }
+    /* The raised lb's feed their descendants, and the memory rule
+     * (memory_release_lb) raises F's: forward passes until nothing moves. */
+    for (int round = 0; round < 50; round++) {
+        int moved = 0;
+        for (int k = 0; k < n; k++) {
+            int i = c->topo[k], np = node_parents_all(c, i);
+            double t = c->lb[i];
+            for (int x = 0; x < np; x++)
+                t = fmax(t, c->lb[c->par_buf[x]] + c->gap_buf[x] + node_cost(pr, i));
+            t = fmax(t, memory_release_lb(c, i));
+            if (t > c->lb[i] + 1e-9 * fmax(1, fabs(t))) {
+                c->lb[i] = t;
+                moved = 1;
+            }
+        }
+        if (!moved)
+            break;
+    }
     c->r_lb = 0;
     for (int s = 0; s < pr->p; s++) {
         const stage_cost *sc = &pr->cost[s];
         double busy = pr->m * (sc->t_f + sc->t_b + sc->t_w);
-        double path = c->lb[node_id(pr, OP_W, s, pr->m - 1)] - c->start[s];
+        /* every op of the stage ends by start + R, with its tail after it */
+        double path = 0;
+        for (int kind = 0; kind < 3; kind++)
+            for (int j = 0; j < pr->m; j++) {
+                int i = node_id(pr, kind, s, j);
+                path = fmax(path, c->lb[i] + c->tail[i] - c->start[s]);
+            }
         c->r_lb = fmax(c->r_lb, fmax(busy, path));
         c->r_lb = fmax(c->r_lb, solver_stage_lower_bound(pr, s));
     }
+    if (c->integral)
+        c->r_lb = ceil(c->r_lb - 1e-9);
     for (int i = 0; i < n; i++)
-        c->ub[i] = c->start[node_stage(pr, i)] + c->r_heur - c->tail[i];
+        c->ub[i] = c->start[node_stage(pr, i)] + c->r_cap - c->tail[i];
     /* First ops are pinned to their ASAP ends. */
     for (int s = 0; s < pr->p; s++) {
         int f0 = node_id(pr, OP_F, s, 0);
@@ -312,13 +454,100 @@ static int analyse(ilp_ctx *c)
     /* Latest ends also follow from the successors on other stages: an op
      * ends at least T_child (+ T_comm) before each child's latest end. */
     for (int k = n - 1; k >= 0; k--) {
-        int i = topo_node(pr, k), par[4];
-        double gap[4];
-        int np = node_parents_all(c, i, par, gap);
-        for (int x = 0; x < np; x++)
-            c->ub[par[x]] = fmin(c->ub[par[x]], c->ub[i] - node_cost(pr, i) - gap[x]);
+        int i = c->topo[k], np = node_parents_all(c, i);
+        for (int x = 0; x < np; x++) {
+            int q = c->par_buf[x];
+            c->ub[q] = fmin(c->ub[q], c->ub[i] - node_cost(pr, i) - c->gap_buf[x]);
+        }
     }
+    if (c->r_lb > c->r_cap + 1e-9 * fmax(1, c->r_cap))
+        c->infeasible = 1;
+    for (int i = 0; i < n; i++)
+        if (c->lb[i] > c->ub[i] + 1e-9 * fmax(1, fabs(c->ub[i])))
+            c->infeasible = 1;
     return 0;
+}
+
+/* Window-forced precedences: for two same-stage ops a, b left unordered,
+ * if b ran first then a would end at lb[b] + T_a or later; when that is
+ * past ub[a], every schedule with R <= r_cap runs a before b, so the edge
+ * a -> b (gap 0) cuts none of them (and none of the model's solutions,
+ * which all have R <= r_cap).  Adds every such edge; returns how many, or
+ * -1 on out of memory.  Both directions forced: c->infeasible. */
+static int window_edges(ilp_ctx *c)
+{
+    const solver_problem *pr = c->pr;
+    int m = pr->m, added = 0;
+    for (int s = 0; s < pr->p; s++)
+        for (int k1 = 0; k1 < 3 * m; k1++)
+            for (int k2 = k1 + 1; k2 < 3 * m; k2++) {
+                int a = node_id(pr, k1 / m, s, k1 % m), b = node_id(pr, k2 / m, s, k2 % m);
+                if (precedes(c, a, b) || precedes(c, b, a))
+                    continue;
+                double tol = 1e-9 * fmax(1, c->r_cap);
+                int a_first = c->lb[b] + node_cost(pr, a) > c->ub[a] + tol; /* b first is too late */
+                int b_first = c->lb[a] + node_cost(pr, b) > c->ub[b] + tol;
+                if (a_first && b_first) {
+                    c->infeasible = 1;
+                    return added;
+                }
+                if (!a_first && !b_first)
+                    continue;
+                if (c->n_xe == c->xe_cap) {
+                    int cap = c->xe_cap ? 2 * c->xe_cap : 256;
+                    int *np_ = realloc(c->xe_par, sizeof(int) * (size_t)cap);
+                    if (!np_)
+                        return -1;
+                    c->xe_par = np_;
+                    int *nn = realloc(c->xe_next, sizeof(int) * (size_t)cap);
+                    if (!nn)
+                        return -1;
+                    c->xe_next = nn;
+                    c->xe_cap = cap;
+                }
+                int from = a_first ? a : b, to = a_first ? b : a;
+                c->xe_par[c->n_xe] = from;
+                c->xe_next[c->n_xe] = c->xe_head[to];
+                c->xe_head[to] = c->n_xe++;
+                added++;
+            }
+    return added;
+}
+
+/* Ancestors, bounds and tails, repeated while the windows force new
+ * precedences (each pass can only shrink windows, so this converges; the
+ * passes are capped all the same).  0 or -1 on out of memory. */
+static int analyse(ilp_ctx *c)
+{
+    const solver_problem *pr = c->pr;
+    int n = c->n;
+    c->words = (n + 63) / 64;
+    c->anc = calloc((size_t)n * (size_t)c->words, sizeof(uint64_t));
+    c->lb = malloc(sizeof(double) * (size_t)n);
+    c->ub = malloc(sizeof(double) * (size_t)n);
+    c->tail = calloc((size_t)n, sizeof(double));
+    c->start = malloc(sizeof(double) * (size_t)pr->p);
+    c->xe_head = malloc(sizeof(int) * (size_t)n);
+    c->topo = malloc(sizeof(int) * (size_t)n);
+    c->par_buf = malloc(sizeof(int) * (4 + 3 * (size_t)pr->m));
+    c->gap_buf = malloc(sizeof(double) * (4 + 3 * (size_t)pr->m));
+    if (!c->anc || !c->lb || !c->ub || !c->tail || !c->start || !c->xe_head || !c->topo || !c->par_buf
+        || !c->gap_buf || memory_lags(c) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        c->xe_head[i] = -1;
+    for (int pass = 0; pass < 100; pass++) {
+        if (analyse_pass(c) != 0)
+            return -1;
+        if (c->infeasible)
+            return 0;
+        int added = window_edges(c);
+        if (added < 0)
+            return -1;
+        if (added == 0 || c->infeasible)
+            return 0;
+    }
+    return analyse_pass(c);
 }
 
 /* End time and list position of every op of the heuristic schedule. */
@@ -481,7 +710,7 @@ static int build_model(ilp_ctx *c)
         glp_set_col_bnds(lp, col_e(i), c->lb[i] == c->ub[i] ? GLP_FX : GLP_DB, c->lb[i], c->ub[i]);
         c->warm_x[col_e(i)] = c->warm_end[i];
     }
-    glp_set_col_bnds(lp, col_r, c->r_lb < c->r_heur ? GLP_DB : GLP_FX, fmin(c->r_lb, c->r_heur), c->r_heur);
+    glp_set_col_bnds(lp, col_r, c->r_lb < c->r_cap ? GLP_DB : GLP_FX, fmin(c->r_lb, c->r_cap), c->r_cap);
     glp_set_obj_coef(lp, col_r, 1.0);
     c->warm_x[col_r] = c->r_heur;
     for (int k = 0; k < c->n_pairs; k++) {
@@ -492,15 +721,13 @@ static int build_model(ilp_ctx *c)
 
     /* (4), (5): dependencies, and the memory-forced precedences. */
     for (int i = 0; i < n; i++) {
-        int par[4];
-        double gap[4];
-        int np = node_parents_all(c, i, par, gap);
+        int np = node_parents_all(c, i);
         for (int x = 0; x < np; x++) {
             int row = glp_add_rows(lp, 1);
             c->ind[1] = col_e(i); c->val[1] = 1;
-            c->ind[2] = col_e(par[x]); c->val[2] = -1;
+            c->ind[2] = col_e(c->par_buf[x]); c->val[2] = -1;
             glp_set_mat_row(lp, row, 2, c->ind, c->val);
-            glp_set_row_bnds(lp, row, GLP_LO, node_cost(pr, i) + gap[x], 0);
+            glp_set_row_bnds(lp, row, GLP_LO, node_cost(pr, i) + c->gap_buf[x], 0);
         }
     }
     /* (6): disjunctions with per-pair big-M from the bounds. */
@@ -635,7 +862,7 @@ static sched_t *solution_sched(ilp_ctx *c, const sched_t *h)
     if (!s || !buf || !rank)
         goto fail;
     for (int k = 0; k < c->n; k++)
-        rank[topo_node(pr, k)] = k;
+        rank[c->topo[k]] = k;
     for (int d = 0; d < pr->p; d++) {
         int cnt = 0;
         for (int kind = 0; kind < 3; kind++)
@@ -695,6 +922,7 @@ typedef struct ilp_outcome {
     sched_t *sched;     /* op lists of the MIP solution (caller frees), or NULL */
     double ilp_cost;    /* their evaluated cost, INFINITY when none */
     int optimal;        /* GLPK proved optimality */
+    int infeasible;     /* proven: no schedule has R <= r_cap */
     const char *status; /* "optimal", "time limit", ... (static text) */
 } ilp_outcome;
 
@@ -723,7 +951,10 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
     sm.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
     int lp_rc = glp_simplex(c->lp, &sm);
     int have_mip = 0;
-    if (lp_rc == 0 && glp_get_status(c->lp) == GLP_OPT) {
+    if (lp_rc == 0 && glp_get_status(c->lp) == GLP_NOFEAS) {
+        oc->infeasible = 1;
+        oc->status = "optimal (LP relaxation infeasible below the heuristic's cost)";
+    } else if (lp_rc == 0 && glp_get_status(c->lp) == GLP_OPT) {
         c->bound = fmax(c->bound, glp_get_obj_val(c->lp));
         glp_iocp io;
         glp_init_iocp(&io);
@@ -745,7 +976,10 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         int st = glp_mip_status(c->lp);
         have_mip = st == GLP_OPT || st == GLP_FEAS;
         oc->optimal = mip_rc == 0 && st == GLP_OPT;
-        oc->status = oc->optimal ? "optimal" : mip_rc == GLP_ETMLIM ? "time limit" : "stopped";
+        oc->infeasible = mip_rc == 0 && st == GLP_NOFEAS;
+        oc->status = oc->optimal      ? "optimal"
+                     : oc->infeasible ? "optimal (search found nothing below the heuristic's cost)"
+                     : mip_rc == GLP_ETMLIM ? "time limit" : "stopped";
     } else {
         oc->status = lp_rc == GLP_ETMLIM ? "time limit in LP relaxation" : "LP relaxation failed";
     }
@@ -789,25 +1023,41 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
     c->pr = pr;
     c->n = 3 * pr->p * pr->m;
     c->r_heur = heur_cost;
+    /* With integer times every ASAP execution has integer ends, so any
+     * schedule better than the heuristic's has R <= r_heur - 1: the model
+     * then looks only for those (tighter windows, smaller big-M's), and the
+     * heuristic is optimal when there are none.  The heuristic's schedule
+     * is then no solution of the model and is not handed to GLPK. */
+    c->integral = fabs(pr->t_comm - round(pr->t_comm)) < 1e-9 && fabs(heur_cost - round(heur_cost)) < 1e-9;
+    for (int s = 0; s < pr->p; s++) {
+        const stage_cost *sc = &pr->cost[s];
+        c->integral &= fabs(sc->t_f - round(sc->t_f)) < 1e-9 && fabs(sc->t_b - round(sc->t_b)) < 1e-9
+                       && fabs(sc->t_w - round(sc->t_w)) < 1e-9;
+    }
+    c->r_cap = c->integral ? round(heur_cost) - 1 : heur_cost;
+    c->heur_given = c->integral;
     int rc = -1;
     sched_t *best = NULL;
     if (analyse(c) != 0 || warm_times(c, heur) != 0) {
         zb_fail(err, "out of memory in the ILP");
         goto out;
     }
-    c->bound = c->r_lb;
+    c->bound = c->infeasible ? heur_cost : c->r_lb;
 
     ilp_outcome oc = { .status = "heuristic", .ilp_cost = INFINITY };
-    if (c->r_lb >= heur_cost * (1 - 1e-12)) {
-        /* The lower bound already meets the heuristic: it is optimal, no
-         * need to build the model. */
+    if (c->infeasible || c->r_lb >= heur_cost * (1 - 1e-12)) {
+        /* The lower bound already meets the heuristic, or the windows
+         * below r_cap are empty: the heuristic is optimal, no need to build
+         * the model. */
         oc.optimal = 1;
         oc.status = "optimal (lower bound meets the heuristic)";
     } else if (run_glpk(c, heur, t0 + time_limit, &oc, err) != 0) {
         goto out;
     }
     best = oc.sched;
-    int optimal = oc.optimal;
+    int optimal = oc.optimal || oc.infeasible;
+    if (c->integral)
+        c->bound = ceil(c->bound - 1e-9);
     double ilp_cost = oc.ilp_cost;
     const char *status = oc.status;
     /* Never worse than the heuristic: fall back when the ILP's lists do not

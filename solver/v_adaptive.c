@@ -11,7 +11,8 @@
  * and its default limit of 2p dF per device, and prints
  * max_bubble / (2m(T_F + T_B + T_W) + max_bubble).  This file follows the
  * same construction step by step (same order of placements, same ties) so
- * that the schedule, not just its rate, is the authors' one:
+ * that the schedule, not just its rate, is the authors' one (checked op
+ * for op against their code on Table 8 and small cases; docs/solver.md):
  *
  *   1. Warm-up: one first-chunk F per device; then, from the last device
  *      up, more first-chunk F's on devices 0..i while device i would
@@ -19,10 +20,14 @@
  *      keeping room for 2i + 2 more F's), then device i's first
  *      second-chunk F; then the devices below catch up with F's of
  *      alternating chunks until each has as many as the one above.
- *   2. 2m rounds.  In each, every device places one B: second-chunk B's
- *      ("B chunk 0" in the authors' numbering, the first B of the
- *      backward pass) in device order, devices whose next B is a
- *      first-chunk one in reverse order.  Then every device places at
+ *   2. 2m rounds.  In each, every device places one B: first the devices
+ *      whose next B is a first-chunk one, last device first, then those
+ *      whose next B is a second-chunk one ("B chunk 0" in the authors'
+ *      numbering: the first B of the backward pass), device 0 first.
+ *      A device's next B is first-chunk when its second-chunk B's are
+ *      ahead and either it is the last device, the gradient from device
+ *      i+1 has been computed, or its second-chunk B's are all done.
+ *      Then every device places at
  *      most one F (second chunk when its input is there, else the first
  *      chunk when its input is there).  Before each B or F a device runs
  *      pending W's while the W ends before the op's input arrives
@@ -32,9 +37,10 @@
  *      runs W's until the F fits in memory.
  *   3. The remaining W's.
  *
- * The allowance: a device's accumulated bubble may grow up to the largest
- * of all devices; on a rerun it may also grow by how much less bubble it
- * had than the worst device in the previous run ("approved" bubble).  A
+ * The allowance: a device's accumulated bubble may grow up to the larger
+ * of the largest bubble of all devices so far and, on a rerun, how much
+ * less bubble it had than the worst device in the previous run (its
+ * "approved" bubble).  A
  * run is repeated with the previous run's per-device bubbles while that
  * strictly lowers the largest bubble, and the best run of the chain is
  * kept (the authors' recursion, unrolled).  get_v_schedule tries the four
@@ -48,7 +54,7 @@
  * printed rate.  Where the Python reads end_time[fa_id] with fa_id = -1
  * (an op whose input is on its own device) it reads the last element of
  * its table (the last W of the last device's first chunk, -1 until placed);
- * the port keeps that quirk, which only matters at the very end.
+ * the port keeps that quirk, though it changes nothing on Table 8.
  *
  * Where the authors' code would stop on an assertion (an op placed before
  * its input, memory over the limit with no W pending, more ops than
@@ -59,8 +65,9 @@
  * the same on every stage (as in the Python).
  *
  * Workload: p up to 32, m up to 256 (Table 8's largest, 49,152 ops): four
- * settings times a chain of a few reruns, each O(ops * p) because the
- * allowance scans all devices' bubbles; a few milliseconds per run.
+ * settings times a chain of reruns (two on Table 8), each O(ops * p)
+ * because the allowance scans all devices' bubbles: about 60 ms for all
+ * eight runs at p=32, m=256 on the 2-core VM.
  */
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
@@ -74,6 +81,9 @@
  * device d), for B and W chunk 0 is the second chunk (virtual stage
  * 2p-1-d), whose B comes first. */
 enum { VZ_F = 0, VZ_B = 1, VZ_W = 2 };
+
+/* Most runs in one chain of reruns (see the recursion in the file comment). */
+#define VZ_MAX_RERUNS 64
 
 /* Working state of one try_v_schedule run. */
 typedef struct vz_run {
@@ -108,6 +118,7 @@ static double vz_end(const vz_run *r, long id)
     return r->end_time[id >= 0 ? id : 6L * r->n * r->m - 1];
 }
 
+/* need <= limit, with the rounding slack the other V candidates allow. */
 static int vz_fits(double need, double limit)
 {
     return need <= limit + 1e-9 * fmax(1, fabs(limit));
@@ -238,8 +249,10 @@ static int vz_round(vz_run *r, int *order)
         while (!vz_fits(r->mem[i] + r->memd[VZ_B], r->max_mem[i]))
             if (vz_put_w(r, i) != 0)
                 return -1;
-    /* Which chunk's B each device places: order[] lists second-chunk
-     * ("b1", authors' chunk 1) devices in reverse, then the others. */
+    /* Which chunk's B each device places: order[] collects the devices
+     * whose next B is a first-chunk one ("b1", the authors' B chunk 1),
+     * placed first and last device first; b0[] the others (second-chunk
+     * B's), placed after them, device 0 first. */
     int n_b1 = 0, n_b0 = 0;
     int *b0 = order + n; /* scratch: [n] */
     for (int i = 0; i < n; i++) {
@@ -370,8 +383,10 @@ int v_adaptive_sched(const sched_t *tmpl, const double *limit, sched_t **out, do
         sched_t *chain_best = NULL;
         double chain_bubble = INFINITY;
         /* The recursion: rerun with this run's bubbles approved while the
-         * largest bubble strictly drops; keep the smallest of the chain. */
-        for (;;) {
+         * largest bubble strictly drops; keep the smallest of the chain.
+         * Capped (the Python would hit its recursion limit near 1000); on
+         * Table 8 the rerun never improves: two runs per setting. */
+        for (int rerun = 0; rerun < VZ_MAX_RERUNS; rerun++) {
             r.out = sched_clone(tmpl);
             if (!r.out) {
                 sched_free(chain_best);

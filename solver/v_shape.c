@@ -13,7 +13,9 @@
  *
  * Candidates, the fastest that fits every device's limit wins: the paper's
  * stable V-Min / V-Half patterns (v_pattern.c), the handcrafted ZB-V order
- * (schedules/gen_zb_v.c), and a greedy list scheduler (solver_greedy_list,
+ * (schedules/gen_zb_v.c), for V-ZB the zero-bubble authors' adaptive
+ * scheduler behind their Table 8 (v_adaptive.c), and a greedy list
+ * scheduler (solver_greedy_list,
  * also used by zb-auto on one stage per device) in global time order.
  * At each step the device whose next action is earliest acts:
  *   - a B whose inputs have arrived, if any (it frees memory and feeds

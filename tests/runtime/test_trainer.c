@@ -17,6 +17,7 @@
 
 #include "schedules/gen.h"
 #include "solver/solver.h"
+#include "src/model.h"
 #include "src/validate.h"
 #include "tests/runtime/trainer_fixture.h"
 
@@ -100,6 +101,49 @@ START_TEST(every_schedule_matches_single_device)
     free(r.params);
     sched_free(s);
     free(ref.params);
+    data_free(d);
+}
+END_TEST
+
+/* The same promise on the real `tiny` preset (4 layers, width 64, context
+ * 64; vocabulary from the text), for the V-shaped and the ZB-H2 orders. */
+START_TEST(tiny_preset_matches_single_device)
+{
+    zb_model m;
+    zb_err err = { { 0 } };
+    ck_assert_msg(model_preset("tiny", &m, &err) == 0, "%s", err.msg);
+    m.micro_batch = 2;
+    zb_data *d = fixture_data(m.seq_len);
+    trainer_opts o = fixture_opts();
+    const char *kinds[] = { "single", "zb-v", "zb-h2" };
+    double first_loss[3][2];
+    float *params[3];
+    size_t n_params = 0;
+    for (int k = 0; k < 3; k++) {
+        sched_t *s = k == 0 ? fixture_single(M) : generated(kinds[k], 2, k == 1 ? 2 : 1);
+        ck_assert_ptr_nonnull(s);
+        trainer *t;
+        ck_assert_msg(trainer_create(s, &m, d, &o, &t, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(trainer_step(t, &first_loss[k][i], &err), 0);
+        n_params = trainer_param_count(t);
+        params[k] = malloc(sizeof(float) * n_params);
+        size_t off = 0;
+        for (int st = 0; st < trainer_stage_count(t); st++) {
+            size_t n;
+            const float *p = trainer_stage_params(t, st, &n);
+            memcpy(params[k] + off, p, sizeof(float) * n);
+            off += n;
+        }
+        trainer_free(t);
+        sched_free(s);
+    }
+    for (int k = 1; k < 3; k++) {
+        ck_assert_mem_eq(first_loss[k], first_loss[0], sizeof first_loss[0]);
+        ck_assert_msg(memcmp(params[k], params[0], sizeof(float) * n_params) == 0, "%s differs", kinds[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        free(params[k]);
     data_free(d);
 }
 END_TEST
@@ -306,6 +350,7 @@ int main(void)
     TCase *tc = tcase_create("all");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_schedule_matches_single_device);
+    tcase_add_test(tc, tiny_preset_matches_single_device);
     tcase_add_test(tc, post_validation_rollback_equals_synchronous_clip);
     tcase_add_test(tc, non_finite_gradient_skips_and_restores);
     tcase_add_test(tc, resume_from_checkpoint_equals_uninterrupted);
