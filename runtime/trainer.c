@@ -11,6 +11,13 @@
  *                 in a per-micro-batch scratch); then the optimizer step of
  *                 each of its stages with post-validation
  *
+ * trainer_backward runs the workers with only their ops (PHASE_OPS) and
+ * trainer_apply runs a second set with only the optimizer step
+ * (PHASE_STEP); trainer_step runs both phases in one set of workers.  The
+ * post-validation reads the gradient buffers when it runs, so after a
+ * caller averaged them between the halves, the norm, clip and rollback
+ * decisions are those of the averaged gradient.
+ *
  * Post-validation in detail (per stage s, devices handle their stages in
  * increasing order on the way up and decreasing order on the way down, which
  * cannot deadlock because the chain follows the total stage order):
@@ -68,10 +75,19 @@ typedef struct stage_rt {
     int stepped;           /* post-validation: 1 when the optimistic step ran */
 } stage_rt;
 
+/* What a worker thread runs: the lane's ops, the post-validated optimizer
+ * step, or both back to back (trainer_step, so that a device starts its
+ * step as soon as its own ops are done, without a barrier). */
+enum {
+    PHASE_OPS = 1,  /* the lane's F, B, W ops (trainer_backward) */
+    PHASE_STEP = 2, /* the post-validated optimizer step (trainer_apply) */
+};
+
 /* One worker's identity and outcome. */
 typedef struct worker {
     struct trainer *t; /* the trainer */
     int dev;           /* device index = lane */
+    int phases;        /* PHASE_* bits to run */
     int failed;        /* 1 when this worker stopped on an error */
     zb_err err;        /* its message */
 } worker;
@@ -100,6 +116,8 @@ struct trainer {
     double **op_mid;       /* [p][n_ops] end of the B half of BW ops */
     int have_times;        /* 1 once a step recorded its times */
     double full_sq;        /* full squared gradient norm of the last step */
+    int pending;           /* 1 between trainer_backward and trainer_apply */
+    double pending_loss;   /* mean loss of the pending step's backward */
     long rollbacks_step;   /* rollbacks in the running step (workers add under lock) */
     pthread_mutex_t mu;    /* guards rollbacks_step */
     trainer_stats stats;   /* progress */
@@ -493,7 +511,8 @@ static void *worker_main(void *arg)
     trainer *t = w->t;
     const sched_lane *lane = &t->sched->dev[w->dev];
     int rc = 0;
-    for (int k = 0; k < lane->n_ops && rc == 0; k++) {
+    int n_ops = (w->phases & PHASE_OPS) ? lane->n_ops : 0;
+    for (int k = 0; k < n_ops && rc == 0; k++) {
         sched_op op = lane->ops[k];
         double *start = t->opts.record_times ? &t->op_start[w->dev][k] : NULL;
         double *end = t->opts.record_times ? &t->op_end[w->dev][k] : NULL;
@@ -524,7 +543,7 @@ static void *worker_main(void *arg)
         }
         }
     }
-    if (rc == 0 && !t->opts.sync_optimizer)
+    if (rc == 0 && (w->phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w->dev, &w->err);
     if (rc != 0) {
         w->failed = 1;
@@ -565,11 +584,20 @@ static void reset_step_state(trainer *t)
     }
 }
 
-int trainer_step(trainer *t, double *loss, zb_err *err)
+/* Starts a step: the micro-batches (drawn from the generator when x is
+ * NULL, else copied from the caller's [m][B*T] tokens), zeroed gradients,
+ * the step's learning rate and its clock. */
+static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
 {
     size_t tok = (size_t)t->batch * (size_t)t->seq;
-    for (int j = 0; j < t->n_micro; j++)
-        data_train_batch(t->data, &t->rng, t->batch, t->x + tok * (size_t)j, t->y + tok * (size_t)j);
+    if (x) {
+        memcpy(t->x, x, sizeof *t->x * tok * (size_t)t->n_micro);
+        memcpy(t->y, y, sizeof *t->y * tok * (size_t)t->n_micro);
+    } else {
+        for (int j = 0; j < t->n_micro; j++)
+            data_train_batch(t->data, &t->rng, t->batch, t->x + tok * (size_t)j,
+                             t->y + tok * (size_t)j);
+    }
     for (int s = 0; s < t->n_stages; s++) {
         llama_grads_zero(&t->st[s].layout, t->st[s].grads);
         t->st[s].next_w = 0;
@@ -579,18 +607,26 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
     t->rollbacks_step = 0;
     t->full_sq = 0;
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
+}
 
+/* Runs one worker per device with the given PHASE_* bits and joins them.
+ * Returns 0, or -1 with err set (the first-hand failure) after resetting
+ * the per-step buffers. */
+static int run_workers(trainer *t, int phases, zb_err *err)
+{
     worker *w = calloc((size_t)t->n_devices, sizeof *w);
     pthread_t *tid = calloc((size_t)t->n_devices, sizeof *tid);
     if (!w || !tid) {
         free(w);
         free(tid);
+        reset_step_state(t);
         return zb_fail(err, "out of memory");
     }
     int started = 0, failed = 0;
     for (int d = 0; d < t->n_devices; d++) {
         w[d].t = t;
         w[d].dev = d;
+        w[d].phases = phases;
         if (pthread_create(&tid[d], NULL, worker_main, &w[d]) != 0) {
             chan_abort(&t->chan);
             zb_fail(err, "cannot start the worker thread of device %d", d);
@@ -622,16 +658,27 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
         reset_step_state(t);
         return -1;
     }
-    if (t->opts.sync_optimizer)
-        synchronous_step(t);
-    chan_reset(&t->chan);
+    return 0;
+}
 
+/* Mean loss of the step's micro-batches, summed in micro-batch order. */
+static double step_loss(const trainer *t)
+{
     double sum = 0;
     for (int j = 0; j < t->n_micro; j++)
         sum += t->mb_loss[j];
-    *loss = sum / t->n_micro;
+    return sum / t->n_micro;
+}
+
+/* Ends a step whose optimizer work ran (or runs here, synchronous path):
+ * counters and times. */
+static void step_end(trainer *t, double loss)
+{
+    if (t->opts.sync_optimizer)
+        synchronous_step(t);
+    chan_reset(&t->chan);
     t->stats.step++;
-    t->stats.last_loss = *loss;
+    t->stats.last_loss = loss;
     t->stats.last_grad_norm = sqrt(t->full_sq);
     t->stats.last_step_s = ms_since(&t->t0) * 1e-3;
     t->stats.last_lr = t->step_lr;
@@ -639,7 +686,61 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
     if (!isfinite(t->full_sq))
         t->stats.skipped_steps++;
     t->have_times = t->opts.record_times;
+}
+
+int trainer_step(trainer *t, double *loss, zb_err *err)
+{
+    if (t->pending)
+        return zb_fail(err, "trainer_step: a backward is pending its trainer_apply");
+    step_begin(t, NULL, NULL);
+    /* Ops and optimizer step in one set of workers: each device steps as
+     * soon as its lane is done, the post-validation overlap of the paper.
+     * The arithmetic is that of trainer_backward + trainer_apply. */
+    if (run_workers(t, PHASE_OPS | PHASE_STEP, err) != 0)
+        return -1;
+    *loss = step_loss(t);
+    step_end(t, *loss);
     return 0;
+}
+
+static int backward(trainer *t, const int32_t *x, const int32_t *y, double *loss, zb_err *err)
+{
+    if (t->pending)
+        return zb_fail(err, "trainer_backward: the previous backward was not applied");
+    step_begin(t, x, y);
+    if (run_workers(t, PHASE_OPS, err) != 0)
+        return -1;
+    t->pending_loss = step_loss(t);
+    t->pending = 1;
+    *loss = t->pending_loss;
+    return 0;
+}
+
+int trainer_backward(trainer *t, double *loss, zb_err *err)
+{
+    return backward(t, NULL, NULL, loss, err);
+}
+
+int trainer_backward_on(trainer *t, const int32_t *x, const int32_t *y, double *loss,
+                        zb_err *err)
+{
+    return backward(t, x, y, loss, err);
+}
+
+int trainer_apply(trainer *t, zb_err *err)
+{
+    if (!t->pending)
+        return zb_fail(err, "trainer_apply: no backward to apply");
+    t->pending = 0;
+    if (!t->opts.sync_optimizer && run_workers(t, PHASE_STEP, err) != 0)
+        return -1;
+    step_end(t, t->pending_loss);
+    return 0;
+}
+
+int trainer_pending(const trainer *t)
+{
+    return t->pending;
 }
 
 /* ---- evaluation --------------------------------------------------------- */
@@ -703,6 +804,13 @@ float *trainer_stage_params(trainer *t, int stage, size_t *n)
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
     return t->st[stage].params;
+}
+
+float *trainer_stage_grads(trainer *t, int stage, size_t *n)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    *n = t->st[stage].n_params;
+    return t->st[stage].grads;
 }
 
 float *trainer_stage_adam_m(trainer *t, int stage, size_t *n)

@@ -26,6 +26,15 @@
  *      arithmetic inverse).  opts.sync_optimizer selects the plain
  *      synchronous clip instead (the reference the tests compare against).
  *
+ * A step can also be taken in two halves, for data parallelism across
+ * replicas: trainer_backward runs steps 1-2 (the gradients of the step are
+ * then in each stage's buffer, trainer_stage_grads, where the caller may
+ * replace them, e.g. by their mean over K replicas), and trainer_apply runs
+ * step 3 on whatever the buffers hold, so the clip norm and the NaN/Inf
+ * check see the averaged gradients.  trainer_step does both with the same
+ * arithmetic (bit-identical results) but in one set of workers, so that a
+ * device starts its optimizer step while others still run ops.
+ *
  * Determinism: every schedule of the same m (gpipe, 1f1b, interleaved,
  * zb-*, ilp, p=1) gives bit-identical losses and parameters for the same
  * seed, because the kernels are pure per micro-batch (kernels/cpu/llama.h),
@@ -104,6 +113,32 @@ void trainer_free(trainer *t);
  * failure the trainer's parameters are unspecified. */
 int trainer_step(trainer *t, double *loss, zb_err *err);
 
+/* First half of a step: draws the m micro-batches and runs the schedule's
+ * ops (F, B, W) so that every stage's gradient buffer holds this step's
+ * gradient; no parameter changes.  Stores the mean training loss in *loss.
+ * Must be followed by trainer_apply before the next backward or step
+ * (otherwise -1).  Returns 0, or -1 with err set (kernel failure, memory;
+ * then no step is pending). */
+int trainer_backward(trainer *t, double *loss, zb_err *err);
+
+/* trainer_backward on the caller's tokens instead of the generator's
+ * draws: x and y are [m][B*T] (micro-batch after micro-batch, each B
+ * windows of T tokens row-major), copied.  The generator is not touched.
+ * For replaying batches and for tests comparing data-parallel replicas
+ * with one trainer on their concatenated batches. */
+int trainer_backward_on(trainer *t, const int32_t *x, const int32_t *y, double *loss,
+                        zb_err *err);
+
+/* Second half: the optimizer step of every stage (post-validated, or the
+ * synchronous clip with opts.sync_optimizer) on the current contents of
+ * the gradient buffers, then the step's counters (last_step_s spans from
+ * the backward's start to here).  Returns 0, or -1 with err set when no
+ * backward is pending or a worker fails (parameters then unspecified). */
+int trainer_apply(trainer *t, zb_err *err);
+
+/* 1 between trainer_backward and trainer_apply, else 0. */
+int trainer_pending(const trainer *t);
+
 /* Mean loss over opts.eval_windows fixed validation windows (data.h), with
  * the current parameters, forward only.  Does not touch the training
  * generator.  Returns 0 or -1 with err set. */
@@ -116,6 +151,12 @@ int trainer_stage_count(const trainer *t);
  * kernels/cpu/llama.h) and its length in *n.  The trainer owns it; callers
  * may read it and write it between steps (averaging, copying replicas). */
 float *trainer_stage_params(trainer *t, int stage, size_t *n);
+
+/* The stage's gradient buffer (same layout and length as its parameters).
+ * Between trainer_backward and trainer_apply it holds the step's gradient
+ * and callers may overwrite it (the averaged gradient of data-parallel
+ * replicas); at other times its contents are the last step's and unused. */
+float *trainer_stage_grads(trainer *t, int stage, size_t *n);
 
 /* Same for the AdamW moments of a stage (m and v), for outer optimizers
  * that want to reset or inspect inner state. */

@@ -3,7 +3,8 @@
  *
  * The handcrafted kinds (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v) come
  * from gen_lookup (schedules/gen.h); the memory-limited ones (zb-auto,
- * v-min, v-half, v-zb, ilp) from solver/solver.h and need --mem-limit.
+ * v-min, v-half, v-zb, ilp) from solver/solver.h; zb-auto and ilp need
+ * --mem-limit, the V family defaults to its published limits.
  * Every generated schedule is validated before it is written, so a
  * generator bug surfaces here as one error line instead of a broken file.
  */
@@ -40,7 +41,7 @@ static void usage(FILE *out)
         "usage: zbsched gen KIND --stages P --microbatches M [options] [-o FILE]\n"
         "\n"
         "KIND: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v (handcrafted),\n"
-        "      zb-auto, v-min, v-half, v-zb, ilp (need --mem-limit)\n"
+        "      zb-auto, ilp (need --mem-limit); v-min, v-half, v-zb (default limits p/3, p/2, p M_B)\n"
         "\n"
         "  -p, --stages P         pipeline devices (default 4)\n"
         "  -m, --microbatches M   micro-batches (default 8)\n"
@@ -211,7 +212,9 @@ int cmd_gen(int argc, char **argv)
         fn = sk->fn;
         if (!chunks_given)
             gp.chunks = sk->chunks;
-        if (!mem_text)
+        /* The V family has published default limits (p/3, p/2, p micro-batches
+         * of M_B); zb-auto and the ILP have none and need one. */
+        if (!mem_text && strncmp(kind, "v-", 2) != 0)
             return cli_usage("gen", "%s needs --mem-limit (one value or one per device)", kind);
     }
     if (mem_text && parse_mem_limit(mem_text, gp.stages, &gp.mem_limit, &err))

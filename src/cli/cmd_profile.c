@@ -6,52 +6,66 @@
  *
  * The measurement itself lives in runtime/profiler.h; this file parses
  * flags, prints a short table on stderr and writes the file atomically.
+ * With `--device cuda [--gpu N]` the same profile is measured on a GPU by
+ * kernels/cuda/gpu_profile.h (CUDA events, bf16 kernels); a build without
+ * CUDA refuses that with one line.
  */
 #include "src/cli/cli.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/data.h"
 #include "runtime/profiler.h"
 #include "src/model.h"
 #include "src/profile.h"
 
+#ifdef ZB_HAVE_CUDA
+#include "kernels/cuda/gpu_profile.h"
+#endif
+
 static void usage(FILE *out)
 {
     fprintf(out,
         "usage: zbsched profile [--model NAME|FILE] [--batch-size B] [--out FILE]\n"
+        "                       [--device cpu|cuda] [--gpu N]\n"
         "\n"
         "Measures F, B and W of one micro-batch through a layer, the embedding and the\n"
         "head (median of --reps runs, single-threaded BLAS as in `zbsched run`), the\n"
         "channel transfer time and the activation memory, and writes a profile file.\n"
+        "With --device cuda the same is measured on a GPU (CUDA events, bf16).\n"
         "\n"
         "      --model NAME|FILE  model preset or JSON file (default tiny)\n"
         "      --batch-size B     sequences per micro-batch (default: the model's)\n"
         "      --data PATH        take the vocabulary size from this text, as `run` does\n"
         "      --reps N           timed repetitions per op (default 5)\n"
         "  -o, --out FILE         profile file to write ('-' or none: stdout)\n"
+        "      --device cpu|cuda  where to measure (default cpu)\n"
+        "      --gpu N            with --device cuda: the GPU (default 0)\n"
         "  -q, --quiet            no table on stderr\n"
         "  -h, --help             this text\n");
 }
 
 int cmd_profile(int argc, char **argv)
 {
-    enum { O_MODEL = 256, O_BATCH, O_REPS, O_DATA };
+    enum { O_MODEL = 256, O_BATCH, O_REPS, O_DATA, O_DEVICE, O_GPU };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "batch-size", required_argument, NULL, O_BATCH },
         { "reps", required_argument, NULL, O_REPS },
         { "data", required_argument, NULL, O_DATA },
         { "out", required_argument, NULL, 'o' },
+        { "device", required_argument, NULL, O_DEVICE },
+        { "gpu", required_argument, NULL, O_GPU },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *model = "tiny", *out = "-", *data = NULL;
-    long batch = 0, reps = 5;
-    int quiet = 0, c;
+    long batch = 0, reps = 5, gpu = -1;
+    int quiet = 0, cuda = 0, c;
     zb_err err = { { 0 } };
     optind = 1;
     opterr = 0;
@@ -63,6 +77,15 @@ int cmd_profile(int argc, char **argv)
         case O_REPS: bad = cli_parse_int("--reps", optarg, 1, 1000, &reps, &err); break;
         case O_DATA: data = optarg; break;
         case 'o': out = optarg; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") == 0)
+                cuda = 0;
+            else if (strcmp(optarg, "cuda") == 0)
+                cuda = 1;
+            else
+                bad = zb_fail(&err, "--device: '%s' is not cpu or cuda", optarg);
+            break;
+        case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &gpu, &err); break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return cli_usage(argv[0], "%s needs a value (try --help)", argv[optind - 1]);
@@ -73,6 +96,12 @@ int cmd_profile(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+    if (gpu >= 0 && !cuda)
+        return cli_usage(argv[0], "--gpu N needs --device cuda");
+#ifndef ZB_HAVE_CUDA
+    if (cuda)
+        return cli_error("this zbsched was built without CUDA (meson -Dcuda=enabled)");
+#endif
     zb_model m;
     if (model_load(model, &m, &err) != 0)
         return cli_fail(&err);
@@ -84,11 +113,20 @@ int cmd_profile(int argc, char **argv)
         data_free(d);
     }
     zb_profile p;
-    if (profiler_measure(&m, (int)batch, (int)reps, &p, &err) != 0)
+    int rc;
+#ifdef ZB_HAVE_CUDA
+    if (cuda) {
+        rc = gpu_profile_measure(&m, (int)batch, (int)reps, gpu >= 0 ? (int)gpu : 0, &p, &err);
+        if (rc != 0)
+            zb_wrap(&err, "%s on GPU %ld: ", m.name, gpu >= 0 ? gpu : 0);
+    } else
+#endif
+        rc = profiler_measure(&m, (int)batch, (int)reps, &p, &err);
+    if (rc != 0)
         return cli_fail(&err);
     if (!quiet) {
-        fprintf(stderr, "profile of %s, micro-batch %d x %d tokens (ms; MB left after F / after B)\n",
-                m.name, p.micro_batch, p.seq_len);
+        fprintf(stderr, "profile of %s on %s, micro-batch %d x %d tokens (ms; MB left after F / after B)\n",
+                m.name, p.hardware, p.micro_batch, p.seq_len);
         const char *names[3] = { "layer", "embedding", "head" };
         const profile_part *parts[3] = { &p.layer, &p.embedding, &p.head };
         for (int i = 0; i < 3; i++)

@@ -14,6 +14,16 @@
  * with warmup min(100, steps/10) and the cosine ending at --steps, so that
  * a short run still decays.  A NaN or infinite loss stops the run with an
  * error (the step itself was skipped by the optimizer's NaN check).
+ *
+ * `--device cuda` runs the same schedule on GPUs instead (docs/gpu.md):
+ * in one process, every schedule device becomes a stream on one GPU
+ * (gpu_trainer_create, `--gpu N` picks the GPU); started by `zbsched
+ * launch` (ZB_WORLD_SIZE > 1 in the environment), each process is one
+ * rank driving one schedule device on its own GPU through NCCL
+ * (gpu_trainer_create_ranked) and only rank 0 prints.  The GPU trainer has
+ * the synchronous clip only and no evaluation, trace or checkpoint, so the
+ * flags for those are refused with one line rather than ignored; --json
+ * reports val_loss as null.  A build without CUDA refuses --device cuda.
  */
 #include "src/cli/cli.h"
 
@@ -35,15 +45,24 @@
 #include "src/sched_io.h"
 #include "src/validate.h"
 
+#ifdef ZB_HAVE_CUDA
+#include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/gpu_transport.h"
+#endif
+
 #define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
+#define NO_CUDA_MSG "this zbsched was built without CUDA (meson -Dcuda=enabled)"
+/* seconds a rank waits for the others during the NCCL bootstrap */
+#define NCCL_BOOTSTRAP_TIMEOUT_S 120
 
 static void usage(FILE *out)
 {
     fprintf(out,
         "usage: zbsched run FILE --steps N [options]\n"
         "\n"
-        "Trains a Llama-style model by executing schedule FILE, one thread per device.\n"
+        "Trains a Llama-style model by executing schedule FILE, one thread per device\n"
+        "(or, with --device cuda, one CUDA stream or one GPU per device).\n"
         "\n"
         "  -n, --steps N          optimizer steps (total, counting resumed ones)\n"
         "      --data PATH        training text (default " DEFAULT_DATA ")\n"
@@ -60,6 +79,11 @@ static void usage(FILE *out)
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
+        "      --device cpu|cuda  where to train (default cpu); cuda: every schedule device\n"
+        "                         is a stream on one GPU, or under `zbsched launch` one\n"
+        "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
+        "                         --resume, --stop-at, --eval-*, --replicas (val_loss null)\n"
+        "      --gpu N            with --device cuda in one process: the GPU (default 0)\n"
 
         "  -q, --quiet            no progress lines on stderr\n"
         "  -h, --help             this text\n"
@@ -95,6 +119,9 @@ typedef struct run_args {
     int resume;              /* --resume */
     int json;                /* --json */
     int quiet;               /* --quiet */
+    int cuda;                /* --device cuda */
+    long gpu;                /* --gpu, or -1 when not given */
+    int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
 } run_args;
@@ -103,7 +130,8 @@ static int parse_args(int argc, char **argv, run_args *a)
 {
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
-           O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL };
+           O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
+           O_DEVICE, O_GPU };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -127,12 +155,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "outer-momentum", required_argument, NULL, O_OUTER_MOM },
         { "allreduce", required_argument, NULL, O_ALLREDUCE },
         { "sync-interval", required_argument, NULL, O_INTERVAL },
+        { "device", required_argument, NULL, O_DEVICE },
+        { "gpu", required_argument, NULL, O_GPU },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
-                     .seed = 1, .lr = 1e-3, .clip = 1.0 };
+                     .seed = 1, .lr = 1e-3, .clip = 1.0, .gpu = -1 };
     islands_opts_default(&a->isl);
     a->isl.replicas = 0; /* no --replicas: a single trainer */
     zb_err err = { { 0 } };
@@ -150,8 +180,23 @@ static int parse_args(int argc, char **argv, run_args *a)
         case O_CKPT: a->ckpt_dir = optarg; break;
         case O_RESUME: a->resume = 1; break;
         case O_TRACE: a->trace = optarg; break;
-        case O_EVAL: bad = cli_parse_int("--eval-every", optarg, 1, 100000000, &a->eval_every, &err); break;
-        case O_EVALW: bad = cli_parse_int("--eval-windows", optarg, 1, 1000000, &a->eval_windows, &err); break;
+        case O_EVAL:
+            bad = cli_parse_int("--eval-every", optarg, 1, 100000000, &a->eval_every, &err);
+            a->eval_flag = 1;
+            break;
+        case O_EVALW:
+            bad = cli_parse_int("--eval-windows", optarg, 1, 1000000, &a->eval_windows, &err);
+            a->eval_flag = 1;
+            break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") == 0)
+                a->cuda = 0;
+            else if (strcmp(optarg, "cuda") == 0)
+                a->cuda = 1;
+            else
+                bad = zb_fail(&err, "--device: '%s' is not cpu or cuda", optarg);
+            break;
+        case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &a->gpu, &err); break;
         case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
         case O_LR:
             bad = cli_parse_double("--lr", optarg, &a->lr, &err);
@@ -246,6 +291,27 @@ static int parse_args(int argc, char **argv, run_args *a)
         return cli_usage(argv[0], "the outer-optimizer flags need --replicas K");
     if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
         return cli_usage(argv[0], "--replicas does not support --checkpoint, --resume, --trace or --stop-at");
+    if (a->gpu >= 0 && !a->cuda)
+        return cli_usage(argv[0], "--gpu N needs --device cuda");
+    if (a->cuda) {
+#ifndef ZB_HAVE_CUDA
+        return cli_error(NO_CUDA_MSG);
+#endif
+        /* the GPU trainer (kernels/cuda/gpu_trainer.h) has none of these */
+        const char *cpu_only = a->trace ? "--trace"
+                             : a->ckpt_dir ? "--checkpoint"
+                             : a->resume ? "--resume"
+                             : a->stop_at != a->steps ? "--stop-at"
+                             : a->eval_flag ? (a->eval_every ? "--eval-every" : "--eval-windows")
+                             : a->isl.replicas > 0 ? "--replicas"
+                             : NULL;
+        if (cpu_only)
+            return cli_usage(argv[0], "%s is not supported with --device cuda (the GPU trainer "
+                             "has no %s)", cpu_only,
+                             a->trace ? "op trace" : a->ckpt_dir || a->resume || a->stop_at != a->steps
+                                 ? "checkpoints" : a->eval_flag ? "evaluation" : "outer optimizer");
+        /* --sync-optimizer is accepted: it is the GPU trainer's only mode */
+    }
     return -1; /* go on */
 }
 
@@ -425,6 +491,166 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     return 0;
 }
 
+#ifdef ZB_HAVE_CUDA
+/* Prints the GPU run's summary line or JSON object (rank 0 only). */
+static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_model *m,
+                               const gpu_rank_info *rk, int gpu, const double *losses,
+                               long n_losses, double train_s, long tokens, size_t static_bytes,
+                               size_t peak_bytes)
+{
+    double tps = train_s > 0 ? (double)tokens / train_s : 0;
+    if (!a->json) {
+        printf("%s: %s, %d devices, %d stages, m=%d on cuda (%s); %ld steps, final loss %.4f, "
+               "%.0f tokens/s, GPU memory %.1f MB static + %.1f MB peak activations "
+               "(no validation on the GPU)\n",
+               a->file, s->name[0] ? s->name : "schedule", s->n_devices, s->n_stages, s->n_micro,
+               rk->world > 1 ? "one GPU per rank" : "one GPU", n_losses,
+               n_losses ? losses[n_losses - 1] : NAN, tps, (double)static_bytes / 1e6,
+               (double)peak_bytes / 1e6);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schedule", s->name);
+    cJSON_AddStringToObject(o, "model", m->name);
+    cJSON_AddStringToObject(o, "device", "cuda");
+    if (rk->world > 1)
+        cJSON_AddNullToObject(o, "gpu");
+    else
+        cJSON_AddNumberToObject(o, "gpu", gpu);
+    cJSON_AddNumberToObject(o, "ranks", rk->world);
+    cJSON_AddNumberToObject(o, "devices", s->n_devices);
+    cJSON_AddNumberToObject(o, "stages", s->n_stages);
+    cJSON_AddNumberToObject(o, "micro_batches", s->n_micro);
+    cJSON_AddNumberToObject(o, "batch_size", m->micro_batch);
+    cJSON_AddNumberToObject(o, "first_step", 0);
+    cJSON_AddNumberToObject(o, "steps", (double)n_losses);
+    cJSON *l = cJSON_AddArrayToObject(o, "losses");
+    for (long i = 0; i < n_losses; i++)
+        cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
+    cJSON_AddArrayToObject(o, "evals");
+    cJSON_AddNullToObject(o, "val_loss"); /* the GPU trainer has no evaluation */
+    cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "train_seconds", train_s);
+    /* rank 0's figures in a ranked run: its own GPU */
+    cJSON_AddNumberToObject(o, "gpu_static_bytes", (double)static_bytes);
+    cJSON_AddNumberToObject(o, "gpu_peak_activation_bytes", (double)peak_bytes);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+/* `--device cuda`: the schedule on one GPU (one stream per schedule
+ * device), or, when a launcher set ZB_WORLD_SIZE > 1, this process's rank
+ * of the multi-GPU executor.  m is the loaded model (vocab and batch size
+ * still the preset's; the trainer takes them from d and o).  Returns the
+ * exit status, having printed the error line itself. */
+static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_data *d,
+                    const trainer_opts *o)
+{
+    zb_err err = { { 0 } };
+    gpu_rank_info rk;
+    int ranked = gpu_rank_from_env(&rk, &err);
+    if (ranked < 0)
+        return cli_fail(&err);
+    ranked = ranked == 1 && rk.world > 1;
+    if (!ranked)
+        rk = (gpu_rank_info){ .rank = 0, .world = 1, .local_rank = rk.local_rank };
+    if (ranked && a->gpu >= 0)
+        return cli_usage("run", "--gpu is set by the launcher (ZB_LOCAL_RANK) in a run of %d ranks",
+                         rk.world);
+    int gpu = ranked ? rk.local_rank : a->gpu >= 0 ? (int)a->gpu : 0;
+    /* Fail before the NCCL bootstrap, where a rank would otherwise wait
+     * for peers that already gave up: no GPU, a missing GPU, a schedule
+     * that does not fit the ranks. */
+    int visible = zb_cuda_device_count();
+    if (visible == 0)
+        return cli_error("%s: no CUDA device%s", a->file,
+                         ranked ? " (this rank's GPU is missing)" : "");
+    if (gpu >= visible)
+        return cli_error("%s: CUDA device %d does not exist (%d visible)%s", a->file, gpu, visible,
+                         ranked ? "; ZB_LOCAL_RANK is the GPU index" : "");
+    if (ranked && s->n_devices != rk.world)
+        return cli_error("%s: the schedule has %d devices but the run has %d ranks (one GPU per "
+                         "device: use `zbsched launch --gpus %d`)", a->file, s->n_devices, rk.world,
+                         s->n_devices);
+    if (ranked && gpu_trainer_check_ranked(s, &err) != 0) {
+        zb_wrap(&err, "%s: ", a->file);
+        return cli_fail(&err);
+    }
+    int speaker = rk.rank == 0;  /* only rank 0 prints progress and the summary */
+    int quiet = a->quiet || !speaker;
+    m->vocab = d->vocab;
+    if (a->batch > 0)
+        m->micro_batch = (int)a->batch;
+    gpu_comm *comm = NULL;
+    gpu_trainer *t = NULL;
+    double *losses = NULL;
+    int rc = 1;
+    if (ranked) {
+        if (gpu_comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
+            zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
+            cli_fail(&err);
+            goto out;
+        }
+        if (gpu_trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
+            zb_wrap(&err, "%s with model %s on rank %d of %d: ", a->file, m->name, rk.rank, rk.world);
+            cli_fail(&err);
+            goto out;
+        }
+    } else if (gpu_trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
+        zb_wrap(&err, "%s with model %s on GPU %d: ", a->file, m->name, gpu);
+        cli_fail(&err);
+        goto out;
+    }
+    if (!quiet)
+        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on cuda %s, model %s: "
+                "%d layers, d=%d, vocab %d, batch %d x %d tokens\n",
+                s->name[0] ? s->name : a->file, s->n_devices, s->n_stages, s->n_micro,
+                ranked ? "with one GPU per rank" : "on one GPU", m->name, m->n_layers, m->d_model,
+                m->vocab, m->micro_batch, m->seq_len);
+    losses = calloc((size_t)a->steps, sizeof *losses);
+    if (!losses) {
+        cli_error("out of memory");
+        goto out;
+    }
+    long tokens_per_step = (long)s->n_micro * m->micro_batch * m->seq_len, tokens = 0;
+    double train_s = 0;
+    for (long step = 0; step < a->steps; step++) {
+        if (gpu_trainer_step(t, &losses[step], &err) != 0) {
+            cli_error("step %ld: %s", step + 1, err.msg);
+            goto out;
+        }
+        double dt = gpu_trainer_last_step_s(t);
+        train_s += dt;
+        tokens += tokens_per_step;
+        if (!isfinite(losses[step])) {
+            cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)", step + 1,
+                      isnan(losses[step]) ? "NaN" : "infinite");
+            goto out;
+        }
+        if (!quiet)
+            fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s\n", step + 1, a->steps,
+                    losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
+    }
+    size_t static_bytes = 0, peak_bytes = 0;
+    if (gpu_trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
+        cli_fail(&err);
+        goto out;
+    }
+    if (speaker)
+        print_cuda_summary(a, s, m, &rk, gpu, losses, a->steps, train_s, tokens, static_bytes,
+                           peak_bytes);
+    rc = 0;
+out:
+    free(losses);
+    gpu_trainer_free(t);
+    gpu_comm_free(comm);
+    return rc;
+}
+#endif
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -467,6 +693,13 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
+#ifdef ZB_HAVE_CUDA
+    if (a.cuda) {
+        o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
+        rc = run_cuda(&a, s, &m, d, &o);
+        goto out;
+    }
+#endif
     if (a.isl.replicas > 0) {
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
