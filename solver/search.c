@@ -426,14 +426,32 @@ out:
     return rc;
 }
 
-/* Ranking: fits by iteration time (then peak), then OOM by peak, then
- * skipped in enumeration order (stable through the index tie-break). */
+/* Iteration times closer than this ratio count as equal, so that a
+ * schedule that is faster only in the fifth digit (simulation noise from
+ * floating-point sums, far below what a real run resolves) does not win
+ * over one that needs much less memory.  Bucketing by log keeps the
+ * comparison transitive. */
+#define RANK_TIME_RESOLUTION 1.0005
+
+static long time_bucket(double ms)
+{
+    return ms > 0 ? (long)floor(log(ms) / log(RANK_TIME_RESOLUTION)) : 0;
+}
+
+/* Ranking: fits by iteration time (to RANK_TIME_RESOLUTION), then peak,
+ * then exact time; then OOM by peak; then skipped in enumeration order
+ * (stable through the insertion sort). */
 static int rank_cmp(const void *pa, const void *pb)
 {
     const search_candidate *a = pa, *b = pb;
     if (a->status != b->status)
         return a->status < b->status ? -1 : 1;
     if (a->status == SEARCH_FIT) {
+        long ta = time_bucket(a->iter_ms), tb = time_bucket(b->iter_ms);
+        if (ta != tb)
+            return ta < tb ? -1 : 1;
+        if (a->peak_bytes != b->peak_bytes)
+            return a->peak_bytes < b->peak_bytes ? -1 : 1;
         if (a->iter_ms != b->iter_ms)
             return a->iter_ms < b->iter_ms ? -1 : 1;
         if (a->peak_bytes != b->peak_bytes)

@@ -81,6 +81,14 @@ static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
     }
 }
 
+static void seg_grad_pointers(trainer *t, const seg_layout *l, float **ptr)
+{
+    for (int i = 0; i < l->n; i++) {
+        size_t n;
+        ptr[i] = trainer_stage_grads(t, l->stage[i], &n) + l->off[i];
+    }
+}
+
 void islands_opts_default(islands_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -117,46 +125,6 @@ static int check_opts(const islands_opts *io, zb_err *err)
         if (io->events[i].step < io->events[i - 1].step)
             return zb_fail(err, "islands: elastic events are not sorted by step");
     return 0;
-}
-
-/* The synchronous baseline: one trainer on K times larger micro-batches;
- * traffic = a ring all-reduce of every gradient segment per step. */
-static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
-                    const trainer_opts *base, const islands_opts *io,
-                    islands_result *res, zb_err *err)
-{
-    trainer_opts o = *base;
-    int b = base->batch_size > 0 ? base->batch_size : m->micro_batch;
-    o.batch_size = b * io->replicas;
-    o.data_stream = 0;
-    trainer *t = NULL;
-    if (trainer_create(s, m, d, &o, &t, err))
-        return -1;
-    seg_layout l;
-    if (seg_layout_build(t, &l, err)) {
-        trainer_free(t);
-        return -1;
-    }
-    uint64_t per_step = 0;
-    for (int i = 0; i < l.n; i++)
-        per_step += outer_allreduce_bytes(io->outer.wire, io->replicas, l.len[i]);
-    seg_layout_free(&l);
-    int rc = 0;
-    for (long step = 0; step < io->steps && rc == 0; step++) {
-        double loss;
-        if ((rc = trainer_step(t, &loss, err)) != 0)
-            break;
-        res->loss[step] = loss;
-        res->bytes_sent += per_step;
-        res->tokens += trainer_get_stats(t)->tokens_per_step;
-        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0)
-            rc = trainer_eval(t, &res->val_loss[step], err);
-    }
-    if (rc == 0)
-        rc = trainer_eval(t, &res->final_val_loss, err);
-    res->final_replicas = io->replicas;
-    trainer_free(t);
-    return rc;
 }
 
 typedef struct island_set {
@@ -221,6 +189,114 @@ static void island_set_free(island_set *is)
     free(is->t);
     free(is->ptr);
     seg_layout_free(&is->l);
+}
+
+/* 1 when every present replica's parameters equal replica first's bit for
+ * bit (what data parallelism promises after each step). */
+static int replicas_identical(const island_set *is, int first)
+{
+    for (int id = 0; id < is->cap; id++) {
+        if (!is->t[id] || id == first)
+            continue;
+        for (int st = 0; st < trainer_stage_count(is->t[id]); st++) {
+            size_t n;
+            const float *a = trainer_stage_params(is->t[first], st, &n);
+            const float *b = trainer_stage_params(is->t[id], st, &n);
+            if (memcmp(a, b, n * sizeof *a) != 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* The synchronous baseline: K trainers (same seed, data streams 0..K-1)
+ * each run their backward, the outer object all-reduces their gradients
+ * segment by segment through the ring (fp32 or int8, every byte counted)
+ * into the mean, and every trainer applies its optimizer step to that mean.
+ * Identical weights, moments and gradients give identical steps, so the
+ * replicas stay bit-identical; that is checked after every step. */
+static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
+                    const trainer_opts *base, const islands_opts *io,
+                    islands_result *res, zb_err *err)
+{
+    island_set is;
+    memset(&is, 0, sizeof is);
+    outer_t *o = NULL;
+    float **gptr = NULL;
+    int rc = 0;
+    if (island_add(&is, NULL, s, m, d, base, 0, err)) {
+        island_set_free(&is);
+        return -1;
+    }
+    if (outer_new(&io->outer, is.l.n, is.l.len, &o, err)) {
+        island_set_free(&is);
+        return -1;
+    }
+    if (!(gptr = malloc((size_t)is.l.n * sizeof *gptr)))
+        rc = zb_fail(err, "islands: out of memory");
+    for (int r = 0; r < io->replicas && rc == 0; r++) {
+        trainer *t = NULL;
+        if (r > 0) {
+            trainer_opts opts = *base;
+            opts.data_stream = (uint64_t)r;
+            if ((rc = trainer_create(s, m, d, &opts, &t, err)) != 0)
+                break;
+            if (r >= is.cap) { /* island_add's first call made 8 slots */
+                trainer **nt = realloc(is.t, (size_t)(r + 8) * sizeof *nt);
+                if (!nt) {
+                    trainer_free(t);
+                    rc = zb_fail(err, "islands: out of memory");
+                    break;
+                }
+                memset(nt + is.cap, 0, (size_t)(r + 8 - is.cap) * sizeof *nt);
+                is.t = nt;
+                is.cap = r + 8;
+            }
+            is.t[r] = t;
+        }
+        t = is.t[r];
+        seg_pointers(t, &is.l, is.ptr);
+        seg_grad_pointers(t, &is.l, gptr);
+        int id = outer_add_replica(o, is.ptr, gptr, err);
+        if (id < 0)
+            rc = -1;
+        else
+            assert(id == r); /* ids are handed out in order from 0 */
+    }
+    for (long step = 0; step < io->steps && rc == 0; step++) {
+        double sum = 0.0;
+        for (int r = 0; r < io->replicas && rc == 0; r++) {
+            double loss;
+            if ((rc = trainer_backward(is.t[r], &loss, err)) != 0)
+                break;
+            sum += loss;
+            res->tokens += trainer_get_stats(is.t[r])->tokens_per_step;
+        }
+        if (rc)
+            break;
+        res->loss[step] = sum / io->replicas;
+        if ((rc = outer_sync_grads(o, err)) != 0)
+            break;
+        for (int r = 0; r < io->replicas && rc == 0; r++)
+            rc = trainer_apply(is.t[r], err);
+        if (rc)
+            break;
+        if (!replicas_identical(&is, 0)) {
+            rc = zb_fail(err, "islands: sync replicas diverged at step %ld", step);
+            break;
+        }
+        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0)
+            rc = trainer_eval(is.t[0], &res->val_loss[step], err);
+    }
+    if (rc == 0)
+        rc = trainer_eval(is.t[0], &res->final_val_loss, err);
+    res->final_replicas = io->replicas;
+    res->outer_steps = outer_step_count(o);
+    res->bytes_sent = outer_traffic(o)->bytes_sent;
+    free(gptr);
+    outer_free(o);
+    island_set_free(&is);
+    return rc;
 }
 
 static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,

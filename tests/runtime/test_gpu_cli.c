@@ -1,0 +1,217 @@
+/*
+ * test_gpu_cli.c: `zbsched run --device cuda` and `zbsched profile --device
+ * cuda` where they can be tested without a GPU: the error paths.
+ *
+ * The same file is built into both kinds of build.  meson passes
+ * ZB_TEST_CUDA_BUILD=1 when the CUDA part is compiled in; then the tests
+ * expect the "no CUDA device" line (the child runs with
+ * CUDA_VISIBLE_DEVICES set empty, so even on a GPU machine it sees no
+ * GPU), and otherwise the "built without CUDA" line.  Both must be exactly
+ * one line on stderr with exit status 1, leave no output file behind, and
+ * return quickly: a rank of a launched run must fail before it would wait
+ * for its peers in the NCCL bootstrap.  The flags the GPU trainer does not
+ * support are refused with one usage line (exit 2) in a CUDA build, and
+ * `--device cpu` still trains as before.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#ifdef ZB_TEST_CUDA_BUILD
+#define CUDA_BUILT 1
+#else
+#define CUDA_BUILT 0
+#endif
+
+/* the line a --device cuda request must give on this build, without a GPU */
+#define NO_GPU_LINE (CUDA_BUILT ? "no CUDA device" \
+                                : "this zbsched was built without CUDA (meson -Dcuda=enabled)")
+
+static char dir[64];
+static char out_path[128], err_path[128], sched_path[128];
+static char out_text[1 << 15], err_text[1 << 13];
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `ENV zbsched ARGS` from the repository root with no visible GPU
+ * (env: extra VAR=value words or ""); returns the exit status (124 when
+ * the 60 s guard killed it, 128+signal when it crashed). */
+static int zb_env(const char *env, const char *fmt, ...)
+{
+    char args[1024], cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *exe = getenv("ZBSCHED"), *root = getenv("ZB_SOURCE_ROOT");
+    ck_assert_ptr_nonnull(exe);
+    ck_assert_ptr_nonnull(root);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && env -u ZB_RANK -u ZB_WORLD_SIZE -u ZB_LOCAL_RANK CUDA_VISIBLE_DEVICES= "
+             "%s timeout 60 '%s' %s >'%s' 2>'%s'",
+             root, env, exe, args, out_path, err_path);
+    int st = system(cmd);
+    slurp(out_path, out_text, sizeof out_text);
+    slurp(err_path, err_text, sizeof err_text);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#define zb(...) zb_env("", __VA_ARGS__)
+
+/* Asserts exit status want_rc and exactly one stderr line containing want. */
+static void assert_one_line(int rc, int want_rc, const char *want)
+{
+    ck_assert_msg(rc == want_rc, "exit %d (wanted %d), stderr: %s", rc, want_rc, err_text);
+    ck_assert_msg(strstr(err_text, want) != NULL, "wanted '%s' in: %s", want, err_text);
+    char *nl = strchr(err_text, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "not exactly one line: %s", err_text);
+    ck_assert_msg(out_text[0] == '\0', "stdout not empty: %s", out_text);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/zb_test_gpucli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    snprintf(sched_path, sizeof sched_path, "%s/1f1b.json", dir);
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 4 -o %s", sched_path), 0);
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(run_cuda_without_gpu_is_one_line)
+{
+    assert_one_line(zb("run %s --device cuda --steps 2", sched_path), 1, NO_GPU_LINE);
+    assert_one_line(zb("run %s --device cuda --gpu 1 --steps 2 --json -q", sched_path), 1,
+                    NO_GPU_LINE);
+    /* the same with a model file and the other flags the GPU path takes */
+    assert_one_line(zb("run %s --device cuda --steps 3 --seed 7 --batch-size 2 --lr 3e-4 "
+                       "--sync-optimizer --model shakespeare-char", sched_path), 1, NO_GPU_LINE);
+}
+END_TEST
+
+START_TEST(launched_rank_fails_before_the_bootstrap)
+{
+    /* rank 1 of 2 would wait up to minutes for rank 0's NCCL id; without a
+     * GPU it must fail at once with the one line */
+    assert_one_line(zb_env("ZB_RANK=1 ZB_WORLD_SIZE=2 ZB_LOCAL_RANK=1",
+                           "run %s --device cuda --steps 2", sched_path), 1, NO_GPU_LINE);
+    if (CUDA_BUILT) {
+        assert_one_line(zb_env("ZB_RANK=0 ZB_WORLD_SIZE=2", "run %s --device cuda --gpu 1 --steps 2",
+                               sched_path), 2, "--gpu is set by the launcher");
+        assert_one_line(zb_env("ZB_RANK=x ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2",
+                               sched_path), 1, "ZB_RANK");
+        assert_one_line(zb_env("ZB_RANK=3 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2",
+                               sched_path), 1, "ZB_RANK");
+    }
+}
+END_TEST
+
+START_TEST(cpu_only_flags_are_refused_with_cuda)
+{
+    /* %s: the temporary directory, where the refused outputs would go */
+    static const char *flags[][2] = {
+        { "--trace %s/T.json", "--trace" },
+        { "--checkpoint %s/CK", "--checkpoint" },
+        { "--checkpoint %s/CK --resume", "--checkpoint" },
+        { "--stop-at 1", "--stop-at" },
+        { "--eval-every 1", "--eval-every" },
+        { "--eval-windows 4", "--eval-windows" },
+        { "--replicas 2", "--replicas" },
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char extra[256];
+        snprintf(extra, sizeof extra, flags[i][0], dir);
+        int rc = zb("run %s --device cuda --steps 2 %s", sched_path, extra);
+        if (CUDA_BUILT) {
+            assert_one_line(rc, 2, flags[i][1]);
+            ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
+        } else {
+            assert_one_line(rc, 1, NO_GPU_LINE);
+        }
+    }
+    /* nothing was written where the refused flags pointed */
+    char path[160];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/T.json", dir);
+    ck_assert_msg(stat(path, &st) != 0, "a refused run wrote %s", path);
+    snprintf(path, sizeof path, "%s/CK", dir);
+    ck_assert_msg(stat(path, &st) != 0, "a refused run created %s", path);
+    /* device and gpu flags themselves, on every build */
+    assert_one_line(zb("run %s --device tpu --steps 2", sched_path), 2, "--device");
+    assert_one_line(zb("run %s --gpu 0 --steps 2", sched_path), 2, "--gpu N needs --device cuda");
+    assert_one_line(zb("run %s --device cuda --gpu -1 --steps 2", sched_path), 2, "--gpu");
+    assert_one_line(zb("run %s --device", sched_path), 2, "--device");
+}
+END_TEST
+
+START_TEST(profile_cuda_without_gpu_is_one_line)
+{
+    char prof[160];
+    snprintf(prof, sizeof prof, "%s/p.json", dir);
+    assert_one_line(zb("profile --device cuda -q -o %s", prof), 1, NO_GPU_LINE);
+    assert_one_line(zb("profile --device cuda --gpu 3 --model shakespeare-char -o %s", prof), 1,
+                    NO_GPU_LINE);
+    struct stat st;
+    ck_assert_msg(stat(prof, &st) != 0, "a failed profile left %s behind", prof);
+    assert_one_line(zb("profile --gpu 0 -o %s", prof), 2, "--gpu N needs --device cuda");
+    assert_one_line(zb("profile --device gpu -o %s", prof), 2, "--device");
+    ck_assert_int_eq(zb("profile --help"), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "--device cpu|cuda"));
+}
+END_TEST
+
+START_TEST(device_cpu_still_trains)
+{
+    int rc = zb("run %s --device cpu --steps 1 --eval-windows 2 --json -q", sched_path);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    cJSON *o = cJSON_Parse(out_text);
+    ck_assert_ptr_nonnull(o);
+    cJSON *l = cJSON_GetObjectItem(o, "losses");
+    ck_assert_int_eq(cJSON_GetArraySize(l), 1);
+    ck_assert(cJSON_GetArrayItem(l, 0)->valuedouble > 1.0);
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(o, "val_loss")));
+    cJSON_Delete(o);
+    ck_assert_int_eq(zb("run --help"), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "--device cpu|cuda"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gpu_cli");
+    TCase *tc = tcase_create("errors");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, run_cuda_without_gpu_is_one_line);
+    tcase_add_test(tc, launched_rank_fails_before_the_bootstrap);
+    tcase_add_test(tc, cpu_only_flags_are_refused_with_cuda);
+    tcase_add_test(tc, profile_cuda_without_gpu_is_one_line);
+    tcase_add_test(tc, device_cpu_still_trains);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
