@@ -20,13 +20,22 @@
  * Tightening, all valid for the simulator's semantics: the first op of
  * every stage, F(s,0), starts as early as possible (it does in any ASAP
  * execution: it depends only on F(s-1,0)), which also pins the start of
- * every stage's window; R <= the heuristic's cost (the heuristic is the
- * incumbent); so every op lies in [start_s + its forced predecessors' work,
- * start_s + R_heur - its forced successors' work], which gives each E_i
- * tight bounds and each pair a small big-M.  R's lower bound is the largest
- * of the stages' busy time, critical-path window and memory bound
- * (memory_bound below); when it meets the heuristic's cost, the heuristic
- * is optimal and no model is built.
+ * every stage's window; R <= r_cap, the heuristic's cost (the incumbent),
+ * or that minus 1 when every time is an integer (then only strictly better
+ * schedules are sought, and none means the heuristic is optimal); so every
+ * op lies in [start_s + its forced predecessors' work, start_s + r_cap -
+ * its forced successors' work], which gives each E_i tight bounds and each
+ * pair a small big-M.  Under tight memory limits (analyse, repeated to a
+ * fixpoint): memory-forced precedences (memory_lags: F(s,j+k) after
+ * B(s,j) or W(s,j) once k+1 micro-batches cannot be live at once), a
+ * memory release bound on each F's earliest end (memory_release_lb),
+ * latest ends pushed back from successors on other stages, and
+ * window-forced precedences (window_edges: a pair whose windows allow only
+ * one order gets that order as an edge).  The edges join the transitive
+ * closure, so ordered pairs lose their binaries.  R's lower bound is the
+ * largest of the stages' busy time, windows and memory bound (bound.c);
+ * when it meets the heuristic's cost, or the windows below r_cap are
+ * empty, the heuristic is optimal and no model is built.
  *
  * The solve: LP relaxation by simplex, then glp_intopt (no presolve, so
  * that the callback sees the original columns) whose callback hands the

@@ -426,19 +426,14 @@ out:
     return rc;
 }
 
-/* Iteration times closer than this ratio count as equal, so that a
- * schedule that is faster only in the fifth digit (simulation noise from
- * floating-point sums, far below what a real run resolves) does not win
- * over one that needs much less memory.  Bucketing by log keeps the
- * comparison transitive. */
-#define RANK_TIME_RESOLUTION 1.0005
-
+/* Bucketing by log keeps the comparison transitive (see
+ * SEARCH_TIME_RESOLUTION in search.h for why times are bucketed). */
 static long time_bucket(double ms)
 {
-    return ms > 0 ? (long)floor(log(ms) / log(RANK_TIME_RESOLUTION)) : 0;
+    return ms > 0 ? (long)floor(log(ms) / log(SEARCH_TIME_RESOLUTION)) : 0;
 }
 
-/* Ranking: fits by iteration time (to RANK_TIME_RESOLUTION), then peak,
+/* Ranking: fits by iteration time (to SEARCH_TIME_RESOLUTION), then peak,
  * then exact time; then OOM by peak; then skipped in enumeration order
  * (stable through the insertion sort). */
 static int rank_cmp(const void *pa, const void *pb)

@@ -22,6 +22,12 @@
 #include "src/cost_model.h"
 #include "src/sched.h"
 
+/* Iteration times closer than this ratio rank as equal, and the smaller
+ * peak memory wins among them: a schedule faster only in the fifth digit
+ * (floating-point noise of the simulation, far below what a real run
+ * resolves) should not beat one that needs much less memory. */
+#define SEARCH_TIME_RESOLUTION 1.0005
+
 typedef struct search_options {
     zb_model model;            /* model; its micro_batch is one of the sizes tried */
     zb_gpu gpu;                /* hardware of every device */
