@@ -14,7 +14,7 @@
  *       trains K replicas of a pipeline (P devices, M micro-batches of B
  *       sequences, the given generator) on tinyshakespeare for N inner
  *       steps each, once per mode in LIST (comma separated, from
- *       sync-fp32, diloco-fp32, diloco-int8, edit-fp32, edit-int8,
+ *       sync-fp32, sync-int8, diloco-fp32, diloco-int8, edit-fp32, edit-int8,
  *       a-edit-fp32, single), and prints per mode: final validation loss,
  *       bytes sent, outer steps, tokens and wall time.  Every mode uses the
  *       same compute (K x N replica steps); "single" is one replica alone
@@ -98,6 +98,7 @@ typedef struct mode {
 
 static const mode modes[] = {
     { "sync-fp32", OUTER_SYNC, OUTER_WIRE_FP32, 0 },
+    { "sync-int8", OUTER_SYNC, OUTER_WIRE_INT8, 0 },
     { "diloco-fp32", OUTER_DILOCO, OUTER_WIRE_FP32, 0 },
     { "diloco-int8", OUTER_DILOCO, OUTER_WIRE_INT8, 0 },
     { "edit-fp32", OUTER_EDIT, OUTER_WIRE_FP32, 0 },

@@ -890,6 +890,10 @@ static int ckpt_part_count(const trainer *t)
 
 int trainer_save(const trainer *t, const char *path, zb_err *err)
 {
+    /* Mid-step the generator has moved past batches the parameters have
+     * not learnt from: a resume would skip them. */
+    if (t->pending)
+        return zb_fail(err, "cannot checkpoint between trainer_backward and trainer_apply");
     int n = ckpt_part_count(t);
     ckpt_part *parts = calloc((size_t)n, sizeof *parts);
     if (!parts)
@@ -916,6 +920,8 @@ int trainer_save(const trainer *t, const char *path, zb_err *err)
 
 int trainer_load(trainer *t, const char *path, zb_err *err)
 {
+    if (t->pending)
+        return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
     /* Read into fresh buffers and commit only when everything matches, so
      * that a failure leaves the trainer as it was. */
     int n = ckpt_part_count(t);

@@ -109,8 +109,9 @@ void trainer_free(trainer *t);
 /* Runs one optimizer step over the schedule's m micro-batches and stores
  * the mean training loss in *loss (NaN/Inf losses are returned as they
  * are, with the step skipped; the caller decides whether that is fatal).
- * Returns 0, or -1 with err set (kernel failure, out of memory); after a
- * failure the trainer's parameters are unspecified. */
+ * Returns 0, or -1 with err set (kernel failure, out of memory, a
+ * trainer_backward pending its apply); after a kernel or memory failure
+ * the trainer's parameters are unspecified. */
 int trainer_step(trainer *t, double *loss, zb_err *err);
 
 /* First half of a step: draws the m micro-batches and runs the schedule's
@@ -177,12 +178,14 @@ const trainer_stats *trainer_get_stats(const trainer *t);
 
 /* Writes a checkpoint of everything a resumed run needs (parameters, AdamW
  * moments and step counts, step number, data generator state) atomically
- * to path (checkpoint.h).  Returns 0 or -1 with err set. */
+ * to path (checkpoint.h).  Returns 0 or -1 with err set (also while a
+ * backward is pending its apply). */
 int trainer_save(const trainer *t, const char *path, zb_err *err);
 
 /* Restores a checkpoint written by trainer_save for the same model, split
  * and seed-independent shapes.  Returns 0, or -1 with err set (missing,
- * corrupt, truncated, or from another model/split) leaving t unchanged. */
+ * corrupt, truncated, from another model/split, or a backward pending)
+ * leaving t unchanged. */
 int trainer_load(trainer *t, const char *path, zb_err *err);
 
 /* A copy of the schedule whose lanes carry the measured start and end of

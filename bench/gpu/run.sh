@@ -25,7 +25,12 @@
 #      shape (h 4096, 32 heads, 8 KV heads, d_ff 14336, s 4096, b 1):
 #      TFLOP/s and measured activation bytes vs the cost model
 #   9. the same layer's training step in PyTorch, eager and torch.compile
-#  10. summary.txt
+#  10. the CLI itself: build zbsched, then `zbsched run --device cuda` with
+#      1F1B and ZB-H2 (shakespeare-char, b 4, 3 stages, 6 micro-batches, 20
+#      steps): losses per step of both and their largest relative
+#      difference (same data and weights, only the op order differs); with
+#      >= 2 GPUs also `zbsched launch --gpus W run ... --device cuda`
+#  11. summary.txt
 #
 # Output, in $OUT (default ./gpu-out), at most 8 files:
 #   summary.txt  the figures, one "key value" per line, and step statuses
@@ -317,7 +322,54 @@ layer_and_torch() { # tag model d heads kv ff seq batch
 layer_and_torch 1.5b "$WORK/gpt1.5b-swiglu.json" 2304 24 24 6144 1024 6
 layer_and_torch 8b "$WORK/llama3-8b-s4096.json" 4096 32 8 14336 4096 1
 
-# ---- 10. summary --------------------------------------------------------------
+# ---- 10. the CLI: `zbsched run --device cuda`, 1F1B vs ZB-H2 -----------------
+# Built last and on its own: zbsched links every library (graphviz, glpk
+# from the prefix), so a link problem here cannot cost the steps above.
+ZB="$BUILD/zbsched"
+cli_run() { # kind
+    "$ZB" gen "$1" -p 3 -m 6 -o "$WORK/cli-$1.json" || return 1
+    "$ZB" run "$WORK/cli-$1.json" --device cuda --model "$WORK/shakespeare-b4.json" \
+        --data "$DATA" --steps 20 --json -q > "$WORK/cli-$1.out"
+}
+cli_launch() { # world
+    "$ZB" gen 1f1b -p "$1" -m $(( 2 * $1 )) -o "$WORK/cli-w$1.json" || return 1
+    ZB_MASTER_PORT=29681 "$ZB" launch --gpus "$1" run "$WORK/cli-w$1.json" --device cuda \
+        --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1.out"
+}
+export ZB
+export -f cli_run cli_launch
+if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc)" zbsched; then
+    for kind in 1f1b zb-h2; do
+        step "cli_run_$kind" 60 cli_run "$kind"
+        cat "$WORK/cli-$kind.out"
+    done
+    LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$PY" - "$WORK/cli-1f1b.out" "$WORK/cli-zb-h2.out" \
+        >> "$SUMMARY" <<'PYEOF'
+import json, sys
+runs = {}
+for path, kind in zip(sys.argv[1:], ("1f1b", "zb-h2")):
+    try:
+        runs[kind] = json.loads(open(path).read().strip().splitlines()[-1])
+    except Exception as e:
+        print(f"cli_run_{kind} no JSON ({e.__class__.__name__})")
+for kind, r in runs.items():
+    print(f"cli_run_{kind}_losses " + " ".join(f"{x:.4f}" for x in r["losses"]))
+    print(f"cli_run_{kind}_tokens_per_s {r['tokens_per_s']:.0f}")
+    print(f"cli_run_{kind}_gpu_peak_activation_bytes {r['gpu_peak_activation_bytes']:.0f}")
+if len(runs) == 2:
+    a, b = runs["1f1b"]["losses"], runs["zb-h2"]["losses"]
+    d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    print(f"cli_run_max_rel_loss_diff_1f1b_vs_zb-h2 {d:.2e}")
+PYEOF
+    if [ "${NGPU:-0}" -ge 2 ]; then
+        W=$(( NGPU < 4 ? NGPU : 4 ))
+        step "cli_launch_w$W" 90 cli_launch "$W"
+        cat "$WORK/cli-w$W.out"
+        sed "s/^/cli_launch_w$W /" "$WORK/cli-w$W.out" >> "$SUMMARY"
+    fi
+fi
+
+# ---- 11. summary --------------------------------------------------------------
 note "elapsed_s $(( $(date +%s) - START ))"
 set +x
 say "done in $(( $(date +%s) - START ))s; summary in $SUMMARY"

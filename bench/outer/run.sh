@@ -6,7 +6,7 @@
 set -eu
 B=${1:-build}
 T="$B/bench/bench_outer train --model bench/outer/islands-small.json --replicas 4 --steps 1000 --micro 2"
-$T --inner-steps 50 --modes sync-fp32,diloco-fp32,diloco-int8,edit-fp32,edit-int8,single
+$T --inner-steps 50 --modes sync-fp32,sync-int8,diloco-fp32,diloco-int8,edit-fp32,edit-int8,single
 $T --inner-steps 50 --modes a-edit-fp32 --sync-interval 5
 $T --inner-steps 10 --modes diloco-fp32,diloco-int8
 $T --inner-steps 50 --modes diloco-fp32 --outer-lr 1 --outer-momentum 0

@@ -5,7 +5,9 @@
  * The replicas' trainers live in an array indexed by outer replica id (ids
  * are never reused, so the array only grows on joins).  Per inner step:
  * apply the elastic events of this step, step every replica that trains,
- * note the step, and let the outer optimizer sync when it is due.
+ * note the step, and let the outer optimizer sync when it is due.  The
+ * sync mode has its own loop (run_sync): backward on every replica, one
+ * gradient all-reduce, apply on every replica, check they still agree.
  */
 #include "runtime/outer/islands.h"
 

@@ -13,13 +13,11 @@
  * Replicas step one after another in the calling thread (each trainer runs
  * its own device threads), which keeps the run deterministic.
  *
- * The sync baseline: the trainer offers no hook between backward and the
- * optimizer step, so K-way data parallelism is run as its exact arithmetic
- * equivalent, one trainer whose micro-batches are K times larger (the mean
- * loss over K*b sequences has the gradient of the mean of the K replicas'
- * gradients); the traffic counted per step is what the K replicas' ring
- * all-reduce of the gradient (one per segment) would send, by
- * outer_allreduce_bytes.  Compute per step is equal to K replicas.
+ * The sync baseline is real data parallelism: the K trainers each run
+ * trainer_backward, outer_sync_grads averages their gradients through the
+ * ring all-reduce (one per segment, fp32 or int8, the bytes actually sent
+ * counted), and each runs trainer_apply on the mean.  The replicas stay
+ * bit-identical, which is checked after every step.
  *
  * Elastic replicas: a list of events (at inner step t, replica r leaves, or
  * a new one joins) is applied between steps; a joiner gets a fresh trainer
@@ -84,7 +82,8 @@ void islands_opts_default(islands_opts *o);
  * optimizer, then a final outer step when inner steps are pending, and
  * evaluates the result.  Fills *res (free with islands_result_free).
  * Returns 0, or -1 with err set (invalid options, a trainer failure, a
- * non-finite DiLoCo pseudo-gradient, an event naming an absent replica). */
+ * non-finite DiLoCo pseudo-gradient, an event naming an absent replica,
+ * sync replicas that diverged, which would be a bug). */
 int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                 const trainer_opts *base, const islands_opts *io,
                 islands_result *res, zb_err *err);

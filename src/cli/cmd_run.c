@@ -550,27 +550,20 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
                     const trainer_opts *o)
 {
     zb_err err = { { 0 } };
-    gpu_rank_info rk;
+    gpu_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
     int ranked = gpu_rank_from_env(&rk, &err);
     if (ranked < 0)
         return cli_fail(&err);
     ranked = ranked == 1 && rk.world > 1;
-    if (!ranked)
-        rk = (gpu_rank_info){ .rank = 0, .world = 1, .local_rank = rk.local_rank };
+    if (!ranked) /* one process: every schedule device on one GPU */
+        rk = (gpu_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
     if (ranked && a->gpu >= 0)
         return cli_usage("run", "--gpu is set by the launcher (ZB_LOCAL_RANK) in a run of %d ranks",
                          rk.world);
     int gpu = ranked ? rk.local_rank : a->gpu >= 0 ? (int)a->gpu : 0;
     /* Fail before the NCCL bootstrap, where a rank would otherwise wait
-     * for peers that already gave up: no GPU, a missing GPU, a schedule
-     * that does not fit the ranks. */
-    int visible = zb_cuda_device_count();
-    if (visible == 0)
-        return cli_error("%s: no CUDA device%s", a->file,
-                         ranked ? " (this rank's GPU is missing)" : "");
-    if (gpu >= visible)
-        return cli_error("%s: CUDA device %d does not exist (%d visible)%s", a->file, gpu, visible,
-                         ranked ? "; ZB_LOCAL_RANK is the GPU index" : "");
+     * for peers that already gave up: a schedule that does not fit the
+     * ranks (checked first: needs no GPU), no GPU, a missing GPU. */
     if (ranked && s->n_devices != rk.world)
         return cli_error("%s: the schedule has %d devices but the run has %d ranks (one GPU per "
                          "device: use `zbsched launch --gpus %d`)", a->file, s->n_devices, rk.world,
@@ -579,6 +572,13 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
         zb_wrap(&err, "%s: ", a->file);
         return cli_fail(&err);
     }
+    int visible = zb_cuda_device_count();
+    if (visible == 0)
+        return cli_error("%s: no CUDA device%s", a->file,
+                         ranked ? " (this rank's GPU is missing)" : "");
+    if (gpu >= visible)
+        return cli_error("%s: CUDA device %d does not exist (%d visible)%s", a->file, gpu, visible,
+                         ranked ? "; ZB_LOCAL_RANK is the GPU index" : "");
     int speaker = rk.rank == 0;  /* only rank 0 prints progress and the summary */
     int quiet = a->quiet || !speaker;
     m->vocab = d->vocab;
@@ -605,10 +605,10 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
         goto out;
     }
     if (!quiet)
-        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on cuda %s, model %s: "
+        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on cuda (%s), model %s: "
                 "%d layers, d=%d, vocab %d, batch %d x %d tokens\n",
                 s->name[0] ? s->name : a->file, s->n_devices, s->n_stages, s->n_micro,
-                ranked ? "with one GPU per rank" : "on one GPU", m->name, m->n_layers, m->d_model,
+                ranked ? "one GPU per rank" : "one GPU", m->name, m->n_layers, m->d_model,
                 m->vocab, m->micro_batch, m->seq_len);
     losses = calloc((size_t)a->steps, sizeof *losses);
     if (!losses) {

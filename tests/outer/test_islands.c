@@ -3,7 +3,8 @@
  * end to end on tinyshakespeare with a narrow model: outer steps happen
  * every H inner steps, bytes match the ring formula, int8 sends about a
  * quarter, runs are deterministic, the sync baseline counts a gradient
- * all-reduce per step, a replica leaving and one joining mid-run leave a
+ * all-reduce per step (K real replicas; K = 1 is a plain trainer bit for
+ * bit), a replica leaving and one joining mid-run leave a
  * working model, and training lowers the loss.
  */
 #include <check.h>
@@ -185,6 +186,44 @@ START_TEST(sync_baseline_counts_gradient_allreduce)
 }
 END_TEST
 
+/* The sync mode runs K real trainers: with int8 the bytes are the int8
+ * ring formula per step; with K = 1 it is a plain trainer, bit for bit
+ * (an all-reduce over one replica divides by 1 and sends nothing). */
+START_TEST(sync_runs_real_replicas)
+{
+    fixture f;
+    fixture_init(&f);
+    islands_result r;
+    run(&f, OUTER_SYNC, OUTER_WIRE_INT8, 3, 3, 1, NULL, 0, &r);
+    ck_assert_uint_eq(r.bytes_sent, 3 * model_allreduce_bytes(&f, OUTER_WIRE_INT8, 3));
+    ck_assert_int_eq(r.tokens, 3L * 3 * 2 * 2 * f.m.seq_len);
+    ck_assert_int_eq(r.final_replicas, 3);
+    for (long i = 0; i < r.steps; i++)
+        ck_assert(isfinite(r.loss[i]));
+    ck_assert(isfinite(r.final_val_loss));
+    islands_result_free(&r);
+
+    islands_result one;
+    run(&f, OUTER_SYNC, OUTER_WIRE_FP32, 1, 3, 1, NULL, 0, &one);
+    ck_assert_uint_eq(one.bytes_sent, 0);
+    trainer *t = NULL;
+    zb_err err = { "" };
+    ck_assert_msg(trainer_create(f.s, &f.m, f.d, &f.topts, &t, &err) == 0, "%s", err.msg);
+    for (long i = 0; i < 3; i++) {
+        double loss;
+        ck_assert_msg(trainer_step(t, &loss, &err) == 0, "%s", err.msg);
+        ck_assert_msg(memcmp(&loss, &one.loss[i], sizeof loss) == 0, "step %ld: %.9g vs %.9g",
+                      i, loss, one.loss[i]);
+    }
+    double val;
+    ck_assert_msg(trainer_eval(t, &val, &err) == 0, "%s", err.msg);
+    ck_assert(memcmp(&val, &one.final_val_loss, sizeof val) == 0);
+    trainer_free(t);
+    islands_result_free(&one);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(elastic_replica_leaves_and_joins)
 {
     fixture f;
@@ -228,6 +267,7 @@ int main(void)
     tcase_add_test(tc, diloco_syncs_every_h_and_counts_bytes);
     tcase_add_test(tc, training_lowers_the_loss);
     tcase_add_test(tc, sync_baseline_counts_gradient_allreduce);
+    tcase_add_test(tc, sync_runs_real_replicas);
     tcase_add_test(tc, elastic_replica_leaves_and_joins);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -123,6 +123,14 @@ START_TEST(launched_rank_fails_before_the_bootstrap)
                                sched_path), 1, "ZB_RANK");
         assert_one_line(zb_env("ZB_RANK=3 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2",
                                sched_path), 1, "ZB_RANK");
+        /* schedule checks come before the GPU check: they need no GPU */
+        assert_one_line(zb_env("ZB_RANK=0 ZB_WORLD_SIZE=3", "run %s --device cuda --steps 2",
+                               sched_path), 1, "the schedule has 2 devices but the run has 3 ranks");
+        char zbv[160];
+        snprintf(zbv, sizeof zbv, "%s/zbv.json", dir);
+        ck_assert_int_eq(zb("gen zb-v -p 2 -m 4 -o %s", zbv), 0);
+        assert_one_line(zb_env("ZB_RANK=1 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2", zbv),
+                        1, "not supported");
     }
 }
 END_TEST

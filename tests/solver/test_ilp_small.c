@@ -1,19 +1,22 @@
 /*
  * test_ilp_small.c: the ILP's tightenings for small pipelines under tight
- * memory limits (solver/ilp.c: memory-forced precedences, the R <= zb-auto
- * - 1 cutoff for integer times, latest ends from successors).
+ * memory limits (solver/ilp.c: memory-forced and window-forced
+ * precedences, the memory release bound, latest ends from successors and
+ * the R <= zb-auto - 1 cutoff for integer times).
  *
  * Two kinds of checks:
- *   - exactness: on pipelines small enough to enumerate (p <= 3, m = 3 or
- *     4), every per-device order of F, B, W that keeps same-kind ops in
- *     micro-batch order (the model's symmetry breaking) is simulated by
- *     solver_eval; the best one that fits the limit must equal the ILP's
- *     proven optimum.  A cut that removed the optimum would show here as an
- *     ILP cost above the enumerated one.
- *   - proofs: cases that were open before (p=4, m=8 at 2 M_B) must now be
- *     proven optimal within their time limit, and a case where zb-auto is
- *     not optimal must still be improved (the cutoff hides the heuristic's
- *     schedule from GLPK, so the ILP must find the better one itself).
+ *   - exactness: on pipelines small enough to enumerate (p = 2, m = 4;
+ *     p = 3, m = 3 or 4), every per-device order of F, B, W that keeps
+ *     same-kind ops in micro-batch order (the model's symmetry breaking) is
+ *     simulated by solver_eval; the best one that fits the limit must equal
+ *     the ILP's proven optimum.  zb-auto happens to be optimal on all of
+ *     these (a scan of p=2, m<=5 and p=3, m<=4 over ten cost ratios found
+ *     no exception), so this checks that no proof claims a wrong value;
+ *   - a cut that removed a better-than-zb-auto optimum shows in
+ *     still_beats_heuristic (p=4, m=6, 3 M_B: 138 < 140; the cutoff hides
+ *     the heuristic's schedule, so GLPK must find 138 itself): making the
+ *     B lag one micro-batch too short, for one, fails it;
+ *   - proofs: p=4, m=8 at 2 M_B (open before) must now be proven.
  * About 1 s in a plain build.
  */
 #include <string.h>
