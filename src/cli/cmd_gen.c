@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "schedules/gen.h"
+#include "src/cli/cli_costs.h"
 #include "solver/solver.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
@@ -102,8 +103,7 @@ out:
 }
 
 enum {
-    OPT_CHUNKS = 256, OPT_TF, OPT_TB, OPT_TW, OPT_TCOMM, OPT_MF, OPT_MB, OPT_MW,
-    OPT_MEM_LIMIT, OPT_TIME_LIMIT,
+    OPT_CHUNKS = 256, OPT_MEM_LIMIT, OPT_TIME_LIMIT,
 };
 
 int cmd_gen(int argc, char **argv)
@@ -112,13 +112,7 @@ int cmd_gen(int argc, char **argv)
         { "stages", required_argument, NULL, 'p' },
         { "microbatches", required_argument, NULL, 'm' },
         { "chunks", required_argument, NULL, OPT_CHUNKS },
-        { "tf", required_argument, NULL, OPT_TF },
-        { "tb", required_argument, NULL, OPT_TB },
-        { "tw", required_argument, NULL, OPT_TW },
-        { "tcomm", required_argument, NULL, OPT_TCOMM },
-        { "mf", required_argument, NULL, OPT_MF },
-        { "mb", required_argument, NULL, OPT_MB },
-        { "mw", required_argument, NULL, OPT_MW },
+        CLI_COST_OPTIONS,
         { "mem-limit", required_argument, NULL, OPT_MEM_LIMIT },
         { "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
         { "output", required_argument, NULL, 'o' },
@@ -153,29 +147,13 @@ int cmd_gen(int argc, char **argv)
             gp.chunks = (int)v;
             chunks_given = 1;
             break;
-        case OPT_TF: case OPT_TB: case OPT_TW: case OPT_TCOMM:
-        case OPT_MF: case OPT_MB: case OPT_MW: case OPT_TIME_LIMIT: {
-            const char *name = c == OPT_TF ? "--tf" : c == OPT_TB ? "--tb" : c == OPT_TW ? "--tw" :
-                               c == OPT_TCOMM ? "--tcomm" : c == OPT_MF ? "--mf" :
-                               c == OPT_MB ? "--mb" : c == OPT_MW ? "--mw" : "--time-limit";
-            if (cli_parse_double(name, optarg, &x, &err))
+        case OPT_TIME_LIMIT:
+            if (cli_parse_double("--time-limit", optarg, &x, &err))
                 return cli_fail(&err);
-            if (c == OPT_TF || c == OPT_TB || c == OPT_TW || c == OPT_TCOMM || c == OPT_TIME_LIMIT) {
-                if (x < 0)
-                    return cli_error("%s: %s must not be negative", name, optarg);
-            }
-            switch (c) {
-            case OPT_TF: gp.t_f = x; break;
-            case OPT_TB: gp.t_b = x; break;
-            case OPT_TW: gp.t_w = x; break;
-            case OPT_TCOMM: gp.t_comm = x; break;
-            case OPT_MF: gp.m_f = x; break;
-            case OPT_MB: gp.m_b = x; break;
-            case OPT_MW: gp.m_w = x; break;
-            default: gp.time_limit = x; break;
-            }
+            if (x < 0)
+                return cli_error("--time-limit: %s must not be negative", optarg);
+            gp.time_limit = x;
             break;
-        }
         case OPT_MEM_LIMIT:
             mem_text = optarg;
             break;
@@ -187,8 +165,14 @@ int cmd_gen(int argc, char **argv)
             return 0;
         case ':':
             return cli_usage("gen", "%s needs a value (see --help)", argv[optind - 1]);
-        default:
-            return cli_usage("gen", "unknown option '%s' (see --help)", argv[optind - 1]);
+        default: {
+            int r = cli_cost_option(c, optarg, &gp, &err);
+            if (r < 0)
+                return cli_fail(&err);
+            if (r == 0)
+                return cli_usage("gen", "unknown option '%s' (see --help)", argv[optind - 1]);
+            break;
+        }
         }
     }
     if (optind >= argc)

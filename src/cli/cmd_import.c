@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "schedules/gen.h"
+#include "src/cli/cli_costs.h"
 #include "src/sched_io.h"
 #include "src/torch_csv.h"
 #include "src/validate.h"
@@ -39,19 +40,13 @@ static void usage(FILE *out)
         "  -h, --help             this text\n");
 }
 
-enum { OPT_TF = 256, OPT_TB, OPT_TW, OPT_TCOMM, OPT_MF, OPT_MB, OPT_MW, OPT_NAME };
+enum { OPT_NAME = 256 };
 
 int cmd_import(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "microbatches", required_argument, NULL, 'm' },
-        { "tf", required_argument, NULL, OPT_TF },
-        { "tb", required_argument, NULL, OPT_TB },
-        { "tw", required_argument, NULL, OPT_TW },
-        { "tcomm", required_argument, NULL, OPT_TCOMM },
-        { "mf", required_argument, NULL, OPT_MF },
-        { "mb", required_argument, NULL, OPT_MB },
-        { "mw", required_argument, NULL, OPT_MW },
+        CLI_COST_OPTIONS,
         { "name", required_argument, NULL, OPT_NAME },
         { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
@@ -62,7 +57,6 @@ int cmd_import(int argc, char **argv)
     const char *out_path = NULL, *name = NULL;
     long n_micro = 0;
     zb_err err = { "" };
-    double x;
     int c;
     optind = 1;
     opterr = 0;
@@ -72,26 +66,6 @@ int cmd_import(int argc, char **argv)
             if (cli_parse_int("--microbatches", optarg, 1, 1 << 24, &n_micro, &err))
                 return cli_fail(&err);
             break;
-        case OPT_TF: case OPT_TB: case OPT_TW: case OPT_TCOMM:
-        case OPT_MF: case OPT_MB: case OPT_MW: {
-            const char *flag = c == OPT_TF ? "--tf" : c == OPT_TB ? "--tb" : c == OPT_TW ? "--tw" :
-                               c == OPT_TCOMM ? "--tcomm" : c == OPT_MF ? "--mf" :
-                               c == OPT_MB ? "--mb" : "--mw";
-            if (cli_parse_double(flag, optarg, &x, &err))
-                return cli_fail(&err);
-            if (x < 0 && (c == OPT_TF || c == OPT_TB || c == OPT_TW || c == OPT_TCOMM))
-                return cli_error("%s: %s must not be negative", flag, optarg);
-            switch (c) {
-            case OPT_TF: gp.t_f = x; break;
-            case OPT_TB: gp.t_b = x; break;
-            case OPT_TW: gp.t_w = x; break;
-            case OPT_TCOMM: gp.t_comm = x; break;
-            case OPT_MF: gp.m_f = x; break;
-            case OPT_MB: gp.m_b = x; break;
-            default: gp.m_w = x; break;
-            }
-            break;
-        }
         case OPT_NAME:
             if (strlen(optarg) >= sizeof(((sched_t *)0)->name))
                 return cli_usage("import", "--name is longer than %zu characters",
@@ -101,7 +75,14 @@ int cmd_import(int argc, char **argv)
         case 'o': out_path = optarg; break;
         case 'h': usage(stdout); return 0;
         case ':': return cli_usage("import", "%s needs a value (see --help)", argv[optind - 1]);
-        default: return cli_usage("import", "unknown option '%s' (see --help)", argv[optind - 1]);
+        default: {
+            int r = cli_cost_option(c, optarg, &gp, &err);
+            if (r < 0)
+                return cli_fail(&err);
+            if (r == 0)
+                return cli_usage("import", "unknown option '%s' (see --help)", argv[optind - 1]);
+            break;
+        }
         }
     }
     if (optind >= argc)

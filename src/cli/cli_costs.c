@@ -1,0 +1,30 @@
+/*
+ * cli_costs.c: parsing of the shared cost and memory flags (cli_costs.h).
+ */
+#include "src/cli/cli_costs.h"
+
+#include "src/cli/cli.h"
+
+int cli_cost_option(int c, const char *arg, gen_params *gp, zb_err *err)
+{
+    static const char *const names[] = { "--tf", "--tb", "--tw", "--tcomm", "--mf", "--mb", "--mw" };
+    if (c < CLI_OPT_TF || c > CLI_OPT_MW)
+        return 0;
+    const char *flag = names[c - CLI_OPT_TF];
+    double x;
+    if (cli_parse_double(flag, arg, &x, err))
+        return -1;
+    /* Times are durations; memory deltas are signed by nature. */
+    if (x < 0 && c <= CLI_OPT_TCOMM)
+        return zb_fail(err, "%s: %s must not be negative", flag, arg);
+    switch (c) {
+    case CLI_OPT_TF: gp->t_f = x; break;
+    case CLI_OPT_TB: gp->t_b = x; break;
+    case CLI_OPT_TW: gp->t_w = x; break;
+    case CLI_OPT_TCOMM: gp->t_comm = x; break;
+    case CLI_OPT_MF: gp->m_f = x; break;
+    case CLI_OPT_MB: gp->m_b = x; break;
+    default: gp->m_w = x; break;
+    }
+    return 1;
+}
