@@ -39,7 +39,8 @@
  *
  * The solve: LP relaxation by simplex, then glp_intopt (no presolve, so
  * that the callback sees the original columns) whose callback hands the
- * heuristic's schedule in at the first GLP_IHEUR (glp_ios_heur_sol) and
+ * heuristic's schedule in at the first GLP_IHEUR (glp_ios_heur_sol; only
+ * when r_cap is the heuristic's cost, else it is no solution) and
  * tracks the best bound.  GLPK's terminal output goes to the solver log
  * (solver_set_log; discarded by default); its fatal errors longjmp back
  * here, GLPK's environment is freed and an error is returned.  The result
