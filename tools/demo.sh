@@ -32,8 +32,7 @@ if [ -f "$DATA" ]; then
   echo "== 3. training the tiny model with ZB-H1 on 2 devices (CPU threads), 20 steps"
   "$Z" gen zb-h1 -p 2 -m 4 -o "$O/tiny-zb-h1.json"
   "$Z" run "$O/tiny-zb-h1.json" --data "$DATA" --model tiny --steps 20 --eval-every 10 \
-       --trace "$O/tiny-trace.json" -q --json > "$O/tiny-run.json"
-  cat "$O/tiny-run.json"; echo
+       --trace "$O/tiny-trace.json" -q
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-zb-h1.json" -o "$O/tiny-compare.svg"
 else
   echo "(skipping the training step: $DATA not found)"
