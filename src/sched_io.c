@@ -21,6 +21,7 @@
  * rename) so that a failed or interrupted command never leaves a half file.
  */
 #include "src/sched_io.h"
+#include "src/parse_uint.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -200,24 +201,6 @@ static int get_device_array(const sched_t *s, const cJSON *it, const char *what,
     return 0;
 }
 
-/* Parses an unsigned decimal of at most 9 digits at *p; advances *p. */
-static int parse_uint(const char **p, int *out)
-{
-    const char *q = *p;
-    int v = 0, n = 0;
-    while (*q >= '0' && *q <= '9') {
-        if (++n > 9)
-            return -1;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (n == 0)
-        return -1;
-    *p = q;
-    *out = v;
-    return 0;
-}
-
 /* Parses an op token: KIND MB [@STAGE], KIND one of F, B, W, BW.  *stage is
  * -1 when the token names none.  Returns 0 or -1 when malformed. */
 static int parse_op_token(const char *tok, int *kind, int *mb, int *stage)
@@ -238,12 +221,12 @@ static int parse_op_token(const char *tok, int *kind, int *mb, int *stage)
     default:
         return -1;
     }
-    if (parse_uint(&p, mb))
+    if (zb_parse_uint(&p, NULL, mb))
         return -1;
     *stage = -1;
     if (*p == '@') {
         p++;
-        if (parse_uint(&p, stage))
+        if (zb_parse_uint(&p, NULL, stage))
             return -1;
     }
     return *p == '\0' ? 0 : -1;

@@ -15,6 +15,7 @@
  * by PyTorch's _dump_csv, torchtitan users or by hand.
  */
 #include "src/torch_csv.h"
+#include "src/parse_uint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,24 +59,6 @@ typedef struct csv_action {
     uint8_t kind; /* op_kind */
 } csv_action;
 
-/* Parses an unsigned decimal of at most 9 digits from [*p, end). */
-static int csv_uint(const char **p, const char *end, int *out)
-{
-    const char *q = *p;
-    int v = 0, n = 0;
-    while (q < end && *q >= '0' && *q <= '9') {
-        if (++n > 9)
-            return -1;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (n == 0)
-        return -1;
-    *p = q;
-    *out = v;
-    return 0;
-}
-
 static int is_comm_action(const char *p, size_t n)
 {
     static const char *const names[] = { "UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F",
@@ -91,7 +74,7 @@ static int parse_cell(const char *p, const char *end, int row, int col, csv_acti
 {
     const char *cell = p;
     int clen = (int)(end - p);
-    if (csv_uint(&p, end, &a->stage))
+    if (zb_parse_uint(&p, end, &a->stage))
         return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
                        row, col, clen > 40 ? 40 : clen, cell);
     if (p < end && is_comm_action(p, (size_t)(end - p)))
@@ -110,7 +93,7 @@ static int parse_cell(const char *p, const char *end, int row, int col, csv_acti
         return zb_fail(err, "row %d, cell %d ('%.*s'): unknown action type (expected F, I, W or B)",
                        row, col, clen > 40 ? 40 : clen, cell);
     p++;
-    if (csv_uint(&p, end, &a->mb) || p != end)
+    if (zb_parse_uint(&p, end, &a->mb) || p != end)
         return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
                        row, col, clen > 40 ? 40 : clen, cell);
     if (a->stage >= CSV_MAX_STAGE || a->mb >= CSV_MAX_MICRO)

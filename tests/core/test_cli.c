@@ -6,16 +6,14 @@
  * through PyTorch CSV for every generator kind).
  */
 #include <check.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "src/sched_io.h"
+#include "tests/common/cli_run.h"
 #include "tests/core/fixtures.h"
 
 static char tmpdir[] = "/tmp/zb_cli_testXXXXXX";
@@ -33,17 +31,9 @@ static const char *tmp(const char *name)
     return b;
 }
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs `zbsched ARGS...` (NULL-terminated) with stdin from in_path (or
- * /dev/null); returns the exit status, or -1 when it did not exit. */
+ * /dev/null), stdout into out_text and stderr into err_text; returns the
+ * exit status, or -1 when it did not exit. */
 static int run(const char *in_path, ...)
 {
     const char *prog = getenv("ZBSCHED");
@@ -58,36 +48,16 @@ static int run(const char *in_path, ...)
         argv[argc++] = (char *)a;
     va_end(ap);
     argv[argc] = NULL;
-    char o[600], e[600];
-    snprintf(o, sizeof o, "%s/stdout", tmpdir);
-    snprintf(e, sizeof e, "%s/stderr", tmpdir);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
-        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (in < 0 || fo < 0 || fe < 0)
-            _exit(127);
-        dup2(in, 0);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(prog, argv);
-        _exit(127);
-    }
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    slurp(o, out_text, sizeof out_text);
-    slurp(e, err_text, sizeof err_text);
-    unlink(o);
-    unlink(e);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return cli_exec(argv, in_path, out_text, sizeof out_text, err_text, sizeof err_text);
 }
 
-static int exists(const char *path)
+static void slurp(const char *path, char *buf, size_t cap)
 {
-    struct stat st;
-    return stat(path, &st) == 0;
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
 }
 
 static void write_text(const char *path, const char *text)
@@ -98,23 +68,13 @@ static void write_text(const char *path, const char *text)
     fclose(f);
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
 /* The last run failed cleanly: non-zero exit (not a signal), one line on
  * stderr containing frag, and no output file at out (when given). */
 #define EXPECT_CLEAN_FAILURE(rc, frag, out)                                            \
     do {                                                                               \
         ck_assert_msg((rc) > 0, "exit %d, stderr: %s", (rc), err_text);                \
-        ck_assert_msg(count_lines(err_text) == 1, "stderr not one line: '%s'", err_text); \
-        ck_assert_msg(strstr(err_text, (frag)), "stderr '%s' lacks '%s'", err_text, (frag)); \
-        if (out)                                                                       \
-            ck_assert_msg(!exists(out), "%s was created", (const char *)(out));       \
+        cli_assert_one_line(err_text, (frag));                                         \
+        cli_assert_no_file(out);                                                       \
     } while (0)
 
 static void setup(void)

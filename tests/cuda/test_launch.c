@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "kernels/cuda/gpu_trainer.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "schedules/gen.h"
+#include "tests/common/cli_run.h"
 
 static void clear_rank_env(void)
 {
@@ -137,32 +137,18 @@ START_TEST(ranked_check_refuses_mismatched_order)
 END_TEST
 
 /* Runs `$ZBSCHED args` with stderr captured; returns the exit status and
- * the number of stderr lines in *lines. */
+ * the number of stderr lines in *lines; copies the first of them (with its
+ * newline, truncated to cap - 1 bytes) into first_line when not NULL. */
 static int run_cli(const char *args, int *lines, char *first_line, size_t cap)
 {
-    const char *exe = getenv("ZBSCHED");
-    ck_assert_msg(exe != NULL, "ZBSCHED not set");
-    char errfile[] = "/tmp/zb_launch_errXXXXXX";
-    int fd = mkstemp(errfile);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s'", exe, args, errfile);
-    int st = system(cmd);
-    FILE *f = fopen(errfile, "r");
-    *lines = 0;
-    if (first_line)
-        first_line[0] = '\0';
-    char buf[1024];
-    while (f && fgets(buf, sizeof buf, f)) {
-        if (*lines == 0 && first_line)
-            snprintf(first_line, cap, "%s", buf);
-        (*lines)++;
+    static char err[1 << 16];
+    int st = cli_run(NULL, NULL, args, NULL, 0, err, sizeof err);
+    *lines = cli_lines(err);
+    if (first_line) {
+        const char *nl = strchr(err, '\n');
+        snprintf(first_line, cap, "%.*s", nl ? (int)(nl - err + 1) : (int)strlen(err), err);
     }
-    if (f)
-        fclose(f);
-    remove(errfile);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return st;
 }
 
 START_TEST(launch_runs_all_ranks)

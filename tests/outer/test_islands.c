@@ -14,51 +14,7 @@
 #include <string.h>
 
 #include "runtime/outer/islands.h"
-
-static zb_model small_model(void)
-{
-    zb_model m;
-    memset(&m, 0, sizeof m);
-    strcpy(m.name, "outer-test");
-    m.n_layers = 2;
-    m.d_model = 32;
-    m.n_heads = 4;
-    m.n_kv_heads = 2;
-    m.d_ff = 64;
-    m.vocab = 65;
-    m.seq_len = 32;
-    m.micro_batch = 2;
-    m.swiglu = 1;
-    m.rope_theta = 10000;
-    m.dtype = ZB_FP32;
-    return m;
-}
-
-static zb_data *load_data(int ctx)
-{
-    char path[4096];
-    const char *root = getenv("ZB_SOURCE_ROOT");
-    snprintf(path, sizeof path, "%s/../shared/data/tinyshakespeare.txt", root ? root : ".");
-    zb_data *d = NULL;
-    zb_err err = { "" };
-    ck_assert_msg(data_load_file(path, ctx, &d, &err) == 0, "%s", err.msg);
-    return d;
-}
-
-/* p = 2, S = 2, m = 2, GPipe order. */
-static sched_t *two_stage(void)
-{
-    sched_t *s = sched_new(2, 2, 2);
-    s->stage_device[0] = 0;
-    s->stage_device[1] = 1;
-    for (int d = 0; d < 2; d++) {
-        for (int j = 0; j < 2; j++)
-            sched_push(s, d, OP_F, d, j);
-        for (int j = 0; j < 2; j++)
-            sched_push(s, d, OP_BW, d, j);
-    }
-    return s;
-}
+#include "tests/common/trainer_fixture.h"
 
 typedef struct fixture {
     zb_model m;
@@ -69,9 +25,9 @@ typedef struct fixture {
 
 static void fixture_init(fixture *f)
 {
-    f->m = small_model();
-    f->d = load_data(f->m.seq_len);
-    f->s = two_stage();
+    f->m = fixture_model_shaped("outer-test", 2, 2);
+    f->d = fixture_data(f->m.seq_len);
+    f->s = fixture_gpipe2();
     trainer_opts_default(&f->topts);
     f->topts.seed = 5;
     f->topts.eval_windows = 4;

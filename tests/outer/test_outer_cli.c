@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "src/sched_io.h"
+#include "tests/common/cli_run.h"
+#include "tests/common/trainer_fixture.h"
 
 static char dir[256];
 static char sched_path[300], model_path[300];
@@ -23,15 +24,7 @@ static void setup(void)
     ck_assert(mkdtemp(dir) != NULL);
     snprintf(sched_path, sizeof sched_path, "%s/s.json", dir);
     snprintf(model_path, sizeof model_path, "%s/m.json", dir);
-    sched_t *s = sched_new(2, 2, 2);
-    s->stage_device[0] = 0;
-    s->stage_device[1] = 1;
-    for (int d = 0; d < 2; d++) {
-        for (int j = 0; j < 2; j++)
-            sched_push(s, d, OP_F, d, j);
-        for (int j = 0; j < 2; j++)
-            sched_push(s, d, OP_BW, d, j);
-    }
+    sched_t *s = fixture_gpipe2();
     strcpy(s->name, "gpipe-2");
     zb_err err = { "" };
     ck_assert_msg(sched_save_file(s, sched_path, &err) == 0, "%s", err.msg);
@@ -51,33 +44,20 @@ static void teardown(void)
     rmdir(dir);
 }
 
-/* Runs zbsched with the extra arguments; captures stdout and stderr into
- * malloc'd strings; returns the exit status. */
+/* Runs `zbsched run` on the fixture's schedule and model with the extra
+ * arguments, from the repository root; captures stdout and stderr into
+ * malloc'd strings (caller frees); returns the exit status. */
 static int run_cli(const char *extra, char **out, char **errtext)
 {
-    const char *exe = getenv("ZBSCHED");
     const char *root = getenv("ZB_SOURCE_ROOT");
-    ck_assert_msg(exe && root, "ZBSCHED and ZB_SOURCE_ROOT must be set");
-    char outp[320], errp[320], cmd[2048];
-    snprintf(outp, sizeof outp, "%s/out.txt", dir);
-    snprintf(errp, sizeof errp, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && '%s' run '%s' --model '%s' --eval-windows 4 -q %s >'%s' 2>'%s'",
-             root, exe, sched_path, model_path, extra, outp, errp);
-    int st = system(cmd);
-    const char *paths[2] = { outp, errp };
-    char **dst[2] = { out, errtext };
-    for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(paths[i], "r");
-        ck_assert(f != NULL);
-        char *buf = calloc(1, 1 << 20);
-        size_t n = fread(buf, 1, (1 << 20) - 1, f);
-        buf[n] = 0;
-        fclose(f);
-        unlink(paths[i]);
-        *dst[i] = buf;
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    ck_assert_msg(root != NULL, "ZB_SOURCE_ROOT is not set (run through meson test)");
+    char args[2048];
+    snprintf(args, sizeof args, "run '%s' --model '%s' --eval-windows 4 -q %s", sched_path,
+             model_path, extra);
+    *out = calloc(1, 1 << 20);
+    *errtext = calloc(1, 1 << 20);
+    ck_assert(*out != NULL && *errtext != NULL);
+    return cli_run(root, NULL, args, *out, 1 << 20, *errtext, 1 << 20);
 }
 
 static double json_num(const cJSON *o, const char *key)
@@ -133,9 +113,7 @@ static void expect_usage_error(const char *extra, const char *needle)
     char *out, *errt;
     int rc = run_cli(extra, &out, &errt);
     ck_assert_msg(rc == 2, "'%s': exit %d", extra, rc);
-    ck_assert_msg(strstr(errt, needle) != NULL, "'%s': stderr '%s'", extra, errt);
-    char *nl = strchr(errt, '\n');
-    ck_assert_msg(nl && nl[1] == '\0', "'%s': not one line: '%s'", extra, errt);
+    cli_assert_one_line(errt, needle);
     ck_assert_str_eq(out, "");
     free(out);
     free(errt);

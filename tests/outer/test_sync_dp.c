@@ -24,56 +24,9 @@
 #include "runtime/outer/outer.h"
 #include "runtime/rng.h"
 #include "runtime/trainer.h"
+#include "tests/common/trainer_fixture.h"
 
 #define K_MAX 4
-
-static zb_model small_model(int batch)
-{
-    zb_model m;
-    memset(&m, 0, sizeof m);
-    strcpy(m.name, "sync-dp-test");
-    m.n_layers = 2;
-    m.d_model = 32;
-    m.n_heads = 4;
-    m.n_kv_heads = 2;
-    m.d_ff = 64;
-    m.vocab = 65;
-    m.seq_len = 32;
-    m.micro_batch = batch;
-    m.swiglu = 1;
-    m.rope_theta = 10000;
-    m.dtype = ZB_FP32;
-    return m;
-}
-
-static zb_data *load_data(int ctx)
-{
-    char path[4096];
-    const char *root = getenv("ZB_SOURCE_ROOT");
-    snprintf(path, sizeof path, "%s/../shared/data/tinyshakespeare.txt", root ? root : ".");
-    zb_data *d = NULL;
-    zb_err err = { "" };
-    ck_assert_msg(data_load_file(path, ctx, &d, &err) == 0, "%s", err.msg);
-    return d;
-}
-
-/* p = 2, S = 2, m = 2: F then split B and W, W in reverse order. */
-static sched_t *two_stage(void)
-{
-    sched_t *s = sched_new(2, 2, 2);
-    s->stage_device[0] = 0;
-    s->stage_device[1] = 1;
-    for (int d = 0; d < 2; d++)
-        for (int j = 0; j < 2; j++)
-            sched_push(s, d, OP_F, d, j);
-    for (int d = 1; d >= 0; d--)
-        for (int j = 1; j >= 0; j--)
-            sched_push(s, d, OP_B, d, j);
-    for (int d = 0; d < 2; d++)
-        for (int j = 1; j >= 0; j--)
-            sched_push(s, d, OP_W, d, j);
-    return s;
-}
 
 static trainer_opts dp_opts(uint64_t stream, int batch)
 {
@@ -103,7 +56,7 @@ static void dp_init(dp *x, const sched_t *s, const zb_data *d, int k, outer_wire
 {
     memset(x, 0, sizeof *x);
     x->k = k;
-    zb_model m = small_model(batch);
+    zb_model m = fixture_model_shaped("sync-dp-test", 2, batch);
     zb_err err = { "" };
     for (int r = 0; r < k; r++) {
         trainer_opts o = dp_opts((uint64_t)r, batch);
@@ -150,8 +103,8 @@ static int all_same(dp *x, float *(*get)(trainer *, int, size_t *))
 
 static void replicas_stay_identical(outer_wire wire)
 {
-    zb_data *d = load_data(32);
-    sched_t *s = two_stage();
+    zb_data *d = fixture_data(32);
+    sched_t *s = fixture_scrambled_w(2); /* m = 2: B and W in reverse order */
     dp x;
     dp_init(&x, s, d, 3, wire, 2);
     zb_err err = { "" };
@@ -208,11 +161,11 @@ END_TEST
 START_TEST(fp32_average_equals_concatenated_batch)
 {
     enum { K = 2, B = 2, M = 2, T = 32 };
-    zb_data *d = load_data(T);
-    sched_t *s = two_stage();
+    zb_data *d = fixture_data(T);
+    sched_t *s = fixture_scrambled_w(2); /* m = 2: B and W in reverse order */
     dp x;
     dp_init(&x, s, d, K, OUTER_WIRE_FP32, B);
-    zb_model big = small_model(K * B);
+    zb_model big = fixture_model_shaped("sync-dp-test", 2, K * B);
     trainer_opts bo = dp_opts(0, K * B);
     trainer *e = NULL;
     zb_err err = { "" };

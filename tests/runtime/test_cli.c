@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -20,17 +19,15 @@
 #include "src/profile.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
+#include "tests/common/cli_run.h"
 
 static char dir[64];
-static char out_path[128], err_path[128];
 static char out_text[1 << 16], err_text[1 << 14];
 
 static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/zb_test_cli_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
 }
 
 static void teardown(void)
@@ -40,43 +37,28 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-/* Runs `zbsched ARGS` in the temporary directory (which holds schedule
- * files made by make_schedules) from the repository root; returns the exit
- * status (128+signal when killed). */
+/* Runs `zbsched ARGS` (under a 120 s timeout) from the repository root;
+ * stdout goes to out_text, stderr to err_text; the temporary directory
+ * holds schedule files made by make_schedule.  Returns the exit status
+ * (-1 when killed). */
 static int zb(const char *fmt, ...)
 {
-    char args[2048], cmd[4096];
+    char args[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    const char *exe = getenv("ZBSCHED"), *root = getenv("ZB_SOURCE_ROOT");
-    ck_assert_ptr_nonnull(exe);
+    const char *root = getenv("ZB_SOURCE_ROOT");
     ck_assert_ptr_nonnull(root);
-    snprintf(cmd, sizeof cmd, "cd '%s' && timeout 120 '%s' %s >'%s' 2>'%s'", root, exe, args,
-             out_path, err_path);
-    int st = system(cmd);
-    slurp(out_path, out_text, sizeof out_text);
-    slurp(err_path, err_text, sizeof err_text);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return cli_run(root, "timeout 120", args, out_text, sizeof out_text, err_text,
+                   sizeof err_text);
 }
 
 /* Asserts a failed run printed exactly one line on stderr containing want. */
 static void assert_one_line_error(int rc, const char *want)
 {
     ck_assert_msg(rc == 1 || rc == 2, "exit %d, stderr: %s", rc, err_text);
-    ck_assert_msg(strstr(err_text, want) != NULL, "wanted '%s' in: %s", want, err_text);
-    char *nl = strchr(err_text, '\n');
-    ck_assert_msg(nl && nl[1] == '\0', "more than one line: %s", err_text);
+    cli_assert_one_line(err_text, want);
 }
 
 static void make_schedule(const char *kind, int p, int m, const char *extra)

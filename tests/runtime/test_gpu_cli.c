@@ -18,11 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+
+#include "tests/common/cli_run.h"
 
 #ifdef ZB_TEST_CUDA_BUILD
 #define CUDA_BUILT 1
@@ -35,50 +35,36 @@
                                 : "this zbsched was built without CUDA (meson -Dcuda=enabled)")
 
 static char dir[64];
-static char out_path[128], err_path[128], sched_path[128];
+static char sched_path[128];
 static char out_text[1 << 15], err_text[1 << 13];
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs `ENV zbsched ARGS` from the repository root with no visible GPU
- * (env: extra VAR=value words or ""); returns the exit status (124 when
- * the 60 s guard killed it, 128+signal when it crashed). */
+ * and no launcher rank variables (env: extra VAR=value words or "");
+ * stdout goes to out_text, stderr to err_text.  Returns the exit status
+ * (124 when the 60 s guard killed it, -1 when it was killed). */
 static int zb_env(const char *env, const char *fmt, ...)
 {
-    char args[1024], cmd[2048];
+    char args[1024], prefix[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    const char *exe = getenv("ZBSCHED"), *root = getenv("ZB_SOURCE_ROOT");
-    ck_assert_ptr_nonnull(exe);
+    const char *root = getenv("ZB_SOURCE_ROOT");
     ck_assert_ptr_nonnull(root);
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && env -u ZB_RANK -u ZB_WORLD_SIZE -u ZB_LOCAL_RANK CUDA_VISIBLE_DEVICES= "
-             "%s timeout 60 '%s' %s >'%s' 2>'%s'",
-             root, env, exe, args, out_path, err_path);
-    int st = system(cmd);
-    slurp(out_path, out_text, sizeof out_text);
-    slurp(err_path, err_text, sizeof err_text);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    snprintf(prefix, sizeof prefix,
+             "env -u ZB_RANK -u ZB_WORLD_SIZE -u ZB_LOCAL_RANK CUDA_VISIBLE_DEVICES= %s timeout 60",
+             env);
+    return cli_run(root, prefix, args, out_text, sizeof out_text, err_text, sizeof err_text);
 }
 
 #define zb(...) zb_env("", __VA_ARGS__)
 
-/* Asserts exit status want_rc and exactly one stderr line containing want. */
+/* Asserts exit status want_rc, exactly one stderr line containing want
+ * and nothing on stdout. */
 static void assert_one_line(int rc, int want_rc, const char *want)
 {
     ck_assert_msg(rc == want_rc, "exit %d (wanted %d), stderr: %s", rc, want_rc, err_text);
-    ck_assert_msg(strstr(err_text, want) != NULL, "wanted '%s' in: %s", want, err_text);
-    char *nl = strchr(err_text, '\n');
-    ck_assert_msg(nl && nl[1] == '\0', "not exactly one line: %s", err_text);
+    cli_assert_one_line(err_text, want);
     ck_assert_msg(out_text[0] == '\0', "stdout not empty: %s", out_text);
 }
 
@@ -86,8 +72,6 @@ static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/zb_test_gpucli_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
     snprintf(sched_path, sizeof sched_path, "%s/1f1b.json", dir);
     ck_assert_int_eq(zb("gen 1f1b -p 2 -m 4 -o %s", sched_path), 0);
 }
@@ -160,11 +144,10 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
     }
     /* nothing was written where the refused flags pointed */
     char path[160];
-    struct stat st;
     snprintf(path, sizeof path, "%s/T.json", dir);
-    ck_assert_msg(stat(path, &st) != 0, "a refused run wrote %s", path);
+    cli_assert_no_file(path);
     snprintf(path, sizeof path, "%s/CK", dir);
-    ck_assert_msg(stat(path, &st) != 0, "a refused run created %s", path);
+    cli_assert_no_file(path);
     /* device and gpu flags themselves, on every build */
     assert_one_line(zb("run %s --device tpu --steps 2", sched_path), 2, "--device");
     assert_one_line(zb("run %s --gpu 0 --steps 2", sched_path), 2, "--gpu N needs --device cuda");
@@ -180,8 +163,7 @@ START_TEST(profile_cuda_without_gpu_is_one_line)
     assert_one_line(zb("profile --device cuda -q -o %s", prof), 1, NO_GPU_LINE);
     assert_one_line(zb("profile --device cuda --gpu 3 --model shakespeare-char -o %s", prof), 1,
                     NO_GPU_LINE);
-    struct stat st;
-    ck_assert_msg(stat(prof, &st) != 0, "a failed profile left %s behind", prof);
+    cli_assert_no_file(prof);
     assert_one_line(zb("profile --gpu 0 -o %s", prof), 2, "--gpu N needs --device cuda");
     assert_one_line(zb("profile --device gpu -o %s", prof), 2, "--device");
     ck_assert_int_eq(zb("profile --help"), 0);

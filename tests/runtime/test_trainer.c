@@ -19,7 +19,7 @@
 #include "solver/solver.h"
 #include "src/model.h"
 #include "src/validate.h"
-#include "tests/runtime/trainer_fixture.h"
+#include "tests/common/trainer_fixture.h"
 
 #define M 4
 #define STEPS 3

@@ -15,7 +15,7 @@
 #include <check.h>
 #include <math.h>
 
-#include "tests/runtime/trainer_fixture.h"
+#include "tests/common/trainer_fixture.h"
 
 #define M 4
 #define STEPS 3

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "solver/search.h"
+#include "tests/common/cli_run.h"
 
 static search_options scenario(double mem)
 {
@@ -195,36 +195,13 @@ START_TEST(test_bad_options)
 }
 END_TEST
 
-/* Runs the built program with args; captures stdout and stderr. */
+/* Runs `zbsched search ARGS`; captures stdout and stderr; returns the exit
+ * status (-1 when killed). */
 static int run_cli(const char *args, char *out, size_t out_len, char *errbuf, size_t err_len)
 {
-    const char *exe = getenv("ZBSCHED");
-    ck_assert_msg(exe != NULL, "ZBSCHED is not set (run through meson test)");
-    char cmd[2048], eout[256];
-    snprintf(eout, sizeof eout, "/tmp/zb_test_search_err_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "%s search %s 2>%s", exe, args, eout);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, out_len - 1, p);
-    out[n] = '\0';
-    while (fgetc(p) != EOF) {
-    }
-    int status = pclose(p);
-    FILE *e = fopen(eout, "r");
-    n = e ? fread(errbuf, 1, err_len - 1, e) : 0;
-    errbuf[n] = '\0';
-    if (e)
-        fclose(e);
-    unlink(eout);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
+    char search_args[2048];
+    snprintf(search_args, sizeof search_args, "search %s", args);
+    return cli_run(NULL, NULL, search_args, out, out_len, errbuf, err_len);
 }
 
 START_TEST(test_cli)
@@ -263,9 +240,9 @@ START_TEST(test_cli)
     /* Nothing fits: exit 1, one line naming the smallest memory, no file. */
     snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
-    ck_assert_int_eq(count_lines(errb), 1);
-    ck_assert_msg(strstr(errb, "nothing fits") && strstr(errb, "smallest peak"), "%s", errb);
-    ck_assert_int_ne(access(path, F_OK), 0);
+    cli_assert_one_line(errb, "nothing fits");
+    ck_assert_msg(strstr(errb, "smallest peak"), "%s", errb);
+    cli_assert_no_file(path);
 
     /* JSON lists every candidate with its status. */
     snprintf(args, sizeof args, "--mem 20G --model 1.5B --gpu A100-80G --global-batch 48 --json -o %s", path);
@@ -284,11 +261,11 @@ START_TEST(test_cli)
                           "--mem" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_msg(run_cli(bad[i], out, sizeof out, errb, sizeof errb) == 2, "'%s' did not exit 2", bad[i]);
-        ck_assert_msg(count_lines(errb) == 1, "'%s': stderr '%s'", bad[i], errb);
+        cli_assert_one_line(errb, NULL);
     }
     /* Too many devices for the model: a library error, exit 1. */
     ck_assert_int_eq(run_cli("--mem 40G --model tiny --gpus 8", out, sizeof out, errb, sizeof errb), 1);
-    ck_assert_int_eq(count_lines(errb), 1);
+    cli_assert_one_line(errb, NULL);
     rmdir(dir);
 }
 END_TEST

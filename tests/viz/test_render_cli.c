@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "src/sched_io.h"
+#include "tests/common/cli_run.h"
 #include "tests/viz/viz_fixtures.h"
 #include "tests/viz/viz_testutil.h"
 
@@ -125,10 +126,8 @@ END_TEST
 static void expect_failure(int status, char *err_text, const char *out, const char *needle)
 {
     ck_assert_int_ne(status, 0);
-    ck_assert_msg(tu_lines(err_text) == 1, "stderr has %d lines: %s", tu_lines(err_text), err_text);
-    if (needle)
-        ck_assert_msg(strstr(err_text, needle) != NULL, "'%s' not in: %s", needle, err_text);
-    ck_assert(!tu_exists(out));
+    cli_assert_one_line(err_text, needle);
+    cli_assert_no_file(out);
     free(err_text);
 }
 

@@ -2,6 +2,7 @@
  * viz_testutil.c: helpers for the viz tests (see viz_testutil.h).
  */
 #include "tests/viz/viz_testutil.h"
+#include "tests/common/cli_run.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -114,35 +115,11 @@ int tu_exists(const char *path)
 
 int tu_zbsched(const char *args, char **err_text)
 {
-    const char *prog = getenv("ZBSCHED");
-    ck_assert_msg(prog != NULL, "ZBSCHED is not set (run through meson test)");
-    char *dir = tu_tempdir();
-    char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s/stderr", dir);
-    size_t n = strlen(prog) + strlen(args) + strlen(errpath) + 64;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >/dev/null 2>'%s'", prog, args, errpath);
-    int st = system(cmd);
-    free(cmd);
-    size_t len;
-    char *text = tu_read(errpath, &len);
-    tu_rmdir(dir);
-    free(dir);
+    static char err[1 << 16];
+    int st = cli_run(NULL, NULL, args, NULL, 0, err, sizeof err);
     if (err_text)
-        *err_text = text ? text : strdup("");
-    else
-        free(text);
-    ck_assert(st != -1 && WIFEXITED(st));
-    return WEXITSTATUS(st);
+        *err_text = strdup(err);
+    ck_assert(st != -1);
+    return st;
 }
 
-int tu_lines(const char *text)
-{
-    int n = 0;
-    const char *p = text;
-    for (; *p; p++)
-        n += *p == '\n';
-    if (p > text && p[-1] != '\n')
-        n++;
-    return n;
-}

@@ -32,12 +32,10 @@ char *tu_read(const char *path, size_t *len);
 /* 1 when path exists. */
 int tu_exists(const char *path);
 
-/* Runs `$ZBSCHED args...` through the shell with stdout to /dev/null
- * and stderr captured; returns the exit status
- * and stores the stderr text in *err_text (malloc'd, caller frees). */
+/* Runs `$ZBSCHED args...` through the shell (cli_run) with stdout to
+ * /dev/null and stderr captured; returns the exit status (failing the test
+ * when the program was killed) and stores the stderr text in *err_text
+ * (malloc'd, caller frees). */
 int tu_zbsched(const char *args, char **err_text);
-
-/* Lines in text (a final line without newline counts). */
-int tu_lines(const char *text);
 
 #endif

@@ -1,12 +1,14 @@
 /*
- * trainer_fixture.h: shared helpers of the runtime tests: a small model,
- * the tinyshakespeare loader, schedules built by hand, and a runner that
- * trains for a few steps and returns losses and the concatenated
- * parameters for bit-exact comparison.  Header-only (static functions) so
- * each test executable stays one file plus this.
+ * trainer_fixture.h: shared helpers of the trainer tests (tests/runtime and
+ * tests/outer): a small model, the tinyshakespeare loader, schedules built
+ * by hand, and a runner that trains for a few steps and returns losses and
+ * the concatenated parameters for bit-exact comparison.  Header-only
+ * (static inline functions, so a test that uses only some of them gets no
+ * unused-function warning) so each test executable stays one file plus
+ * this.
  */
-#ifndef ZB_TESTS_RUNTIME_FIXTURE_H
-#define ZB_TESTS_RUNTIME_FIXTURE_H
+#ifndef ZB_TESTS_COMMON_TRAINER_FIXTURE_H
+#define ZB_TESTS_COMMON_TRAINER_FIXTURE_H
 
 #include <check.h>
 #include <stdio.h>
@@ -17,27 +19,38 @@
 
 #define FIX_MAX_STEPS 8
 
-/* A 4-layer model narrow enough that a step takes milliseconds. */
-static zb_model fixture_model(void)
+/* A model named `name` (under 64 bytes) with n_layers layers and
+ * micro_batch sequences per micro-batch, otherwise the narrow shape shared
+ * by every trainer test (d_model 32, 4 heads, 2 KV heads, d_ff 64, the
+ * 65-character vocabulary, 32-token context, SwiGLU, fp32). */
+static inline zb_model fixture_model_shaped(const char *name, int n_layers, int micro_batch)
 {
     zb_model m;
     memset(&m, 0, sizeof m);
-    strcpy(m.name, "test-tiny");
-    m.n_layers = 4;
+    strcpy(m.name, name);
+    m.n_layers = n_layers;
     m.d_model = 32;
     m.n_heads = 4;
     m.n_kv_heads = 2;
     m.d_ff = 64;
     m.vocab = 65;
     m.seq_len = 32;
-    m.micro_batch = 2;
+    m.micro_batch = micro_batch;
     m.swiglu = 1;
     m.rope_theta = 10000;
     m.dtype = ZB_FP32;
     return m;
 }
 
-static zb_data *fixture_data(int ctx)
+/* A 4-layer model narrow enough that a step takes milliseconds. */
+static inline zb_model fixture_model(void)
+{
+    return fixture_model_shaped("test-tiny", 4, 2);
+}
+
+/* Loads ../shared/data/tinyshakespeare.txt (from $ZB_SOURCE_ROOT, else
+ * the current directory) with context ctx; fails the test if it cannot. */
+static inline zb_data *fixture_data(int ctx)
 {
     char path[4096];
     const char *root = getenv("ZB_SOURCE_ROOT");
@@ -49,7 +62,7 @@ static zb_data *fixture_data(int ctx)
 }
 
 /* p = 1, one stage, F and BW per micro-batch in order: the reference. */
-static sched_t *fixture_single(int m)
+static inline sched_t *fixture_single(int m)
 {
     sched_t *s = sched_new(1, m, 1);
     s->stage_device[0] = 0;
@@ -61,9 +74,25 @@ static sched_t *fixture_single(int m)
     return s;
 }
 
+/* p = 2, S = 2, m = 2, GPipe order (both F, then both BW, per device).
+ * Leaves the name empty. */
+static inline sched_t *fixture_gpipe2(void)
+{
+    sched_t *s = sched_new(2, 2, 2);
+    s->stage_device[0] = 0;
+    s->stage_device[1] = 1;
+    for (int d = 0; d < 2; d++) {
+        for (int j = 0; j < 2; j++)
+            sched_push(s, d, OP_F, d, j);
+        for (int j = 0; j < 2; j++)
+            sched_push(s, d, OP_BW, d, j);
+    }
+    return s;
+}
+
 /* p = 2, S = 2, all F then split B and W with W in scrambled micro-batch
  * order: exercises the out-of-order weight-gradient scratch. */
-static sched_t *fixture_scrambled_w(int m)
+static inline sched_t *fixture_scrambled_w(int m)
 {
     sched_t *s = sched_new(2, m, 2);
     s->stage_device[0] = 0;
@@ -92,7 +121,7 @@ typedef struct fixture_run {
 } fixture_run;
 
 /* Trains `steps` steps of schedule s; fails the test on any error. */
-static fixture_run fixture_train(const sched_t *s, const zb_data *d, const trainer_opts *o, int steps)
+static inline fixture_run fixture_train(const sched_t *s, const zb_data *d, const trainer_opts *o, int steps)
 {
     zb_model m = fixture_model();
     trainer *t = NULL;
@@ -121,7 +150,7 @@ static fixture_run fixture_train(const sched_t *s, const zb_data *d, const train
 }
 
 /* Asserts bit-identical losses and parameters. */
-static void fixture_assert_same(const fixture_run *a, const fixture_run *b, const char *what)
+static inline void fixture_assert_same(const fixture_run *a, const fixture_run *b, const char *what)
 {
     ck_assert_int_eq(a->steps, b->steps);
     for (int i = 0; i < a->steps; i++)
