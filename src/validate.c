@@ -1,7 +1,8 @@
 /*
  * validate.c: is a schedule complete and executable?  (validate.h)
  *
- * Four passes, each linear in the number of ops, stopping at the first
+ * A magnitude pass first (finite costs, totals below SCHED_MAX_TOTAL, so
+ * that no derived figure overflows), then four passes, each linear in the number of ops, stopping at the first
  * failure so that the message names one concrete problem:
  *
  *   1. placement: every virtual stage sits on a device in range;
@@ -32,6 +33,7 @@
 #include "src/validate.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,11 +337,84 @@ out:
     return rc;
 }
 
+int sched_check_cost_totals(double per_cell_time, double per_cell_mem, double cells, zb_err *err)
+{
+    double t = per_cell_time * cells, m = per_cell_mem * cells;
+    if (!isfinite(per_cell_time) || !(t <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the op times of %.0f (stage, micro-batch) cells add up to more than %g: "
+                       "use smaller --tf/--tb/--tw/--tcomm", cells, SCHED_MAX_TOTAL);
+    if (!isfinite(per_cell_mem) || !(m <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the memory deltas of %.0f (stage, micro-batch) cells add up to more than %g: "
+                       "use smaller --mf/--mb/--mw", cells, SCHED_MAX_TOTAL);
+    return 0;
+}
+
+/* One stage's cost field: finite, non-negative when it is a time. */
+static int check_value(double v, int nonneg, const char *what, int stage, zb_err *err)
+{
+    if (!isfinite(v))
+        return zb_fail(err, "%s of stage %d is not a finite number", what, stage);
+    if (nonneg && v < 0)
+        return zb_fail(err, "%s of stage %d is negative (%g)", what, stage, v);
+    if (fabs(v) > SCHED_MAX_TOTAL)
+        return zb_fail(err, "%s of stage %d is %g, above the limit of %g", what, stage, v, SCHED_MAX_TOTAL);
+    if (v != 0 && fabs(v) < SCHED_MIN_NONZERO)
+        return zb_fail(err, "%s of stage %d is %g: a nonzero value must be at least %g in magnitude",
+                       what, stage, v, SCHED_MIN_NONZERO);
+    return 0;
+}
+
+int sched_check_magnitudes(const sched_t *s, zb_err *err)
+{
+    if (!isfinite(s->t_comm) || s->t_comm < 0 || s->t_comm > SCHED_MAX_TOTAL ||
+        (s->t_comm != 0 && s->t_comm < SCHED_MIN_NONZERO))
+        return zb_fail(err, "costs.comm is %g, not a finite time in 0..%g", s->t_comm, SCHED_MAX_TOTAL);
+    for (int st = 0; st < s->n_stages; st++) {
+        const stage_cost *c = &s->cost[st];
+        if (check_value(c->t_f, 1, "costs.F", st, err) || check_value(c->t_b, 1, "costs.B", st, err) ||
+            check_value(c->t_w, 1, "costs.W", st, err) || check_value(c->d_f, 0, "memory.F", st, err) ||
+            check_value(c->d_b, 0, "memory.B", st, err) || check_value(c->d_w, 0, "memory.W", st, err))
+            return -1;
+    }
+    /* Each value is at most 1e30, so these sums of at most ~1e9 terms
+     * cannot overflow a double before the comparison. */
+    double time = 0, mem = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        const sched_lane *l = &s->dev[d];
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            if (op.stage < 0 || op.stage >= s->n_stages || op.kind >= OP_KIND_COUNT)
+                continue; /* check_ops_in_range reports it */
+            time += sched_op_time(s, op) + s->t_comm;
+            mem += fabs(sched_op_mem(s, op));
+            /* Measured times (a runtime trace) are finite by the loader;
+             * bound them like the costs, since the renderers scale them. */
+            if (l->start && !(fabs(l->start[i]) <= SCHED_MAX_TOTAL && fabs(l->end[i]) <= SCHED_MAX_TOTAL))
+                return zb_fail(err, "device %d, op %d: measured time is beyond %g", d, i, SCHED_MAX_TOTAL);
+        }
+    }
+    double extra = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        double lim = s->mem_limit ? s->mem_limit[d] : 0, st = s->mem_static ? s->mem_static[d] : 0;
+        if (!isfinite(lim) || !isfinite(st) || lim < 0 || st < 0 || lim > SCHED_MAX_TOTAL || st > SCHED_MAX_TOTAL)
+            return zb_fail(err, "memory limit or static memory of device %d is not a finite size in 0..%g",
+                           d, SCHED_MAX_TOTAL);
+        extra = fmax(extra, fmax(lim, st));
+    }
+    if (!(time <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the op times add up to %.3g (with transfers), above the limit of %g",
+                       time, SCHED_MAX_TOTAL);
+    if (!(mem + extra <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the memory deltas add up to %.3g, above the limit of %g", mem + extra,
+                       SCHED_MAX_TOTAL);
+    return 0;
+}
+
 int sched_validate(const sched_t *s, zb_err *err)
 {
     if (!s || s->n_devices <= 0 || s->n_micro <= 0 || s->n_stages <= 0)
         return zb_fail(err, "schedule has no devices, micro-batches or stages");
-    if (check_placement(s, err) || check_ops_in_range(s, err) ||
+    if (sched_check_magnitudes(s, err) || check_placement(s, err) || check_ops_in_range(s, err) ||
         check_complete(s, err) || check_executable(s, err))
         return -1;
     return 0;

@@ -18,6 +18,33 @@
 
 #include "src/sched.h"
 
+/* The largest total time (sum of every op's time plus one transfer per
+ * op) or total memory (sum of every |delta| plus static memory and limits)
+ * a schedule may carry.  Simulated times and memory curves are bounded by
+ * these totals, so below the bound every figure the simulator, the
+ * renderers (which scale by pixels and unit factors up to 1e9) and the
+ * JSON writers derive stays finite.  1e30 is far above any real schedule
+ * (1e30 ns is 3e13 years; 1e30 bytes is a million yottabytes). */
+#define SCHED_MAX_TOTAL 1e30
+
+/* The smallest nonzero magnitude of a cost or memory delta.  Renderers
+ * divide their pixel width by a schedule's span; a span of 1e-320 would
+ * make that scale infinite. */
+#define SCHED_MIN_NONZERO 1e-30
+
+/* Checks that every cost, memory delta, limit and static size is finite
+ * (times, limits and static sizes also non-negative), that nonzero ones
+ * are at least SCHED_MIN_NONZERO in magnitude, and that the totals
+ * stay at or below SCHED_MAX_TOTAL.  Returns 0, or -1 with err naming the
+ * field.  sched_validate runs it first. */
+int sched_check_magnitudes(const sched_t *s, zb_err *err);
+
+/* The same bound for values that have not become a schedule yet (flags):
+ * `per_cell_time` is F+B+W+3*T_comm of one (stage, micro-batch) and
+ * `per_cell_mem` |dF|+|dB|+|dW|; `cells` is stages times micro-batches.
+ * Returns 0, or -1 with err set. */
+int sched_check_cost_totals(double per_cell_time, double per_cell_mem, double cells, zb_err *err);
+
 /* Returns 0 when s is valid, else -1 with err naming what and where. */
 int sched_validate(const sched_t *s, zb_err *err);
 

@@ -103,6 +103,18 @@ static double nice_step(double span)
     return 10 * mag;
 }
 
+/* The most ticks or grid lines an axis draws.  nice_step aims at ~10; the
+ * cap keeps a span that is not finite, or a step that underflowed to 0 or
+ * lost all precision against the span, from looping without end. */
+#define AXIS_MAX_TICKS 64
+
+/* Whether an axis over `span` can be drawn with `step`: both finite,
+ * positive, and few enough ticks. */
+static int axis_drawable(double span, double step)
+{
+    return isfinite(span) && isfinite(step) && span > 0 && step > 0 && span / step <= AXIS_MAX_TICKS;
+}
+
 /* Seconds per time unit for physical units; 0 for abstract "units". */
 static double unit_seconds(const char *unit)
 {
@@ -345,7 +357,8 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
                        L->plot_x - 6, ly + L->lane_h / 2 + L->dev_font * 0.35, L->dev_font, d);
     }
     /* Faint time grid over the idle background, under the ops. */
-    for (int k = 1; k * step < src->axis_span * (1 - 1e-9); k++)
+    for (int k = 1; axis_drawable(src->axis_span, step) && k < AXIS_MAX_TICKS &&
+                    k * step < src->axis_span * (1 - 1e-9); k++)
         viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#fff\" stroke-width=\"1\"/>\n",
                        L->plot_x + k * step * px_per_axis, y, L->plot_x + k * step * px_per_axis, y + lanes_h);
     viz_buf_puts(b, "</g>\n<g class=\"ops\">\n");
@@ -389,7 +402,7 @@ static double draw_axis(viz_buf *b, double y, const tl_layout *L, const tl_src *
     viz_buf_printf(b, "<g class=\"axis\" font-size=\"11\" fill=\"#333\">\n"
                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>\n",
                    L->plot_x, y + 2, L->plot_x + L->plot_w, y + 2);
-    for (int k = 0;; k++) {
+    for (int k = 0; axis_drawable(src->axis_span, step) && k <= AXIS_MAX_TICKS; k++) {
         double g = k * step;
         if (g > src->axis_span * (1 + 1e-9))
             break;

