@@ -2,6 +2,7 @@
  * data.c: character vocabulary, 90/10 split and window sampling (data.h).
  */
 #include "runtime/data.h"
+#include "src/input.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -48,46 +49,13 @@ int data_from_text(const char *text, size_t len, int ctx, zb_data **out, zb_err 
     return 0;
 }
 
-/* Reads a whole regular file into a malloc'd buffer (caller frees). */
-static int read_whole(const char *path, char **text, size_t *len, zb_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return zb_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap)
-            break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf)
-        return zb_fail(err, "%s: out of memory", path);
-    if (failed) {
-        free(buf);
-        return zb_fail(err, "%s: read error (is it a directory?)", path);
-    }
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
 int data_load_file(const char *path, int ctx, zb_data **out, zb_err *err)
 {
     char *text = NULL;
     size_t len = 0;
-    if (read_whole(path, &text, &len, err) != 0)
+    /* The input cap (src/input.h) keeps /dev/zero or a FIFO from being
+     * read without end; `run --max-input` raises it for a large text. */
+    if (zb_read_capped(path, zb_input_max(), &text, &len, err) != 0)
         return -1;
     int rc = data_from_text(text, len, ctx, out, err);
     free(text);

@@ -10,12 +10,14 @@
 #include "src/model.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include "src/input.h"
 #include "src/sched_io.h"
 
 /* Megatron pads GPT-2's 50257 tokens to a multiple of 128 (tensor parallel
@@ -157,6 +159,33 @@ int model_check(const zb_model *m, zb_err *err)
     return 0;
 }
 
+/* Plausible ranges of a GPU's figures, each named in its own message.
+ * They are wide (a laptop GPU to a future rack-scale part) but keep a
+ * typo such as efficiency 1e-300 from turning into a 300-digit time. */
+static const struct gpu_range {
+    const char *field; /* JSON key */
+    size_t off;        /* offset in zb_gpu */
+    double min, max;   /* closed range */
+    const char *unit;  /* for the message */
+} gpu_ranges[] = {
+    { "peak_flops", offsetof(zb_gpu, peak_flops), 1e9, 1e18, "FLOP/s" },
+    { "mem_bytes", offsetof(zb_gpu, mem_bytes), 1e6, 1e15, "bytes" },
+    { "link_bw", offsetof(zb_gpu, link_bw), 1e6, 1e14, "bytes/s" },
+    { "link_latency", offsetof(zb_gpu, link_latency), 0, 1, "s" },
+    { "efficiency", offsetof(zb_gpu, efficiency), 0.01, 1, "of peak" },
+};
+
+int gpu_check(const zb_gpu *g, zb_err *err)
+{
+    for (size_t i = 0; i < sizeof gpu_ranges / sizeof gpu_ranges[0]; i++) {
+        const struct gpu_range *r = &gpu_ranges[i];
+        double v = *(const double *)((const char *)g + r->off);
+        if (!(v >= r->min && v <= r->max))
+            return zb_fail(err, "\"%s\" is %g, not in %g..%g %s", r->field, v, r->min, r->max, r->unit);
+    }
+    return 0;
+}
+
 /* --- JSON ---------------------------------------------------------------- */
 
 /* Reads an integer field when present: whole, within [min, max]. */
@@ -166,6 +195,10 @@ static int json_int(const cJSON *obj, const char *key, int min, int max, int *ou
     if (!it)
         return 0;
     if (cJSON_IsBool(it)) {
+        /* true/false only for the 0/1 switches (swiglu, tied_embedding):
+         * "n_layers": true is a mistake, not 1. */
+        if (min != 0 || max != 1)
+            return zb_fail(err, "\"%s\" must be a whole number, not true/false", key);
         *out = cJSON_IsTrue(it);
     } else {
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble))
@@ -190,6 +223,8 @@ static int json_double(const cJSON *obj, const char *key, double min, double *ou
     return 0;
 }
 
+/* Refuses unknown keys and keys given twice (cJSON keeps both; a lookup
+ * would silently use the first). */
 static int json_known_keys(const cJSON *obj, const char *const *keys, zb_err *err)
 {
     const cJSON *it;
@@ -198,8 +233,15 @@ static int json_known_keys(const cJSON *obj, const char *const *keys, zb_err *er
         for (int i = 0; keys[i]; i++)
             if (it->string && !strcmp(it->string, keys[i]))
                 ok = 1;
-        if (!ok)
-            return zb_fail(err, "unknown field \"%s\"", it->string ? it->string : "?");
+        if (!ok) {
+            char quoted[60 * 4 + 1];
+            const char *k = it->string ? it->string : "?";
+            size_t n = strlen(k);
+            return zb_fail(err, "unknown field \"%s\"", zb_escape_bytes(quoted, sizeof quoted, k, n > 60 ? 60 : n));
+        }
+        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
+            if (!strcmp(prev->string, it->string))
+                return zb_fail(err, "field \"%s\" appears twice", it->string);
     }
     return 0;
 }
@@ -328,10 +370,8 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
         json_double(obj, "link_latency", 0, &r.link_latency, err) < 0 ||
         json_double(obj, "efficiency", 0, &r.efficiency, err) < 0)
         return -1;
-    if (!(r.peak_flops > 0) || !(r.mem_bytes > 0) || !(r.link_bw > 0))
-        return zb_fail(err, "a GPU needs positive peak_flops, mem_bytes and link_bw");
-    if (!(r.efficiency > 0 && r.efficiency <= 1))
-        return zb_fail(err, "\"efficiency\" must be in (0, 1]");
+    if (gpu_check(&r, err) < 0)
+        return -1;
     *g = r;
     return 0;
 }
@@ -368,7 +408,12 @@ static int load_json_file(const char *arg, cJSON **out, zb_err *err)
         free(text);
         return zb_fail(err, "%s: not valid JSON (near byte %ld)", arg, at);
     }
+    int bad = zb_json_check_strings(text, len, err);
     free(text);
+    if (bad) {
+        cJSON_Delete(root);
+        return zb_wrap(err, "%s: ", arg);
+    }
     *out = root;
     return 0;
 }

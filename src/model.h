@@ -56,6 +56,11 @@ int model_load(const char *arg, zb_model *m, zb_err *err);
  * divide heads).  Returns 0 or -1 with err naming the field. */
 int model_check(const zb_model *m, zb_err *err);
 
+/* Checks a GPU's figures against plausible ranges (peak_flops 1e9..1e18,
+ * mem_bytes 1e6..1e15, link_bw 1e6..1e14, link_latency 0..1 s, efficiency
+ * 0.01..1).  Returns 0 or -1 with err naming the field and its range. */
+int gpu_check(const zb_gpu *g, zb_err *err);
+
 /* Finds a GPU preset ("A100-80G", "H100-80G", "H200-141G"). */
 int gpu_preset(const char *name, zb_gpu *g, zb_err *err);
 

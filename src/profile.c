@@ -7,6 +7,7 @@
  * bit for bit).
  */
 #include "src/profile.h"
+#include "src/input.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -131,6 +132,10 @@ int profile_parse(const char *text, size_t len, zb_profile *p, zb_err *err)
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root)
         return zb_fail(err, "not valid JSON (near byte %ld)", end ? (long)(end - text) : -1L);
+    if (zb_json_check_strings(text, len, err)) {
+        cJSON_Delete(root);
+        return -1;
+    }
     zb_profile tmp;
     int rc = parse_root(root, &tmp, err);
     cJSON_Delete(root);

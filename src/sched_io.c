@@ -22,6 +22,7 @@
  */
 #include "src/sched_io.h"
 #include "src/parse_uint.h"
+#include "src/input.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -265,8 +266,11 @@ static int load_ops(sched_t *s, const cJSON *ops, zb_err *err)
                 break;
             }
             if (parse_op_token(t->valuestring, &kind, &mb, &stage)) {
-                rc = zb_fail(err, "device %d, op %d: bad op token '%.40s' (expected F, B, W or BW, "
-                             "a micro-batch, optionally @stage: F3, BW3@5)", d, i, t->valuestring);
+                char quoted[40 * 4 + 1];
+                size_t n = strlen(t->valuestring);
+                zb_escape_bytes(quoted, sizeof quoted, t->valuestring, n > 40 ? 40 : n);
+                rc = zb_fail(err, "device %d, op %d: bad op token '%s' (expected F, B, W or BW, "
+                             "a micro-batch, optionally @stage: F3, BW3@5)", d, i, quoted);
                 break;
             }
             if (mb >= s->n_micro) {
@@ -502,6 +506,11 @@ int sched_load_string(const char *text, size_t len, sched_t **out, zb_err *err)
         cJSON_Delete(root);
         return zb_fail(err, "malformed JSON: unexpected text after the document at line %d, column %d",
                        line, col);
+    }
+    /* After the parse, so that malformed JSON gets the parser's message. */
+    if (zb_json_check_strings(text, len, err)) {
+        cJSON_Delete(root);
+        return -1;
     }
     int rc = load_doc(root, out, err);
     cJSON_Delete(root);
@@ -835,44 +844,5 @@ int zb_write_atomic(const char *path, const char *data, size_t len, zb_err *err)
 
 int zb_read_file(const char *path, char **data, size_t *len, zb_err *err)
 {
-    int is_stdin = !strcmp(path, "-");
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f)
-        return zb_fail(err, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    int rc = 0;
-    if (!buf) {
-        rc = zb_fail(err, "out of memory reading '%s'", path);
-        goto out;
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                rc = zb_fail(err, "out of memory reading '%s'", path);
-                goto out;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = zb_fail(err, "cannot read '%s': %s", path, strerror(errno));
-            break;
-        }
-    }
-out:
-    if (!is_stdin)
-        fclose(f);
-    if (rc) {
-        free(buf);
-        return -1;
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return 0;
+    return zb_read_capped(path, zb_input_max(), data, len, err);
 }

@@ -36,7 +36,8 @@ int sched_save_file(const sched_t *s, const char *path, zb_err *err);
 int zb_write_atomic(const char *path, const char *data, size_t len, zb_err *err);
 
 /* Reads a whole file ("-" is stdin) into a malloc'd NUL-terminated buffer;
- * stores its length in *len.  Returns 0 or -1 with err set. */
+ * stores its length in *len.  Refuses files over the input cap
+ * (src/input.h).  Returns 0 or -1 with err set. */
 int zb_read_file(const char *path, char **data, size_t *len, zb_err *err);
 
 #endif

@@ -16,6 +16,7 @@
  */
 #include "src/torch_csv.h"
 #include "src/parse_uint.h"
+#include "src/input.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,17 +70,29 @@ static int is_comm_action(const char *p, size_t n)
     return 0;
 }
 
+/* A cell quoted for an error message: at most 40 bytes, non-printable
+ * bytes as \xHH so that a binary file echoes nothing raw to the terminal. */
+typedef struct cell_text {
+    char s[40 * 4 + 1]; /* escaped text, NUL-terminated */
+} cell_text;
+
+static const char *quote_cell(cell_text *q, const char *p, size_t n)
+{
+    return zb_escape_bytes(q->s, sizeof q->s, p, n > 40 ? 40 : n);
+}
+
 /* Parses one trimmed, non-empty cell [p, end). */
 static int parse_cell(const char *p, const char *end, int row, int col, csv_action *a, zb_err *err)
 {
     const char *cell = p;
-    int clen = (int)(end - p);
+    cell_text q;
+    quote_cell(&q, cell, (size_t)(end - p));
     if (zb_parse_uint(&p, end, &a->stage))
-        return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><type><micro-batch>, e.g. 0F3",
+                       row, col, q.s);
     if (p < end && is_comm_action(p, (size_t)(end - p)))
-        return zb_fail(err, "row %d, cell %d ('%.*s'): communication actions are not supported "
-                       "(compute-only CSV)", row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): communication actions are not supported "
+                       "(compute-only CSV)", row, col, q.s);
     int kind = -1;
     if (p < end) {
         switch (*p) {
@@ -90,15 +103,15 @@ static int parse_cell(const char *p, const char *end, int row, int col, csv_acti
         }
     }
     if (kind < 0)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): unknown action type (expected F, I, W or B)",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): unknown action type (expected F, I, W or B)",
+                       row, col, q.s);
     p++;
     if (zb_parse_uint(&p, end, &a->mb) || p != end)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><type><micro-batch>, e.g. 0F3",
+                       row, col, q.s);
     if (a->stage >= CSV_MAX_STAGE || a->mb >= CSV_MAX_MICRO)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): stage or micro-batch too large",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): stage or micro-batch too large",
+                       row, col, q.s);
     a->kind = (uint8_t)kind;
     a->row = row;
     return 0;
@@ -154,14 +167,12 @@ static int scan_add(csv_scan *sc, const csv_action *a, int col, zb_err *err)
 static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb_err *err)
 {
     const char *p = text, *end = text + len;
-    int row = 0;
+    int row = 0, last_busy = -1, idle = 0;
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         const char *line_end = eol ? eol : end;
         if (line_end > p && line_end[-1] == '\r')
             line_end--;
-        if (row >= CSV_MAX_ROWS)
-            return zb_fail(err, "more than %d rows", CSV_MAX_ROWS);
         int col = 0;
         const char *c = p;
         for (;;) {
@@ -174,8 +185,14 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
                 b--;
             if (a < b) {
                 csv_action act;
+                if (row >= CSV_MAX_ROWS)
+                    return zb_fail(err, "more than %d rows", CSV_MAX_ROWS);
                 if (parse_cell(a, b, row, col, &act, err) || scan_add(sc, &act, col, err))
                     return -1;
+                if (last_busy != row) {
+                    idle += row - last_busy - 1; /* blank rows before this one */
+                    last_busy = row;
+                }
             }
             col++;
             if (!comma)
@@ -187,7 +204,15 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
             break;
         p = eol + 1;
     }
-    *n_rows = row;
+    /* Blank rows after the last action are not ranks (editors and
+     * scripts leave trailing newlines).  Blank rows between ranks are idle
+     * ranks, but a file cannot have more of them than working ranks: that
+     * is a mistake (or an attack asking for 65,536 devices), not a
+     * pipeline. */
+    if (idle > last_busy + 1 - idle)
+        return zb_fail(err, "%d of the %d rows before the last action are blank (idle ranks); "
+                       "at most half of the ranks may be idle", idle, last_busy + 1);
+    *n_rows = last_busy + 1;
     return 0;
 }
 

@@ -41,7 +41,9 @@
 
 #include "runtime/trainer.h"
 #include "runtime/outer/islands.h"
+#include "src/input.h"
 #include "src/model.h"
+#include "src/size.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
 
@@ -84,6 +86,8 @@ static void usage(FILE *out)
         "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
         "                         --resume, --stop-at, --eval-*, --replicas (val_loss null)\n"
         "      --gpu N            with --device cuda in one process: the GPU (default 0)\n"
+        "      --max-input SIZE   largest input file read, the --data text included\n"
+        "                         (default 256MB; also ZBSCHED_MAX_INPUT=SIZE)\n"
 
         "  -q, --quiet            no progress lines on stderr\n"
         "  -h, --help             this text\n"
@@ -131,7 +135,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU };
+           O_DEVICE, O_GPU, O_MAX_INPUT };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -157,6 +161,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "sync-interval", required_argument, NULL, O_INTERVAL },
         { "device", required_argument, NULL, O_DEVICE },
         { "gpu", required_argument, NULL, O_GPU },
+        { "max-input", required_argument, NULL, O_MAX_INPUT },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -266,6 +271,14 @@ static int parse_args(int argc, char **argv, run_args *a)
                 bad = zb_fail(&err, "--sync-interval: must be positive, got %s", optarg);
             a->isl.outer.aedit_interval_s = v;
             a->outer_flag = 1;
+            break;
+        }
+        case O_MAX_INPUT: {
+            uint64_t bytes;
+            if (zb_size_parse(optarg, &bytes, &err) < 0)
+                bad = zb_wrap(&err, "--max-input: ");
+            else
+                zb_input_set_max(bytes);
             break;
         }
         case 'q': a->quiet = 1; break;

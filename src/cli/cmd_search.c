@@ -7,6 +7,7 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,19 +87,34 @@ static const char *status_name(search_status s)
     return s == SEARCH_FIT ? "fit" : s == SEARCH_OOM ? "oom" : "skipped";
 }
 
+/* v with `prec` decimals, or in %g form once it is too large for fixed
+ * notation to stay short (a huge figure would otherwise print hundreds of
+ * digits).  Returns buf. */
+static const char *fixed_or_g(char *buf, size_t cap, double v, int prec)
+{
+    if (fabs(v) < 1e9)
+        snprintf(buf, cap, "%.*f", prec, v);
+    else
+        snprintf(buf, cap, "%.4g", v);
+    return buf;
+}
+
 static void print_table(const search_options *o, const search_result *r, int rows, int verbose)
 {
-    printf("model %s, %s, %d GPUs, global batch %d, memory limit %.1f GB per GPU\n",
-           o->model.name, o->gpu.name, o->n_devices, o->global_batch, o->mem_bytes / 1e9);
+    char f1[40], f2[40], f3[40];
+    printf("model %s, %s, %d GPUs, global batch %d, memory limit %s GB per GPU\n",
+           o->model.name, o->gpu.name, o->n_devices, o->global_batch, fixed_or_g(f1, sizeof f1, o->mem_bytes / 1e9, 1));
     if (r->n_fit > 0 && rows > 0)
         printf("%-4s %-18s %4s %5s %-3s %13s %10s %11s %7s %6s\n", "rank", "schedule", "b", "m", "rc",
                "peak GB (dev)", "iter ms", "tok/s/GPU", "bubble", "MFU");
     int shown = 0;
     for (int i = 0; i < r->n_fit && shown < rows; i++, shown++) {
         const search_candidate *c = &r->c[i];
-        printf("%-4d %-18s %4d %5d %-3s %8.2f (%2d) %10.1f %11.0f %7.4f %5.1f%%\n", i + 1, c->label,
-               c->micro_batch, c->n_micro, c->recompute ? "on" : "off", c->peak_bytes / 1e9,
-               c->peak_device, c->iter_ms, c->tokens_per_s, c->bubble_rate, 100 * c->mfu);
+        printf("%-4d %-18s %4d %5d %-3s %8s (%2d) %10s %11s %7.4f %5.1f%%\n", i + 1, c->label,
+               c->micro_batch, c->n_micro, c->recompute ? "on" : "off",
+               fixed_or_g(f1, sizeof f1, c->peak_bytes / 1e9, 2), c->peak_device,
+               fixed_or_g(f2, sizeof f2, c->iter_ms, 1), fixed_or_g(f3, sizeof f3, c->tokens_per_s, 0),
+               c->bubble_rate, 100 * c->mfu);
     }
     if (r->n_fit > shown)
         printf("... %d more that fit (--top N shows more)\n", r->n_fit - shown);
@@ -352,9 +368,12 @@ int cmd_search(int argc, char **argv)
     if (r.n_fit == 0) {
         if (r.min_peak_index >= 0) {
             const search_candidate *c = &r.c[r.min_peak_index];
-            cli_error("nothing fits in %.2f GB per GPU; the smallest peak is %.2f GB (%s, b=%d, recompute %s): "
-                      "use --mem %.0fG or more, or more GPUs", o.mem_bytes / 1e9, r.min_peak_bytes / 1e9,
-                      c->label, c->micro_batch, c->recompute ? "on" : "off", r.min_peak_bytes / 1e9 + 0.5);
+            char f1[40], f2[40], f3[40];
+            cli_error("nothing fits in %s GB per GPU; the smallest peak is %s GB (%s, b=%d, recompute %s): "
+                      "use --mem %sG or more, or more GPUs", fixed_or_g(f1, sizeof f1, o.mem_bytes / 1e9, 2),
+                      fixed_or_g(f2, sizeof f2, r.min_peak_bytes / 1e9, 2),
+                      c->label, c->micro_batch, c->recompute ? "on" : "off",
+                      fixed_or_g(f3, sizeof f3, r.min_peak_bytes / 1e9 + 0.5, 0));
         } else {
             cli_error("nothing fits: no candidate could be built (-v or --json says why)");
         }

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/input.h"
+#include "src/size.h"
+
 typedef struct command {
     const char *name;                 /* as typed after `zbsched` */
     int (*fn)(int argc, char **argv); /* gets argv[0] = the command name */
@@ -99,6 +102,15 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) {
         printf("zbsched %s\n", ZBSCHED_VERSION);
         return 0;
+    }
+    /* The input size cap (src/input.h) for every command. */
+    const char *max_input = getenv("ZBSCHED_MAX_INPUT");
+    if (max_input && *max_input) {
+        uint64_t bytes;
+        zb_err err = { "" };
+        if (zb_size_parse(max_input, &bytes, &err) < 0)
+            return cli_error("ZBSCHED_MAX_INPUT: %s", err.msg);
+        zb_input_set_max(bytes);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))

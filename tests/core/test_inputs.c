@@ -142,6 +142,131 @@ START_TEST(loaded_costs_whose_totals_overflow)
 }
 END_TEST
 
+/* ------------------------------------------------------ 14.4 input caps */
+
+START_TEST(endless_and_oversized_inputs)
+{
+    /* /dev/zero never ends: refused at the cap instead of read forever. */
+    int rc = zb("simulate /dev/zero");
+    EXPECT_CLEAN_FAILURE(rc, "larger than the input limit", NULL);
+    rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=1K", "import /dev/zero -o t.json",
+                 out_text, sizeof out_text, err_text, sizeof err_text);
+    EXPECT_CLEAN_FAILURE(rc, "1.0 KB", "t.json");
+    /* A regular file over the cap is refused before it is read. */
+    ck_assert_int_eq(zb("gen 1f1b -p 4 -m 64 -o big.json"), 0);
+    rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=1K", "simulate big.json",
+                 out_text, sizeof out_text, err_text, sizeof err_text);
+    EXPECT_CLEAN_FAILURE(rc, "ZBSCHED_MAX_INPUT", NULL);
+    rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=lots", "simulate big.json",
+                 out_text, sizeof out_text, err_text, sizeof err_text);
+    EXPECT_CLEAN_FAILURE(rc, "ZBSCHED_MAX_INPUT", NULL);
+    /* Raising the cap lets it through. */
+    rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=1G", "simulate big.json",
+                 out_text, sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    /* A model file that never ends. */
+    rc = zb("search --mem 40G --model /dev/zero");
+    EXPECT_CLEAN_FAILURE(rc, "larger than the input limit", NULL);
+}
+END_TEST
+
+START_TEST(run_data_without_end)
+{
+    ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 2 -o s.json"), 0);
+    int rc = zb("run s.json --steps 1 --data /dev/zero --max-input 1M -q");
+    EXPECT_CLEAN_FAILURE(rc, "1.0 MB", NULL);
+    rc = zb("run s.json --steps 1 --data /dev/zero");
+    EXPECT_CLEAN_FAILURE(rc, "larger than the input limit", NULL);
+    rc = zb("run s.json --steps 1 --max-input 12parsecs");
+    EXPECT_CLEAN_FAILURE(rc, "--max-input", NULL);
+}
+END_TEST
+
+/* ------------------------------------------------ 14.9 smaller defects */
+
+START_TEST(nul_inside_json_strings)
+{
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o base.json"), 0);
+    sh("sed 's/\"name\": \"1f1b\"/\"name\": \"1f\\\\u0000b\"/' base.json > esc.json && grep -q 'u0000' esc.json");
+    int rc = zb("simulate esc.json");
+    EXPECT_CLEAN_FAILURE(rc, "NUL", NULL);
+    /* A raw NUL byte inside a string. */
+    sh("sed 's/\"name\": \"1f1b\"/\"name\": \"1f\\x00b\"/' base.json > raw.json && "
+       "test $(wc -c < raw.json) -eq $(wc -c < base.json)");
+    rc = zb("render raw.json -o r.svg");
+    EXPECT_CLEAN_FAILURE(rc, "NUL", "r.svg");
+    sh("printf '{\"base\": \"tiny\", \"name\": \"a\\\\u0000b\"}' > m.json");
+    rc = zb("search --mem 40G --gpus 4 --model m.json");
+    EXPECT_CLEAN_FAILURE(rc, "NUL", NULL);
+}
+END_TEST
+
+START_TEST(binary_csv_is_not_echoed)
+{
+    /* Bytes 0x01..0x1f, 0x7f and 0x80..0xff in a cell. */
+    sh("printf '\\001\\002\\033[31m\\177\\200\\377,0F0\\n' > bin.csv");
+    int rc = zb("import bin.csv -o t.json");
+    EXPECT_CLEAN_FAILURE(rc, "\\x01\\x02\\x1b[31m\\x7f\\x80\\xff", "t.json");
+    for (const unsigned char *p = (const unsigned char *)err_text; *p; p++)
+        ck_assert_msg(*p == '\n' || (*p >= 0x20 && *p < 0x7f), "raw byte 0x%02x on stderr", *p);
+    /* The same for a bad op token in a schedule file. */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o base.json"), 0);
+    sh("sed 's/\"F0\", \"F1\"/\"\\\\u001b[31mF0\", \"F1\"/' base.json > tok.json && grep -q u001b tok.json");
+    rc = zb("simulate tok.json");
+    EXPECT_CLEAN_FAILURE(rc, "\\x1b[31mF0", NULL);
+}
+END_TEST
+
+START_TEST(blank_csv_lines)
+{
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o s.json"), 0);
+    ck_assert_int_eq(zb("export s.json -o s.csv"), 0);
+    /* 65,535 trailing blank lines are not 65,535 ranks. */
+    sh("cp s.csv tail.csv && awk 'BEGIN { for (i = 0; i < 65535; i++) print \"\" }' >> tail.csv");
+    ck_assert_int_eq(zb("import tail.csv -o t.json"), 0);
+    ck_assert_int_eq(zb("simulate --json t.json"), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "\"devices\":2"));
+    /* Blank lines before the ranks: refused, not thousands of idle ranks. */
+    sh("awk 'BEGIN { for (i = 0; i < 1000; i++) print \"\" }' > lead.csv && cat s.csv >> lead.csv");
+    int rc = zb("import lead.csv -o u.json");
+    EXPECT_CLEAN_FAILURE(rc, "idle", "u.json");
+}
+END_TEST
+
+START_TEST(model_and_gpu_field_types)
+{
+    sh("printf '{\"base\": \"tiny\", \"n_layers\": true}' > bool.json");
+    int rc = zb("search --mem 40G --gpus 4 --model bool.json");
+    EXPECT_CLEAN_FAILURE(rc, "n_layers", NULL);
+    sh("printf '{\"base\": \"tiny\", \"n_layers\": 2, \"n_layers\": 8}' > dup.json");
+    rc = zb("search --mem 40G --gpus 4 --model dup.json");
+    EXPECT_CLEAN_FAILURE(rc, "appears twice", NULL);
+    sh("printf '{\"base\": \"A100-80G\", \"efficiency\": 0.5, \"efficiency\": 0.6}' > gdup.json");
+    rc = zb("search --mem 40G --gpu gdup.json");
+    EXPECT_CLEAN_FAILURE(rc, "appears twice", NULL);
+    /* true stays fine for the 0/1 switches. */
+    sh("printf '{\"base\": \"tiny\", \"swiglu\": true}' > sw.json");
+    ck_assert_int_eq(zb("search --mem 40G --gpus 4 --model sw.json -o best.json"), 0);
+}
+END_TEST
+
+START_TEST(gpu_ranges)
+{
+    sh("printf '{\"base\": \"A100-80G\", \"efficiency\": 1e-300}' > eff.json");
+    int rc = zb("search --mem 40G --gpu eff.json");
+    EXPECT_CLEAN_FAILURE(rc, "\"efficiency\" is 1e-300", NULL);
+    ck_assert_int_lt(strlen(err_text), 200);
+    /* Each bad figure is named itself (peak_flops used to be blamed with two others). */
+    sh("printf '{\"base\": \"A100-80G\", \"mem_bytes\": 0}' > mem.json");
+    rc = zb("search --mem 40G --gpu mem.json");
+    EXPECT_CLEAN_FAILURE(rc, "\"mem_bytes\" is 0", NULL);
+    ck_assert_ptr_null(strstr(err_text, "peak_flops"));
+    sh("printf '{\"base\": \"A100-80G\", \"peak_flops\": 1e300}' > pf.json");
+    rc = zb("search --mem 40G --gpu pf.json");
+    EXPECT_CLEAN_FAILURE(rc, "\"peak_flops\" is 1e+300", NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("inputs");
@@ -151,6 +276,13 @@ int main(void)
     tcase_add_test(tc, gen_flags_whose_totals_overflow);
     tcase_add_test(tc, import_flags_whose_totals_overflow);
     tcase_add_test(tc, loaded_costs_whose_totals_overflow);
+    tcase_add_test(tc, endless_and_oversized_inputs);
+    tcase_add_test(tc, run_data_without_end);
+    tcase_add_test(tc, nul_inside_json_strings);
+    tcase_add_test(tc, binary_csv_is_not_echoed);
+    tcase_add_test(tc, blank_csv_lines);
+    tcase_add_test(tc, model_and_gpu_field_types);
+    tcase_add_test(tc, gpu_ranges);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
