@@ -26,6 +26,8 @@
  * reports val_loss as null.  A build without CUDA refuses --device cuda.
  */
 #include "src/cli/cli.h"
+#include "src/cli/run_checks.h"
+#include "src/cli/run_resume.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -54,6 +56,8 @@
 
 #define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
+/* consecutive skipped steps (gradient not finite) that mean divergence */
+#define DEFAULT_MAX_SKIPPED 5
 #define NO_CUDA_MSG "this zbsched was built without CUDA (meson -Dcuda=enabled)"
 /* seconds a rank waits for the others during the NCCL bootstrap */
 #define NCCL_BOOTSTRAP_TIMEOUT_S 120
@@ -86,6 +90,8 @@ static void usage(FILE *out)
         "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
         "                         --resume, --stop-at, --eval-*, --replicas (val_loss null)\n"
         "      --gpu N            with --device cuda in one process: the GPU (default 0)\n"
+        "      --max-skipped N    stop (exit 1) after N consecutive steps skipped for a\n"
+        "                         gradient that is not finite; 0 never stops (default 5)\n"
         "      --max-input SIZE   largest input file read, the --data text included\n"
         "                         (default 256MB; also ZBSCHED_MAX_INPUT=SIZE)\n"
 
@@ -125,6 +131,7 @@ typedef struct run_args {
     int quiet;               /* --quiet */
     int cuda;                /* --device cuda */
     long gpu;                /* --gpu, or -1 when not given */
+    long max_skipped;        /* --max-skipped: consecutive skipped steps that stop the run (0: never) */
     int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
@@ -135,7 +142,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU, O_MAX_INPUT };
+           O_DEVICE, O_GPU, O_MAX_INPUT, O_MAX_SKIPPED };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -162,12 +169,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "device", required_argument, NULL, O_DEVICE },
         { "gpu", required_argument, NULL, O_GPU },
         { "max-input", required_argument, NULL, O_MAX_INPUT },
+        { "max-skipped", required_argument, NULL, O_MAX_SKIPPED },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
-                     .seed = 1, .lr = 1e-3, .clip = 1.0, .gpu = -1 };
+                     .seed = 1, .lr = 1e-3, .clip = 1.0, .gpu = -1,
+                     .max_skipped = DEFAULT_MAX_SKIPPED };
     islands_opts_default(&a->isl);
     a->isl.replicas = 0; /* no --replicas: a single trainer */
     zb_err err = { { 0 } };
@@ -273,6 +282,9 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->outer_flag = 1;
             break;
         }
+        case O_MAX_SKIPPED:
+            bad = cli_parse_int("--max-skipped", optarg, 0, 100000000, &a->max_skipped, &err);
+            break;
         case O_MAX_INPUT: {
             uint64_t bytes;
             if (zb_size_parse(optarg, &bytes, &err) < 0)
@@ -370,22 +382,38 @@ static int evaluate(trainer *t, run_result *res, long step, int quiet, zb_err *e
     return 0;
 }
 
-static int train(trainer *t, const run_args *a, const char *ckpt_path, run_result *res)
+/* Divergence rule: a loss that is not finite stops the run at once; a
+ * gradient that is not finite makes the optimizer skip the step (the
+ * parameters stay as they were), which one bad batch may cause, but
+ * --max-skipped consecutive skips mean the run diverged (a huge --lr sends
+ * the loss to 1e13 while every later step is skipped).  Either way the run
+ * exits 1 naming the step, and no checkpoint is written from a state
+ * inside a skip streak, so the last one on disk is the last good one. */
+static int train(trainer *t, const run_args *a, const char *ckpt_path, const run_identity *id,
+                 run_result *res)
 {
     zb_err err = { { 0 } };
     const trainer_stats *st = trainer_get_stats(t);
     res->first_step = st->step;
+    long streak = 0; /* consecutive skipped steps so far */
     for (long step = st->step; step < a->stop_at; step++) {
         double loss;
         double t0 = now_s();
+        long skipped_before = st->skipped_steps;
         if (trainer_step(t, &loss, &err) != 0)
             return cli_error("step %ld: %s", step + 1, err.msg);
         res->train_s += now_s() - t0;
         res->tokens += st->tokens_per_step;
         res->losses[res->n_losses++] = loss;
         if (!isfinite(loss))
-            return cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)",
-                             step + 1, isnan(loss) ? "NaN" : "infinite");
+            return cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)%s",
+                             step + 1, isnan(loss) ? "NaN" : "infinite",
+                             ckpt_path ? "; the last checkpoint is kept" : "");
+        streak = st->skipped_steps > skipped_before ? streak + 1 : 0;
+        if (a->max_skipped > 0 && streak >= a->max_skipped)
+            return cli_error("step %ld: diverged: %ld steps in a row were skipped because the gradient "
+                             "was not finite (loss %.4g; try a lower --lr, or raise --max-skipped)%s",
+                             step + 1, streak, loss, ckpt_path ? "; the last checkpoint is kept" : "");
         if (!a->quiet)
             fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e\n", step + 1, a->steps,
                     loss, (double)st->tokens_per_step / st->last_step_s, st->last_lr);
@@ -396,7 +424,8 @@ static int train(trainer *t, const run_args *a, const char *ckpt_path, run_resul
                 return cli_fail(&err);
             if (!isfinite(res->val_loss))
                 return cli_error("step %ld: the validation loss is not finite", step + 1);
-            if (ckpt_path && trainer_save(t, ckpt_path, &err) != 0)
+            if (ckpt_path && streak == 0 &&
+                (trainer_save(t, ckpt_path, &err) != 0 || run_identity_save(a->ckpt_dir, id, &err) != 0))
                 return cli_fail(&err);
         }
     }
@@ -458,6 +487,17 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
         zb_wrap(&err, "%s: ", a->file);
         return cli_fail(&err);
     }
+    /* The replicas' mean loss of a step is not finite when a replica
+     * diverged (its steps are then skipped and the outer step may hide it
+     * in the final model): the run failed, whatever the final loss says.
+     * islands_run runs to its end; the step named is the first bad one. */
+    for (long i = 0; i < r.steps; i++)
+        if (!isfinite(r.loss[i])) {
+            double bad = r.loss[i];
+            islands_result_free(&r);
+            return cli_error("%s: step %ld: the training loss is %s (diverged; try a lower --lr or --outer-lr)",
+                             a->file, i + 1, isnan(bad) ? "NaN" : "infinite");
+        }
     if (!isfinite(r.final_val_loss)) {
         islands_result_free(&r);
         return cli_error("%s: the validation loss is not finite (diverged; try a lower --lr or --outer-lr)", a->file);
@@ -688,11 +728,27 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
+    zb_model preset;
+    if (run_check_model(&m, model_preset(a.model, &preset, NULL) != 0, a.cuda, &err) != 0) {
+        cli_fail(&err);
+        goto out;
+    }
     if (a.batch > 0)
         m.micro_batch = (int)a.batch;
     if (data_load_file(a.data, m.seq_len, &d, &err) != 0) {
         cli_fail(&err);
         goto out;
+    }
+    if (!a.cuda) {
+        /* Refuse before allocating what this machine cannot hold. */
+        zb_model em = m;
+        em.vocab = d->vocab;
+        run_memory mem;
+        run_estimate_memory(s, &em, d->n_tokens, a.isl.replicas, &mem);
+        if (run_check_memory(&mem, run_physical_memory(), &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
     }
     trainer_opts o;
     trainer_opts_default(&o);
@@ -717,6 +773,9 @@ int cmd_run(int argc, char **argv)
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
     }
+    run_identity id = { .rope_theta = m.rope_theta, .batch_size = m.micro_batch,
+                        .micro_batches = s->n_micro, .seed = a.seed, .data_hash = run_data_hash(d),
+                        .data_bytes = d->n_tokens };
     if (trainer_create(s, &m, d, &o, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s: ", a.file, m.name);
         cli_fail(&err);
@@ -734,9 +793,15 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
-        if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
-            cli_fail(&err);
-            goto out;
+        if (a.resume) {
+            char note[256];
+            int same = run_identity_check(a.ckpt_dir, &id, note, sizeof note, &err);
+            if (same < 0 || trainer_load(t, ckpt_path, &err) != 0) {
+                cli_fail(&err);
+                goto out;
+            }
+            if (same == 1 && !a.quiet)
+                fprintf(stderr, "zbsched run: %s\n", note);
         }
     }
     if (!a.quiet) {
@@ -758,7 +823,7 @@ int cmd_run(int argc, char **argv)
         cli_error("out of memory");
         goto out;
     }
-    if (train(t, &a, ckpt_path, &res) != 0)
+    if (train(t, &a, ckpt_path, &id, &res) != 0)
         goto out;
     if (a.trace) {
         sched_t *tr = NULL;

@@ -1,0 +1,60 @@
+/*
+ * run_checks.h: what `zbsched run` checks before it allocates a trainer.
+ *
+ * Two questions, both answered from sizes alone, before a byte of model
+ * state exists:
+ *   - does the runtime implement this model?  Its kernels are Llama-style
+ *     only (SwiGLU, RoPE, untied head; fp32 on the CPU, bf16 on CUDA), so a
+ *     model file asking for anything else is refused instead of silently
+ *     trained as something it is not;
+ *   - does the run fit in this machine's memory?  Parameters, gradients,
+ *     AdamW moments and the post-validation snapshot (7 copies of the
+ *     parameters), the activations every device keeps for the micro-batches
+ *     it has in flight (walked from the schedule's op order), the messages
+ *     between stages, the batch and the text.  A run that cannot fit is
+ *     refused with one line giving needed against physical memory, rather
+ *     than swapping the machine to a halt (`--batch-size 65536` used to
+ *     reach 12 GB before failing or being killed).
+ */
+#ifndef ZB_CLI_RUN_CHECKS_H
+#define ZB_CLI_RUN_CHECKS_H
+
+#include <stddef.h>
+
+#include "src/err.h"
+#include "src/model.h"
+#include "src/sched.h"
+
+/* Refuses a model the runtime does not implement: swiglu 0, a tied
+ * embedding, rope_theta 0 (learned positions), and a dtype other than the
+ * device's (fp32 on the CPU, bf16 with cuda) when the model came from a
+ * file (`from_file`; the presets' dtype describes the cost model's
+ * hardware and is documented as ignored on the CPU).  Returns 0 or -1
+ * with err naming the field. */
+int run_check_model(const zb_model *m, int from_file, int cuda, zb_err *err);
+
+/* The parts of a CPU run's memory estimate, in bytes. */
+typedef struct run_memory {
+    double params;      /* parameters, gradients, AdamW m and v, snapshot copies */
+    double activations; /* saved activations at the busiest moment, all devices */
+    double messages;    /* activations and gradients queued between stages */
+    double data;        /* the text's tokens and the step's batch */
+    double total;       /* the sum, times the replicas */
+    int in_flight;      /* most micro-batches any device holds at once */
+} run_memory;
+
+/* Estimates the memory of `replicas` CPU trainers of schedule s (valid)
+ * for model m (micro_batch and vocab as the trainer will use them) on a
+ * text of n_tokens tokens.  Never allocates more than O(stages). */
+void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
+                         run_memory *out);
+
+/* Physical memory of this machine in bytes (sysconf), or 0 when unknown. */
+double run_physical_memory(void);
+
+/* Refuses a run whose estimate exceeds physical memory: "run needs about
+ * 120.3 GB (...), but this machine has 24.0 GB of memory: ...".  Returns 0
+ * or -1 with err set. */
+int run_check_memory(const run_memory *mem, double physical, zb_err *err);
+
+#endif
