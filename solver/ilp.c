@@ -64,6 +64,13 @@
 
 #include <cjson/cJSON.h>
 
+/* The most binaries (estimated as 3 p m^2) a model may have.  GLPK holds
+ * about four rows per binary; 300,000 binaries is ~1.2 million rows and a
+ * few hundred MB, already far past what branch and cut closes (p=4, m=12,
+ * ~1,700 binaries, stays open after 20 s).  Larger sizes are refused
+ * before anything is allocated (p=64, m=1024 used to reach 4.7 GB). */
+#define ILP_MAX_BINARIES 300000
+
 static solver_log_fn log_fn;  /* where GLPK's text goes, or NULL */
 static void *log_ctx;         /* passed back to log_fn */
 
@@ -107,9 +114,24 @@ typedef struct ilp_ctx {
     double r_lb;              /* static lower bound on R */
     double bound;             /* best bound seen in the search */
     int heur_given;           /* the incumbent was handed to GLPK */
+    double deadline;          /* CLOCK_MONOTONIC second at which the whole solve must stop */
+    int timed_out;            /* the deadline passed before GLPK ran: the heuristic stands */
     jmp_buf fail;             /* where GLPK's fatal errors land */
     glp_prob *lp;             /* the model (owned by GLPK's environment) */
 } ilp_ctx;
+
+static double now_s(void);
+
+/* Whether the command's time limit has passed (latched).  Checked between
+ * the analysis passes and inside their quadratic loops and the model
+ * building, so that --time-limit bounds the whole command, not only
+ * GLPK's own search. */
+static int past_deadline(ilp_ctx *c)
+{
+    if (!c->timed_out && now_s() > c->deadline)
+        c->timed_out = 1;
+    return c->timed_out;
+}
 
 static void ctx_free(ilp_ctx *c)
 {
@@ -405,6 +427,8 @@ static int analyse_pass(ilp_ctx *c)
     /* Forced same-stage predecessors' work raises lb; successors' work
      * (the tail) lowers ub. */
     for (int i = 0; i < n; i++) {
+        if (i % 1024 == 0 && past_deadline(c))
+            return 0;
         int s = node_stage(pr, i);
         double head = 0;
         for (int kind = 0; kind < 3; kind++) {
@@ -423,6 +447,8 @@ static int analyse_pass(ilp_ctx *c)
     /* The raised lb's feed their descendants, and the memory rule
      * (memory_release_lb) raises F's: forward passes until nothing moves. */
     for (int round = 0; round < 50; round++) {
+        if (past_deadline(c))
+            return 0;
         int moved = 0;
         for (int k = 0; k < n; k++) {
             int i = c->topo[k], np = node_parents_all(c, i);
@@ -489,7 +515,9 @@ static int window_edges(ilp_ctx *c)
     const solver_problem *pr = c->pr;
     int m = pr->m, added = 0;
     for (int s = 0; s < pr->p; s++)
-        for (int k1 = 0; k1 < 3 * m; k1++)
+        for (int k1 = 0; k1 < 3 * m; k1++) {
+            if (k1 % 64 == 0 && past_deadline(c))
+                return added;
             for (int k2 = k1 + 1; k2 < 3 * m; k2++) {
                 int a = node_id(pr, k1 / m, s, k1 % m), b = node_id(pr, k2 / m, s, k2 % m);
                 if (precedes(c, a, b) || precedes(c, b, a))
@@ -521,6 +549,7 @@ static int window_edges(ilp_ctx *c)
                 c->xe_head[to] = c->n_xe++;
                 added++;
             }
+        }
     return added;
 }
 
@@ -547,14 +576,16 @@ static int analyse(ilp_ctx *c)
     for (int i = 0; i < n; i++)
         c->xe_head[i] = -1;
     for (int pass = 0; pass < 100; pass++) {
+        if (past_deadline(c))
+            return 0;
         if (analyse_pass(c) != 0)
             return -1;
-        if (c->infeasible)
+        if (c->infeasible || c->timed_out)
             return 0;
         int added = window_edges(c);
         if (added < 0)
             return -1;
-        if (added == 0 || c->infeasible)
+        if (added == 0 || c->infeasible || c->timed_out)
             return 0;
     }
     return analyse_pass(c);
@@ -664,8 +695,9 @@ static void ios_callback(glp_tree *tree, void *info)
 /* Column numbers: E_i is 1 + i, R is n + 1, x_k is n + 2 + k. */
 static int col_e(int i) { return 1 + i; }
 
-/* Builds the model into c->lp.  GLPK errors longjmp; only malloc failures
- * return -1. */
+/* Builds the model into c->lp.  GLPK errors longjmp; malloc failures
+ * return -1, the deadline passing returns 1 (the model is then
+ * incomplete and must not be solved). */
 static int build_model(ilp_ctx *c)
 {
     const solver_problem *pr = c->pr;
@@ -673,11 +705,13 @@ static int build_model(ilp_ctx *c)
     /* The binaries: same-stage pairs that precedence leaves open. */
     for (int s = 0; s < p; s++) {
         for (int k1 = 0; k1 < 3 * m; k1++) {
+            if (k1 % 64 == 0 && past_deadline(c))
+                return 1;
             for (int k2 = k1 + 1; k2 < 3 * m; k2++) {
                 int a = node_id(pr, k1 / m, s, k1 % m), b = node_id(pr, k2 / m, s, k2 % m);
                 if (precedes(c, a, b) || precedes(c, b, a))
                     continue;
-                if (c->n_pairs == c->n_pair_cap) {
+                if (c->n_pair_cap == c->n_pairs) {
                     int cap = c->n_pair_cap ? 2 * c->n_pair_cap : 256;
                     int *na = realloc(c->pair_a, sizeof(int) * (size_t)cap);
                     if (!na)
@@ -742,6 +776,10 @@ static int build_model(ilp_ctx *c)
     }
     /* (6): disjunctions with per-pair big-M from the bounds. */
     for (int k = 0; k < c->n_pairs; k++) {
+        if (k % 4096 == 0 && past_deadline(c)) {
+            free(pair_of);
+            return 1;
+        }
         int a = c->pair_a[k], b = c->pair_b[k], col = n + 2 + k;
         double ta = node_cost(pr, a), tb = node_cost(pr, b);
         double m1 = fmax(0, c->ub[a] + tb - c->lb[b]); /* E_b >= E_a + T_b - m1 (1 - x) */
@@ -760,6 +798,10 @@ static int build_model(ilp_ctx *c)
     }
     /* (7) memory, span and the tail cut, per op. */
     for (int i = 0; i < n; i++) {
+        if (i % 256 == 0 && past_deadline(c)) {
+            free(pair_of);
+            return 1;
+        }
         int s = node_stage(pr, i), li = LOCAL(i);
         double mem_const = node_mem(pr, i), mem_max = node_mem(pr, i);
         int nz_mem = 0, nz_cut = 0;
@@ -950,9 +992,15 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         oc->sched = NULL;
         return zb_fail(err, "GLPK failed while solving the ILP (p=%d, m=%d)", c->pr->p, c->pr->m);
     }
-    if (build_model(c) != 0) {
+    int built = build_model(c);
+    if (built < 0) {
         glp_free_env();
         return zb_fail(err, "out of memory in the ILP");
+    }
+    if (built > 0) {
+        glp_free_env();
+        oc->status = "time limit (building the model)";
+        return 0;
     }
     double left_ms = (deadline - now_s()) * 1000;
     glp_smcp sm;
@@ -1015,15 +1063,19 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
         time_limit = 60;
     if (!(time_limit < 1e6))
         return zb_fail(err, "ILP time limit %g s is too large", time_limit);
+    /* Refuse up front what the model cannot hold: the binaries are the
+     * cross-kind pairs of a stage (F-B, F-W, B-W; same-kind ops are
+     * ordered by symmetry breaking), at most 3 m^2 per stage, and each
+     * brings two disjunction rows and up to two monotonicity rows. */
+    double binaries = 3.0 * pr->p * (double)pr->m * pr->m;
+    if (binaries > ILP_MAX_BINARIES)
+        return zb_fail(err, "ILP too large: p=%d, m=%d gives up to %.0f binary variables and %.0f "
+                       "constraints (at most %d binaries); use zb-auto, or fewer stages or micro-batches",
+                       pr->p, pr->m, binaries, 4 * binaries + 5.0 * 3 * pr->p * pr->m, ILP_MAX_BINARIES);
     sched_t *heur = NULL;
     double heur_cost;
     if (solver_zb_auto_costs(pr, &heur, &heur_cost, err) != 0)
         return -1;
-    if ((long)3 * pr->p * pr->m > 200000) {
-        sched_free(heur);
-        return zb_fail(err, "ILP too large: p=%d, m=%d gives %ld ops (at most 200000)", pr->p, pr->m,
-                       (long)3 * pr->p * pr->m);
-    }
 
     ilp_ctx *c = calloc(1, sizeof *c);
     if (!c) {
@@ -1032,6 +1084,7 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
     }
     c->pr = pr;
     c->n = 3 * pr->p * pr->m;
+    c->deadline = t0 + time_limit;
     c->r_heur = heur_cost;
     /* With integer times every ASAP execution has integer ends, so any
      * schedule better than the heuristic's has R <= r_heur - 1: the model
@@ -1055,13 +1108,22 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
     c->bound = c->infeasible ? heur_cost : c->r_lb;
 
     ilp_outcome oc = { .status = "heuristic", .ilp_cost = INFINITY };
-    if (c->infeasible || c->r_lb >= heur_cost * (1 - 1e-12)) {
+    if (c->timed_out) {
+        /* The analysis did not finish: its windows and bounds may be half
+         * updated, so neither "infeasible" nor r_lb can be trusted.  The
+         * busiest stage's work is a valid bound; the heuristic stands. */
+        c->infeasible = 0;
+        c->bound = 0;
+        for (int s = 0; s < pr->p; s++)
+            c->bound = fmax(c->bound, pr->m * (pr->cost[s].t_f + pr->cost[s].t_b + pr->cost[s].t_w));
+        oc.status = "time limit (during the analysis, before GLPK)";
+    } else if (c->infeasible || c->r_lb >= heur_cost * (1 - 1e-12)) {
         /* The lower bound already meets the heuristic, or the windows
          * below r_cap are empty: the heuristic is optimal, no need to build
          * the model. */
         oc.optimal = 1;
         oc.status = "optimal (lower bound meets the heuristic)";
-    } else if (run_glpk(c, heur, t0 + time_limit, &oc, err) != 0) {
+    } else if (run_glpk(c, heur, c->deadline, &oc, err) != 0) {
         goto out;
     }
     best = oc.sched;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/common/cli_run.h"
@@ -267,6 +268,40 @@ START_TEST(gpu_ranges)
 }
 END_TEST
 
+/* ------------------------------------------------------------ 14.3 ILP */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+START_TEST(ilp_refuses_sizes_it_cannot_handle)
+{
+    double t0 = wall_s();
+    int rc = zb("gen ilp -p 64 -m 1024 --mem-limit 8 --time-limit 5 -o i.json");
+    double took = wall_s() - t0;
+    EXPECT_CLEAN_FAILURE(rc, "ILP too large", "i.json");
+    ck_assert_ptr_nonnull(strstr(err_text, "binary variables"));
+    ck_assert_msg(took < 5, "the refusal took %.1f s", took);
+}
+END_TEST
+
+START_TEST(ilp_time_limit_covers_the_command)
+{
+    /* Under the size cap, but the analysis and the model building alone
+     * took 4.3 s here before they watched the limit. */
+    double t0 = wall_s();
+    int rc = zb("gen ilp -p 32 -m 55 --mem-limit 32 --tf 5 --tb 6 --tw 4 --tcomm 1 --time-limit 0.5 -o i.json");
+    double took = wall_s() - t0;
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_msg(took < 2.5, "--time-limit 0.5 took %.2f s", took);
+    ck_assert_int_eq(zb("simulate i.json"), 0);
+    sh("grep -q '\"status\":\"time limit' i.json");
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("inputs");
@@ -283,6 +318,8 @@ int main(void)
     tcase_add_test(tc, blank_csv_lines);
     tcase_add_test(tc, model_and_gpu_field_types);
     tcase_add_test(tc, gpu_ranges);
+    tcase_add_test(tc, ilp_refuses_sizes_it_cannot_handle);
+    tcase_add_test(tc, ilp_time_limit_covers_the_command);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
