@@ -42,6 +42,28 @@ typedef struct v_family {
     gen_fn fn;         /* builder taking gen_params with mem_limit */
 } v_family;
 
+/* The most virtual stages per device the interleaved family tries.  Each
+ * chunk needs a layer, so a deep model allowed hundreds of candidates of
+ * p * v stages each (10,000 layers on 8 GPUs: v up to 1,250, 5.9 GB and
+ * minutes); past a few chunks interleaving only adds communication
+ * (Megatron-LM's interleaved schedule is used with small v), so the
+ * family stops at 8. */
+#define SEARCH_MAX_CHUNKS 8
+
+/* The most ops one candidate schedule may have.  A candidate is built,
+ * validated and simulated in memory linear in its ops (~100 bytes each
+ * with the simulator's arrays); 1,000,000 (p=64, m=2,600 at one stage per
+ * device) keeps each under ~100 MB and a few seconds, where 1,024 GPUs
+ * at m=4,096 (12.6 million ops) grew without visible end. */
+#define SEARCH_MAX_OPS 1000000
+
+/* Largest interleaving degree tried for model m on p devices. */
+static int search_max_chunks(const zb_model *m, int p)
+{
+    int v = (m->n_layers + 2) / p;
+    return v < SEARCH_MAX_CHUNKS ? v : SEARCH_MAX_CHUNKS;
+}
+
 void search_options_default(search_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -330,6 +352,19 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
 {
     const search_options *o = st->o;
     int p = o->n_devices;
+    /* The V family has 2p stages: 6 p m ops.  Past the cap the whole
+     * configuration is one skipped candidate, built never. */
+    if (6.0 * p * cf->m > SEARCH_MAX_OPS) {
+        search_candidate *c = new_candidate(st, cf, "(all families)", "none", 1, err);
+        if (!c)
+            return -1;
+        char why[160];
+        snprintf(why, sizeof why, "p=%d, m=%d: schedules of up to %.0f ops, above the search's cap of %d; "
+                 "use a larger micro-batch or fewer GPUs", p, cf->m, 6.0 * p * cf->m, SEARCH_MAX_OPS);
+        skip(c, why);
+        tick(st);
+        return 0;
+    }
     double *limit = malloc(sizeof *limit * (size_t)p);
     if (!limit)
         return zb_fail(err, "out of memory");
@@ -337,7 +372,9 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
 
     if (run_gen(st, cf, "1f1b", "1f1b", 1, NULL, err) < 0)
         goto out;
-    int vmax = (cf->model.n_layers + 2) / p;
+    int vmax = search_max_chunks(&cf->model, p);
+    while (vmax > 1 && 3.0 * p * vmax * cf->m > SEARCH_MAX_OPS)
+        vmax--;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
         snprintf(label, sizeof label, "interleaved v=%d", v);
@@ -595,7 +632,7 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         return zb_fail(err, "no micro-batch size up to %d divides the global batch %d",
                        o->max_micro_batch, o->global_batch);
     int rc_lo = o->recompute < 0 ? 0 : o->recompute, rc_hi = o->recompute < 0 ? 1 : o->recompute;
-    int per_config = 1 + ((o->model.n_layers + 2) / o->n_devices - 1) + 2 + N_ZB_AUTO + 4;
+    int per_config = 1 + (search_max_chunks(&o->model, o->n_devices) - 1) + 2 + N_ZB_AUTO + 4;
     st.total = n_sizes * (rc_hi - rc_lo + 1) * per_config + (o->ilp ? o->ilp_top : 0);
 
     for (int i = 0; i < n_sizes; i++) {

@@ -302,6 +302,27 @@ START_TEST(ilp_time_limit_covers_the_command)
 }
 END_TEST
 
+/* ------------------------------------------------------ 14.4 search size */
+
+START_TEST(search_on_a_deep_model_is_bounded)
+{
+    /* 10,000 layers on 8 GPUs used to try interleaving up to v = 1,250
+     * and reach 5.9 GB after 60 s. */
+    sh("printf '{\"base\": \"tiny\", \"n_layers\": 10000}' > deep.json");
+    double t0 = wall_s();
+    int rc = zb("search --mem 40G --gpus 8 --model deep.json -o best.json");
+    double took = wall_s() - t0;
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_msg(took < 30, "search took %.1f s", took);
+    ck_assert_ptr_null(strstr(out_text, "interleaved v=9 "));
+    /* A configuration whose schedules would have millions of ops is one
+     * skipped candidate, not millions of ops in memory. */
+    rc = zb("search --mem 40G --gpus 64 --model deep.json --global-batch 65536 --max-micro-batch 1 -v");
+    ck_assert_int_eq(rc, 1);
+    ck_assert_ptr_nonnull(strstr(out_text, "above the search's cap"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("inputs");
@@ -320,6 +341,7 @@ int main(void)
     tcase_add_test(tc, gpu_ranges);
     tcase_add_test(tc, ilp_refuses_sizes_it_cannot_handle);
     tcase_add_test(tc, ilp_time_limit_covers_the_command);
+    tcase_add_test(tc, search_on_a_deep_model_is_bounded);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
