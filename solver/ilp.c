@@ -71,6 +71,15 @@
  * before anything is allocated (p=64, m=1024 used to reach 4.7 GB). */
 #define ILP_MAX_BINARIES 300000
 
+/* GLPK reports progress (and the term hook checks the deadline) every
+ * GLPK_OUT_MS; the hook stops it GLPK_GRACE_S after the deadline. */
+#define GLPK_OUT_MS 100
+#define GLPK_GRACE_S 0.1
+
+/* Seconds per matrix nonzero GLPK's simplex takes before its first
+ * iteration: 1.3 s for 1.28 million on the 2-core VM (p=32, m=55). */
+#define GLPK_START_S_PER_NZ 1e-6
+
 static solver_log_fn log_fn;  /* where GLPK's text goes, or NULL */
 static void *log_ctx;         /* passed back to log_fn */
 
@@ -116,7 +125,8 @@ typedef struct ilp_ctx {
     int heur_given;           /* the incumbent was handed to GLPK */
     double deadline;          /* CLOCK_MONOTONIC second at which the whole solve must stop */
     int timed_out;            /* the deadline passed before GLPK ran: the heuristic stands */
-    jmp_buf fail;             /* where GLPK's fatal errors land */
+    int glpk_timeout;         /* the term hook left GLPK at the deadline */
+    jmp_buf fail;             /* where GLPK's fatal errors (and the deadline) land */
     glp_prob *lp;             /* the model (owned by GLPK's environment) */
 } ilp_ctx;
 
@@ -641,11 +651,21 @@ out:
     return rc;
 }
 
+/* GLPK's progress output, every GLPK_OUT_MS at an iteration boundary.
+ * GLPK's own tm_lim is checked too coarsely on large models (a p=32, m=55
+ * LP ran 1.3 s past it), so this hook also enforces the deadline: past
+ * it (with GLPK_GRACE_S for GLPK's own stop to come first) it leaves GLPK
+ * by longjmp, like the error hook, and run_glpk frees GLPK's whole
+ * environment, which glp_free_env supports after an abnormal exit. */
 static int term_hook(void *info, const char *s)
 {
-    (void)info;
+    ilp_ctx *c = info;
     if (log_fn)
         log_fn(log_ctx, s);
+    if (c && now_s() > c->deadline + GLPK_GRACE_S) {
+        c->glpk_timeout = 1;
+        longjmp(c->fail, 1);
+    }
     return 1; /* never let GLPK write to stdout itself */
 }
 
@@ -983,9 +1003,17 @@ typedef struct ilp_outcome {
  * environment before returning.  0, or -1 with err set. */
 static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcome *oc, zb_err *err)
 {
-    glp_term_hook(term_hook, NULL);
+    glp_term_hook(term_hook, c);
     glp_error_hook(error_hook, c);
     if (setjmp(c->fail)) {
+        if (c->glpk_timeout) {
+            /* The deadline passed inside GLPK: the heuristic stands. */
+            glp_free_env();
+            sched_free(oc->sched);
+            oc->sched = NULL;
+            oc->status = "time limit (GLPK stopped at the deadline)";
+            return 0;
+        }
         /* GLPK failed fatally: its environment is unusable, free it all. */
         glp_free_env();
         sched_free(oc->sched);
@@ -1003,9 +1031,19 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         return 0;
     }
     double left_ms = (deadline - now_s()) * 1000;
+    /* GLPK's start-up on a large LP (scaling, the first factorization)
+     * reports nothing and checks no limit: do not start it without the
+     * time it needs. */
+    double start_s = glp_get_num_nz(c->lp) * GLPK_START_S_PER_NZ;
+    if (left_ms < start_s * 1000) {
+        glp_free_env();
+        oc->status = "time limit (too little time left to start GLPK)";
+        return 0;
+    }
     glp_smcp sm;
     glp_init_smcp(&sm);
-    sm.msg_lev = log_fn ? GLP_MSG_ON : GLP_MSG_OFF;
+    sm.msg_lev = GLP_MSG_ON; /* the term hook checks the deadline at each report */
+    sm.out_frq = GLPK_OUT_MS;
     sm.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
     int lp_rc = glp_simplex(c->lp, &sm);
     int have_mip = 0;
@@ -1016,7 +1054,8 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         c->bound = fmax(c->bound, glp_get_obj_val(c->lp));
         glp_iocp io;
         glp_init_iocp(&io);
-        io.msg_lev = log_fn ? GLP_MSG_ON : GLP_MSG_OFF;
+        io.msg_lev = GLP_MSG_ON;
+        io.out_frq = GLPK_OUT_MS;
         io.cb_func = ios_callback;
         io.cb_info = c;
         io.presolve = GLP_OFF;

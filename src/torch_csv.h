@@ -23,7 +23,9 @@
 char *torch_csv_write(const sched_t *s);
 
 /* Parses len bytes of CSV (need not be NUL-terminated).  Devices = rows
- * (a final line end does not start a row), stages = largest stage index + 1,
+ * up to the last row with an action (blank rows after it are not ranks;
+ * blank rows before it are idle ranks, at most as many as the ranks with
+ * actions), stages = largest stage index + 1,
  * micro-batches = n_micro when positive, else largest index + 1; each
  * stage is placed on the row that lists it (a stage on two rows is an
  * error, so is a stage on none).  Costs and memory deltas are sched_new's
