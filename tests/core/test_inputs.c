@@ -262,6 +262,11 @@ START_TEST(gpu_ranges)
     rc = zb("search --mem 40G --gpu mem.json");
     EXPECT_CLEAN_FAILURE(rc, "\"mem_bytes\" is 0", NULL);
     ck_assert_ptr_null(strstr(err_text, "peak_flops"));
+    /* A tiny peak_flops used to be blamed on "embedding and head weights". */
+    sh("printf '{\"base\": \"A100-80G\", \"peak_flops\": 1e-300}' > tiny.json");
+    rc = zb("search --mem 40G --gpu tiny.json");
+    EXPECT_CLEAN_FAILURE(rc, "\"peak_flops\" is 1e-300", NULL);
+    ck_assert_ptr_null(strstr(err_text, "embedding"));
     sh("printf '{\"base\": \"A100-80G\", \"peak_flops\": 1e300}' > pf.json");
     rc = zb("search --mem 40G --gpu pf.json");
     EXPECT_CLEAN_FAILURE(rc, "\"peak_flops\" is 1e+300", NULL);
