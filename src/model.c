@@ -109,9 +109,11 @@ int model_preset(const char *name, zb_model *m, zb_err *err)
             *m = model_presets[i];
             return 0;
         }
-    char names[256];
+    char names[256], quoted[48 * 4 + 1];
     model_preset_names(names, sizeof names);
-    return zb_fail(err, "unknown model '%s' (presets: %s; or a JSON file)", name, names);
+    size_t n = strlen(name);
+    zb_escape_bytes(quoted, sizeof quoted, name, n > 48 ? 48 : n);
+    return zb_fail(err, "unknown model '%s' (presets: %s; or a JSON file)", quoted, names);
 }
 
 int gpu_preset(const char *name, zb_gpu *g, zb_err *err)
@@ -121,9 +123,11 @@ int gpu_preset(const char *name, zb_gpu *g, zb_err *err)
             *g = gpu_presets[i];
             return 0;
         }
-    char names[256];
+    char names[256], quoted[48 * 4 + 1];
     gpu_preset_names(names, sizeof names);
-    return zb_fail(err, "unknown GPU '%s' (presets: %s; or a JSON file)", name, names);
+    size_t n = strlen(name);
+    zb_escape_bytes(quoted, sizeof quoted, name, n > 48 ? 48 : n);
+    return zb_fail(err, "unknown GPU '%s' (presets: %s; or a JSON file)", quoted, names);
 }
 
 int model_check(const zb_model *m, zb_err *err)

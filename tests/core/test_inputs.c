@@ -210,6 +210,10 @@ START_TEST(binary_csv_is_not_echoed)
     EXPECT_CLEAN_FAILURE(rc, "\\x01\\x02\\x1b[31m\\x7f\\x80\\xff", "t.json");
     for (const unsigned char *p = (const unsigned char *)err_text; *p; p++)
         ck_assert_msg(*p == '\n' || (*p >= 0x20 && *p < 0x7f), "raw byte 0x%02x on stderr", *p);
+    /* The same for an unknown preset named inside a model file. */
+    sh("printf '{\"base\": \"\\\\u001b[31mtiny\"}' > esc.json && grep -q u001b esc.json");
+    rc = zb("search --mem 40G --gpus 4 --model esc.json");
+    EXPECT_CLEAN_FAILURE(rc, "\\x1b[31mtiny", NULL);
     /* The same for a bad op token in a schedule file. */
     ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o base.json"), 0);
     sh("sed 's/\"F0\", \"F1\"/\"\\\\u001b[31mF0\", \"F1\"/' base.json > tok.json && grep -q u001b tok.json");
