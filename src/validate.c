@@ -366,9 +366,11 @@ static int check_value(double v, int nonneg, const char *what, int stage, zb_err
 
 int sched_check_magnitudes(const sched_t *s, zb_err *err)
 {
-    if (!isfinite(s->t_comm) || s->t_comm < 0 || s->t_comm > SCHED_MAX_TOTAL ||
-        (s->t_comm != 0 && s->t_comm < SCHED_MIN_NONZERO))
+    if (!isfinite(s->t_comm) || s->t_comm < 0 || s->t_comm > SCHED_MAX_TOTAL)
         return zb_fail(err, "costs.comm is %g, not a finite time in 0..%g", s->t_comm, SCHED_MAX_TOTAL);
+    if (s->t_comm != 0 && s->t_comm < SCHED_MIN_NONZERO)
+        return zb_fail(err, "costs.comm is %g: a nonzero value must be at least %g", s->t_comm,
+                       SCHED_MIN_NONZERO);
     for (int st = 0; st < s->n_stages; st++) {
         const stage_cost *c = &s->cost[st];
         if (check_value(c->t_f, 1, "costs.F", st, err) || check_value(c->t_b, 1, "costs.B", st, err) ||

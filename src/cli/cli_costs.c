@@ -5,6 +5,10 @@
 
 #include "src/cli/cli.h"
 
+#include <math.h>
+
+#include "src/validate.h"
+
 int cli_cost_option(int c, const char *arg, gen_params *gp, zb_err *err)
 {
     static const char *const names[] = { "--tf", "--tb", "--tw", "--tcomm", "--mf", "--mb", "--mw" };
@@ -17,6 +21,11 @@ int cli_cost_option(int c, const char *arg, gen_params *gp, zb_err *err)
     /* Times are durations; memory deltas are signed by nature. */
     if (x < 0 && c <= CLI_OPT_TCOMM)
         return zb_fail(err, "%s: %s must not be negative", flag, arg);
+    /* The schedule's magnitude rules (validate.h), told per flag. */
+    if (x != 0 && fabs(x) < SCHED_MIN_NONZERO)
+        return zb_fail(err, "%s: %s is too small (use 0, or at least %g)", flag, arg, SCHED_MIN_NONZERO);
+    if (fabs(x) > SCHED_MAX_TOTAL)
+        return zb_fail(err, "%s: %s is too large (at most %g)", flag, arg, SCHED_MAX_TOTAL);
     switch (c) {
     case CLI_OPT_TF: gp->t_f = x; break;
     case CLI_OPT_TB: gp->t_b = x; break;

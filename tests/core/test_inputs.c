@@ -99,6 +99,10 @@ START_TEST(gen_flags_whose_totals_overflow)
     EXPECT_CLEAN_FAILURE(rc, "add up to more than", "s.json");
     rc = zb("gen 1f1b -p 2 -m 2 --mf 1e308 -o s.json");
     EXPECT_CLEAN_FAILURE(rc, "--mf", "s.json");
+    rc = zb("gen 1f1b -p 2 -m 2 --tcomm 1e-40 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tcomm: 1e-40 is too small", "s.json");
+    rc = zb("gen 1f1b -p 2 -m 2 --tw 1e31 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tw: 1e31 is too large", "s.json");
     rc = zb("gen zb-auto -p 2 -m 2 --mem-limit 1e308 -o s.json");
     EXPECT_CLEAN_FAILURE(rc, "--mem-limit", "s.json");
     /* Large but bounded values still work, and every figure stays finite. */
