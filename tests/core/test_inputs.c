@@ -96,6 +96,9 @@ static void write_sched_with_f(const char *name, const char *f)
 START_TEST(gen_flags_whose_totals_overflow)
 {
     int rc = zb("gen 1f1b -p 2 -m 2 --tf 1e308 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tf: 1e308 is too large", "s.json");
+    /* Each flag within bounds, their total over the ops not. */
+    rc = zb("gen 1f1b -p 2 -m 2 --tf 1e30 --tb 1e30 -o s.json");
     EXPECT_CLEAN_FAILURE(rc, "add up to more than", "s.json");
     rc = zb("gen 1f1b -p 2 -m 2 --mf 1e308 -o s.json");
     EXPECT_CLEAN_FAILURE(rc, "--mf", "s.json");
