@@ -132,6 +132,42 @@ int zb_json_check_strings(const char *text, size_t len, zb_err *err)
     return 0;
 }
 
+/* Walks item; path[len] is the dotted path so far (for the message). */
+static int check_dups(const cJSON *item, char *path, size_t len, size_t cap, zb_err *err)
+{
+    if (!cJSON_IsObject(item) && !cJSON_IsArray(item))
+        return 0;
+    int is_obj = cJSON_IsObject(item);
+    for (const cJSON *it = item->child; it; it = it->next) {
+        if (is_obj && it->string) {
+            for (const cJSON *prev = item->child; prev != it; prev = prev->next)
+                if (prev->string && !strcmp(prev->string, it->string)) {
+                    char key[64 * 4 + 1];
+                    size_t n = strlen(it->string);
+                    zb_escape_bytes(key, sizeof key, it->string, n > 64 ? 64 : n);
+                    return zb_fail(err, "field '%s%s%s' appears twice", path, len ? "." : "", key);
+                }
+        }
+        if (!cJSON_IsObject(it) && !cJSON_IsArray(it))
+            continue;
+        size_t nl = len;
+        if (is_obj && it->string) {
+            int w = snprintf(path + len, cap - len, "%s%s", len ? "." : "", it->string);
+            nl = w < 0 || (size_t)w >= cap - len ? cap - 1 : len + (size_t)w;
+        }
+        if (check_dups(it, path, nl, cap, err))
+            return -1;
+        path[len] = '\0';
+    }
+    return 0;
+}
+
+int zb_json_check_duplicates(const cJSON *item, zb_err *err)
+{
+    char path[256] = "";
+    return check_dups(item, path, 0, sizeof path, err);
+}
+
 char *zb_escape_bytes(char *dst, size_t cap, const char *src, size_t n)
 {
     size_t o = 0;

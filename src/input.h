@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "src/err.h"
 
 #define ZB_INPUT_MAX_DEFAULT ((uint64_t)256000000)
@@ -40,6 +42,11 @@ int zb_read_capped(const char *path, uint64_t max, char **data, size_t *len, zb_
  * would silently vanish ("name": "a\u0000b" would read as "a").  Returns 0
  * or -1 with err giving the line and column. */
 int zb_json_check_strings(const char *text, size_t len, zb_err *err);
+
+/* Refuses a JSON object, at any depth under `item`, that has a key twice
+ * (cJSON keeps both and lookups silently take the first).  Returns 0 or
+ * -1 with err naming the key and the path to it ("costs.F"). */
+int zb_json_check_duplicates(const cJSON *item, zb_err *err);
 
 /* Copies at most `n` bytes of src into dst[cap] with every byte that is not
  * printable ASCII written as \xHH, so that an error message quoting a

@@ -412,7 +412,7 @@ static int load_json_file(const char *arg, cJSON **out, zb_err *err)
         free(text);
         return zb_fail(err, "%s: not valid JSON (near byte %ld)", arg, at);
     }
-    int bad = zb_json_check_strings(text, len, err);
+    int bad = zb_json_check_strings(text, len, err) || zb_json_check_duplicates(root, err);
     free(text);
     if (bad) {
         cJSON_Delete(root);

@@ -132,7 +132,7 @@ int profile_parse(const char *text, size_t len, zb_profile *p, zb_err *err)
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root)
         return zb_fail(err, "not valid JSON (near byte %ld)", end ? (long)(end - text) : -1L);
-    if (zb_json_check_strings(text, len, err)) {
+    if (zb_json_check_strings(text, len, err) || zb_json_check_duplicates(root, err)) {
         cJSON_Delete(root);
         return -1;
     }

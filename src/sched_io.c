@@ -508,7 +508,7 @@ int sched_load_string(const char *text, size_t len, sched_t **out, zb_err *err)
                        line, col);
     }
     /* After the parse, so that malformed JSON gets the parser's message. */
-    if (zb_json_check_strings(text, len, err)) {
+    if (zb_json_check_strings(text, len, err) || zb_json_check_duplicates(root, err)) {
         cJSON_Delete(root);
         return -1;
     }

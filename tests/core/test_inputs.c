@@ -256,6 +256,12 @@ START_TEST(model_and_gpu_field_types)
     sh("printf '{\"base\": \"A100-80G\", \"efficiency\": 0.5, \"efficiency\": 0.6}' > gdup.json");
     rc = zb("search --mem 40G --gpu gdup.json");
     EXPECT_CLEAN_FAILURE(rc, "appears twice", NULL);
+    /* Nested duplicates in a schedule file (the top level was checked). */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o base.json"), 0);
+    sh("sed 's/\"costs\": {\"F\": 1,/\"costs\": {\"F\": 1, \"F\": 7,/' base.json > cdup.json && "
+       "grep -q '\"F\": 7' cdup.json");
+    rc = zb("simulate cdup.json");
+    EXPECT_CLEAN_FAILURE(rc, "'costs.F' appears twice", NULL);
     /* true stays fine for the 0/1 switches. */
     sh("printf '{\"base\": \"tiny\", \"swiglu\": true}' > sw.json");
     ck_assert_int_eq(zb("search --mem 40G --gpus 4 --model sw.json -o best.json"), 0);
