@@ -201,6 +201,8 @@ int cmd_gen(int argc, char **argv)
         if (!mem_text && strncmp(kind, "v-", 2) != 0)
             return cli_usage("gen", "%s needs --mem-limit (one value or one per device)", kind);
     }
+    if (cli_check_output(out_path, NULL))
+        return 1;
     if (mem_text && parse_mem_limit(mem_text, gp.stages, &gp.mem_limit, &err))
         return cli_fail(&err);
 

@@ -90,6 +90,8 @@ int cmd_import(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage("import", "unexpected argument '%s'", argv[optind + 1]);
     const char *path = argv[optind];
+    if (cli_check_output(out_path, path))
+        return 1;
     char *text;
     size_t len;
     if (zb_read_file(path, &text, &len, &err))

@@ -657,6 +657,8 @@ int cmd_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
+        return 1; /* before the training, not after it */
     zb_err err = { { 0 } };
     sched_t *s = NULL;
     zb_data *d = NULL;
