@@ -1,7 +1,9 @@
 /*
  * outfile.c: where and how output files are written (outfile.h).
  *
- * Design.  A destination is classified once, from lstat after following
+ * Design.  A FIFO or character device is recognised with stat on the path
+ * as given (the kernel follows its own magic links, /dev/stdout among
+ * them).  Anything else is classified from lstat after following
  * symlinks by hand (readlink, up to OUTFILE_MAX_HOPS): following by hand
  * rather than with realpath lets a dangling link name a file still to be
  * created, and gives the directory the temporary must live in (rename is
@@ -133,14 +135,22 @@ int outfile_check(const char *path, outfile_kind *kind, char **target, zb_err *e
     }
     if (!path[0])
         return zb_fail(err, "an output path is empty ('-' is standard output)");
+    /* Write-through targets are opened by the path as given, so that the
+     * kernel's own links work: /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]"
+     * reads back as a name that is no path at all. */
+    struct stat direct;
+    if (stat(path, &direct) == 0 && (S_ISFIFO(direct.st_mode) || S_ISCHR(direct.st_mode))) {
+        *kind = OUTFILE_THROUGH;
+        if (target && !(*target = strdup(path)))
+            return zb_fail(err, "out of memory");
+        return 0;
+    }
     char *t;
     int exists;
     struct stat st;
     if (resolve(path, &t, &exists, &st, err) != 0)
         return -1;
-    if (exists && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
-        *kind = OUTFILE_THROUGH;
-    } else if (exists && S_ISDIR(st.st_mode)) {
+    if (exists && S_ISDIR(st.st_mode)) {
         free(t);
         return zb_fail(err, "cannot write '%s': it is a directory", path);
     } else if (exists && !S_ISREG(st.st_mode)) {
@@ -325,7 +335,8 @@ static void sweep_leftovers(const outfile *o)
             continue;
         char *end;
         long pid = strtol(n + blen + 5, &end, 10);
-        if (pid <= 0 || *end != '.' || pid == (long)getpid())
+        /* "PID.XXXXXX", or the bare "PID" of checkpoints from before outfile */
+        if (pid <= 0 || (*end != '.' && *end != '\0') || pid == (long)getpid())
             continue;
         if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
             unlinkat(dirfd(d), n, 0);

@@ -723,6 +723,8 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
+        if (cli_check_output(ckpt_path, a.file, a.data, a.model))
+            goto out; /* before the training, not at its first checkpoint */
         if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
             cli_fail(&err);
             goto out;

@@ -124,6 +124,9 @@ START_TEST(fifo_written_through)
                         at("pipe"), at("got.svg")), 0);
     ck_assert_int_eq(ltype(at("pipe")), S_IFIFO);
     ck_assert_ptr_nonnull(strstr(head(at("got.svg")), "<svg"));
+    /* the kernel's magic link to a pipe: /proc/self/fd/1 reads "pipe:[N]" */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o /proc/self/fd/1 | cat > %s", at("piped.json")), 0);
+    ck_assert_ptr_nonnull(strstr(head(at("piped.json")), "zbsched-schedule"));
 }
 END_TEST
 
@@ -223,6 +226,11 @@ START_TEST(outputs_checked_before_the_work)
     assert_fails(rc, "/nonexistent-zb-dir");
     ck_assert_ptr_null(strstr(err_text, "step"));
     assert_fails(zb("run %s --steps 100000 --trace %s", at("s.json"), dir), "directory");
+    /* a checkpoint that could never be written: before the first step too */
+    ck_assert_int_eq(mkdir(at("ck"), 0700), 0);
+    ck_assert_int_eq(mkdir(at("ck/checkpoint.bin"), 0700), 0);
+    assert_fails(zb("run %s --steps 100000 --checkpoint %s", at("s.json"), at("ck")), "directory");
+    ck_assert_ptr_null(strstr(err_text, "step"));
     assert_fails(zb("profile -o /nonexistent-zb-dir/p.json"), "/nonexistent-zb-dir");
     assert_fails(zb("search --mem 80G -o /nonexistent-zb-dir/b.json"), "/nonexistent-zb-dir");
     assert_fails(zb("search --mem 80G -o %s --svg /nonexistent-zb-dir/b.svg", at("b.json")),
