@@ -145,7 +145,7 @@ int outfile_check(const char *path, outfile_kind *kind, char **target, zb_err *e
             return zb_fail(err, "out of memory");
         return 0;
     }
-    char *t;
+    char *t = NULL;
     int exists;
     struct stat st;
     if (resolve(path, &t, &exists, &st, err) != 0)
