@@ -46,6 +46,12 @@
 
 static int (*fsync_hook)(int fd, void *ctx); /* NULL: plain fsync */
 static void *fsync_ctx;                      /* passed to fsync_hook */
+static int force_named;                      /* tests: skip O_TMPFILE */
+
+void outfile_set_named_temporaries(int named)
+{
+    force_named = named;
+}
 
 void outfile_set_fsync_hook(int (*hook)(int fd, void *ctx), void *ctx)
 {
@@ -214,6 +220,7 @@ static int temp_name(const char *target, char **name)
     return asprintf(name, "%s.tmp.%ld.%06lx", target, (long)getpid(), r) < 0 ? -1 : 0;
 }
 
+/* Frees what o owns and resets it to a closed, empty state. */
 static void release(outfile *o)
 {
     free(o->shown);
@@ -259,7 +266,7 @@ int outfile_open(outfile *o, const char *path, zb_err *err)
         return zb_fail(err, "out of memory");
     }
     /* The unnamed inode needs /proc/self/fd for linkat later. */
-    if (access("/proc/self/fd", X_OK) == 0) {
+    if (!force_named && access("/proc/self/fd", X_OK) == 0) {
         o->fd = open(o->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
         if (o->fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
             zb_fail(err, "cannot write '%s': cannot create a file in '%s': %s", path, o->dir,

@@ -101,4 +101,8 @@ int outfile_write_all(const char *path, const void *data, size_t len, zb_err *er
  * Not thread-safe: set it before writing starts. */
 void outfile_set_fsync_hook(int (*hook)(int fd, void *ctx), void *ctx);
 
+/* Test seam: a non-zero value makes the writer use a named temporary, as
+ * it does on filesystems without O_TMPFILE; 0 restores the default. */
+void outfile_set_named_temporaries(int named);
+
 #endif

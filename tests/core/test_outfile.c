@@ -77,6 +77,17 @@ static int entries(const char *d)
     return n;
 }
 
+/* Whether directory d supports O_TMPFILE (else the writer falls back to a
+ * named temporary, which a kill can leave until the next write). */
+static int have_tmpfile(const char *d)
+{
+    int fd = open(d, O_TMPFILE | O_WRONLY, 0600);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
 static mode_t ltype(const char *path)
 {
     struct stat st;
@@ -354,6 +365,49 @@ START_TEST(kill_while_writing_leaves_no_temporary)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     ck_assert_str_eq(get(p), "old");
+    if (!have_tmpfile(dir)) {
+        /* no O_TMPFILE here: the named temporary goes with the next write */
+        zb_err err = { "" };
+        ck_assert_msg(outfile_write_all(p, "next", 4, &err) == 0, "%s", err.msg);
+        ck_assert_str_eq(get(p), "next");
+    }
+    ck_assert_int_eq(entries(dir), 1);
+}
+END_TEST
+
+START_TEST(named_temporaries_where_there_is_no_tmpfile)
+{
+    make_dir();
+    const char *p = at("f.txt");
+    put(p, "old");
+    /* a failed fsync leaves no named temporary either */
+    outfile_set_named_temporaries(1);
+    sync_log log = { .fail_file = 1 };
+    outfile_set_fsync_hook(hook, &log);
+    zb_err err = { "" };
+    ck_assert_int_eq(outfile_write_all(p, "new", 3, &err), -1);
+    outfile_set_fsync_hook(NULL, NULL);
+    ck_assert_str_eq(get(p), "old");
+    ck_assert_int_eq(entries(dir), 1);
+    /* a kill does, with the dead writer's PID in its name ... */
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        sync_log kill_log = { .kill_on_file = 1 };
+        outfile_set_fsync_hook(hook, &kill_log);
+        outfile_write_all(p, "new", 3, &err);
+        _exit(0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status));
+    ck_assert_str_eq(get(p), "old");
+    ck_assert_int_eq(entries(dir), 2);
+    /* ... and the next write to the same target removes it */
+    ck_assert_msg(outfile_write_all(p, "next", 4, &err) == 0, "%s", err.msg);
+    outfile_set_named_temporaries(0);
+    ck_assert_str_eq(get(p), "next");
     ck_assert_int_eq(entries(dir), 1);
 }
 END_TEST
@@ -432,6 +486,7 @@ int main(void)
     tcase_add_test(tc, failed_fsync_reported_old_file_kept);
     tcase_add_test(tc, failed_directory_fsync_reported);
     tcase_add_test(tc, kill_while_writing_leaves_no_temporary);
+    tcase_add_test(tc, named_temporaries_where_there_is_no_tmpfile);
     tcase_add_test(tc, leftover_temporaries_of_dead_processes_swept);
     tcase_add_test(tc, streamed_write_and_abort);
     suite_add_tcase(s, tc);
