@@ -414,10 +414,11 @@ int outfile_commit(outfile *o, zb_err *err)
     free(o->tmp_name);
     o->tmp_name = NULL;
     /* The rename lives in the directory: sync it too.  Filesystems that
-     * can't sync a directory say EINVAL; nothing more can be done there. */
+     * can't sync a directory say EINVAL, and a directory we may write but
+     * not read can't be opened (EACCES); nothing more can be done there. */
     int rc = 0;
     int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || (do_fsync(dfd) != 0 && errno != EINVAL))
+    if ((dfd < 0 && errno != EACCES) || (dfd >= 0 && do_fsync(dfd) != 0 && errno != EINVAL))
         rc = zb_fail(err, "'%s' was written, but syncing its directory '%s' failed: %s",
                      o->shown, o->dir, strerror(errno));
     if (dfd >= 0)
