@@ -59,7 +59,8 @@ END_TEST
 
 START_TEST(round_trip_every_generator)
 {
-    static const char *const kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" };
+    static const char *const kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v",
+                                         "interleaved-zb" };
     int built = 0;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         gen_fn fn = gen_lookup(kinds[i]);
@@ -69,7 +70,8 @@ START_TEST(round_trip_every_generator)
         gen_params_default(&gp);
         gp.stages = 4;
         gp.microbatches = 8;
-        gp.chunks = !strcmp(kinds[i], "interleaved") || !strcmp(kinds[i], "zb-v") ? 2 : 1;
+        gp.chunks = !strcmp(kinds[i], "interleaved") || !strcmp(kinds[i], "zb-v") ||
+                            !strcmp(kinds[i], "interleaved-zb") ? 2 : 1;
         sched_t *s = NULL;
         zb_err err = { "" };
         ck_assert_msg(fn(&gp, &s, &err) == 0, "%s: %s", kinds[i], err.msg);
