@@ -25,11 +25,14 @@
  * here: the simulator starts every op as soon as its inputs arrive.
  *
  * Memory-limited variant.  PyTorch's order keeps up to w + d micro-batch
- * chunks alive on device d.  When gen_params.mem_limit is set, the
- * generator also tries smaller warm-ups (w - c) and shorter W hold-backs
- * (min(d, h)), simulates each order, discards those that deadlock or
- * exceed a device's limit, and keeps the fastest (ties to the lower
- * peak).  Without a limit the order is exactly PyTorch's.  Workload:
+ * chunks alive on device d, so the early devices hold the most.  When
+ * gen_params.mem_limit is set, the generator also tries capped warm-ups
+ * (min(w, c) on every device, never below (v-1)q, where the first
+ * backward's own forward sits) and shorter W hold-backs (min(d, h)),
+ * simulates each order, discards those that deadlock or exceed a device's
+ * limit, and keeps the fastest (ties to the lower peak).  A cap touches
+ * only the devices above it, which keeps the later devices' interleaving
+ * intact.  Without a limit the order is exactly PyTorch's.  Workload:
  * 3*v*p*m ops per order, O(v*m*p) knob pairs in the limited variant, each
  * simulated in linear time.
  */
@@ -42,10 +45,10 @@
 
 #include <stdlib.h>
 
-/* The knobs of one order: how far the warm-up is cut and how many steady
- * steps hold W back at most.  PyTorch's order is {0, INT_MAX}. */
+/* The knobs of one order: a cap on every device's warm-up and on the
+ * steady steps that hold W back.  PyTorch's order is {INT_MAX, INT_MAX}. */
 typedef struct izb_knobs {
-    int warmup_cut; /* forwards removed from every device's warm-up (>= 0) */
+    int warmup_cap; /* most warm-up forwards on any device */
     int w_hold_cap; /* cap on the steady steps that defer W (device d uses min(d, cap)) */
 } izb_knobs;
 
@@ -55,11 +58,16 @@ static int izb_device(sched_t *s, int d, int v, int q, izb_knobs k)
 {
     int p = s->n_devices, m = s->n_micro;
     int total = v * m;
-    int warmup = (v - 1) * q + (p - 1 - d) - k.warmup_cut;
+    int warmup = (v - 1) * q + (p - 1 - d);
+    if (warmup > k.warmup_cap)
+        warmup = k.warmup_cap;
+    /* The first backward step is chunk v-1's first micro-batch, whose
+     * forward is this device's forward number (v-1)q, run in that same step
+     * just before it: a shorter warm-up would wait on itself. */
+    if (warmup < (v - 1) * q)
+        warmup = (v - 1) * q;
     if (warmup > total)
         warmup = total;
-    if (warmup < 1)
-        warmup = 1;
     int hold = d < k.w_hold_cap ? d : k.w_hold_cap;
     /* Next micro-batch per local chunk, for F, B and W. */
     int *next_f = calloc((size_t)v * 3, sizeof *next_f);
@@ -148,7 +156,7 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
     int v = p->chunks, q = p->microbatches / rounds;
 
     if (!p->mem_limit) {
-        sched_t *s = izb_build(base, v, q, (izb_knobs){ 0, 1 << 30 });
+        sched_t *s = izb_build(base, v, q, (izb_knobs){ 1 << 30, 1 << 30 });
         sched_free(base);
         if (!s)
             return zb_fail(err, "%s: out of memory while building the schedule", kind);
@@ -158,12 +166,12 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
 
     /* Memory-limited: the fastest fitting order over the knob grid. */
     int np = p->stages;
-    int max_cut = (v - 1) * q + np - 1, max_hold = np - 1;
+    int max_warmup = (v - 1) * q + np - 1, max_hold = np - 1;
     sched_t *best = NULL;
     double best_cost = 0, best_peak = 0, least_peak = -1;
-    for (int cut = 0; cut <= max_cut; cut++) {
+    for (int cap = max_warmup; cap >= (v - 1) * q; cap--) {
         for (int hold = max_hold; hold >= 0; hold--) {
-            sched_t *s = izb_build(base, v, q, (izb_knobs){ cut, hold });
+            sched_t *s = izb_build(base, v, q, (izb_knobs){ cap, hold });
             if (!s) {
                 sched_free(best);
                 return gen_fail_oom(base, kind, err);
