@@ -13,7 +13,9 @@
  * worst before.
  *
  * Every document is built in memory before anything is written, and files
- * go through zb_write_atomic, so bad input never leaves a partial file.
+ * go through zb_write_atomic, so bad input never leaves a partial file; when
+ * the SVG cannot be written after the -o file was, the -o file is removed,
+ * so a failed command leaves no output at all.
  * The JSON is printed with a plain buffer rather than cJSON: at DeepSeek-V3
  * scale log2phy alone is ~100,000 numbers, and cJSON's number printing
  * (print, then re-parse to check the round trip) would dominate the run.
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "solver/eplb.h"
 #include "src/sched_io.h"
@@ -316,6 +319,9 @@ int cmd_eplb(int argc, char **argv)
         goto out;
     }
     if (svg_path && zb_write_atomic(svg_path, svg, svg_len, &err)) {
+        /* All or nothing: a failed command leaves neither file. */
+        if (out_path && strcmp(out_path, "-"))
+            unlink(out_path);
         rc = cli_fail(&err);
         goto out;
     }
