@@ -37,6 +37,13 @@ static void heat_color(double ratio, char out[8])
     snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
+/* A load as an axis label: whole numbers from 100 up (token counts), else
+ * four significant digits. */
+static void fmt_load(double v, char *out, size_t cap)
+{
+    snprintf(out, cap, v >= 100 && v < 1e9 ? "%.0f" : "%.4g", v);
+}
+
 static double row_mean(const double *row, int n)
 {
     double sum = 0;
@@ -78,8 +85,10 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
         double v = top * k / 2, y = base - chart_h * k / 2;
         viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\" stroke-width=\"0.5\"/>",
                        x0 - 4, y, x0 + width, y);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
-                       x0 - 6, y + 3, v);
+        char label[32];
+        fmt_load(v, label, sizeof label);
+        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+                       x0 - 6, y + 3, label);
     }
     for (int g = 0; g < M; g++) {
         double gx = x0 + g * cw + (g / per_node) * node_gap + cw * 0.1;
@@ -98,8 +107,10 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
     viz_buf_printf(b, "\n<line class=\"mean\" x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
                    "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>",
                    x0, my, x0 + width, my);
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.2f\" font-size=\"10\">mean %.4g</text>\n", x0 + width + 4,
-                   my + 3, mean);
+    char label[32];
+    fmt_load(mean, label, sizeof label);
+    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.2f\" font-size=\"10\">mean %s</text>\n", x0 + width + 4,
+                   my + 3, label);
     /* Legend. */
     double ly = base + 44;
     viz_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>"
@@ -145,9 +156,11 @@ int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
     double hw = 300.0 / M, hh = 400.0 / L;
     hw = hw > 16 ? 16 : hw < 3 ? 3 : hw;
     hh = hh > 12 ? 12 : hh < 2 ? 2 : hh;
-    double margin = 56, bars_w = M * cw + (in->n_nodes - 1) * node_gap + 80;
+    double margin = 70, bars_w = M * cw + (in->n_nodes - 1) * node_gap + 80;
     double heat_w = M * hw + (in->n_nodes - 1) * 3.0;
     double width = margin + (bars_w > 2 * heat_w + 40 ? bars_w : 2 * heat_w + 40) + 20;
+    if (width < 680) /* room for the headings */
+        width = 680;
 
     viz_buf body = { 0 };
     double y = 50;
@@ -172,7 +185,7 @@ int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
     viz_buf_printf(&body, "\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">0</text>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">mean</text>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">2\xc3\x97 mean or more</text>\n",
-                   margin, y + 22, margin + 80, y + 22, margin + 164, y + 8);
+                   margin, y + 22, margin + 82, y + 22, margin + 170, y + 9);
     y += 36;
 
     viz_buf doc = { 0 };
