@@ -31,16 +31,25 @@
  * port: loads are rounded to float, replicas' shares are float divisions,
  * and pack loads are float sums accumulated in the reference's order, so
  * that every comparison the greedy makes, ties included, goes the same
- * way.  Ties matter: the replicas of one expert have equal shares.  The
- * reference sorts with torch.sort(descending=True), which on the CPU is a
- * stable sort (ATen's sort kernel uses std::stable_sort for floating
- * types), so equal loads keep index order; torch.max(dim) returns the first
- * maximal index.  The one place the float results may differ is a group's
+ * way.  Ties matter: the replicas of one expert have equal shares.
+ * torch.max(dim) returns the first maximal index, and Python's min the
+ * first least pack, as here.  The reference's sort is
+ * torch.sort(descending=True) without stable=True; on x86 CPUs PyTorch
+ * sorts with x86-simd-sort there, which does not keep equal loads in index
+ * order (rows longer than 16 in our measurements, PyTorch 2.15 on AVX2),
+ * and whose tie order depends on the CPU's vector width.  This port uses
+ * the stable order (equal loads by index), i.e. the reference with
+ * stable=True; the unstable order only swaps equal-load items between
+ * packs, which leaves every pack's load, and so the per-GPU loads and the
+ * balance, unchanged (docs/eplb.md).  The one place the float results may
+ * differ is a group's
  * total (step 1): torch sums with a vectorised cascade whose rounding
  * depends on the CPU's vector width; here the sum is taken in double and
  * rounded once to float.  Both are exact, and so the placements identical,
  * whenever the group totals are exactly representable, e.g. integer token
- * counts below 2^24 (tests/solver/eplb_golden.json is checked that way).
+ * counts below 2^24 (tests/solver/eplb_golden.json is checked that way:
+ * slot for slot against the reference with stable=True, and in per-GPU
+ * loads against the unmodified reference).
  *
  * Workload: DeepSeek-V3 (61 layers x 256 experts -> 288 slots, 8 groups,
  * 4 nodes, 32 GPUs) takes well under a millisecond; the cost is
