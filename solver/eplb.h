@@ -39,11 +39,11 @@
  * order (rows longer than 16 in our measurements, PyTorch 2.15 on AVX2),
  * and whose tie order depends on the CPU's vector width.  This port uses
  * the stable order (equal loads by index), i.e. the reference with
- * stable=True; the unstable order only swaps equal-load items between
- * packs, which leaves every pack's load, and so the per-GPU loads and the
- * balance, unchanged (docs/eplb.md).  The one place the float results may
- * differ is a group's
- * total (step 1): torch sums with a vectorised cascade whose rounding
+ * stable=True.  When replicas of equal share trade places between GPUs
+ * that leaves every GPU's load, and so the balance, unchanged; only two
+ * groups of equal total trading nodes (step 1, more than 16 groups) could
+ * change more (docs/eplb.md).  The one place the float results may differ
+ * is a group's total (step 1): torch sums with a vectorised cascade whose rounding
  * depends on the CPU's vector width; here the sum is taken in double and
  * rounded once to float.  Both are exact, and so the placements identical,
  * whenever the group totals are exactly representable, e.g. integer token
