@@ -43,16 +43,17 @@
  * that leaves every GPU's load, and so the balance, unchanged; only two
  * groups of equal total trading nodes (step 1, more than 16 groups) could
  * change more (docs/eplb.md).  The one place the float results may differ
- * is a group's total (step 1): torch sums with a vectorised cascade whose rounding
- * depends on the CPU's vector width; here the sum is taken in double and
- * rounded once to float.  Both are exact, and so the placements identical,
+ * is a group's total (step 1): torch sums with a vectorised cascade whose
+ * rounding depends on the CPU's vector width; here the sum is taken in
+ * double and rounded once to float.  Both are exact, and so the placements identical,
  * whenever the group totals are exactly representable, e.g. integer token
  * counts below 2^24 (tests/solver/eplb_golden.json is checked that way:
  * slot for slot against the reference with stable=True, and in per-GPU
  * loads against the unmodified reference).
  *
  * Workload: DeepSeek-V3 (61 layers x 256 experts -> 288 slots, 8 groups,
- * 4 nodes, 32 GPUs) takes well under a millisecond; the cost is
+ * 4 nodes, 32 GPUs) takes about 1.5 ms with the load figures
+ * (bench/bench_eplb.c); the cost is
  * O(L (R - E) E/N + L R log R + L R M/N).
  *
  * Nothing here prints or exits; bad parameters and loads come back as -1
