@@ -26,11 +26,19 @@ the comparison does not depend on torch's summation order.
 Usage:
   python3 tools/eplb_golden.py --eplb /path/to/EPLB/eplb.py \
       [-o tests/solver/eplb_golden.json]
+  python3 tools/eplb_golden.py --eplb /path/to/EPLB/eplb.py \
+      --sweep 300 --zbsched build/zbsched
+The second form writes nothing: it runs the built `zbsched eplb --json` on
+N random shapes and loads (small integers full of ties, log-normal token
+counts, float32 values) and counts the cases whose phy2log, log2phy or
+logcnt differ from the stable reference's.
 """
 import argparse
-import importlib.util
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import types
 
 import numpy as np
@@ -104,12 +112,57 @@ def cases():
     ]
 
 
+def sweep(mod, zbsched, n):
+    """Compares `zbsched eplb --json` with the reference on n random cases."""
+    rng = np.random.default_rng(7)
+    mismatches = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "w.json")
+        for t in range(n):
+            N = int(rng.choice([1, 2, 4]))
+            M = N * int(rng.choice([1, 2, 4, 8]))
+            G = N * int(rng.integers(1, 5)) + (1 if rng.random() < 0.2 else 0)
+            E = G * int(rng.integers(1, 9))
+            R = M * int(rng.integers(1, 6))
+            while R < E:
+                R += M
+            R += M * int(rng.integers(0, 3))
+            L = int(rng.integers(1, 4))
+            if t % 3 == 0:
+                w = rng.integers(0, 5, (L, E)).tolist()
+            elif t % 3 == 1:
+                w = np.floor(rng.lognormal(6, 1, (L, E))).astype(int).tolist()
+            else:
+                w = [[float(v) for v in r]
+                     for r in rng.uniform(0, 100, (L, E)).astype(np.float32)]
+            want = run(mod, w, R, G, N, M, "auto")
+            with open(path, "w") as f:
+                json.dump(w, f)
+            out = subprocess.run(
+                [zbsched, "eplb", path, "--replicas", str(R), "--groups", str(G),
+                 "--nodes", str(N), "--gpus", str(M), "--json"],
+                capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"case {t}: {out.stderr.strip()}")
+            got = json.loads(out.stdout)
+            if any(got[k] != want[k] for k in ("phy2log", "log2phy", "logcnt")):
+                mismatches += 1
+                print(f"case {t}: L={L} E={E} R={R} G={G} N={N} M={M} differs")
+    print(f"{n} cases, {mismatches} mismatches")
+    return 1 if mismatches else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eplb", required=True, help="path of the reference eplb.py")
     ap.add_argument("-o", "--output", default="tests/solver/eplb_golden.json")
+    ap.add_argument("--sweep", type=int, default=0,
+                    help="instead: compare the built zbsched on this many random cases")
+    ap.add_argument("--zbsched", default="build/zbsched")
     args = ap.parse_args()
     stable = load_reference(args.eplb, True)
+    if args.sweep:
+        sys.exit(sweep(stable, args.zbsched, args.sweep))
     as_is = load_reference(args.eplb, False)
     out = {"source": "github.com/deepseek-ai/EPLB eplb.py, rebalance_experts",
            "torch": torch.__version__, "cases": []}
