@@ -31,8 +31,9 @@ void zb_input_set_max(uint64_t bytes);
 
 /* Reads a whole file ("-" is stdin) into a malloc'd NUL-terminated buffer
  * and stores its length in *len, refusing anything longer than `max`
- * bytes without reading past max+1 bytes: "'PATH' is larger than the input
- * limit of 256.0 MB (ZBSCHED_MAX_INPUT=SIZE raises it)".  A regular file
+ * bytes without reading much past them: "'PATH' is larger than the input
+ * limit of 256.0 MB (ZBSCHED_MAX_INPUT=SIZE or run --max-input SIZE raises
+ * it)".  A regular file
  * is measured first (fstat) so that a too-large one fails at once.
  * Returns 0 or -1 with err set. */
 int zb_read_capped(const char *path, uint64_t max, char **data, size_t *len, zb_err *err);
