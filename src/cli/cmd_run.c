@@ -490,7 +490,9 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     /* The replicas' mean loss of a step is not finite when a replica
      * diverged (its steps are then skipped and the outer step may hide it
      * in the final model): the run failed, whatever the final loss says.
-     * islands_run runs to its end; the step named is the first bad one. */
+     * islands_run runs to its end; the step named is the first bad one.
+     * (A step is also NaN when no replica trained, which only replica
+     * events cause; the command line has none.) */
     for (long i = 0; i < r.steps; i++)
         if (!isfinite(r.loss[i])) {
             double bad = r.loss[i];
