@@ -11,6 +11,7 @@
  * CUDA refuses that with one line.
  */
 #include "src/cli/cli.h"
+#include "src/cli/run_checks.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -104,15 +105,25 @@ int cmd_profile(int argc, char **argv)
 #endif
     if (cli_check_output(out, model, data))
         return 1;
-    zb_model m;
-    if (model_load(model, &m, &err) != 0)
+    zb_model m, preset;
+    if (model_load(model, &m, &err) != 0 ||
+        run_check_model(&m, model_preset(model, &preset, NULL) != 0, cuda, &err) != 0)
         return cli_fail(&err);
+    if (batch > 0)
+        m.micro_batch = (int)batch;
     if (data) {
         zb_data *d = NULL;
         if (data_load_file(data, m.seq_len, &d, &err) != 0)
             return cli_fail(&err);
         m.vocab = d->vocab;
         data_free(d);
+    }
+    if (!cuda) {
+        /* Refuse before allocating what this machine cannot hold. */
+        run_memory mem;
+        run_estimate_profile(&m, &mem);
+        if (run_check_memory(&mem, run_physical_memory(), &err) != 0)
+            return cli_fail(&err);
     }
     zb_profile p;
     int rc;

@@ -16,6 +16,7 @@
  */
 #include "src/cli/run_checks.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -117,6 +118,21 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
      * peak RSS was 11% above the sum (bench/README.md), hence 1.15. */
     out->total = 1.15 * ((out->params + out->activations + out->messages) * (replicas > 0 ? replicas : 1) +
                          out->data);
+}
+
+void run_estimate_profile(const zb_model *m, run_memory *out)
+{
+    const double f = sizeof(float);
+    double N = (double)m->micro_batch * m->seq_len, d = m->d_model, V = m->vocab, ff = m->d_ff;
+    double hd = d / m->n_heads, q = hd * m->n_heads, kv = hd * m->n_kv_heads;
+    double n_params = V * d + (2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff) + d + d * V;
+    *out = (run_memory){ 0 };
+    out->params = 7 * n_params * f;
+    out->activations = N * (layer_floats_per_token(m) + 1 + d + 3 * d + 3 + 2 * V + d + q + ff) * f;
+    out->messages = 2 * N * d * f;
+    out->data = 2 * N * sizeof(int32_t);
+    out->total = 1.15 * (out->params + out->activations + out->messages + out->data);
+    out->in_flight = 1;
 }
 
 double run_physical_memory(void)

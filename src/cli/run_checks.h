@@ -2,7 +2,7 @@
  * run_checks.h: what `zbsched run` checks before it allocates a trainer.
  *
  * Two questions, both answered from sizes alone, before a byte of model
- * state exists:
+ * state exists (`profile` asks them too, for its one micro-batch):
  *   - does the runtime implement this model?  Its kernels are Llama-style
  *     only (SwiGLU, RoPE, untied head; fp32 on the CPU, bf16 on CUDA), so a
  *     model file asking for anything else is refused instead of silently
@@ -48,6 +48,11 @@ typedef struct run_memory {
  * text of n_tokens tokens.  Never allocates more than O(stages). */
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
                          run_memory *out);
+
+/* Estimates `profile`'s memory: one micro-batch of m through one layer,
+ * the embedding and the head (the profiler measures them one at a time,
+ * but keeps their parameters and saved state), into *out (in_flight 1). */
+void run_estimate_profile(const zb_model *m, run_memory *out);
 
 /* Physical memory of this machine in bytes (sysconf), or 0 when unknown. */
 double run_physical_memory(void);

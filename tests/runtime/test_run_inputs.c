@@ -108,6 +108,10 @@ START_TEST(batch_too_large_for_this_machine)
     int rc = zb("run s.json --data text.txt --steps 1 --batch-size 65536 -q");
     expect_failure(rc, "but this machine has");
     ck_assert_ptr_nonnull(strstr(err_text, "--batch-size"));
+    /* profile measures one micro-batch, and refuses the same way. */
+    rc = zb("profile --batch-size 65536 -q -o p.json");
+    expect_failure(rc, "but this machine has");
+    cli_assert_no_file(NULL);
     /* Islands multiply it. */
     rc = zb("run s.json --data text.txt --steps 1 --batch-size 65536 --replicas 2 -q");
     expect_failure(rc, "but this machine has");
@@ -131,6 +135,9 @@ START_TEST(unsupported_model_settings)
         write_file("m.json", cases[i].json);
         expect_failure(zb("run s.json --data text.txt --steps 1 --model m.json -q"), cases[i].want);
     }
+    /* profile would measure the wrong kernels just the same. */
+    write_file("m.json", "{\"base\": \"tiny\", \"tied_embedding\": 1}");
+    expect_failure(zb("profile --model m.json -q -o p.json"), "tied_embedding");
     write_file("m.json", "{\"base\": \"tiny\", \"dtype\": \"fp32\", \"swiglu\": true}");
     int rc = zb("run s.json --data text.txt --steps 1 --model m.json --eval-windows 2 -q");
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
