@@ -393,6 +393,10 @@ int sched_check_magnitudes(const sched_t *s, zb_err *err)
              * bound them like the costs, since the renderers scale them. */
             if (l->start && !(fabs(l->start[i]) <= SCHED_MAX_TOTAL && fabs(l->end[i]) <= SCHED_MAX_TOTAL))
                 return zb_fail(err, "device %d, op %d: measured time is beyond %g", d, i, SCHED_MAX_TOTAL);
+            if (l->start && ((l->start[i] != 0 && fabs(l->start[i]) < SCHED_MIN_NONZERO) ||
+                             (l->end[i] != 0 && fabs(l->end[i]) < SCHED_MIN_NONZERO)))
+                return zb_fail(err, "device %d, op %d: a nonzero measured time must be at least %g",
+                               d, i, SCHED_MIN_NONZERO);
         }
     }
     double extra = 0;

@@ -143,6 +143,13 @@ START_TEST(loaded_costs_whose_totals_overflow)
     sh("sed -i 's/\"B\": 1,/\"B\": 9e29,/' sum.json");
     rc = zb("simulate --json sum.json");
     EXPECT_CLEAN_FAILURE(rc, "add up to", NULL);
+    /* Measured times (a trace) so close together that the pixel scale
+     * would be infinite: the SVG used to fill with inf and nan. */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 1 -o one.json"), 0);
+    sh("sed 's/^  \\]$/  ],\\n  \"times\": [[[0, 1e-320], [1e-320, 2e-320]], [[0, 1e-320], [1e-320, 2e-320]]]/' "
+       "one.json > tr.json && grep -q 'times' tr.json");
+    rc = zb("render tr.json -o tr.svg");
+    EXPECT_CLEAN_FAILURE(rc, "measured time", "tr.svg");
     /* A value so small that the renderer's pixel scale would overflow. */
     write_sched_with_f("tiny.json", "1e-320");
     rc = zb("render tiny.json -o t.svg");
