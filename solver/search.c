@@ -283,16 +283,18 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
 /* Costs, validates and simulates c's schedule s (taking ownership of s),
  * then fills c's figures.  A schedule the cost model, validator or
  * simulator rejects becomes a skipped candidate with their message. */
-static void evaluate(search_state *st, search_config *cf, search_candidate *c, sched_t *s)
+static void evaluate(search_state *st, search_config *cf, search_candidate *c, sched_t *s, const int *layers)
 {
     zb_err e2 = { { 0 } };
     int S = s->n_stages;
     c->n_stages = S;
     c->layers = malloc(sizeof *c->layers * (size_t)S);
     cost_options co = cf->copt;
-    if (!c->layers || cost_sched(st, cf, NULL, s, &e2) < 0 ||
+    co.layers = layers;
+    c->split_tuned = layers != NULL;
+    if (!c->layers || cost_sched(st, cf, layers, s, &e2) < 0 ||
         cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) < 0 ||
-        sched_validate(s, &e2) < 0 || measure(st, cf, NULL, c, s, &e2) < 0) {
+        sched_validate(s, &e2) < 0 || measure(st, cf, layers, c, s, &e2) < 0) {
         skip(c, e2.msg[0] ? e2.msg : "out of memory");
         sched_free(s);
         return;
@@ -382,9 +384,17 @@ static void config_free(search_config *cf)
     cf->rc_stage = NULL;
 }
 
-/* Runs one generator-built family. */
+/* Runs one generator-built family (layers: an explicit split, or NULL). */
+static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
+                         int chunks, double *limit, const int *layers, zb_err *err);
 static int run_gen(search_state *st, search_config *cf, const char *label, const char *kind,
                    int chunks, double *limit, zb_err *err)
+{
+    return run_gen_split(st, cf, label, kind, chunks, limit, NULL, err);
+}
+
+static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
+                         int chunks, double *limit, const int *layers, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, kind, chunks, err);
     if (!c)
@@ -400,24 +410,24 @@ static int run_gen(search_state *st, search_config *cf, const char *label, const
     else if (fn(&gp, &s, &e2) < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, layers);
     tick(st);
     return 0;
 }
 
 /* Runs a V solver on the V placement's per-stage costs and limits. */
-static int run_v_solver(search_state *st, search_config *cf, const char *label, const double *limit,
-                        zb_err *err)
+static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, const int *layers,
+                        const char *label, const double *limit, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, label, 2, err);
     if (!c)
         return -1;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (solver_v_costs(label, cf->vshape, limit, &s, &e2) < 0)
+    if (solver_v_costs(label, vt, limit, &s, &e2) < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, layers);
     tick(st);
     return 0;
 }
@@ -438,7 +448,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     if (rc < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, NULL);
     tick(st);
     return 0;
 }
@@ -459,6 +469,45 @@ static double headroom(const search_options *o, const sched_t *s, double *limit)
 /* The interleaved zero-bubble kind joins the families when its generator
  * is linked in (gen_lookup finds it); until then it is not listed. */
 #define INTERLEAVED_ZB_KIND "interleaved-zb"
+
+/* The V family on the light-ends split (see run_config). */
+static int run_v_light(search_state *st, search_config *cf, double *limit, zb_err *err)
+{
+    int p = st->pp, S = 2 * p, L = cf->model.n_layers;
+    if (S - 2 > L)
+        return 0;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *vt = sched_new(p, cf->m, S);
+    int rc = -1;
+    if (!layers || !vt) {
+        zb_fail(err, "out of memory");
+        goto out;
+    }
+    layers[0] = layers[S - 1] = 0;
+    for (int i = 1; i < S - 1; i++)
+        layers[i] = L / (S - 2) + (S - 1 - i <= L % (S - 2)); /* remainder to the later stages */
+    sched_place_v(vt);
+    zb_err e2 = { { 0 } };
+    if (cost_sched(st, cf, layers, vt, &e2) < 0) {
+        rc = 0; /* this split does not apply; the others stand */
+        goto out;
+    }
+    headroom(st->o, vt, limit);
+    for (int d = 0; d < p; d++)
+        if (limit[d] < 0)
+            limit[d] = 0;
+    if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, err) < 0)
+        goto out;
+    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
+        if (run_v_solver(st, cf, vt, layers, vf[i], limit, err) < 0)
+            goto out;
+    rc = 0;
+out:
+    free(layers);
+    sched_free(vt);
+    return rc;
+}
 
 static int run_config(search_state *st, search_config *cf, zb_err *err)
 {
@@ -537,8 +586,14 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
             goto out;
         static const char *const vf[] = { "v-min", "v-half", "v-zb" };
         for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-            if (run_v_solver(st, cf, vf[i], limit, err) < 0)
+            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, err) < 0)
                 goto out;
+        /* The V puts the embedding and the head on device 0.  When that
+         * is what overflows, the "light ends" split gives stages 0 and
+         * 2p-1 no transformer layer, so device 0 holds only the two
+         * vocabulary matrices and their activations. */
+        if (o->split_search && run_v_light(st, cf, limit, err) < 0)
+            goto out;
     }
     rc = 0;
 out:
@@ -600,11 +655,11 @@ static int sort_candidates(search_candidate *c, int n)
     return 0;
 }
 
-/* 1 when c is the first (best-ranked) of its label among r->c[0..i). */
+/* 1 when c is the first (best-ranked) of its label and depth among r->c[0..i). */
 static int first_of_label(const search_result *r, int i)
 {
     for (int k = 0; k < i; k++)
-        if (r->c[k].status == r->c[i].status && !strcmp(r->c[k].label, r->c[i].label))
+        if (r->c[k].status == r->c[i].status && r->c[k].pp == r->c[i].pp && !strcmp(r->c[k].label, r->c[i].label))
             return 0;
     return 1;
 }
@@ -857,7 +912,7 @@ static int tune_depth(search_state *st, zb_err *err)
     }
     int rc = 0;
     for (int k = 0; k < n_pick && rc == 0; k++)
-        rc = tune_split(st, pick[k], 60, err);
+        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
     free(pick);
     return rc;
 }
@@ -957,7 +1012,7 @@ static int run_baseline(search_state *st, int p, zb_err *err)
     if (gen_1f1b(&gp, &s, &e2) < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, &cf, c, s);
+        evaluate(st, &cf, c, s, NULL);
     config_free(&cf);
     return 0;
 }

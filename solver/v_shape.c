@@ -514,9 +514,9 @@ int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_l
             return zb_fail(err, "%s needs the V placement (device d holds stages d and 2p-1-d)", names[vi]);
     for (int i = 0; i < S; i++) {
         const stage_cost *c = &tmpl->cost[i];
-        if (!(c->t_f > 0 && c->t_b > 0 && c->t_w >= 0) || !isfinite(c->t_f + c->t_b + c->t_w) || !(c->d_f > 0)
+        if (!(c->t_f >= 0 && c->t_b >= 0 && c->t_w >= 0) || !isfinite(c->t_f + c->t_b + c->t_w) || !(c->d_f > 0)
             || !isfinite(c->d_f + c->d_b + c->d_w))
-            return zb_fail(err, "%s: stage %d needs F, B > 0, W >= 0 times and dF > 0", names[vi], i);
+            return zb_fail(err, "%s: stage %d needs F, B, W times >= 0 and dF > 0", names[vi], i);
     }
     int mbs = vi == V_ZB ? p : vi == V_HALF ? (p + 2) / 2 : (p + 4) / 3;
     double *limit = malloc(sizeof(double) * (size_t)p);
