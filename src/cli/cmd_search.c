@@ -134,8 +134,8 @@ static void print_why(const search_result *r)
             continue;
         if (!shown++)
             printf("  best of other pipeline depths:");
-        printf(" pp=%d x dp=%d %.1f ms (%.0f tok/s/GPU%s%.0f ms sync);", c->pp, c->dp, c->time_ms, c->tokens_per_s,
-               c->dp_ms > 0 ? ", " : "", c->dp_ms > 0 ? c->dp_ms : 0);
+        printf(" pp=%d x dp=%d %.1f ms (%.0f tok/s/GPU, %.0f ms exposed sync);", c->pp, c->dp, c->time_ms,
+               c->tokens_per_s, c->dp_ms);
     }
     if (shown)
         printf("\n");
