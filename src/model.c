@@ -46,9 +46,11 @@ static const zb_model model_presets[] = {
 };
 
 /* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
- * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction;
- * efficiency for A100 calibrated on the zero-bubble paper's Table 9, the
- * others assumed (docs/cost-model.md). */
+ * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction
+ * (A100: bandwidth and latency fitted to the zero-bubble paper's measured
+ * T_comm, Table 9); F/B and W efficiency for A100 calibrated on Table 9's
+ * T_F and T_W, the others assumed; HBM bandwidth from the datasheets; 8
+ * GPUs per node, inter-node bandwidth per GPU (docs/cost-model.md). */
 static const zb_gpu gpu_presets[] = {
     { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0 },
     { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0 },
