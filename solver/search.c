@@ -592,7 +592,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
          * is what overflows, the "light ends" split gives stages 0 and
          * 2p-1 no transformer layer, so device 0 holds only the two
          * vocabulary matrices and their activations. */
-        if (o->split_search && run_v_light(st, cf, limit, err) < 0)
+        if (o->split_search && cf->copt.split == o->split && run_v_light(st, cf, limit, err) < 0)
             goto out;
     }
     rc = 0;

@@ -401,6 +401,99 @@ START_TEST(test_profile_overrides)
 }
 END_TEST
 
+START_TEST(test_loss_kinds)
+{
+    /* Llama 3 8B, b=1: the plain loss keeps bf16 logits and the fp32
+     * log-softmax; the fused one (Liger) keeps two t x h tensors, does all
+     * 6thV FLOPs in F and leaves no W. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    cost_part l, e, plain, fused;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &plain, &err), 0);
+    o.loss = COST_LOSS_FUSED;
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &fused, &err), 0);
+    double t = 8192, h = 4096, v = 128256;
+    ck_assert_double_eq(plain.m_b, 2 * 2 * t * h + 2 * t * v + 4 * t * v);
+    ck_assert_double_eq(plain.hbm_f, t * v * 10);
+    ck_assert_double_eq(plain.hbm_b, t * v * 6);
+    ck_assert_double_eq_tol(plain.t_f - plain.f_flops / (g.peak_flops * g.efficiency), t * v * 10 / 3.35e12, 1e-12);
+    ck_assert_double_eq(fused.m_b, 2 * 2 * t * h);
+    ck_assert_double_eq(fused.m_w, 0);
+    ck_assert_double_eq(fused.f_flops, 6 * t * h * v);
+    ck_assert_double_eq(fused.b_flops + fused.w_flops, 0);
+    ck_assert_double_eq(fused.useful_flops, plain.useful_flops);
+    /* chunk = ceil(t / ceil(V/h)) = ceil(8192 / 32) = 256 tokens. */
+    ck_assert_double_eq(fused.transient, 2 * 4 * 256 * v);
+    ck_assert(fused.transient < plain.transient / 10);
+}
+END_TEST
+
+START_TEST(test_recompute_per_stage)
+{
+    /* The first two of four stages recompute: their M_B is the layer input
+     * only and their B reruns F; the others keep everything. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o, all;
+    cost_options_default(&o);
+    cost_options_default(&all);
+    all.recompute = 1;
+    unsigned char rc[4] = { 1, 1, 0, 0 };
+    o.recompute_stage = rc;
+    cost_stage st[4], ref_on[4], ref_off[4];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 4, 0, st, &err), 0);
+    ck_assert_int_eq(cost_stages(&m, &g, &all, 4, 0, ref_on, &err), 0);
+    cost_options off;
+    cost_options_default(&off);
+    ck_assert_int_eq(cost_stages(&m, &g, &off, 4, 0, ref_off, &err), 0);
+    for (int i = 0; i < 4; i++) {
+        const cost_stage *ref = rc[i] ? &ref_on[i] : &ref_off[i];
+        ck_assert_double_eq(st[i].m_b, ref->m_b);
+        ck_assert_double_eq(st[i].t_b, ref->t_b);
+        ck_assert_double_eq(st[i].transient, ref->transient);
+        ck_assert_int_eq(cost_stage_recomputes(&o, i), rc[i]);
+    }
+    ck_assert(st[0].m_b < ref_off[0].m_b && st[3].m_b > ref_on[3].m_b);
+}
+END_TEST
+
+START_TEST(test_explicit_split_and_nodes)
+{
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    int layers[4] = { 10, 8, 8, 6 };
+    o.layers = layers;
+    int out[4];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), 0);
+    ck_assert_int_eq(out[0], 10);
+    ck_assert_int_eq(out[3], 6);
+    int bad[4] = { 10, 8, 8, 5 }; /* 31 of 32 layers */
+    o.layers = bad;
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "32"));
+    int empty_middle[4] = { 16, 0, 8, 8 };
+    o.layers = empty_middle;
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), -1);
+    /* Transfers: free on one device, NVLink inside a node, the slower
+     * inter-node link across (2 pipeline devices per node here). */
+    o.layers = NULL;
+    o.devices_per_node = 2;
+    double bytes = 2.0 * 8192 * 4096;
+    ck_assert_double_eq(cost_t_transfer(&m, &g, &o, 3, 3), 0);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 0, 1), bytes / 450e9 + 10e-6, 1e-15);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 1, 2), bytes / 50e9 + 10e-6, 1e-15);
+    ck_assert_double_eq(gpu_inter_node_bw(&g), 50e9);
+    ck_assert_int_eq(gpu_per_node(&g), 8);
+}
+END_TEST
+
 START_TEST(test_head_memory_shows)
 {
     /* Llama 3 8B, seq 8192: the head's logits (V = 128256) make the last
@@ -433,6 +526,9 @@ int main(void)
     tcase_add_test(tc, test_fill_v_placement);
     tcase_add_test(tc, test_profile_overrides);
     tcase_add_test(tc, test_head_memory_shows);
+    tcase_add_test(tc, test_loss_kinds);
+    tcase_add_test(tc, test_recompute_per_stage);
+    tcase_add_test(tc, test_explicit_split_and_nodes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -29,6 +29,7 @@ static search_options scenario(double mem)
     o.global_batch = 48;
     o.max_micro_batch = 16;
     o.mem_bytes = mem;
+    o.split_search = 0; /* test_search_targets covers it on the default job; keeps these quick */
     return o;
 }
 
@@ -180,6 +181,53 @@ START_TEST(test_annotate)
     cJSON *it;
     cJSON_ArrayForEach(it, split) sum += it->valueint;
     ck_assert_int_eq(sum, 22);
+    /* One recompute flag per virtual stage, true on the first rc_devices
+     * devices; "recompute" is true when any is (the runtime's contract). */
+    cJSON *rs = cJSON_GetObjectItem(plan, "recompute_stages");
+    ck_assert_int_eq(cJSON_GetArraySize(rs), best->sched->n_stages);
+    int any = 0;
+    for (int i = 0; i < best->sched->n_stages; i++) {
+        int on = cJSON_IsTrue(cJSON_GetArrayItem(rs, i));
+        ck_assert_int_eq(on, best->sched->stage_device[i] < best->rc_devices);
+        any |= on;
+    }
+    ck_assert_int_eq(cJSON_IsTrue(cJSON_GetObjectItem(plan, "recompute")), any);
+    ck_assert_int_eq(cJSON_GetObjectItem(plan, "pipeline_parallel")->valueint, best->pp);
+    ck_assert_double_eq(cJSON_GetObjectItem(pred, "time_ms")->valuedouble, best->time_ms);
+    search_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_pp_dp)
+{
+    /* 16 GPUs: depths 1, 2, 4, 8, 16 with 16/p replicas each compete on
+     * tokens/s per GPU of the whole job. */
+    search_options o = scenario(80e9);
+    o.n_devices = 0;
+    o.n_gpus = 16;
+    o.max_micro_batch = 2;
+    o.recompute = 0;
+    o.split_search = 0;
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_ge(r.n_fit, 1);
+    int seen[17] = { 0 };
+    for (int i = 0; i < r.n; i++) {
+        const search_candidate *c = &r.c[i];
+        ck_assert_int_eq(c->pp * c->dp, 16);
+        ck_assert_int_eq(c->n_micro * c->micro_batch * c->dp, 48);
+        seen[c->pp] = 1;
+        if (c->status != SEARCH_SKIPPED) {
+            ck_assert(c->dp_ms >= 0 && c->time_ms >= c->cost_ms);
+            ck_assert_double_eq_tol(c->tokens_per_s, 48.0 * 1024 / (c->time_ms * 1e-3) / 16, 1e-6 * c->tokens_per_s);
+        }
+    }
+    ck_assert(seen[1] && seen[2] && seen[4] && seen[8] && seen[16]);
+    /* The baseline is the deepest pipeline's plain 1F1B with recompute. */
+    ck_assert_int_eq(r.baseline.pp, 16);
+    ck_assert_int_eq(r.baseline.rc_devices, 16);
+    ck_assert(r.c[0].speedup > 0);
     search_result_free(&r);
 }
 END_TEST
@@ -261,11 +309,36 @@ START_TEST(test_cli)
     cJSON_Delete(j);
     unlink(path);
 
+    /* The JSON has the baseline and the why figures; every candidate its
+     * speed-up; a fused loss and nodes are accepted. */
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --gpus 8 --nodes 2 --loss fused "
+             "--global-batch 48 --max-micro-batch 2 --json -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    j = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(j);
+    cJSON *base = cJSON_GetObjectItem(j, "baseline"), *why = cJSON_GetObjectItem(j, "why");
+    ck_assert(base && why);
+    ck_assert_str_eq(cJSON_GetObjectItem(base, "schedule")->valuestring, "1f1b");
+    ck_assert(cJSON_GetObjectItem(why, "work_bound_ms")->valuedouble <=
+              cJSON_GetObjectItem(why, "imbalance_bound_ms")->valuedouble);
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "candidates"), 0);
+    ck_assert(cJSON_GetObjectItem(first, "speedup")->valuedouble > 0);
+    cJSON_Delete(j);
+    unlink(path);
+
+    /* The table says why under it. */
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --stages 8 --global-batch 48 -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    ck_assert_msg(strstr(out, "work bound") && strstr(out, "imbalance bound") && strstr(out, "baseline") &&
+                  strstr(out, "makespan"), "%s", out);
+    unlink(path);
+
     /* Usage errors: exit 2, exactly one line. */
     const char *bad[] = { "", "--mem 40X", "--mem -4G", "--mem 0", "--mem 40G --model nope",
                           "--mem 40G --gpu V100", "--mem 40G --gpus 0", "--mem 40G --gpus 4 --stages 8",
                           "--mem 40G --recompute maybe", "--mem 40G --split even", "--mem 40G --bogus",
-                          "--mem" };
+                          "--mem", "--mem 40G --loss chunked", "--mem 40G --gpus 8 --nodes 3",
+                          "--mem 40G --nodes 0" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_msg(run_cli(bad[i], out, sizeof out, errb, sizeof errb) == 2, "'%s' did not exit 2", bad[i]);
         cli_assert_one_line(errb, NULL);
@@ -286,6 +359,7 @@ int main(void)
     tcase_add_test(tc, test_limit_excludes);
     tcase_add_test(tc, test_nothing_fits);
     tcase_add_test(tc, test_annotate);
+    tcase_add_test(tc, test_pp_dp);
     tcase_add_test(tc, test_bad_options);
     tcase_add_test(tc, test_cli);
     suite_add_tcase(s, tc);

@@ -74,6 +74,29 @@ START_TEST(test_default_40g)
     for (int i = 0; i < r.n_fit; i++)
         v_fits |= r.c[i].chunks == 2 && (!strncmp(r.c[i].label, "v-", 2) || !strcmp(r.c[i].label, "zb-v"));
     ck_assert_msg(v_fits, "no V candidate fits at 40 GB");
+    /* The split search: tuned candidates sum to the model's layers and are
+     * no slower than the best untuned candidate of their label and depth
+     * (they start from it and keep only improving moves). */
+    int tuned = 0;
+    for (int i = 0; i < r.n_fit; i++) {
+        const search_candidate *c = &r.c[i];
+        if (!c->split_tuned || c->chunks == 2)
+            continue; /* the V light-ends split is a rule, not a tuning */
+        tuned++;
+        int sum = 0;
+        for (int k = 0; k < c->n_stages; k++)
+            sum += c->layers[k];
+        ck_assert_int_eq(sum, 32);
+        for (int k = 0; k < r.n_fit; k++) {
+            const search_candidate *u = &r.c[k];
+            if (!u->split_tuned && u->pp == c->pp && !strcmp(u->label, c->label)) {
+                ck_assert_msg(c->time_ms <= u->time_ms * SEARCH_TIME_RESOLUTION, "%s: tuned %.1f > %.1f", c->label,
+                              c->time_ms, u->time_ms);
+                break;
+            }
+        }
+    }
+    ck_assert_int_ge(tuned, 1);
     search_result_free(&r);
 }
 END_TEST
