@@ -931,11 +931,11 @@ static int run_depth(search_state *st, zb_err *err)
     if (o->recompute != 0)
         rc_list[n_rc++] = p;
     /* First k devices recompute: they hold the most micro-batches in
-     * flight.  Depths p/4, p/2, 3p/4 (distinct, between 0 and p). */
-    int partial[3], n_partial = 0;
+     * flight.  Every k for p <= 8; k = p/8, 2p/8, ..., 7p/8 beyond. */
+    int partial[8], n_partial = 0;
     if (o->recompute < 0)
-        for (int q = 1; q <= 3; q++) {
-            int k = (p * q + 2) / 4;
+        for (int q = 1; q <= 7; q++) {
+            int k = p <= 8 ? q : (p * q + 4) / 8;
             if (k > 0 && k < p && (n_partial == 0 || partial[n_partial - 1] != k))
                 partial[n_partial++] = k;
         }
