@@ -266,7 +266,7 @@ START_TEST(test_cli)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/best.json", dir);
 
-    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --gpus 8 --global-batch 48 -o %s", path);
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --gpus 8 --global-batch 48 --max-micro-batch 4 -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
     ck_assert_msg(strstr(out, "rank") && strstr(out, "best:"), "%s", out);
     ck_assert_int_eq(access(path, R_OK), 0);
@@ -279,7 +279,7 @@ START_TEST(test_cli)
     unlink(path);
 
     /* The paper's split is written into the plan when asked for. */
-    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --global-batch 48 --split paper -o %s", path);
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --stages 8 --global-batch 48 --max-micro-batch 4 --split paper -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
     f = fopen(path, "r");
     n = fread(out, 1, sizeof out - 1, f);
@@ -293,14 +293,14 @@ START_TEST(test_cli)
     unlink(path);
 
     /* Nothing fits: exit 1, one line naming the smallest memory, no file. */
-    snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 -o %s", path);
+    snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 --max-micro-batch 2 --split balanced -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
     cli_assert_one_line(errb, "nothing fits");
     ck_assert_msg(strstr(errb, "smallest peak"), "%s", errb);
     cli_assert_no_file(path);
 
     /* JSON lists every candidate with its status. */
-    snprintf(args, sizeof args, "--mem 20G --model 1.5B --gpu A100-80G --global-batch 48 --json -o %s", path);
+    snprintf(args, sizeof args, "--mem 20G --model 1.5B --gpu A100-80G --stages 8 --global-batch 48 --max-micro-batch 4 --split balanced --json -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
     cJSON *j = cJSON_Parse(out);
     ck_assert_ptr_nonnull(j);
@@ -327,7 +327,7 @@ START_TEST(test_cli)
     unlink(path);
 
     /* The table says why under it. */
-    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --stages 8 --global-batch 48 -o %s", path);
+    snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --stages 8 --global-batch 48 --max-micro-batch 2 --split balanced -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
     ck_assert_msg(strstr(out, "work bound") && strstr(out, "imbalance bound") && strstr(out, "baseline") &&
                   strstr(out, "makespan"), "%s", out);
