@@ -528,8 +528,23 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         if (run_gen(st, cf, label, "interleaved", v, NULL, err) < 0)
             goto out;
         if (izb) {
+            /* Its own memory rule, then its memory-limited variant at the
+             * largest limit that fits (memory minus each device's static
+             * memory on the interleaved placement, in the deltas' bytes). */
             snprintf(label, sizeof label, "interleaved-zb v=%d", v);
             if (run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, err) < 0)
+                goto out;
+            sched_t *it = sched_new(p, cf->m, v * p);
+            zb_err e2 = { { 0 } };
+            if (!it) {
+                zb_fail(err, "out of memory");
+                goto out;
+            }
+            sched_place_interleaved(it);
+            int ok = cost_sched(st, cf, NULL, it, &e2) == 0 && headroom(o, it, limit) > 0;
+            sched_free(it);
+            snprintf(label, sizeof label, "interleaved-zb v=%d max", v);
+            if (ok && run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, limit, err) < 0)
                 goto out;
         }
     }
