@@ -123,22 +123,27 @@ static void print_why(const search_result *r)
         printf("  baseline        %10.1f ms  plain 1F1B, b=1, recompute everywhere, pp=%d: winner %.3fx faster%s\n",
                r->baseline.time_ms, r->baseline.pp, w->speedup,
                r->baseline.status == SEARCH_OOM ? " (the baseline itself does not fit)" : "");
-    /* Which pipeline depth wins, and the best of each other depth. */
+    /* Which pipeline depth wins: the best of each other depth, and for a
+     * depth where nothing fits, its smallest peak. */
     int shown = 0;
-    for (int i = 1; i < r->n_fit; i++) {
+    for (int i = 0; i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        int first = c->pp != w->pp;
-        for (int k = 1; k < i && first; k++)
-            first = r->c[k].pp != c->pp;
+        if (c->pp == w->pp || c->status == SEARCH_SKIPPED)
+            continue;
+        int first = 1;
+        for (int k = 0; k < i && first; k++)
+            first = r->c[k].status == SEARCH_SKIPPED || r->c[k].pp != c->pp;
         if (!first)
             continue;
         if (!shown++)
-            printf("  best of other pipeline depths:");
-        printf(" pp=%d x dp=%d %.1f ms (%.0f tok/s/GPU, %.0f ms exposed sync);", c->pp, c->dp, c->time_ms,
-               c->tokens_per_s, c->dp_ms);
+            printf("  other pipeline depths:\n");
+        if (c->status == SEARCH_FIT)
+            printf("    pp=%d x dp=%d: best %s %.1f ms (%.0f tok/s/GPU, %.0f ms exposed sync), %.3fx the winner's time\n",
+                   c->pp, c->dp, c->label, c->time_ms, c->tokens_per_s, c->dp_ms, c->time_ms / w->time_ms);
+        else /* OOM candidates sort by peak: this is the depth's smallest */
+            printf("    pp=%d x dp=%d: nothing fits; the smallest peak is %.2f GB (%s, b=%d)\n", c->pp, c->dp,
+                   c->peak_bytes / 1e9, c->label, c->micro_batch);
     }
-    if (shown)
-        printf("\n");
 }
 
 static void print_table(const search_options *o, const search_result *r, int rows, int verbose)
@@ -260,6 +265,30 @@ static int print_json(const search_options *o, const search_result *r)
             cJSON_AddNumberToObject(w, "dp_sync_ms", r->c[0].dp_ms);
             cJSON_AddNumberToObject(w, "speedup", r->c[0].speedup);
         }
+    }
+    /* Per pipeline depth: its best fit (time) or its smallest peak. */
+    cJSON *depths = cJSON_AddArrayToObject(root, "depths");
+    for (int i = 0; depths && i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->status == SEARCH_SKIPPED)
+            continue;
+        int first = 1;
+        for (int k = 0; k < i && first; k++)
+            first = r->c[k].status == SEARCH_SKIPPED || r->c[k].pp != c->pp;
+        if (!first)
+            continue;
+        cJSON *d = cJSON_CreateObject();
+        if (!d)
+            break;
+        cJSON_AddItemToArray(depths, d);
+        cJSON_AddNumberToObject(d, "pipeline_parallel", c->pp);
+        cJSON_AddNumberToObject(d, "data_parallel", c->dp);
+        cJSON_AddBoolToObject(d, "fits", c->status == SEARCH_FIT);
+        cJSON_AddStringToObject(d, "schedule", c->label);
+        cJSON_AddNumberToObject(d, c->status == SEARCH_FIT ? "time_ms" : "min_peak_bytes",
+                                c->status == SEARCH_FIT ? c->time_ms : c->peak_bytes);
+        if (c->status == SEARCH_FIT)
+            cJSON_AddNumberToObject(d, "tokens_per_s_per_gpu", c->tokens_per_s);
     }
     for (int i = 0; i < r->n; i++) {
         cJSON *j = candidate_json(&r->c[i]);

@@ -321,6 +321,7 @@ START_TEST(test_cli)
     ck_assert_str_eq(cJSON_GetObjectItem(base, "schedule")->valuestring, "1f1b");
     ck_assert(cJSON_GetObjectItem(why, "work_bound_ms")->valuedouble <=
               cJSON_GetObjectItem(why, "imbalance_bound_ms")->valuedouble);
+    ck_assert_int_ge(cJSON_GetArraySize(cJSON_GetObjectItem(j, "depths")), 2); /* pp 1, 2, 4, 8 */
     cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "candidates"), 0);
     ck_assert(cJSON_GetObjectItem(first, "speedup")->valuedouble > 0);
     cJSON_Delete(j);
@@ -331,6 +332,7 @@ START_TEST(test_cli)
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
     ck_assert_msg(strstr(out, "work bound") && strstr(out, "imbalance bound") && strstr(out, "baseline") &&
                   strstr(out, "makespan"), "%s", out);
+    ck_assert_msg(!strstr(out, "other pipeline depths"), "--stages fixes the depth: %s", out);
     unlink(path);
 
     /* Usage errors: exit 2, exactly one line. */
