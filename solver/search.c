@@ -1058,7 +1058,16 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
     if (!any_sizes)
         return zb_fail(err, "no micro-batch size up to %d divides the batch of a replica",
                        o->max_micro_batch);
-    st.total = n_depths * 200;
+    /* Progress estimate: configs x families per depth (the split search
+     * adds a few dozen more). */
+    st.total = 0;
+    for (int i = 0; i < n_depths; i++) {
+        int p = depths[i], sizes[32];
+        int n_sizes = micro_batch_sizes(o, o->global_batch / (o->n_gpus / p), sizes, 32);
+        int n_rc = o->recompute < 0 ? 2 + (p <= 8 ? p - 1 : 7) : 1;
+        int fams = 1 + (p > 1 ? (o->model.n_layers + 2) / p - 1 + 2 + N_ZB_AUTO + 4 : 0);
+        st.total += n_sizes * (o->split_search ? 2 : 1) * n_rc * fams + (o->split_search ? 4 * n_sizes * n_rc : 0);
+    }
     for (int i = 0; i < n_depths; i++) {
         set_depth(&st, depths[i]);
         if (run_depth(&st, err) < 0) {
