@@ -36,5 +36,5 @@ one "ilp -p 32 -m 55 (T 5,6,4,1) --mem-limit 32 --time-limit 1" gen ilp -p 32 -m
 one "simulate /dev/zero" simulate /dev/zero
 one "run --data /dev/zero" run s.json --steps 1 --data /dev/zero -q
 one "run --batch-size 65536" run s.json --steps 1 --data "$data" --batch-size 65536 -q
-one "search, tiny with 10,000 layers, 8 GPUs" search --mem 40G --model deep.json -o best.json
+one "search, tiny with 10,000 layers, 8 GPUs" search --mem 40G --stages 8 --model deep.json -o best.json
 one "run --lr 1e6 (20 steps)" run s.json --steps 20 --data "$data" --lr 1e6 -q

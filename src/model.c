@@ -48,13 +48,15 @@ static const zb_model model_presets[] = {
 };
 
 /* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
- * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction;
- * efficiency for A100 calibrated on the zero-bubble paper's Table 9, the
- * others assumed (docs/cost-model.md). */
+ * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction
+ * (A100: bandwidth and latency fitted to the zero-bubble paper's measured
+ * T_comm, Table 9); F/B and W efficiency for A100 calibrated on Table 9's
+ * T_F and T_W, the others assumed; HBM bandwidth from the datasheets; 8
+ * GPUs per node, inter-node bandwidth per GPU (docs/cost-model.md). */
 static const zb_gpu gpu_presets[] = {
-    { "A100-80G", 312e12, 81920.0 * 1048576.0, 300e9, 10e-6, 0.55 },
-    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50 },
-    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50 },
+    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0 },
 };
 
 #define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])
@@ -170,13 +172,18 @@ static const struct gpu_range {
     const char *field; /* JSON key */
     size_t off;        /* offset in zb_gpu */
     double min, max;   /* closed range */
+    int zero_ok;       /* 0 is also accepted (the field's derived default) */
     const char *unit;  /* for the message */
 } gpu_ranges[] = {
-    { "peak_flops", offsetof(zb_gpu, peak_flops), 1e9, 1e18, "FLOP/s" },
-    { "mem_bytes", offsetof(zb_gpu, mem_bytes), 1e6, 1e15, "bytes" },
-    { "link_bw", offsetof(zb_gpu, link_bw), 1e6, 1e14, "bytes/s" },
-    { "link_latency", offsetof(zb_gpu, link_latency), 0, 1, "s" },
-    { "efficiency", offsetof(zb_gpu, efficiency), 0.01, 1, "of peak" },
+    { "peak_flops", offsetof(zb_gpu, peak_flops), 1e9, 1e18, 0, "FLOP/s" },
+    { "mem_bytes", offsetof(zb_gpu, mem_bytes), 1e6, 1e15, 0, "bytes" },
+    { "link_bw", offsetof(zb_gpu, link_bw), 1e6, 1e14, 0, "bytes/s" },
+    { "link_latency", offsetof(zb_gpu, link_latency), 0, 1, 0, "s" },
+    { "efficiency", offsetof(zb_gpu, efficiency), 0.01, 1, 0, "of peak" },
+    { "w_efficiency", offsetof(zb_gpu, w_efficiency), 0.01, 1, 1, "of peak" },
+    { "hbm_bw", offsetof(zb_gpu, hbm_bw), 1e6, 1e15, 1, "bytes/s" },
+    { "inter_node_bw", offsetof(zb_gpu, inter_node_bw), 1e6, 1e14, 1, "bytes/s" },
+    { "inter_node_latency", offsetof(zb_gpu, inter_node_latency), 0, 1, 1, "s" },
 };
 
 int gpu_check(const zb_gpu *g, zb_err *err)
@@ -184,8 +191,9 @@ int gpu_check(const zb_gpu *g, zb_err *err)
     for (size_t i = 0; i < sizeof gpu_ranges / sizeof gpu_ranges[0]; i++) {
         const struct gpu_range *r = &gpu_ranges[i];
         double v = *(const double *)((const char *)g + r->off);
-        if (!(v >= r->min && v <= r->max))
-            return zb_fail(err, "\"%s\" is %g, not in %g..%g %s", r->field, v, r->min, r->max, r->unit);
+        if (!(v >= r->min && v <= r->max) && !(r->zero_ok && v == 0))
+            return zb_fail(err, "\"%s\" is %g, not in %g..%g %s%s", r->field, v, r->min, r->max, r->unit,
+                           r->zero_ok ? " (or 0 for the default)" : "");
     }
     return 0;
 }
@@ -349,7 +357,8 @@ cJSON *model_to_json(const zb_model *m)
 int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
 {
     static const char *const keys[] = {
-        "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency", NULL
+        "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency",
+        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", NULL
     };
     if (!cJSON_IsObject(obj))
         return zb_fail(err, "a GPU must be a JSON object");
@@ -372,7 +381,12 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
         json_double(obj, "mem_bytes", 0, &r.mem_bytes, err) < 0 ||
         json_double(obj, "link_bw", 0, &r.link_bw, err) < 0 ||
         json_double(obj, "link_latency", 0, &r.link_latency, err) < 0 ||
-        json_double(obj, "efficiency", 0, &r.efficiency, err) < 0)
+        json_double(obj, "efficiency", 0, &r.efficiency, err) < 0 ||
+        json_double(obj, "w_efficiency", 0, &r.w_efficiency, err) < 0 ||
+        json_double(obj, "hbm_bw", 0, &r.hbm_bw, err) < 0 ||
+        json_int(obj, "gpus_per_node", 0, 1 << 16, &r.gpus_per_node, NULL, err) < 0 ||
+        json_double(obj, "inter_node_bw", 0, &r.inter_node_bw, err) < 0 ||
+        json_double(obj, "inter_node_latency", 0, &r.inter_node_latency, err) < 0)
         return -1;
     if (gpu_check(&r, err) < 0)
         return -1;
@@ -390,7 +404,12 @@ cJSON *gpu_to_json(const zb_gpu *g)
              cJSON_AddNumberToObject(o, "mem_bytes", g->mem_bytes) &&
              cJSON_AddNumberToObject(o, "link_bw", g->link_bw) &&
              cJSON_AddNumberToObject(o, "link_latency", g->link_latency) &&
-             cJSON_AddNumberToObject(o, "efficiency", g->efficiency);
+             cJSON_AddNumberToObject(o, "efficiency", g->efficiency) &&
+             cJSON_AddNumberToObject(o, "w_efficiency", g->w_efficiency) &&
+             cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw) &&
+             cJSON_AddNumberToObject(o, "gpus_per_node", g->gpus_per_node) &&
+             cJSON_AddNumberToObject(o, "inter_node_bw", g->inter_node_bw) &&
+             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -449,4 +468,24 @@ int gpu_load(const char *arg, zb_gpu *g, zb_err *err)
     int rc = gpu_from_json(root, g, err);
     cJSON_Delete(root);
     return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
+}
+
+double gpu_w_efficiency(const zb_gpu *g)
+{
+    return g->w_efficiency > 0 ? g->w_efficiency : g->efficiency;
+}
+
+int gpu_per_node(const zb_gpu *g)
+{
+    return g->gpus_per_node > 0 ? g->gpus_per_node : 8;
+}
+
+double gpu_inter_node_bw(const zb_gpu *g)
+{
+    return g->inter_node_bw > 0 ? g->inter_node_bw : 50e9;
+}
+
+double gpu_inter_node_latency(const zb_gpu *g)
+{
+    return g->inter_node_latency > 0 ? g->inter_node_latency : g->link_latency;
 }

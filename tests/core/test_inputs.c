@@ -339,14 +339,15 @@ START_TEST(search_on_a_deep_model_is_bounded)
      * and reach 5.9 GB after 60 s. */
     sh("printf '{\"base\": \"tiny\", \"n_layers\": 10000}' > deep.json");
     double t0 = wall_s();
-    int rc = zb("search --mem 40G --gpus 8 --model deep.json -o best.json");
+    int rc = zb("search --mem 40G --gpus 8 --stages 8 --model deep.json -o best.json");
     double took = wall_s() - t0;
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-    ck_assert_msg(took < 30, "search took %.1f s", took);
+    /* ~5 s plain on the loaded 2-core VM; generous for ASan. */
+    ck_assert_msg(took < 45, "search took %.1f s", took);
     ck_assert_ptr_null(strstr(out_text, "interleaved v=9 "));
     /* A configuration whose schedules would have millions of ops is one
      * skipped candidate, not millions of ops in memory. */
-    rc = zb("search --mem 40G --gpus 64 --model deep.json --global-batch 65536 --max-micro-batch 1 -v");
+    rc = zb("search --mem 40G --gpus 64 --stages 64 --model deep.json --global-batch 65536 --max-micro-batch 1 -v");
     ck_assert_int_eq(rc, 1);
     ck_assert_ptr_nonnull(strstr(out_text, "above the search's cap"));
 }
