@@ -23,7 +23,9 @@
  * (gpu_trainer_create_ranked) and only rank 0 prints.  The GPU trainer has
  * the synchronous clip only and no evaluation, trace or checkpoint, so the
  * flags for those are refused with one line rather than ignored; --json
- * reports val_loss as null.  A build without CUDA refuses --device cuda.
+ * reports val_loss as null.  The GPU code is the module zbsched_cuda.so
+ * (runtime/cuda_module.h), loaded here only for --device cuda; without
+ * it, or without a GPU, the command fails with one line.
  */
 #include "src/cli/cli.h"
 
@@ -45,14 +47,11 @@
 #include "src/sched_io.h"
 #include "src/validate.h"
 
-#ifdef ZB_HAVE_CUDA
-#include "kernels/cuda/gpu_trainer.h"
-#include "kernels/cuda/gpu_transport.h"
-#endif
+#include "runtime/cuda_module.h"
+#include "runtime/rank.h"
 
 #define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
-#define NO_CUDA_MSG "this zbsched was built without CUDA (meson -Dcuda=enabled)"
 /* seconds a rank waits for the others during the NCCL bootstrap */
 #define NCCL_BOOTSTRAP_TIMEOUT_S 120
 
@@ -294,9 +293,6 @@ static int parse_args(int argc, char **argv, run_args *a)
     if (a->gpu >= 0 && !a->cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
     if (a->cuda) {
-#ifndef ZB_HAVE_CUDA
-        return cli_error(NO_CUDA_MSG);
-#endif
         /* the GPU trainer (kernels/cuda/gpu_trainer.h) has none of these */
         const char *cpu_only = a->trace ? "--trace"
                              : a->ckpt_dir ? "--checkpoint"
@@ -491,10 +487,9 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     return 0;
 }
 
-#ifdef ZB_HAVE_CUDA
 /* Prints the GPU run's summary line or JSON object (rank 0 only). */
 static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_model *m,
-                               const gpu_rank_info *rk, int gpu, const double *losses,
+                               const zb_rank_info *rk, int gpu, const double *losses,
                                long n_losses, double train_s, long tokens, size_t static_bytes,
                                size_t peak_bytes)
 {
@@ -550,13 +545,16 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
                     const trainer_opts *o)
 {
     zb_err err = { { 0 } };
-    gpu_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
-    int ranked = gpu_rank_from_env(&rk, &err);
+    const zb_cuda_api *cu;
+    if (cuda_module_load(&cu, &err) != 0)
+        return cli_fail(&err);
+    zb_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
+    int ranked = zb_rank_from_env(&rk, &err);
     if (ranked < 0)
         return cli_fail(&err);
     ranked = ranked == 1 && rk.world > 1;
     if (!ranked) /* one process: every schedule device on one GPU */
-        rk = (gpu_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
+        rk = (zb_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
     if (ranked && a->gpu >= 0)
         return cli_usage("run", "--gpu is set by the launcher (ZB_LOCAL_RANK) in a run of %d ranks",
                          rk.world);
@@ -568,11 +566,11 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
         return cli_error("%s: the schedule has %d devices but the run has %d ranks (one GPU per "
                          "device: use `zbsched launch --gpus %d`)", a->file, s->n_devices, rk.world,
                          s->n_devices);
-    if (ranked && gpu_trainer_check_ranked(s, &err) != 0) {
+    if (ranked && cu->check_ranked(s, &err) != 0) {
         zb_wrap(&err, "%s: ", a->file);
         return cli_fail(&err);
     }
-    int visible = zb_cuda_device_count();
+    int visible = cu->device_count();
     if (visible == 0)
         return cli_error("%s: no CUDA device%s", a->file,
                          ranked ? " (this rank's GPU is missing)" : "");
@@ -584,22 +582,22 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     m->vocab = d->vocab;
     if (a->batch > 0)
         m->micro_batch = (int)a->batch;
-    gpu_comm *comm = NULL;
-    gpu_trainer *t = NULL;
+    struct gpu_comm *comm = NULL;
+    struct gpu_trainer *t = NULL;
     double *losses = NULL;
     int rc = 1;
     if (ranked) {
-        if (gpu_comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
+        if (cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
             zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
             cli_fail(&err);
             goto out;
         }
-        if (gpu_trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
+        if (cu->trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
             zb_wrap(&err, "%s with model %s on rank %d of %d: ", a->file, m->name, rk.rank, rk.world);
             cli_fail(&err);
             goto out;
         }
-    } else if (gpu_trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
+    } else if (cu->trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s on GPU %d: ", a->file, m->name, gpu);
         cli_fail(&err);
         goto out;
@@ -618,11 +616,11 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     long tokens_per_step = (long)s->n_micro * m->micro_batch * m->seq_len, tokens = 0;
     double train_s = 0;
     for (long step = 0; step < a->steps; step++) {
-        if (gpu_trainer_step(t, &losses[step], &err) != 0) {
+        if (cu->trainer_step(t, &losses[step], &err) != 0) {
             cli_error("step %ld: %s", step + 1, err.msg);
             goto out;
         }
-        double dt = gpu_trainer_last_step_s(t);
+        double dt = cu->trainer_last_step_s(t);
         train_s += dt;
         tokens += tokens_per_step;
         if (!isfinite(losses[step])) {
@@ -635,7 +633,7 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
                     losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
     }
     size_t static_bytes = 0, peak_bytes = 0;
-    if (gpu_trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
+    if (cu->trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
         cli_fail(&err);
         goto out;
     }
@@ -645,11 +643,12 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     rc = 0;
 out:
     free(losses);
-    gpu_trainer_free(t);
-    gpu_comm_free(comm);
+    if (t)
+        cu->trainer_free(t);
+    if (comm)
+        cu->comm_free(comm);
     return rc;
 }
-#endif
 
 int cmd_run(int argc, char **argv)
 {
@@ -693,13 +692,11 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
-#ifdef ZB_HAVE_CUDA
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
         rc = run_cuda(&a, s, &m, d, &o);
         goto out;
     }
-#endif
     if (a.isl.replicas > 0) {
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
