@@ -78,6 +78,8 @@ static void usage(FILE *out)
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
+        "      --threads N        kernel threads per device (default: cores / devices);\n"
+        "                         results are the same bits at every N\n"
         "      --device cpu|cuda  where to train (default cpu); cuda: every schedule device\n"
         "                         is a stream on one GPU, or under `zbsched launch` one\n"
         "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
@@ -120,6 +122,7 @@ typedef struct run_args {
     int quiet;               /* --quiet */
     int cuda;                /* --device cuda */
     long gpu;                /* --gpu, or -1 when not given */
+    long threads;            /* --threads: kernel threads per device (0: cores / devices) */
     int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
@@ -130,7 +133,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU };
+           O_DEVICE, O_GPU, O_THREADS };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -156,6 +159,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "sync-interval", required_argument, NULL, O_INTERVAL },
         { "device", required_argument, NULL, O_DEVICE },
         { "gpu", required_argument, NULL, O_GPU },
+        { "threads", required_argument, NULL, O_THREADS },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -196,6 +200,7 @@ static int parse_args(int argc, char **argv, run_args *a)
                 bad = zb_fail(&err, "--device: '%s' is not cpu or cuda", optarg);
             break;
         case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &a->gpu, &err); break;
+        case O_THREADS: bad = cli_parse_int("--threads", optarg, 1, 1024, &a->threads, &err); break;
         case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
         case O_LR:
             bad = cli_parse_double("--lr", optarg, &a->lr, &err);
@@ -300,12 +305,14 @@ static int parse_args(int argc, char **argv, run_args *a)
                              : a->stop_at != a->steps ? "--stop-at"
                              : a->eval_flag ? (a->eval_every ? "--eval-every" : "--eval-windows")
                              : a->isl.replicas > 0 ? "--replicas"
+                             : a->threads ? "--threads"
                              : NULL;
         if (cpu_only)
             return cli_usage(argv[0], "%s is not supported with --device cuda (the GPU trainer "
                              "has no %s)", cpu_only,
                              a->trace ? "op trace" : a->ckpt_dir || a->resume || a->stop_at != a->steps
-                                 ? "checkpoints" : a->eval_flag ? "evaluation" : "outer optimizer");
+                                 ? "checkpoints" : a->eval_flag ? "evaluation"
+                                 : a->isl.replicas > 0 ? "outer optimizer" : "CPU kernel threads");
         /* --sync-optimizer is accepted: it is the GPU trainer's only mode */
     }
     return -1; /* go on */
@@ -414,6 +421,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_AddItemToObject(o, "evals", cJSON_Duplicate(res->evals, 1));
     cJSON_AddNumberToObject(o, "val_loss", res->val_loss);
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "threads", trainer_threads(t));
     cJSON_AddNumberToObject(o, "train_seconds", res->train_s);
     cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);
@@ -692,6 +700,7 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
+    o.threads = (int)a.threads;
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
         rc = run_cuda(&a, s, &m, d, &o);
@@ -726,10 +735,11 @@ int cmd_run(int argc, char **argv)
     if (!a.quiet) {
         const zb_model *em = trainer_model(t);
         fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d), model %s: %d layers, d=%d, "
-                "vocab %d, %zu parameters, batch %d x %d tokens%s\n",
+                "vocab %d, %zu parameters, batch %d x %d tokens, %d thread%s per device%s\n",
                 s->name[0] ? s->name : a.file, s->n_devices, s->n_stages, s->n_micro, em->name,
                 em->n_layers, em->d_model, em->vocab, trainer_param_count(t), em->micro_batch,
-                em->seq_len, a.resume ? ", resumed" : "");
+                em->seq_len, trainer_threads(t), trainer_threads(t) == 1 ? "" : "s",
+                a.resume ? ", resumed" : "");
     }
     long start = trainer_get_stats(t)->step;
     if (start >= a.stop_at) {

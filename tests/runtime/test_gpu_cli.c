@@ -135,6 +135,7 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
         { "--eval-every 1", "--eval-every" },
         { "--eval-windows 4", "--eval-windows" },
         { "--replicas 2", "--replicas" },
+        { "--threads 2", "--threads" },
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char extra[256];
