@@ -15,7 +15,9 @@ For each model preset (tiny, shakespeare-char) it measures:
 
 Steady-state tokens/s: the median over the steps after the first (zbsched's
 progress lines on stderr give each step's tokens/s; PyTorch steps are timed
-one by one with perf_counter).  PyTorch comes from PyPI when installed; the
+one by one with perf_counter).  tokens/CPU-s: all tokens of the run over
+the CPU time (user + system, every thread) it took, first step included;
+on a shared machine it is the figure least disturbed by other jobs.  PyTorch comes from PyPI when installed; the
 script still measures zbsched without it.  Never run by the tests.
 
 usage: bench/bench_torch.py [--zbsched build/zbsched] [--steps N]
@@ -23,6 +25,7 @@ usage: bench/bench_torch.py [--zbsched build/zbsched] [--steps N]
 """
 import argparse
 import os
+import resource
 import re
 import statistics
 import subprocess
@@ -54,11 +57,16 @@ def zbsched_tps(zb, model, p, m, threads, steps, batch):
                "--data", DATA]
         if batch:
             cmd += ["--batch-size", str(batch)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run(cmd, capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if r.returncode != 0:
             sys.exit("zbsched failed: " + r.stderr.strip())
         tps = [float(x) for x in re.findall(r"^step \d+/\d+: loss \S+\s+(\S+) tok/s", r.stderr, re.M)]
-        return statistics.median(tps[1:] if len(tps) > 1 else tps)
+        tokens = float(re.search(r"batch (\d+) x (\d+) tokens", r.stderr).group(1)) * \
+            float(re.search(r"batch (\d+) x (\d+) tokens", r.stderr).group(2)) * m * steps
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return statistics.median(tps[1:] if len(tps) > 1 else tps), tokens / cpu
 
 
 def torch_tps(cfg, m, threads, steps, batch):
@@ -133,6 +141,7 @@ def torch_tps(cfg, m, threads, steps, batch):
     xs = torch.randint(0, V, (m, B, T), generator=g)
     ys = torch.randint(0, V, (m, B, T), generator=g)
     times = []
+    cpu0 = time.process_time()
     for _ in range(steps):
         t0 = time.perf_counter()
         for j in range(m):
@@ -141,8 +150,9 @@ def torch_tps(cfg, m, threads, steps, batch):
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu0
     tps = [m * B * T / t for t in times]
-    return statistics.median(tps[1:] if len(tps) > 1 else tps)
+    return statistics.median(tps[1:] if len(tps) > 1 else tps), m * B * T * steps / cpu
 
 
 def main():
@@ -168,7 +178,7 @@ def main():
         B = a.batch_size or cfg["B"]
         print("\n%s: %d layers, d=%d, batch %d x %d tokens, m=%d (%d tokens/step)" %
               (name, cfg["layers"], cfg["d"], B, cfg["T"], a.micro, a.micro * B * cfg["T"]))
-        print("  %-40s %12s" % ("configuration", "tokens/s"))
+        print("  %-44s %10s %16s" % ("configuration", "tokens/s", "tokens/CPU-s"))
         rows = []
         for threads in sorted({1, n}):
             z = zbsched_tps(a.zbsched, name, 1, a.micro, threads, a.steps, a.batch_size)
@@ -176,12 +186,15 @@ def main():
             if have_torch:
                 t = torch_tps(cfg, a.micro, threads, a.steps, a.batch_size)
                 rows.append(("PyTorch eager, %d thread%s" % (threads, "s" if threads > 1 else ""), t))
-                rows.append(("  zbsched / PyTorch", z / t))
+                rows.append(("  ratio zbsched / PyTorch", (z[0] / t[0], z[1] / t[1])))
         half = max(1, n // 2)
         z2 = zbsched_tps(a.zbsched, name, 2, a.micro, half, a.steps, a.batch_size)
         rows.append(("zbsched, 2 devices (1F1B), %d thread%s each" % (half, "s" if half > 1 else ""), z2))
-        for label, v in rows:
-            print("  %-40s %12.2f" % (label, v) if "/" in label else "  %-40s %12.0f" % (label, v))
+        for label, (v, c) in rows:
+            if "ratio" in label:
+                print("  %-44s %10.2f %16.2f" % (label, v, c))
+            else:
+                print("  %-44s %10.0f %16.0f" % (label, v, c))
 
 
 if __name__ == "__main__":
