@@ -4,9 +4,10 @@
  * The executor gives each device a team of kernel threads (kernels/cpu/
  * team.h) that shares out GEMM row blocks and attention sequences.  On a
  * model wide enough that the GEMMs are really split (d = 128, 512 tokens
- * per micro-batch: two row blocks; 8 sequences), the single-device run and a 2-device
- * 1F1B run with 1 or 3 and 2 threads per device must give bit-identical
- * losses, validation loss and parameters; and the persistent workers must
+ * per micro-batch: two row blocks; 8 sequences), the single-device run
+ * with 1 and with 3 threads and a 2-device 1F1B run with 2 threads per
+ * device must give bit-identical losses, validation loss and parameters;
+ * and the persistent workers must
  * survive a failed step (the trainer keeps working after an error).
  */
 #include <check.h>
