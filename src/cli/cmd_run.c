@@ -40,6 +40,7 @@
 #include <cjson/cJSON.h>
 
 #include "runtime/trainer.h"
+#include "runtime/generate.h"
 #include "runtime/outer/islands.h"
 #include "src/model.h"
 #include "src/sched_io.h"
@@ -721,6 +722,11 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
+        /* what `zbsched generate --checkpoint DIR` needs besides the weights */
+        if (gen_write_model_file(a.ckpt_dir, trainer_model(t), d->chars, d->vocab, &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
         if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
             cli_fail(&err);
             goto out;

@@ -26,6 +26,7 @@ static const command commands[] = {
     { "run",      cmd_run,      "train a Llama-style model by executing a schedule file" },
     { "profile",  cmd_profile,  "measure per-op times and memory and write a profile file" },
     { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
+    { "generate", cmd_generate, "generate text from a checkpoint of `run` (KV cache)" },
 };
 
 static void usage(FILE *out)
