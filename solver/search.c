@@ -644,6 +644,58 @@ static int meta_set(cJSON *meta, const char *key, cJSON *value)
     return 0;
 }
 
+/* The plan's account of memory layers: where they went, each stage's
+ * static bytes and how the split chose (cost_split_layers_memory). */
+static int annotate_memory(const zb_model *m, const search_options *o, const cost_options *copt,
+                           const int *split, int S, cJSON *plan)
+{
+    cost_stage *st = malloc(sizeof *st * (size_t)S);
+    double *v = malloc(sizeof *v * (size_t)(S > ZB_MEMORY_MAX_LAYERS ? S : ZB_MEMORY_MAX_LAYERS));
+    int bad = !st || !v;
+    if (!bad && cost_stages(m, &o->gpu, copt, S, 0, st, NULL) < 0)
+        bad = 1;
+    if (!bad) {
+        for (int i = 0; i < m->memory.n_layers; i++) {
+            int l = m->memory.layers[i], first = 0, s = 0;
+            while (s < S - 1 && l >= first + split[s])
+                first += split[s++];
+            v[i] = s;
+        }
+        cJSON *a = cJSON_CreateArray();
+        for (int i = 0; a && i < m->memory.n_layers; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(m->memory.layers[i]));
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "memory_layers", a);
+        a = number_array(v, m->memory.n_layers);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "memory_layer_stages", a);
+        for (int i = 0; i < S; i++)
+            v[i] = st[i].static_bytes;
+        a = number_array(v, S);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "stage_static_bytes", a);
+        for (int i = 0; i < S; i++)
+            v[i] = (st[i].t_f + st[i].t_b + st[i].t_w) * 1e3;
+        a = number_array(v, S);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "stage_fbw_ms", a);
+        char why[256];
+        snprintf(why, sizeof why,
+                 "memory layers placed by time and memory: the smallest largest stage F+B+W "
+                 "time, then, within %.0f%% of it, the smallest largest static state%s",
+                 100 * COST_MEMORY_TIME_SLACK,
+                 m->memory.shared_values ? "; the shared value table's layers on one stage" : "");
+        bad |= !cJSON_AddStringToObject(plan, "layer_placement", why);
+    }
+    free(st);
+    free(v);
+    return bad ? -1 : 0;
+}
+
 int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
 {
     sched_t *s = c->sched;
@@ -712,7 +764,9 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !cJSON_AddNumberToObject(plan, "global_batch", o->global_batch);
         bad |= !cJSON_AddBoolToObject(plan, "recompute", c->recompute);
         bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
-        bad |= !cJSON_AddStringToObject(plan, "split", o->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
+        bad |= !cJSON_AddStringToObject(plan, "split", o->split != COST_SPLIT_BALANCED ? "paper"
+                                        : m.memory.n_layers > 0 ? "balanced-time-then-memory"
+                                        : "balanced");
         bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp);
         bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
         for (int i = 0; i < S; i++)
@@ -721,6 +775,8 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !a;
         if (a)
             cJSON_AddItemToObject(plan, "layers_per_stage", a);
+        if (m.memory.n_layers > 0)
+            bad |= annotate_memory(&m, o, &copt, split, S, plan) < 0;
     }
     if (!bad) {
         bad |= meta_set(s->meta, "model", model_to_json(&m)) < 0;

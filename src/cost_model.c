@@ -172,6 +172,7 @@ static double head_params(const zb_model *m)
 double cost_param_count(const zb_model *m)
 {
     double p = m->n_layers * layer_params(m) + embedding_params(m) + head_params(m);
+    p += cost_memory_param_delta(m);
     if (m->tied_embedding)
         p -= (double)m->vocab * m->d_model;
     return p;
@@ -305,6 +306,8 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
 int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
                       int *layers, zb_err *err)
 {
+    if (o->split == COST_SPLIT_BALANCED && m->memory.n_layers > 0)
+        return cost_split_layers_memory(m, g, o, n_stages, layers, err);
     if (o->split != COST_SPLIT_BALANCED)
         return cost_layer_split(m->n_layers, n_stages, layers, err);
     cost_part layer, emb, head;
@@ -372,6 +375,7 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
             add_part(st, &h, 1);
             st->static_bytes += h.params * bpp;
         }
+        cost_memory_stage_adjust(m, g, o, st);
     }
     free(split);
     return 0;
