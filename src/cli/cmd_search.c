@@ -34,7 +34,7 @@ static void usage(FILE *out)
         "                        K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = of 1024)\n"
         "  --model M             preset or JSON file (default llama3-8b); presets:\n"
         "                        1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b\n"
-        "                        intellect-1-10b tiny shakespeare-char\n"
+        "                        intellect-1-10b tiny tiny-mem shakespeare-char\n"
         "  --gpu G               A100-80G, H100-80G (default), H200-141G, or a JSON file\n"
         "  --gpus N, --stages N  pipeline devices (default 8)\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
