@@ -177,6 +177,22 @@ enum {
     OPT_NO_FLASH, OPT_SPLIT, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
 };
 
+/* One line on where the memory layers went, from the plan search_annotate
+ * wrote (nothing for models without memory layers). */
+static void print_memory_placement(const search_candidate *best)
+{
+    const cJSON *plan = best->sched->meta ? cJSON_GetObjectItem(best->sched->meta, "plan") : NULL;
+    const cJSON *layers = plan ? cJSON_GetObjectItem(plan, "memory_layers") : NULL;
+    const cJSON *stages = plan ? cJSON_GetObjectItem(plan, "memory_layer_stages") : NULL;
+    if (!cJSON_IsArray(layers) || !cJSON_IsArray(stages))
+        return;
+    printf("memory layers");
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++)
+        printf("%s %d -> stage %d", i ? "," : "", (int)cJSON_GetArrayItem(layers, i)->valuedouble,
+               (int)cJSON_GetArrayItem(stages, i)->valuedouble);
+    printf(" (placed by time, then static memory: docs/memory-layers.md)\n");
+}
+
 int cmd_search(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -367,6 +383,7 @@ int cmd_search(int argc, char **argv)
         } else if (!json && strcmp(output, "-") != 0) {
             printf("best: %s, b=%d, m=%d, recompute %s -> %s%s%s\n", best->label, best->micro_batch,
                    best->n_micro, best->recompute ? "on" : "off", output, svg ? ", " : "", svg ? svg : "");
+            print_memory_placement(best);
         }
     }
     search_result_free(&r);

@@ -178,6 +178,8 @@ START_TEST(search_plan_says_so)
                      "--recompute off --max-micro-batch 1 -o mem-best.json",
                      out, sizeof out, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_ptr_nonnull(strstr(out, "memory layers 8 -> stage"));
+    ck_assert_ptr_nonnull(strstr(out, "placed by time, then static memory"));
     char *text = NULL;
     size_t len = 0;
     FILE *b = fopen("mem-best.json", "r");
