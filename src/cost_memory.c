@@ -98,6 +98,19 @@ double cost_memory_param_delta(const zb_model *m)
     return m->memory.n_layers * d.params + (m->memory.shared_values ? values : 0);
 }
 
+double cost_memory_flops_delta(const zb_model *m, const cost_options *o)
+{
+    if (m->memory.n_layers == 0)
+        return 0;
+    cost_options plain = *o;
+    plain.recompute = 0;
+    zb_gpu g = { "flops", 1, 1, 1, 0, 1 };
+    cost_part d;
+    double values;
+    cost_memory_delta(m, &g, &plain, &d, &values);
+    return m->memory.n_layers * d.useful_flops;
+}
+
 /* Memory layers among layers [first, first + n). */
 static int memory_in(const zb_model *m, int first, int n)
 {

@@ -448,5 +448,6 @@ double cost_model_flops(const zb_model *m, const cost_options *o)
     estimate_layer(m, &plain, &layer);
     estimate_head(m, &head);
     estimate_embedding(m, &emb);
-    return m->n_layers * layer.useful_flops + head.useful_flops;
+    return m->n_layers * layer.useful_flops + head.useful_flops +
+           cost_memory_flops_delta(m, &plain);
 }

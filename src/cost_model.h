@@ -138,6 +138,11 @@ double cost_param_count(const zb_model *m);
 void cost_memory_delta(const zb_model *m, const zb_gpu *g, const cost_options *o,
                        cost_part *delta, double *value_table_params);
 
+/* Useful FLOPs (F+B+W, no recompute) the memory layers change in one
+ * micro-batch against the plain model (negative: they do less than the
+ * FFNs they replace); 0 without memory layers.  For cost_model_flops. */
+double cost_memory_flops_delta(const zb_model *m, const cost_options *o);
+
 /* Parameters the memory layers add to cost_param_count's plain model (0
  * without memory layers). */
 double cost_memory_param_delta(const zb_model *m);

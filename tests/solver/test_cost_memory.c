@@ -70,6 +70,11 @@ START_TEST(flops_by_hand)
     double t = 64.0 * 4;
     ck_assert_double_eq_tol(d.f_flops, t * (34816 - 98304), 1e-6);
     ck_assert_double_eq(values, 4096.0 * 64);
+    /* MFU's model FLOPs count the memory block, not the FFN it replaced */
+    zb_model tiny = preset("tiny");
+    ck_assert_double_eq_tol(cost_model_flops(&m, &o) - cost_model_flops(&tiny, &o),
+                            d.useful_flops, 1e-3);
+    ck_assert(cost_model_flops(&m, &o) < cost_model_flops(&tiny, &o));
     ck_assert(d.params > 0);          /* the table outweighs the FFN */
     ck_assert(d.t_f < 0 && d.t_w < 0); /* and costs less time */
     /* a stage with the memory layer has the table's static bytes */
@@ -77,7 +82,6 @@ START_TEST(flops_by_hand)
     zb_err err = { { 0 } };
     o.split = COST_SPLIT_PAPER;
     ck_assert_int_eq(cost_stages(&m, &g, &o, 2, 0, st, &err), 0);
-    zb_model tiny = preset("tiny");
     cost_stage pl[2];
     ck_assert_int_eq(cost_stages(&tiny, &g, &o, 2, 0, pl, &err), 0);
     ck_assert_int_eq(st[1].first_layer, 2); /* paper split [2, 2]: layer 2 on stage 1 */
