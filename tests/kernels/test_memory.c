@@ -15,6 +15,7 @@
  *     touched rows equal a brute-force dense sum, and at most N·H·k rows
  *     are touched;
  *   - a 2-stage split with W deferred gives the single stage's bits;
+ *   - the saved bytes after F, B and W of a memory layer, counted by hand;
  *   - the tiny-mem preset's parameter count includes the tables.
  */
 #include <check.h>
@@ -409,6 +410,41 @@ START_TEST(test_split_bit_identical)
 }
 END_TEST
 
+/* Saved bytes of a one-memory-layer stage, counted by hand: the attention
+ * half as for any layer, plus the memory block's slots, no SwiGLU slots. */
+START_TEST(test_saved_bytes)
+{
+    zb_model m = mem_model();
+    zb_err err = {{0}};
+    llama_stage st;
+    ck_assert_int_eq(llama_stage_init(&st, &m, 1, 2, 0, 0, &err), 0);
+    float *p = malloc(sizeof(float) * st.n_params), *g = calloc(st.n_params, sizeof(float));
+    llama_stage_init_params(&st, p, 3);
+    int B = 2;
+    size_t N = (size_t)B * m.seq_len, d = m.d_model, qd = st.q_dim, kvd = st.kv_dim;
+    size_t nh = m.n_heads, mq = 2 * 8, mk = 2 * 3, v = 10, f = 4;
+    size_t keep = N * (4 * d + qd + 2) + N * (mq + 2 * mk + v);       /* x n1 att h n2, rstds; q idx w u */
+    size_t only = N * (qd + 2 * kvd + nh) + N * 2 * v;                /* q k v lse; g bag */
+    size_t bkeep = N * (4 * d + qd + 2 * kvd) + N * (mk + mq + 2 * v); /* dout dn2 dh dn1 dq dk dv; ds dq dg de */
+    float *x = malloc(sizeof(float) * N * d), *y = malloc(sizeof(float) * N * d);
+    for (size_t i = 0; i < N * d; i++)
+        x[i] = (float)((i * 13) % 7) - 3.0f;
+    llama_saved *sv = llama_saved_new(&st, B);
+    ck_assert_int_eq(llama_stage_forward(&st, p, NULL, x, NULL, sv, y, NULL, NULL, &err), 0);
+    ck_assert_uint_eq(llama_saved_bytes(sv), f * (keep + only));
+    ck_assert_int_eq(llama_stage_backward_b(&st, p, sv, 0, y, x, &err), 0);
+    ck_assert_uint_eq(llama_saved_bytes(sv), f * (keep + bkeep));
+    ck_assert_int_eq(llama_stage_backward_w(&st, sv, g, &err), 0);
+    ck_assert_uint_eq(llama_saved_bytes(sv), 0);
+    llama_saved_free(sv);
+    free(p);
+    free(g);
+    free(x);
+    free(y);
+    llama_stage_free(&st);
+}
+END_TEST
+
 START_TEST(test_tiny_mem_params)
 {
     zb_model m;
@@ -442,6 +478,7 @@ int main(void)
     tcase_add_test(tc, test_finite_differences);
     tcase_add_test(tc, test_sparse_values);
     tcase_add_test(tc, test_split_bit_identical);
+    tcase_add_test(tc, test_saved_bytes);
     tcase_add_test(tc, test_tiny_mem_params);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
