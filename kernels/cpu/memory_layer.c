@@ -2,11 +2,11 @@
  * memory_layer.c: the product-key memory kernels declared in
  * memory_layer.h.
  *
- * Plain loops: the products here are tiny (a head's half-query against
- * n_keys half-keys, k rows of the value table per head), so a GEMM call per
- * row would cost more than it saves, and loops keep the fixed summation
- * order the determinism contract needs.  Dot products run in double and
- * are rounded to float once.  The top-k selections keep a sorted list of k
+ * The half-key scores of a chunk of LOOKUP_ROWS rows are one GEMM per
+ * head and half (kern_gemm, single-threaded OpenBLAS: fixed bits for fixed
+ * shapes), since they are most of the lookup's work.  The rest is plain
+ * loops over k rows of the value table per head, with dot products in
+ * double rounded to float once, in a fixed order.  The top-k selections keep a sorted list of k
  * (score, index) pairs and insert behind equal scores, so ties go to the
  * smaller index, as in a stable sort.
  */
@@ -16,6 +16,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/cpu/kernels.h"
 
 /* Inserts (score, index) into the descending list best[0..*n) of capacity
  * k, behind entries of equal score (ties: earlier index wins). */
@@ -35,20 +37,17 @@ static void topk_insert(float *best_s, int *best_i, int *n, int k, float score, 
         (*n)++;
 }
 
-/* The k best of n_keys half-key scores of one half-query. */
-static void half_topk(float *best_s, int *best_i, const float *qh, const float *K,
-                      int n_keys, int half, int k)
+/* The k best of n_keys scores. */
+static void scores_topk(float *best_s, int *best_i, const float *scores, int n_keys, int k)
 {
     int n = 0;
-    for (int a = 0; a < n_keys; a++) {
-        const float *row = K + (size_t)a * half;
-        double acc = 0.0;
-        for (int t = 0; t < half; t++)
-            acc += (double)qh[t] * row[t];
-        topk_insert(best_s, best_i, &n, k, (float)acc, a);
-    }
+    for (int a = 0; a < n_keys; a++)
+        topk_insert(best_s, best_i, &n, k, scores[a], a);
     assert(n == k);
 }
+
+/* Rows scored per GEMM: the scratch is 2·LOOKUP_ROWS·n_keys floats. */
+#define LOOKUP_ROWS 64
 
 int kern_memory_lookup(int32_t *idx, float *w, const float *q, const float *keys,
                        const mem_shape *s, int N)
@@ -56,39 +55,50 @@ int kern_memory_lookup(int32_t *idx, float *w, const float *q, const float *keys
     int H = s->heads, kd = s->k_dim, half = kd / 2, nk = s->n_keys, k = s->topk;
     float *fs = malloc(sizeof(float) * (size_t)(3 * k));
     int *fi = malloc(sizeof(int) * (size_t)(3 * k));
-    if (!fs || !fi) {
+    float *sc1 = malloc(sizeof(float) * (size_t)2 * LOOKUP_ROWS * nk);
+    if (!fs || !fi || !sc1) {
         free(fs);
         free(fi);
+        free(sc1);
         return -1;
     }
+    float *sc2 = sc1 + (size_t)LOOKUP_ROWS * nk;
     float *s1 = fs, *s2 = fs + k, *sc = fs + 2 * k;
     int *a1 = fi, *b2 = fi + k, *ci = fi + 2 * k;
-    for (int n = 0; n < N; n++) {
+    for (int r0 = 0; r0 < N; r0 += LOOKUP_ROWS) {
+        int rows = N - r0 < LOOKUP_ROWS ? N - r0 : LOOKUP_ROWS;
         for (int h = 0; h < H; h++) {
-            const float *qh = q + (size_t)n * H * kd + (size_t)h * kd;
             const float *K1 = keys + (size_t)(2 * h) * nk * half;
             const float *K2 = keys + (size_t)(2 * h + 1) * nk * half;
-            half_topk(s1, a1, qh, K1, nk, half, k);
-            half_topk(s2, b2, qh + half, K2, nk, half, k);
-            /* the k² sums, candidate c = i·k + j in row-major order */
-            int m = 0;
-            for (int i = 0; i < k; i++)
+            const float *qh = q + (size_t)r0 * H * kd + (size_t)h * kd;
+            /* S1 = Q1 · K1ᵀ, S2 = Q2 · K2ᵀ for the chunk's rows */
+            kern_gemm(0, 1, rows, nk, half, 1.0f, qh, H * kd, K1, half, 0.0f, sc1, nk);
+            kern_gemm(0, 1, rows, nk, half, 1.0f, qh + half, H * kd, K2, half, 0.0f, sc2, nk);
+            for (int r = 0; r < rows; r++) {
+                int n = r0 + r;
+                scores_topk(s1, a1, sc1 + (size_t)r * nk, nk, k);
+                scores_topk(s2, b2, sc2 + (size_t)r * nk, nk, k);
+                /* the k² sums, candidate c = i·k + j in row-major order */
+                int m = 0;
+                for (int i = 0; i < k; i++)
+                    for (int j = 0; j < k; j++)
+                        topk_insert(sc, ci, &m, k, s1[i] + s2[j], i * k + j);
+                assert(m == k);
+                int32_t *io = idx + ((size_t)n * H + h) * k;
+                float *wo = w + ((size_t)n * H + h) * k;
+                double mx = sc[0], sum = 0.0; /* sc is sorted: sc[0] is the largest */
                 for (int j = 0; j < k; j++)
-                    topk_insert(sc, ci, &m, k, s1[i] + s2[j], i * k + j);
-            assert(m == k);
-            int32_t *io = idx + ((size_t)n * H + h) * k;
-            float *wo = w + ((size_t)n * H + h) * k;
-            double mx = sc[0], sum = 0.0; /* sc is sorted: sc[0] is the largest */
-            for (int j = 0; j < k; j++)
-                sum += exp((double)sc[j] - mx);
-            for (int j = 0; j < k; j++) {
-                io[j] = (int32_t)(a1[ci[j] / k] * nk + b2[ci[j] % k]);
-                wo[j] = (float)(exp((double)sc[j] - mx) / sum);
+                    sum += exp((double)sc[j] - mx);
+                for (int j = 0; j < k; j++) {
+                    io[j] = (int32_t)(a1[ci[j] / k] * nk + b2[ci[j] % k]);
+                    wo[j] = (float)(exp((double)sc[j] - mx) / sum);
+                }
             }
         }
     }
     free(fs);
     free(fi);
+    free(sc1);
     return 0;
 }
 

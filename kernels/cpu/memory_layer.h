@@ -40,14 +40,17 @@
  * of llama.h holds unchanged; the memory and time are O(N·H·k·v), not
  * O(slots·v).
  *
- * Determinism and ties: scores are dot products accumulated in double in
- * index order, then rounded to float; top-k orders by score, ties to the
- * smaller index (for the k² sums: the smaller (i, j) in row-major order of
- * the two top-k lists), so the selection is a pure function of the inputs.
+ * Determinism and ties: the half-key scores come from single-threaded
+ * GEMMs over chunks of 64 rows (fixed bits for fixed shapes); top-k orders
+ * by score, ties to the smaller index (for the k² sums: the smaller (i, j)
+ * in row-major order of the two top-k lists), so the selection is a pure
+ * function of the inputs and the number of rows.  A row scored alone (the
+ * KV-cache decoder) may differ from the same row scored in a batch in the
+ * last bits, as every GEMM-based op here may.
  *
  * Workload: tiny-mem (N = 4·64, d = 64, H = 2, kd = 32, 64² slots of 64,
- * k = 8): a few hundred microseconds per call; scratch is O(n_keys + k²)
- * per row in F and O(N·H·k) in W, never O(slots).
+ * k = 8): well under a millisecond per call; scratch is O(64·n_keys + k²)
+ * in F and O(N·H·k) in W, never O(slots).
  */
 #ifndef ZB_KERNELS_MEMORY_LAYER_H
 #define ZB_KERNELS_MEMORY_LAYER_H
