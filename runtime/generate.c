@@ -2,8 +2,9 @@
  * generate.c: decoding from a checkpoint with a KV cache (generate.h).
  *
  * The cached path is a one-row version of llama.c's layer forward: the
- * same kernels (RMSNorm, matmul, kern_rope_row at the token's position,
- * SwiGLU, the memory lookup and bag) on a single row, and an attention of
+ * same kernels (RMSNorm, kern_rope_row at the token's position, SwiGLU,
+ * the memory lookup and bag) on a single row, every product a kern_matvec
+ * (one-row GEMMs would repack each weight matrix per call), and an attention of
  * that row's query against the cached keys and values of positions
  * 0..pos (the causal mask is implicit: later positions are not cached
  * yet).  Per layer the cache holds seq_len × kv_dim floats of keys and of
@@ -308,9 +309,9 @@ static int cached_step(gen_model *g, int32_t token, int pos)
         float rstd;
         float *kc = g->kcache + (size_t)l * T * kvd, *vc = g->vcache + (size_t)l * T * kvd;
         kern_rmsnorm_forward(g->n, &rstd, g->x, P(g, LLAMA_T_ATTN_NORM, l), 1, d);
-        kern_matmul_forward(g->q, g->n, P(g, LLAMA_T_WQ, l), 1, d, qd);
-        kern_matmul_forward(kc + (size_t)pos * kvd, g->n, P(g, LLAMA_T_WK, l), 1, d, kvd);
-        kern_matmul_forward(vc + (size_t)pos * kvd, g->n, P(g, LLAMA_T_WV, l), 1, d, kvd);
+        kern_matvec(g->q, g->n, P(g, LLAMA_T_WQ, l), d, qd);
+        kern_matvec(kc + (size_t)pos * kvd, g->n, P(g, LLAMA_T_WK, l), d, kvd);
+        kern_matvec(vc + (size_t)pos * kvd, g->n, P(g, LLAMA_T_WV, l), d, kvd);
         kern_rope_row(g->q, pos, nh, hd, m->rope_theta);
         kern_rope_row(kc + (size_t)pos * kvd, pos, m->n_kv_heads, hd, m->rope_theta);
         for (int h = 0; h < nh; h++) {
@@ -337,33 +338,32 @@ static int cached_step(gen_model *g, int32_t token, int pos)
                 g->att[h * hd + c] = (float)(o / sum);
             }
         }
-        kern_matmul_forward(g->h, g->att, P(g, LLAMA_T_WO, l), 1, qd, d);
+        kern_matvec(g->h, g->att, P(g, LLAMA_T_WO, l), qd, d);
         for (int j = 0; j < d; j++)
             g->h[j] = g->x[j] + g->h[j];
         kern_rmsnorm_forward(g->n, &rstd, g->h, P(g, LLAMA_T_MLP_NORM, l), 1, d);
         if (model_is_memory_layer(m, l)) {
             const zb_memory *mm = &m->memory;
             mem_shape ms = { d, mm->heads, mm->k_dim, mm->n_keys, mm->topk, mm->value_dim };
-            kern_matmul_forward(g->mq, g->n, P(g, LLAMA_T_MEM_QUERY, l), 1, d,
-                                mm->heads * mm->k_dim);
+            kern_matvec(g->mq, g->n, P(g, LLAMA_T_MEM_QUERY, l), d, mm->heads * mm->k_dim);
             if (kern_memory_lookup(g->midx, g->mw, g->mq, P(g, LLAMA_T_MEM_KEYS, l), &ms, 1) != 0)
                 return -1;
             kern_memory_bag_forward(g->me, g->midx, g->mw, P(g, LLAMA_T_MEM_VALUES, l), &ms, 1);
-            kern_matmul_forward(g->mg, g->n, P(g, LLAMA_T_MEM_SWILU, l), 1, d, mm->value_dim);
+            kern_matvec(g->mg, g->n, P(g, LLAMA_T_MEM_SWILU, l), d, mm->value_dim);
             kern_swiglu_forward(g->mu, g->mg, g->me, (size_t)mm->value_dim);
-            kern_matmul_forward(g->out, g->mu, P(g, LLAMA_T_MEM_OUT, l), 1, mm->value_dim, d);
+            kern_matvec(g->out, g->mu, P(g, LLAMA_T_MEM_OUT, l), mm->value_dim, d);
         } else {
-            kern_matmul_forward(g->a, g->n, P(g, LLAMA_T_W1, l), 1, d, ff);
-            kern_matmul_forward(g->b, g->n, P(g, LLAMA_T_W3, l), 1, d, ff);
+            kern_matvec(g->a, g->n, P(g, LLAMA_T_W1, l), d, ff);
+            kern_matvec(g->b, g->n, P(g, LLAMA_T_W3, l), d, ff);
             kern_swiglu_forward(g->hs, g->a, g->b, (size_t)ff);
-            kern_matmul_forward(g->out, g->hs, P(g, LLAMA_T_W2, l), 1, ff, d);
+            kern_matvec(g->out, g->hs, P(g, LLAMA_T_W2, l), ff, d);
         }
         for (int j = 0; j < d; j++)
             g->x[j] = g->h[j] + g->out[j];
     }
     float rstd;
     kern_rmsnorm_forward(g->n, &rstd, g->x, P(g, LLAMA_T_FINAL_NORM, -1), 1, d);
-    kern_matmul_forward(g->logits, g->n, P(g, LLAMA_T_LM_HEAD, -1), 1, d, m->vocab);
+    kern_matvec(g->logits, g->n, P(g, LLAMA_T_LM_HEAD, -1), d, m->vocab);
     return 0;
 }
 

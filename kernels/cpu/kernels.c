@@ -32,3 +32,12 @@ void kern_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
 }
+
+void kern_matvec(float *y, const float *x, const float *W, int in, int out)
+{
+    assert(in >= 0 && out >= 0);
+    if (in == 0 || out == 0)
+        return;
+    /* y = Wᵀ·x with W row-major [in, out] */
+    cblas_sgemv(CblasRowMajor, CblasTrans, in, out, 1.0f, W, out, x, 1, 0.0f, y, 1);
+}
