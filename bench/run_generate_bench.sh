@@ -8,7 +8,9 @@
 #      --checkpoint` after a few steps (speed does not depend on how well
 #      the weights are trained).  Median of REPS runs each.
 #   2. Step time of tiny against tiny-mem (a product-key memory layer in
-#      place of layer 2's FFN), ZB-H2 p=2 m=4, batch 4 x 64, STEPS steps each.
+#      place of layer 2's FFN), ZB-H2 p=2 m=4, batch 4 x 64, STEPS steps each,
+#      three alternating rounds (the best round counts: the machine is shared).
+#   3. Layer 2 alone, plain and as a memory layer: F, B, W (bench_memory).
 #
 # usage: bench/run_generate_bench.sh [BUILD_DIR] [REPS] [STEPS] [OUT_DIR]
 # Run from the repository root (the data lives at ../shared/data/).
@@ -50,17 +52,24 @@ print("greedy texts identical:", res["cache"][1] == res["no cache"][1])
 PY
 
 echo
-echo "== 2. step time, tiny vs tiny-mem, ZB-H2 p=2 m=4, $steps steps =="
+echo "== 2. step time, tiny vs tiny-mem, ZB-H2 p=2 m=4, $steps steps, 3 alternating rounds =="
 "$zb" gen zb-h2 -p 2 -m 4 -o "$out/zbh2.json"
-for model in tiny tiny-mem; do
-    "$zb" run "$out/zbh2.json" --model "$model" --steps "$steps" --data "$data" --json --quiet \
-        > "$out/run-$model.json"
+for round in 1 2 3; do
+    for model in tiny tiny-mem; do
+        "$zb" run "$out/zbh2.json" --model "$model" --steps "$steps" --data "$data" --json --quiet \
+            > "$out/run-$model-$round.json"
+    done
 done
-python3 - "$out/run-tiny.json" "$out/run-tiny-mem.json" <<'PY'
+python3 - "$out" <<'PY'
 import json, sys
-for path in sys.argv[1:]:
-    r = json.load(open(path))
-    step_ms = 1e3 * r["train_seconds"] / r["steps"]
-    print("%-9s %7d parameters, %.1f ms/step (%.0f tokens/s), loss %.3f -> %.3f" % (
-        r["model"], r["parameters"], step_ms, r["tokens_per_s"], r["losses"][0], r["losses"][-1]))
+for model in ("tiny", "tiny-mem"):
+    rs = [json.load(open("%s/run-%s-%d.json" % (sys.argv[1], model, i))) for i in (1, 2, 3)]
+    ms = [1e3 * r["train_seconds"] / r["steps"] for r in rs]
+    print("%-9s %7d parameters, ms/step best %.1f (rounds: %s), loss %.3f -> %.3f" % (
+        model, rs[0]["parameters"], min(ms), ", ".join("%.1f" % m for m in ms),
+        rs[0]["losses"][0], rs[0]["losses"][-1]))
 PY
+
+echo
+echo "== 3. one layer, F / B / W, fastest of 50 (bench_memory) =="
+"$build/bench/bench_memory" 50 4
