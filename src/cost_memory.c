@@ -71,14 +71,23 @@ void cost_memory_delta(const zb_model *m, const zb_gpu *g, const cost_options *o
     delta->m_w = w_keep - ffn_w;
     if (o->recompute) {
         delta->b_flops += delta->f_flops; /* B reruns F */
+        delta->hbm_b += t * H * k * v * e;
         delta->transient = keep - ffn_keep;
     } else {
         delta->m_b = keep - ffn_keep;
     }
+    /* the gathers are memory-bound: F reads H·k value rows of v per token,
+     * B reads them again for the weights' gradients, W reads and writes
+     * the touched fp32 gradient rows (scatter-add); timed at hbm_bw like
+     * the cost model's other memory-bound traffic */
+    delta->hbm_f = t * H * k * v * e;
+    delta->hbm_b = t * H * k * v * e;
+    double hbm_w = t * H * k * v * 8;
     double rate = g->peak_flops * g->efficiency;
-    delta->t_f = delta->f_flops / rate;
-    delta->t_b = delta->b_flops / rate;
-    delta->t_w = delta->w_flops / rate;
+    double bw = g->hbm_bw > 0 ? g->hbm_bw : INFINITY;
+    delta->t_f = delta->f_flops / rate + delta->hbm_f / bw;
+    delta->t_b = delta->b_flops / rate + delta->hbm_b / bw;
+    delta->t_w = delta->w_flops / rate + hbm_w / bw;
     *value_table_params = nk * nk * v;
     delta->params = H * kd * h + H * 2 * nk * (kd / 2) + 2 * h * v - ffn_params;
     if (!mm->shared_values)
@@ -91,7 +100,9 @@ double cost_memory_param_delta(const zb_model *m)
         return 0;
     cost_options o;
     cost_options_default(&o);
-    zb_gpu g = { "flops", 1, 1, 1, 0, 1 };
+    zb_gpu g;
+    memset(&g, 0, sizeof g);
+    g.peak_flops = g.efficiency = 1; /* parameters do not depend on the GPU */
     cost_part d;
     double values;
     cost_memory_delta(m, &g, &o, &d, &values);
@@ -104,7 +115,10 @@ double cost_memory_flops_delta(const zb_model *m, const cost_options *o)
         return 0;
     cost_options plain = *o;
     plain.recompute = 0;
-    zb_gpu g = { "flops", 1, 1, 1, 0, 1 };
+    plain.recompute_stage = NULL;
+    zb_gpu g;
+    memset(&g, 0, sizeof g);
+    g.peak_flops = g.efficiency = 1; /* FLOPs do not depend on the GPU */
     cost_part d;
     double values;
     cost_memory_delta(m, &g, &plain, &d, &values);
@@ -121,11 +135,15 @@ static int memory_in(const zb_model *m, int first, int n)
 }
 
 void cost_memory_stage_adjust(const zb_model *m, const zb_gpu *g, const cost_options *o,
-                              cost_stage *st)
+                              int stage, cost_stage *st)
 {
     int c = memory_in(m, st->first_layer, st->n_layers);
     if (c == 0)
         return;
+    cost_options so = *o; /* this stage's recompute setting */
+    so.recompute = cost_stage_recomputes(o, stage);
+    so.recompute_stage = NULL;
+    o = &so;
     cost_part d;
     double values;
     cost_memory_delta(m, g, o, &d, &values);

@@ -75,8 +75,11 @@ START_TEST(flops_by_hand)
     ck_assert_double_eq_tol(cost_model_flops(&m, &o) - cost_model_flops(&tiny, &o),
                             d.useful_flops, 1e-3);
     ck_assert(cost_model_flops(&m, &o) < cost_model_flops(&tiny, &o));
-    ck_assert(d.params > 0);          /* the table outweighs the FFN */
-    ck_assert(d.t_f < 0 && d.t_w < 0); /* and costs less time */
+    ck_assert(d.params > 0);                   /* the table outweighs the FFN */
+    ck_assert(d.f_flops < 0 && d.w_flops < 0); /* with fewer FLOPs */
+    /* the gathers are memory traffic: H·k rows of v fp32 per token */
+    ck_assert_double_eq(d.hbm_f, t * 2 * 8 * 64 * 4);
+    ck_assert(d.t_f > d.f_flops / (g.peak_flops * g.efficiency));
     /* a stage with the memory layer has the table's static bytes */
     cost_stage st[2];
     zb_err err = { { 0 } };
@@ -179,11 +182,11 @@ START_TEST(search_plan_says_so)
     fclose(f);
     static char out[1 << 16], err[4096];
     int rc = cli_run(NULL, NULL, "search --mem 80G --model mem-model.json --gpus 8 "
-                     "--recompute off --max-micro-batch 1 -o mem-best.json",
+                     "--recompute off --max-micro-batch 1 --split balanced -o mem-best.json",
                      out, sizeof out, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_ptr_nonnull(strstr(out, "memory layers 8 -> stage"));
-    ck_assert_ptr_nonnull(strstr(out, "placed by time, then static memory"));
+    ck_assert_ptr_nonnull(strstr(out, "balanced-time-then-memory split, placed by time and memory"));
     char *text = NULL;
     size_t len = 0;
     FILE *b = fopen("mem-best.json", "r");
@@ -198,6 +201,14 @@ START_TEST(search_plan_says_so)
     ck_assert_ptr_nonnull(strstr(text, "balanced-time-then-memory"));
     ck_assert_ptr_nonnull(strstr(text, "\"memory\""));
     free(text);
+    remove("mem-best.json");
+    /* the default split search starts from that split and says so */
+    rc = cli_run(NULL, NULL, "search --mem 80G --model mem-model.json --gpus 8 "
+                 "--recompute off --max-micro-batch 1 -o mem-best.json",
+                 out, sizeof out, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_ptr_nonnull(strstr(out, "memory layers 8 -> stage"));
+    ck_assert_ptr_nonnull(strstr(out, "placed by time and memory"));
     remove("mem-best.json");
     /* a bad memory block is one line and no output */
     f = fopen("mem-bad.json", "w");
