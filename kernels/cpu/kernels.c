@@ -77,3 +77,12 @@ void kern_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
     int blocks = (M + KERN_GEMM_BLOCK_ROWS - 1) / KERN_GEMM_BLOCK_ROWS;
     kern_parallel(blocks, gemm_grain(N, K), gemm_blocks, &j);
 }
+
+void kern_matvec(float *y, const float *x, const float *W, int in, int out)
+{
+    assert(in >= 0 && out >= 0);
+    if (in == 0 || out == 0)
+        return;
+    /* y = Wᵀ·x with W row-major [in, out] */
+    cblas_sgemv(CblasRowMajor, CblasTrans, in, out, 1.0f, W, out, x, 1, 0.0f, y, 1);
+}

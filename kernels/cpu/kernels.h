@@ -36,4 +36,10 @@ void kern_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta,
                float *C, int ldc);
 
+/* y[out] = x[in] · W[in, out] for ONE row (cblas_sgemv): a one-row matmul
+ * through kern_gemm would pack the whole of W on every call.  For the
+ * KV-cache decoder (runtime/generate.c), where every product has one row.
+ * Deterministic single-threaded; its bits may differ from kern_gemm's. */
+void kern_matvec(float *y, const float *x, const float *W, int in, int out);
+
 #endif

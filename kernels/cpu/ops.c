@@ -134,6 +134,24 @@ void kern_rope(float *x, int N, int T, int n_heads, int hd, double theta,
     }
 }
 
+void kern_rope_row(float *row, int pos, int n_heads, int hd, double theta)
+{
+    assert(hd % 2 == 0);
+    /* the same angle and rounding as kern_rope's row at t = pos */
+    for (int i = 0; i < hd / 2; i++) {
+        double freq = pow(theta, -2.0 * i / hd);
+        double ang = pos * freq;
+        float c = (float)cos(ang);
+        float s = (float)sin(ang);
+        for (int h = 0; h < n_heads; h++) {
+            float *p = row + h * hd + 2 * i;
+            float x0 = p[0], x1 = p[1];
+            p[0] = x0 * c - x1 * s;
+            p[1] = x0 * s + x1 * c;
+        }
+    }
+}
+
 /* S[T,T] = scale · q_h k_gᵀ, then P = exp(S - lse) below the diagonal and
  * 0 above it.  When lse_out is set, the row log-sum-exp is computed and
  * stored there first (forward); otherwise lse_in is used (backward). */

@@ -42,6 +42,7 @@
 #include <cjson/cJSON.h>
 
 #include "runtime/trainer.h"
+#include "runtime/generate.h"
 #include "runtime/outer/islands.h"
 #include "src/model.h"
 #include "src/sched_io.h"
@@ -65,7 +66,7 @@ static void usage(FILE *out)
         "\n"
         "  -n, --steps N          optimizer steps (total, counting resumed ones)\n"
         "      --data PATH        training text (default " DEFAULT_DATA ")\n"
-        "      --model NAME|FILE  model preset (tiny, shakespeare-char) or JSON file (default tiny)\n"
+        "      --model NAME|FILE  model preset (tiny, tiny-mem, shakespeare-char) or JSON file (default tiny)\n"
         "      --seed S           initialisation and data seed (default 1)\n"
         "      --batch-size B     sequences per micro-batch (default: the model's)\n"
         "      --lr X             peak learning rate (default 1e-3)\n"
@@ -74,6 +75,7 @@ static void usage(FILE *out)
         "      --eval-every K     validation loss every K steps (default: at the end only)\n"
         "      --eval-windows N   validation windows per evaluation (default 64)\n"
         "      --checkpoint DIR   write DIR/" CHECKPOINT_NAME " at every evaluation and at the end\n"
+        "                         (and DIR/model.json, for `zbsched generate`)\n"
         "      --resume           continue from DIR/" CHECKPOINT_NAME " (needs --checkpoint)\n"
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
@@ -731,6 +733,11 @@ int cmd_run(int argc, char **argv)
         snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
         if (cli_check_output(ckpt_path, a.file, a.data, a.model))
             goto out; /* before the training, not at its first checkpoint */
+        /* what `zbsched generate --checkpoint DIR` needs besides the weights */
+        if (gen_write_model_file(a.ckpt_dir, trainer_model(t), d->chars, d->vocab, &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
         if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
             cli_fail(&err);
             goto out;
