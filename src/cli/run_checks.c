@@ -52,6 +52,22 @@ static double layer_floats_per_token(const zb_model *m)
     return after_f > after_b ? after_f : after_b;
 }
 
+/* Extra parameters of the product-key memory layers (kernels/cpu/llama.h):
+ * each replaces w1, w3, w2 by a query projection, half-key tables, a
+ * value table of n_keys^2 rows (one for all layers when shared), the
+ * gate and the output projections.  The value table dominates and can
+ * dwarf the rest of a small model. */
+static double memory_layer_params(const zb_model *m)
+{
+    const zb_memory *mm = &m->memory;
+    if (mm->n_layers <= 0)
+        return 0;
+    double d = m->d_model, per = d * mm->heads * mm->k_dim + (double)mm->heads * 2 * mm->n_keys * (mm->k_dim / 2) +
+                                 2 * d * mm->value_dim;
+    double values = (double)mm->n_keys * mm->n_keys * mm->value_dim;
+    return mm->n_layers * (per - 3 * d * m->d_ff) + (mm->shared_values ? 1 : mm->n_layers) * values;
+}
+
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
                          run_memory *out)
 {
@@ -60,7 +76,7 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
     double d = m->d_model, V = m->vocab, ff = m->d_ff;
     double hd = d / m->n_heads, q = hd * m->n_heads, kv = hd * m->n_kv_heads;
     double per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff;
-    double n_params = V * d + m->n_layers * per_layer + d + d * V;
+    double n_params = V * d + m->n_layers * per_layer + d + d * V + memory_layer_params(m);
     *out = (run_memory){ 0 };
     out->params = 7 * n_params * f;
 
@@ -126,6 +142,8 @@ void run_estimate_profile(const zb_model *m, run_memory *out)
     double N = (double)m->micro_batch * m->seq_len, d = m->d_model, V = m->vocab, ff = m->d_ff;
     double hd = d / m->n_heads, q = hd * m->n_heads, kv = hd * m->n_kv_heads;
     double n_params = V * d + (2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff) + d + d * V;
+    if (m->memory.n_layers > 0) /* the profiler measures a memory layer too */
+        n_params += memory_layer_params(m) / m->memory.n_layers * 2;
     *out = (run_memory){ 0 };
     out->params = 7 * n_params * f;
     out->activations = N * (layer_floats_per_token(m) + 1 + d + 3 * d + 3 + 2 * V + d + q + ff) * f;
