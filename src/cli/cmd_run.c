@@ -26,6 +26,8 @@
  * reports val_loss as null.  A build without CUDA refuses --device cuda.
  */
 #include "src/cli/cli.h"
+#include "src/cli/data_path.h"
+#include "src/cli/run_plan.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,7 +52,6 @@
 #include "kernels/cuda/gpu_transport.h"
 #endif
 
-#define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
 #define NO_CUDA_MSG "this zbsched was built without CUDA (meson -Dcuda=enabled)"
 /* seconds a rank waits for the others during the NCCL bootstrap */
@@ -65,10 +66,12 @@ static void usage(FILE *out)
         "(or, with --device cuda, one CUDA stream or one GPU per device).\n"
         "\n"
         "  -n, --steps N          optimizer steps (total, counting resumed ones)\n"
-        "      --data PATH        training text (default " DEFAULT_DATA ")\n"
-        "      --model NAME|FILE  model preset (tiny, shakespeare-char) or JSON file (default tiny)\n"
+        "      --data PATH        training text (default: $" CLI_DATA_ENV ", else\n"
+        "                         ../shared/data/tinyshakespeare.txt beside the repository)\n"
+        "      --model NAME|FILE  model preset (tiny, shakespeare-char) or JSON file (default:\n"
+        "                         the file's plan from `zbsched search`, else tiny)\n"
         "      --seed S           initialisation and data seed (default 1)\n"
-        "      --batch-size B     sequences per micro-batch (default: the model's)\n"
+        "      --batch-size B     sequences per micro-batch (default: the plan's, else the model's)\n"
         "      --lr X             peak learning rate (default 1e-3)\n"
         "      --clip X           global gradient-norm clip, 0 disables (default 1.0)\n"
         "      --sync-optimizer   synchronous clip instead of post-validation\n"
@@ -104,7 +107,7 @@ static void usage(FILE *out)
 typedef struct run_args {
     const char *file;        /* schedule file */
     const char *data;        /* text file */
-    const char *model;       /* preset or model file */
+    const char *model;       /* --model preset or file, or NULL (run_plan.h decides) */
     const char *ckpt_dir;    /* --checkpoint, or NULL */
     const char *trace;       /* --trace, or NULL */
     long steps;              /* --steps */
@@ -161,7 +164,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
+    *a = (run_args){ .data = cli_default_data(), .model = NULL, .steps = -1, .eval_windows = 64,
                      .seed = 1, .lr = 1e-3, .clip = 1.0, .gpu = -1 };
     islands_opts_default(&a->isl);
     a->isl.replicas = 0; /* no --replicas: a single trainer */
@@ -663,6 +666,7 @@ int cmd_run(int argc, char **argv)
     trainer *t = NULL;
     char *ckpt_path = NULL;
     run_result res = { 0 };
+    run_setup setup = { 0 };
     zb_model m;
     rc = 1;
     if (sched_load_file(a.file, &s, &err) != 0 || sched_validate(s, &err) != 0) {
@@ -671,16 +675,18 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
-    if (model_load(a.model, &m, &err) != 0) {
-        cli_fail(&err);
+    if ((rc = run_plan_resolve(a.file, s, a.model, a.batch, &setup)) != 0)
         goto out;
-    }
-    if (a.batch > 0)
-        m.micro_batch = (int)a.batch;
+    rc = 1;
+    m = setup.model;
+    a.batch = setup.batch;
     if (data_load_file(a.data, m.seq_len, &d, &err) != 0) {
         cli_fail(&err);
         goto out;
     }
+    m.vocab = setup.model.vocab = d->vocab;
+    if (!a.cuda && run_plan_fits(a.file, s, &setup) != 0)
+        goto out;
     trainer_opts o;
     trainer_opts_default(&o);
     o.seed = (uint64_t)a.seed;
@@ -693,9 +699,13 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
+    o.layers_per_stage = setup.layers_per_stage;
 #ifdef ZB_HAVE_CUDA
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
+        if (setup.layers_per_stage)
+            fprintf(stderr, "zbsched run: warning: the GPU trainer splits layers evenly, not by "
+                    "%s's plan\n", a.file);
         rc = run_cuda(&a, s, &m, d, &o);
         goto out;
     }
@@ -765,5 +775,6 @@ out:
     trainer_free(t);
     data_free(d);
     sched_free(s);
+    run_setup_free(&setup);
     return rc;
 }

@@ -1,0 +1,162 @@
+/*
+ * run_plan.c: the model, micro-batch and layer split `zbsched run` trains,
+ * from the file's plan and the flags (run_plan.h); and the check that the
+ * machine can hold it.
+ *
+ * Why refuse some flags and only warn about others: a different --model is
+ * a deliberate choice (trying a plan's schedule on a small model is the
+ * advertised way to test a plan made for GPUs), so it is honoured and the
+ * warning says the predictions are void.  A different --batch-size for the
+ * plan's own model is more likely a leftover flag: the run would look like
+ * the plan's and silently miss its predictions, so it is refused.
+ */
+#include "src/cli/run_plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/footprint.h"
+#include "src/cli/cli.h"
+
+/* Same architecture: the fields that decide the layers, the split and the
+ * costs (vocab and micro-batch are taken from elsewhere). */
+static int same_model(const zb_model *a, const zb_model *b)
+{
+    return a->n_layers == b->n_layers && a->d_model == b->d_model && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->d_ff == b->d_ff && a->seq_len == b->seq_len &&
+           a->swiglu == b->swiglu && a->tied_embedding == b->tied_embedding;
+}
+
+/* Reads meta.plan's micro_batch and layers_per_stage[S] and meta.model.
+ * Returns 1 when the file has a plan, 0 when not, -1 with err set when
+ * the plan is malformed. */
+static int read_plan(const sched_t *s, zb_model *m, int *micro_batch, int **split, int *recompute,
+                     zb_err *err)
+{
+    const cJSON *plan = s->meta ? cJSON_GetObjectItemCaseSensitive(s->meta, "plan") : NULL;
+    if (!cJSON_IsObject(plan))
+        return 0;
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(s->meta, "model");
+    if (!cJSON_IsObject(jm))
+        return zb_fail(err, "the plan has no \"model\" object beside it");
+    if (model_from_json(jm, m, err) != 0)
+        return zb_wrap(err, "the plan's model: ");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(plan, "micro_batch");
+    if (!cJSON_IsNumber(mb) || mb->valuedouble < 1 || mb->valuedouble > 65536 ||
+        mb->valuedouble != floor(mb->valuedouble))
+        return zb_fail(err, "the plan's micro_batch is missing or not a positive integer");
+    *micro_batch = (int)mb->valuedouble;
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(plan, "recompute");
+    *recompute = cJSON_IsTrue(rc);
+    const cJSON *lps = cJSON_GetObjectItemCaseSensitive(plan, "layers_per_stage");
+    if (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) != s->n_stages)
+        return zb_fail(err, "the plan's layers_per_stage is missing or does not have %d entries "
+                       "(one per virtual stage)", s->n_stages);
+    int *v = malloc(sizeof *v * (size_t)s->n_stages);
+    if (!v)
+        return zb_fail(err, "out of memory");
+    int i = 0, sum = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lps) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > m->n_layers ||
+            e->valuedouble != floor(e->valuedouble)) {
+            free(v);
+            return zb_fail(err, "the plan's layers_per_stage[%d] is not a layer count", i);
+        }
+        v[i] = (int)e->valuedouble;
+        sum += v[i++];
+    }
+    if (sum != m->n_layers) {
+        free(v);
+        return zb_fail(err, "the plan's layers_per_stage sums to %d but model %s has %d layers",
+                       sum, m->name, m->n_layers);
+    }
+    *split = v;
+    return 1;
+}
+
+int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag, long batch_flag,
+                     run_setup *out)
+{
+    memset(out, 0, sizeof *out);
+    zb_err err = { { 0 } };
+    zb_model planned;
+    int plan_b = 0, recompute = 0, *split = NULL;
+    int has = read_plan(s, &planned, &plan_b, &split, &recompute, &err);
+    if (has < 0) {
+        zb_wrap(&err, "%s: ", file);
+        return cli_fail(&err);
+    }
+    zb_model flag_model;
+    if (model_flag && model_load(model_flag, &flag_model, &err) != 0) {
+        free(split);
+        return cli_fail(&err);
+    }
+    if (has && (!model_flag || same_model(&flag_model, &planned))) {
+        if (batch_flag > 0 && batch_flag != plan_b) {
+            free(split);
+            return cli_usage("run", "--batch-size %ld contradicts %s's plan (micro-batch %d, "
+                             "which its split and predictions assume); drop the flag, or re-plan "
+                             "with `zbsched search`", batch_flag, file, plan_b);
+        }
+        out->model = model_flag ? flag_model : planned;
+        out->model.micro_batch = plan_b;
+        out->batch = plan_b;
+        out->layers_per_stage = split;
+        out->n_stages = s->n_stages;
+        out->from_plan = 1;
+        out->plan_recompute = recompute;
+        return 0;
+    }
+    if (has) {
+        fprintf(stderr, "zbsched run: warning: %s was planned for model %s at micro-batch %d; "
+                "training %s with an even layer split instead, so the file's predictions do not "
+                "apply\n", file, planned.name, plan_b, flag_model.name);
+        free(split);
+    }
+    if (model_flag)
+        out->model = flag_model;
+    else if (model_load(RUN_DEFAULT_MODEL, &out->model, &err) != 0)
+        return cli_fail(&err);
+    if (batch_flag > 0)
+        out->model.micro_batch = (int)batch_flag;
+    out->batch = out->model.micro_batch;
+    return 0;
+}
+
+int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
+{
+    zb_err err = { { 0 } };
+    double params, need;
+    if (trainer_footprint(&setup->model, s->n_stages, setup->layers_per_stage, &params, &need,
+                          &err) != 0) {
+        /* a split the model cannot take: the trainer says it in its words */
+        return 0;
+    }
+    double avail = host_available_bytes();
+    if (avail <= 0 || need < avail) {
+        if (setup->plan_recompute)
+            fprintf(stderr, "zbsched run: warning: %s's plan assumes activation recompute, which "
+                    "the CPU runtime does not do; activation memory will exceed the prediction\n",
+                    file);
+        return 0;
+    }
+    int layers = s->n_stages > 4 ? s->n_stages : 4;
+    return cli_error("%s: model %s (%.2f B parameters) needs at least %.1f GB of host memory "
+                     "for its fp32 weights, gradients and optimizer state, but %.1f GB are "
+                     "available; to try this schedule's shape (%d stages on %d devices, m=%d) "
+                     "with a small model: echo '{\"base\": \"tiny\", \"n_layers\": %d}' > small.json "
+                     "&& zbsched run %s --model small.json --steps 20",
+                     file, setup->model.name, params / 1e9, need / 1e9, avail / 1e9, s->n_stages,
+                     s->n_devices, s->n_micro, layers, file);
+}
+
+void run_setup_free(run_setup *setup)
+{
+    free(setup->layers_per_stage);
+    setup->layers_per_stage = NULL;
+}
