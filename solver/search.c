@@ -570,6 +570,12 @@ static int run_ilp(search_state *st, zb_err *err)
             return -1;
         }
         headroom(o, cf.plain, limit);
+        if (o->progress_stage) {
+            char what[64];
+            snprintf(what, sizeof what, "ilp %d/%d on b=%d, recompute %s", done + 1, o->ilp_top, b,
+                     rc ? "on" : "off");
+            o->progress_stage(o->progress_ctx, what);
+        }
         int ok = run_per_stage(st, &cf, "ilp", "ilp", limit, 1, err);
         config_free(&cf);
         if (ok < 0) {
