@@ -413,6 +413,10 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_AddNumberToObject(o, "micro_batches", s->n_micro);
     cJSON_AddNumberToObject(o, "batch_size", trainer_model(t)->micro_batch);
     cJSON_AddNumberToObject(o, "parameters", (double)trainer_param_count(t));
+    cJSON *split = cJSON_AddArrayToObject(o, "layers_per_stage"); /* the split trained */
+    for (int i = 0; i < trainer_stage_count(t); i++)
+        cJSON_AddItemToArray(split, cJSON_CreateNumber(trainer_stage_layout(t, i)->l1 -
+                                                       trainer_stage_layout(t, i)->l0));
     cJSON_AddNumberToObject(o, "first_step", (double)res->first_step);
     cJSON_AddNumberToObject(o, "steps", (double)st->step);
     cJSON *l = cJSON_AddArrayToObject(o, "losses");
