@@ -128,9 +128,29 @@ int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag,
     return 0;
 }
 
+/* The advice that ends the "cannot run it here" lines: a small Llama-style
+ * model with a layer per virtual stage runs any schedule's shape. */
+static void small_model_hint(char *buf, size_t cap, const char *file, const sched_t *s)
+{
+    int layers = s->n_stages > 4 ? s->n_stages : 4;
+    snprintf(buf, cap, "to try this schedule's shape (%d stages on %d devices, m=%d) with a small "
+             "model: echo '{\"base\": \"tiny\", \"n_layers\": %d}' > small.json && zbsched run %s "
+             "--model small.json --steps 20", s->n_stages, s->n_devices, s->n_micro, layers, file);
+}
+
 int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
 {
     zb_err err = { { 0 } };
+    char hint[512];
+    small_model_hint(hint, sizeof hint, file, s);
+    /* The CPU kernels (kernels/cpu/llama.h) are Llama-style only: a model
+     * with a GPT-style MLP or a tied head would silently train something
+     * else than what was planned. */
+    if (!setup->model.swiglu || setup->model.tied_embedding)
+        return cli_error("%s: model %s has %s, but the CPU runtime trains Llama-style models only "
+                         "(SwiGLU MLP, untied LM head); %s", file, setup->model.name,
+                         !setup->model.swiglu ? "a GPT-style MLP (swiglu 0)"
+                                              : "a tied embedding (tied_embedding 1)", hint);
     double params, need;
     if (trainer_footprint(&setup->model, s->n_stages, setup->layers_per_stage, &params, &need,
                           &err) != 0) {
@@ -145,14 +165,10 @@ int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
                     file);
         return 0;
     }
-    int layers = s->n_stages > 4 ? s->n_stages : 4;
     return cli_error("%s: model %s (%.2f B parameters) needs at least %.1f GB of host memory "
                      "for its fp32 weights, gradients and optimizer state, but %.1f GB are "
-                     "available; to try this schedule's shape (%d stages on %d devices, m=%d) "
-                     "with a small model: echo '{\"base\": \"tiny\", \"n_layers\": %d}' > small.json "
-                     "&& zbsched run %s --model small.json --steps 20",
-                     file, setup->model.name, params / 1e9, need / 1e9, avail / 1e9, s->n_stages,
-                     s->n_devices, s->n_micro, layers, file);
+                     "available; %s", file, setup->model.name, params / 1e9, need / 1e9,
+                     avail / 1e9, hint);
 }
 
 void run_setup_free(run_setup *setup)

@@ -52,8 +52,9 @@ typedef struct run_setup {
 int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag, long batch_flag,
                      run_setup *out);
 
-/* Checks that this machine can hold the trainer for setup (whose model's
- * vocab is already the data's).  Returns 0 (after warning, when the plan
+/* Checks that the CPU runtime can train setup's model as planned (a
+ * Llama-style model: SwiGLU, untied head) and that this machine can hold
+ * the trainer for it (the model's vocab already the data's).  Returns 0 (after warning, when the plan
  * assumed recompute, that the CPU runtime does none), or 1 after printing
  * one line: the memory needed against the memory available, and how to
  * try the schedule's shape with a small model. */

@@ -6,7 +6,8 @@
  * contradicting --batch-size is refused with one line; another --model
  * trains with a warning and the even split; the default search's Llama-3
  * 8B plan gets one line naming the model and the memory it needs, not a
- * layer-count error about `tiny`.  Every run starts in / to show that the
+ * layer-count error about `tiny`, and a GPT-style plan one line saying the
+ * CPU kernels are Llama-style only.  Every run starts in / to show that the
  * default data path does not depend on the working directory, and
  * ZBSCHED_DATA overrides it.
  */
@@ -200,6 +201,18 @@ START_TEST(compare_prints_one_line_of_numbers)
 }
 END_TEST
 
+START_TEST(gpt_style_model_is_refused_in_one_line)
+{
+    ck_assert_int_eq(zb("search --model 1.5B --gpu A100-80G --global-batch 48 --mem 80G -q -o %s/g.json",
+                        dir), 0);
+    int rc = zb("run %s/g.json --steps 1", dir);
+    ck_assert_int_eq(rc, 1);
+    cli_assert_one_line(err_text, "Llama-style models only");
+    ck_assert_ptr_nonnull(strstr(err_text, "swiglu 0"));
+    ck_assert_ptr_nonnull(strstr(err_text, "small.json"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("run_plan");
@@ -212,6 +225,7 @@ int main(void)
     tcase_add_test(tc, default_search_plan_says_what_it_needs);
     tcase_add_test(tc, data_path_from_the_environment);
     tcase_add_test(tc, compare_prints_one_line_of_numbers);
+    tcase_add_test(tc, gpt_style_model_is_refused_in_one_line);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
