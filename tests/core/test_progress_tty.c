@@ -7,7 +7,8 @@
  * 4-second time limit must redraw a line with the ILP's gap, carriage
  * return first, and end it with a newline.  A second run keeps stderr on
  * the terminal but sends stdout to a file with -o - , which must then hold
- * the schedule and nothing of the status line.  Redirected to files, and
+ * the schedule and nothing of the status line.  `search --ilp` shows the
+ * candidate count and which configuration the ILP refines.  Redirected to files, and
  * on the terminal with -q, stderr stays empty.
  */
 #include <check.h>
@@ -90,6 +91,20 @@ START_TEST(ilp_shows_gap_on_a_terminal)
 }
 END_TEST
 
+START_TEST(search_names_the_configuration_the_ilp_refines)
+{
+    const char *exe = getenv("ZBSCHED");
+    static char buf[1 << 20];
+    char *argv[] = { (char *)exe, "search", "--mem", "40G", "--ilp", "--ilp-top", "1",
+                     "--ilp-time", "1.5", "-o", (char *)path("best.json"), NULL };
+    ck_assert_int_eq(run_pty(argv, NULL, buf, sizeof buf), 0);
+    ck_assert_msg(strstr(buf, "\rsearch ") != NULL && strstr(buf, " candidates; ilp 1/1 on b=") != NULL,
+                  "no search status naming the ILP's configuration: [%s]", buf);
+    ck_assert_msg(strstr(buf, "gap ") != NULL, "no ILP gap in the search status");
+    ck_assert_msg(strstr(buf, "best: ") != NULL, "the table is missing");
+}
+END_TEST
+
 START_TEST(status_never_goes_to_stdout)
 {
     const char *exe = getenv("ZBSCHED");
@@ -134,6 +149,7 @@ int main(void)
     TCase *tc = tcase_create("tty");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, ilp_shows_gap_on_a_terminal);
+    tcase_add_test(tc, search_names_the_configuration_the_ilp_refines);
     tcase_add_test(tc, status_never_goes_to_stdout);
     tcase_add_test(tc, quiet_when_redirected_or_q);
     suite_add_tcase(su, tc);
