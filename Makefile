@@ -49,6 +49,7 @@ test-plain: deps $(BUILD)/build.ninja
 test-asan: deps $(ASAN)/build.ninja
 	ninja -C $(ASAN)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \
 	  meson test -C $(ASAN) --print-errorlogs -v --num-processes 2 || true
 
 fuzz: deps

@@ -2,10 +2,10 @@
  * checkpoint.c: atomic write and verified read of checkpoints (checkpoint.h).
  */
 #include "runtime/checkpoint.h"
+#include "src/outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,25 +33,6 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-static int write_all(FILE *f, const void *data, size_t n)
-{
-    return n == 0 || fwrite(data, 1, n, f) == n ? 0 : -1;
-}
-
-/* fsyncs the directory holding path so that the rename itself is durable. */
-static void sync_dir_of(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(copy);
-}
-
 int ckpt_write(const char *path, const ckpt_part *parts, int n_parts, zb_err *err)
 {
     uint64_t *table = malloc(sizeof *table * (size_t)(n_parts > 0 ? n_parts : 1));
@@ -70,40 +51,26 @@ int ckpt_write(const char *path, const ckpt_part *parts, int n_parts, zb_err *er
     for (int i = 0; i < n_parts; i++)
         h.checksum = fnv1a(h.checksum, parts[i].data, parts[i].bytes);
 
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp) {
-        free(table);
-        return zb_fail(err, "%s: out of memory", path);
-    }
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int e = errno;
-        free(table);
-        free(tmp);
-        return zb_fail(err, "%s: cannot create: %s", path, strerror(e));
-    }
-    int bad = write_all(f, &h, sizeof h) || write_all(f, table, sizeof *table * (size_t)n_parts);
+    /* outfile (src/outfile.h) does the temporary, fsync, rename and the
+     * directory's fsync; the parts stream through it without a copy. */
+    outfile o;
+    if (outfile_open(&o, path, err) != 0)
+        goto fail;
+    int bad = outfile_write(&o, &h, sizeof h, err) != 0
+              || outfile_write(&o, table, sizeof *table * (size_t)n_parts, err) != 0;
     for (int i = 0; i < n_parts && !bad; i++)
-        bad = write_all(f, parts[i].data, parts[i].bytes);
-    bad = bad || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
-    bad = (fclose(f) != 0) || bad;
-    if (!bad && rename(tmp, path) != 0) {
-        e = errno;
-        bad = 1;
-    }
+        bad = outfile_write(&o, parts[i].data, parts[i].bytes, err) != 0;
     if (bad) {
-        unlink(tmp);
-        free(table);
-        free(tmp);
-        return zb_fail(err, "%s: write failed: %s", path, strerror(e));
+        outfile_abort(&o);
+        goto fail;
     }
-    sync_dir_of(path);
+    if (outfile_commit(&o, err) != 0)
+        goto fail;
     free(table);
-    free(tmp);
     return 0;
+fail:
+    free(table);
+    return zb_wrap(err, "checkpoint: ");
 }
 
 int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)

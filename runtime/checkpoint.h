@@ -12,10 +12,11 @@
  *   payload  the parts back to back
  *
  * in the host's byte order (checkpoints move between runs on one machine,
- * not between architectures).  Writing goes to a temporary file in the same
- * directory, is fsync'd, then renamed over the target, and the directory is
- * fsync'd: a crash leaves the old checkpoint or the new one, never half of
- * one.  Reading checks magic, version, part count, every part size against
+ * not between architectures).  Writing goes through src/outfile.h: an
+ * unnamed temporary in the target's directory, fsync'd, renamed over the
+ * target, and the directory fsync'd: a crash or a kill leaves the old
+ * checkpoint or the new one, never half of one, and no temporary file.
+ * A failed fsync is reported and leaves the old checkpoint in place.  Reading checks magic, version, part count, every part size against
  * what the caller expects, the file length (truncation) and the checksum
  * before it writes anything into the caller's buffers.
  *

@@ -8,6 +8,7 @@
  *   gen_1f1b.c         1F1B, ZB-H1 and ZB-H2 (one rule with a W delay)
  *   gen_interleaved.c  Megatron's interleaved 1F1B
  *   gen_zb_v.c         ZB-V, the handcrafted V-shape zero-bubble order
+ *   gen_interleaved_zb.c  interleaved zero bubble (PyTorch's ZB-1p over v chunks)
  *
  * Parameters come straight from the command line, so every check here is
  * a zb_err, never an assert.
@@ -44,6 +45,7 @@ static const gen_entry gen_table[] = {
     { "zb-h1", gen_zb_h1 },
     { "zb-h2", gen_zb_h2 },
     { "zb-v", gen_zb_v },
+    { "interleaved-zb", gen_interleaved_zb },
 };
 
 gen_fn gen_lookup(const char *kind)

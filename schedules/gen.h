@@ -46,8 +46,15 @@ int gen_zb_h1(const gen_params *p, sched_t **out, zb_err *err);
 int gen_zb_h2(const gen_params *p, sched_t **out, zb_err *err);
 int gen_zb_v(const gen_params *p, sched_t **out, zb_err *err);
 
+/* Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble, ZB-1p
+ * over v >= 2 chunks; m a multiple of max(1, m/p)).  Unlike the others it
+ * reads mem_limit: when set, it returns the fastest order of its family
+ * (smaller warm-ups, shorter W hold-backs) whose simulated peak fits every
+ * device's limit, or -1 when none does. */
+int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err);
+
 /* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
- * "zb-h1", "zb-h2", "zb-v"); NULL when unknown. */
+ * "zb-h1", "zb-h2", "zb-v", "interleaved-zb"); NULL when unknown. */
 gen_fn gen_lookup(const char *kind);
 
 #endif

@@ -17,10 +17,12 @@
  * "predicted" figures, ...) are kept in sched_t.meta and written back as
  * they came.
  *
- * Files are written atomically (temporary file in the same directory, fsync,
- * rename) so that a failed or interrupted command never leaves a half file.
+ * Files are written through src/outfile.h (atomic replacement of regular
+ * files, write-through to FIFOs and character devices), so that a failed or
+ * interrupted command never leaves a half file.
  */
 #include "src/sched_io.h"
+#include "src/outfile.h"
 #include "src/parse_uint.h"
 
 #include <errno.h>
@@ -776,61 +778,10 @@ int sched_save_file(const sched_t *s, const char *path, zb_err *err)
 
 /* ------------------------------------------------------------ plain files */
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 int zb_write_atomic(const char *path, const char *data, size_t len, zb_err *err)
 {
-    if (!path || !strcmp(path, "-")) {
-        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
-            return zb_fail(err, "cannot write to standard output: %s", strerror(errno));
-        return 0;
-    }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
-        return zb_fail(err, "out of memory");
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return zb_fail(err, "cannot create '%s': %s", path, strerror(e));
-    }
-    mode_t mask = umask(0);
-    umask(mask);
-    int rc = 0, e = 0;
-    if (fchmod(fd, 0666 & ~mask) || write_all(fd, data, len) || fsync(fd)) {
-        e = errno;
-        rc = -1;
-    }
-    if (close(fd) && !rc) {
-        e = errno;
-        rc = -1;
-    }
-    if (!rc && rename(tmp, path)) {
-        e = errno;
-        rc = -1;
-    }
-    if (rc) {
-        unlink(tmp);
-        zb_fail(err, "cannot write '%s': %s", path, strerror(e));
-    }
-    free(tmp);
-    return rc;
+    /* The rules for what a path may be live in one place (outfile.h). */
+    return outfile_write_all(path, data, len, err);
 }
 
 int zb_read_file(const char *path, char **data, size_t *len, zb_err *err)

@@ -26,13 +26,16 @@ int sched_load_file(const char *path, sched_t **out, zb_err *err);
  * or NULL when memory runs out. */
 char *sched_to_string(const sched_t *s);
 
-/* Writes the document to path atomically (temporary file in the same
- * directory, fsync, rename), or to stdout when path is NULL or "-".
+/* Writes the document to path through outfile_write_all (src/outfile.h:
+ * regular files replaced atomically, FIFOs and character devices written
+ * through, symlinks followed, anything else refused), or to stdout when
+ * path is NULL or "-".
  * Returns 0 or -1 with err set; on failure no partial file is left. */
 int sched_save_file(const sched_t *s, const char *path, zb_err *err);
 
-/* Writes len bytes to path atomically (as above); "-" or NULL is stdout.
- * Shared by every writer of output files (schedules, SVG, traces, CSV). */
+/* Writes len bytes to path as above (outfile_write_all); "-" or NULL is
+ * stdout.  Kept as the name the writers of schedules, SVG, traces and CSV
+ * call. */
 int zb_write_atomic(const char *path, const char *data, size_t len, zb_err *err);
 
 /* Reads a whole file ("-" is stdin) into a malloc'd NUL-terminated buffer;

@@ -11,6 +11,12 @@
  * empty cells (idle slots) skipped.  Line ends may be "\n" or "\r\n"
  * (Python's csv module writes the latter).
  *
+ * What PyTorch writes beyond compute actions is accepted as its own reader
+ * accepts it: communication and FSDP actions (SEND_F, RECV_B, UNSHARD,
+ * REDUCE_GRAD, WAIT_..., with or without a micro-batch) are dropped and
+ * counted, and ScheduleDualPipeV's "(a;b)OVERLAP_F_B" cells are expanded
+ * into their sub-actions in order.
+ *
  * Expected workload: files of up to a few hundred thousand actions, written
  * by PyTorch's _dump_csv, torchtitan users or by hand.
  */
@@ -59,27 +65,82 @@ typedef struct csv_action {
     uint8_t kind; /* op_kind */
 } csv_action;
 
-static int is_comm_action(const char *p, size_t n)
+/* The action names PyTorch's reader accepts after the stage number
+ * (_Action.from_str), other than the compute letters.  Import drops them:
+ * PyTorch derives every transfer and FSDP step from the compute order
+ * again (_add_send_recv, _add_unshard_reshard), and our runtime derives its
+ * transfers the same way.  WAIT_ names are the asynchronous waits newer
+ * runtimes write next to them. */
+static const char *const comm_names[] = { "UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F",
+                                          "RECV_F", "SEND_B", "RECV_B" };
+
+/* Length of the communication action name at [p, end), or 0 when there is
+ * none.  The longest match wins, so "SEND_F" is not read as a prefix. */
+static size_t comm_name_len(const char *p, const char *end)
 {
-    static const char *const names[] = { "UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F",
-                                         "RECV_F", "SEND_B", "RECV_B" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (n >= strlen(names[i]) && !memcmp(p, names[i], strlen(names[i])))
-            return 1;
-    return 0;
+    size_t n = (size_t)(end - p), best = 0;
+    for (size_t i = 0; i < sizeof comm_names / sizeof comm_names[0]; i++) {
+        size_t k = strlen(comm_names[i]);
+        if (n >= k && !memcmp(p, comm_names[i], k) && k > best)
+            best = k;
+    }
+    if (!best && n > 5 && !memcmp(p, "WAIT_", 5)) {
+        size_t k = 5;
+        while (k < n && ((p[k] >= 'A' && p[k] <= 'Z') || p[k] == '_'))
+            k++;
+        best = k;
+    }
+    return best;
 }
 
-/* Parses one trimmed, non-empty cell [p, end). */
-static int parse_cell(const char *p, const char *end, int row, int col, csv_action *a, zb_err *err)
+/* Writes cell [p, end) into buf (size cap) for an error message, at most 40
+ * characters, with bytes outside printable ASCII as \xHH so that a binary
+ * file cannot put control sequences on the user's terminal. */
+static const char *cell_text(const char *p, const char *end, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (int shown = 0; p < end && shown < 40 && o + 5 < cap; p++, shown++) {
+        unsigned char c = (unsigned char)*p;
+        if (c >= 0x20 && c < 0x7f)
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (p < end && o + 4 < cap) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* What a cell turned out to be. */
+typedef enum cell_kind {
+    CELL_COMPUTE = 0, /* one compute action, stored in *a */
+    CELL_COMM = 1,    /* a communication action, dropped */
+} cell_kind;
+
+/* Parses one trimmed, non-empty action [p, end) that is not an OVERLAP
+ * group.  Returns CELL_COMPUTE with *a filled, CELL_COMM, or -1 with err
+ * naming the row, cell and action. */
+static int parse_action(const char *p, const char *end, int row, int col, csv_action *a,
+                        zb_err *err)
 {
     const char *cell = p;
-    int clen = (int)(end - p);
+    char shown[200];
     if (zb_parse_uint(&p, end, &a->stage))
-        return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
-                       row, col, clen > 40 ? 40 : clen, cell);
-    if (p < end && is_comm_action(p, (size_t)(end - p)))
-        return zb_fail(err, "row %d, cell %d ('%.*s'): communication actions are not supported "
-                       "(compute-only CSV)", row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><type><micro-batch>, "
+                       "e.g. 0F3", row, col, cell_text(cell, end, shown, sizeof shown));
+    size_t comm = comm_name_len(p, end);
+    if (comm) {
+        /* PyTorch's reader takes an optional micro-batch after any name. */
+        const char *q = p + comm;
+        int mb;
+        if (q < end && (zb_parse_uint(&q, end, &mb) || q != end))
+            return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><action>[micro-batch]",
+                           row, col, cell_text(cell, end, shown, sizeof shown));
+        return CELL_COMM;
+    }
     int kind = -1;
     if (p < end) {
         switch (*p) {
@@ -89,19 +150,29 @@ static int parse_cell(const char *p, const char *end, int row, int col, csv_acti
         case 'B': kind = OP_BW; break;
         }
     }
-    if (kind < 0)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): unknown action type (expected F, I, W or B)",
-                       row, col, clen > 40 ? 40 : clen, cell);
+    if (kind < 0 || (p + 1 < end && !(p[1] >= '0' && p[1] <= '9'))) {
+        const char *name_end = p;
+        while (name_end < end && !(*name_end >= '0' && *name_end <= '9'))
+            name_end++;
+        char name[80];
+        return zb_fail(err, "row %d, cell %d ('%s'): unknown action '%s' (expected F, I, W, B, "
+                       "a communication action or (a;b)OVERLAP_F_B)", row, col,
+                       cell_text(cell, end, shown, sizeof shown),
+                       cell_text(p, name_end, name, sizeof name));
+    }
     p++;
+    if (p == end)
+        return zb_fail(err, "row %d, cell %d ('%s'): a compute action needs its micro-batch, "
+                       "e.g. 0F3", row, col, cell_text(cell, end, shown, sizeof shown));
     if (zb_parse_uint(&p, end, &a->mb) || p != end)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): expected <stage><type><micro-batch>, e.g. 0F3",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><type><micro-batch>, "
+                       "e.g. 0F3", row, col, cell_text(cell, end, shown, sizeof shown));
     if (a->stage >= CSV_MAX_STAGE || a->mb >= CSV_MAX_MICRO)
-        return zb_fail(err, "row %d, cell %d ('%.*s'): stage or micro-batch too large",
-                       row, col, clen > 40 ? 40 : clen, cell);
+        return zb_fail(err, "row %d, cell %d ('%s'): stage or micro-batch too large",
+                       row, col, cell_text(cell, end, shown, sizeof shown));
     a->kind = (uint8_t)kind;
     a->row = row;
-    return 0;
+    return CELL_COMPUTE;
 }
 
 /* Growable arrays of the first pass. */
@@ -113,6 +184,7 @@ typedef struct csv_scan {
     int cap_stages;   /* allocated length of stage_row */
     int max_stage;    /* largest stage index seen, -1 when none */
     int max_mb;       /* largest micro-batch seen, -1 when none */
+    torch_csv_stats stats; /* what import dropped or expanded */
 } csv_scan;
 
 static int scan_add(csv_scan *sc, const csv_action *a, int col, zb_err *err)
@@ -151,6 +223,67 @@ static int scan_add(csv_scan *sc, const csv_action *a, int col, zb_err *err)
     return 0;
 }
 
+static void trim(const char **a, const char **b)
+{
+    while (*a < *b && (**a == ' ' || **a == '\t'))
+        (*a)++;
+    while (*b > *a && ((*b)[-1] == ' ' || (*b)[-1] == '\t'))
+        (*b)--;
+}
+
+/* Parses one trimmed, non-empty cell [p, end) and adds its compute actions
+ * to sc: one action, a dropped communication action, or an
+ * "(a;b;...)OVERLAP_F_B" group (ScheduleDualPipeV's overlapped forward and
+ * backward), whose sub-actions run in the order written, as PyTorch's
+ * runtime performs them.  Returns 0 or -1 with err set. */
+static int parse_cell(csv_scan *sc, const char *p, const char *end, int row, int col, zb_err *err)
+{
+    char shown[200];
+    if (*p != '(') {
+        csv_action a;
+        int k = parse_action(p, end, row, col, &a, err);
+        if (k < 0)
+            return -1;
+        if (k == CELL_COMM) {
+            sc->stats.dropped_comm++;
+            return 0;
+        }
+        return scan_add(sc, &a, col, err);
+    }
+    const char *close = memchr(p, ')', (size_t)(end - p));
+    if (!close)
+        return zb_fail(err, "row %d, cell %d ('%s'): '(' without ')'", row, col,
+                       cell_text(p, end, shown, sizeof shown));
+    if (memchr(p + 1, '(', (size_t)(close - p - 1)))
+        return zb_fail(err, "row %d, cell %d ('%s'): nested groups are not supported",
+                       row, col, cell_text(p, end, shown, sizeof shown));
+    static const char overlap[] = "OVERLAP_F_B";
+    if ((size_t)(end - close - 1) != sizeof overlap - 1 || memcmp(close + 1, overlap, sizeof overlap - 1)) {
+        char name[80];
+        return zb_fail(err, "row %d, cell %d ('%s'): unknown action '%s' after a group "
+                       "(expected OVERLAP_F_B)", row, col, cell_text(p, end, shown, sizeof shown),
+                       cell_text(close + 1, end, name, sizeof name));
+    }
+    int n = 0;
+    for (const char *s = p + 1; s <= close;) {
+        const char *semi = memchr(s, ';', (size_t)(close - s));
+        const char *se = semi ? semi : close;
+        const char *a = s, *b = se;
+        trim(&a, &b);
+        if (a < b) {
+            if (parse_cell(sc, a, b, row, col, err))
+                return -1;
+            n++;
+        }
+        s = se + 1;
+    }
+    if (n == 0)
+        return zb_fail(err, "row %d, cell %d ('%s'): empty OVERLAP_F_B group", row, col,
+                       cell_text(p, end, shown, sizeof shown));
+    sc->stats.overlaps_expanded++;
+    return 0;
+}
+
 static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb_err *err)
 {
     const char *p = text, *end = text + len;
@@ -168,15 +301,9 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
             const char *comma = memchr(c, ',', (size_t)(line_end - c));
             const char *cend = comma ? comma : line_end;
             const char *a = c, *b = cend;
-            while (a < b && (*a == ' ' || *a == '\t'))
-                a++;
-            while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
-                b--;
-            if (a < b) {
-                csv_action act;
-                if (parse_cell(a, b, row, col, &act, err) || scan_add(sc, &act, col, err))
-                    return -1;
-            }
+            trim(&a, &b);
+            if (a < b && parse_cell(sc, a, b, row, col, err))
+                return -1;
             col++;
             if (!comma)
                 break;
@@ -192,6 +319,12 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
 }
 
 int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_err *err)
+{
+    return torch_csv_read_stats(text, len, n_micro, out, NULL, err);
+}
+
+int torch_csv_read_stats(const char *text, size_t len, int n_micro, sched_t **out,
+                         torch_csv_stats *stats, zb_err *err)
 {
     csv_scan sc = { .max_stage = -1, .max_mb = -1 };
     int rows = 0, rc = -1;
@@ -234,6 +367,8 @@ int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_
     }
     *out = s;
     s = NULL;
+    if (stats)
+        *stats = sc.stats;
     rc = 0;
 out:
     sched_free(s);

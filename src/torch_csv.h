@@ -8,9 +8,12 @@
  * W backward for the weight gradient (our W), B full backward (our BW).  An
  * empty cell is an idle slot; spaces around actions are allowed.
  *
- * Only compute actions are supported: communication and FSDP actions
- * (SEND_F, RECV_B, UNSHARD, ...) from the "compute_comms" format are
- * rejected, since PyTorch derives them from the compute order anyway.
+ * Import also reads what PyTorch's "compute_comms" dumps hold: their
+ * communication and FSDP actions (SEND_F, RECV_B, UNSHARD, REDUCE_GRAD,
+ * ...) are dropped and counted, since PyTorch and our runtime both derive
+ * them from the compute order, and ScheduleDualPipeV's "(a;b)OVERLAP_F_B"
+ * cells are expanded into their sub-actions in order.  Export writes
+ * compute actions only.
  */
 #ifndef ZB_TORCH_CSV_H
 #define ZB_TORCH_CSV_H
@@ -31,5 +34,15 @@ char *torch_csv_write(const sched_t *s);
  * schedule in *out (caller frees) and returns 0; otherwise returns -1 with
  * err naming the row and action. */
 int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_err *err);
+
+/* What an import left out or rewrote, for the user to see. */
+typedef struct torch_csv_stats {
+    long dropped_comm;      /* communication and FSDP actions dropped */
+    long overlaps_expanded; /* OVERLAP_F_B groups split into their sub-actions */
+} torch_csv_stats;
+
+/* torch_csv_read, also filling *stats (when not NULL) on success. */
+int torch_csv_read_stats(const char *text, size_t len, int n_micro, sched_t **out,
+                         torch_csv_stats *stats, zb_err *err);
 
 #endif

@@ -271,12 +271,18 @@ struct llama_saved {
     const llama_stage *st; /* the stage it was made for (must outlive it) */
     int batch;             /* sequences per micro-batch B */
     int n_local;           /* layers in the stage */
-    int state;             /* 0 empty, 1 after F, 2 after B */
+    int state;             /* 0 empty, 1 after F, 2 after B, 3 after F with
+                            * recompute (inputs only) */
     int n_slots;           /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
     void **slot;           /* [n_slots] buffers, NULL when not held */
     size_t *slot_bytes;    /* [n_slots] size of each (0: unused here) */
     unsigned char *slot_phase; /* [n_slots] PH_* of each */
-    size_t bytes;          /* sum of slot_bytes over held slots */
+    size_t bytes;          /* sum of slot_bytes over held slots, plus the
+                            * recompute inputs below */
+    int recompute;         /* 1: F keeps only its inputs; B reruns F first */
+    void *rc_input;        /* recompute: copy of tokens or act_in, or NULL */
+    int32_t *rc_targets;   /* recompute: copy of the targets (head), or NULL */
+    size_t rc_bytes;       /* bytes of rc_input + rc_targets while held */
 };
 
 static int head_base(const llama_saved *sv) { return sv->n_local * LS_COUNT; }
@@ -387,10 +393,22 @@ static int acquire_phase(llama_saved *sv, int mask)
     return 0;
 }
 
+/* Drops the recompute inputs, if held. */
+static void release_rc_inputs(llama_saved *sv)
+{
+    free(sv->rc_input);
+    free(sv->rc_targets);
+    sv->rc_input = NULL;
+    sv->rc_targets = NULL;
+    sv->bytes -= sv->rc_bytes;
+    sv->rc_bytes = 0;
+}
+
 void llama_saved_free(llama_saved *sv)
 {
     if (!sv)
         return;
+    release_rc_inputs(sv);
     if (sv->slot && sv->slot_bytes)
         release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
     free(sv->slot);
@@ -401,12 +419,48 @@ void llama_saved_free(llama_saved *sv)
 
 void llama_saved_reset(llama_saved *sv)
 {
+    release_rc_inputs(sv);
     release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
     assert(sv->bytes == 0);
     sv->state = 0;
 }
 
 size_t llama_saved_bytes(const llama_saved *sv) { return sv ? sv->bytes : 0; }
+
+void llama_saved_set_recompute(llama_saved *sv, int on)
+{
+    assert(sv->state == 0);
+    sv->recompute = on != 0;
+}
+
+/* Recompute, after a forward: copies the micro-batch's inputs into the
+ * object and frees every activation, leaving state 3 ("inputs only").
+ * Returns 0, or -1 when the copies cannot be allocated (the full forward
+ * state is then kept, which is still correct, only larger). */
+static int keep_inputs_only(const llama_stage *st, llama_saved *sv, const int32_t *tokens,
+                            const float *act_in, const int32_t *targets)
+{
+    size_t N = (size_t)sv->batch * st->cfg.seq_len;
+    size_t in_bytes = st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float);
+    size_t tg_bytes = st->has_head ? N * sizeof(int32_t) : 0;
+    sv->rc_input = malloc(in_bytes);
+    sv->rc_targets = tg_bytes ? malloc(tg_bytes) : NULL;
+    if (!sv->rc_input || (tg_bytes && !sv->rc_targets)) {
+        free(sv->rc_input);
+        free(sv->rc_targets);
+        sv->rc_input = NULL;
+        sv->rc_targets = NULL;
+        return -1;
+    }
+    memcpy(sv->rc_input, st->has_embedding ? (const void *)tokens : (const void *)act_in, in_bytes);
+    if (tg_bytes)
+        memcpy(sv->rc_targets, targets, tg_bytes);
+    release_phase(sv, PH_F_KEEP | PH_F_ONLY);
+    sv->rc_bytes = in_bytes + tg_bytes;
+    sv->bytes += sv->rc_bytes;
+    sv->state = 3;
+    return 0;
+}
 
 /* ---------------------------------------------------------------------- */
 /* Forward                                                                 */
@@ -513,6 +567,37 @@ int llama_stage_forward(const llama_stage *st, const float *params,
             memcpy(logits, lg, sizeof(float) * (size_t)N * V);
     }
     sv->state = 1;
+    if (sv->recompute)
+        (void)keep_inputs_only(st, sv, tokens, act_in, targets);
+    return 0;
+}
+
+/* Recompute, at B: reruns the forward from the kept inputs so that the
+ * object holds exactly what the original forward left (the forward is a
+ * pure function of params and inputs, determinism contract 2, so B then
+ * sees the same bits).  The loss and the stage output are recomputed and
+ * thrown away.  Returns 0 or -1 with err set (state 3 kept for a retry). */
+static int rerun_forward(const llama_stage *st, const float *params, llama_saved *sv,
+                         zb_err *err)
+{
+    size_t N = (size_t)sv->batch * st->cfg.seq_len;
+    float *out = NULL, loss = 0;
+    if (!st->has_head && !(out = malloc(sizeof(float) * N * st->cfg.d_model)))
+        return zb_fail(err, "backward B: out of memory recomputing the forward");
+    void *input = sv->rc_input;
+    int32_t *targets = sv->rc_targets;
+    sv->state = 0;
+    sv->recompute = 0;
+    int rc = llama_stage_forward(st, params, st->has_embedding ? input : NULL,
+                                 st->has_embedding ? NULL : input, targets, sv, out, &loss,
+                                 NULL, err);
+    sv->recompute = 1;
+    free(out);
+    if (rc != 0) {
+        sv->state = 3;
+        return -1;
+    }
+    release_rc_inputs(sv);
     return 0;
 }
 
@@ -589,6 +674,8 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
     assert(sv && sv->st == st);
     assert(st->has_head || dy_in != NULL);
     assert(st->has_embedding || dx_out != NULL);
+    if (sv->state == 3 && rerun_forward(st, params, sv, err) != 0)
+        return -1;
     if (sv->state != 1)
         return zb_fail(err, "backward B: saved state holds no forward pass");
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;

@@ -55,7 +55,9 @@
  * output gradients B computed).  W consumes that and frees it; after W the
  * object is empty and can be reused for another micro-batch or freed.
  * llama_saved_bytes() reports the bytes held at any time (for the runtime's
- * memory profile: after F, after B, after W = 0).
+ * memory profile: after F, after B, after W = 0).  With recompute
+ * (llama_saved_set_recompute) F keeps only the stage's inputs, and B
+ * reruns the forward before its own work.
  *
  * DETERMINISM CONTRACT (the runtime promises bit-identical results for
  * every schedule):
@@ -186,6 +188,16 @@ void llama_saved_reset(llama_saved *sv);
 
 /* Bytes of activation/gradient buffers the object currently holds. */
 size_t llama_saved_bytes(const llama_saved *sv);
+
+/* Activation recomputation for the micro-batches that use this object
+ * (call while it is empty).  With on != 0, forward keeps only the stage's
+ * inputs (tokens or act_in, and the targets on the head stage) and frees
+ * every activation; B first reruns the forward from those inputs, then
+ * proceeds as usual.  B's and W's results are bit-identical to a run
+ * without recompute (the forward is a pure function, contract 2); the
+ * cost is one more forward per micro-batch inside B.  If the input copies
+ * cannot be allocated, the forward keeps its full state instead. */
+void llama_saved_set_recompute(llama_saved *sv, int on);
 
 /* Forward of one micro-batch of sv's batch size B and T = cfg.seq_len.
  *   tokens  int32 [B·T]   input when has_embedding (else NULL)

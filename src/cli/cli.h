@@ -21,6 +21,7 @@ int cmd_render(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_eplb(int argc, char **argv);
 
 /* Prints "zbsched: <message>" and a newline on stderr; returns 1 so that a
  * command can `return cli_error(...)`. */
@@ -36,5 +37,15 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * Return 0 on success, -1 (with err set, naming flag) otherwise. */
 int cli_parse_int(const char *flag, const char *text, long min, long max, long *out, zb_err *err);
 int cli_parse_double(const char *flag, const char *text, double *out, zb_err *err);
+
+/* Checks, before any work, that output path out (NULL or "-": stdout) can
+ * be written and is none of inputs[0..n_inputs) (entries may be NULL),
+ * also through another path or a link (src/outfile.h).  Returns 0, or 1
+ * after printing one line.  cli_check_output(out, in1, in2, ...) lists
+ * the inputs inline. */
+int cli_check_output_list(const char *out, const char *const *inputs, int n_inputs);
+#define cli_check_output(out, ...)                                                      \
+    cli_check_output_list((out), (const char *const[]){ __VA_ARGS__ },                  \
+                          (int)(sizeof((const char *const[]){ __VA_ARGS__ }) / sizeof(const char *)))
 
 #endif

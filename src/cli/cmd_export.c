@@ -58,6 +58,8 @@ int cmd_export(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage("export", "unexpected argument '%s'", argv[optind + 1]);
     const char *path = argv[optind];
+    if (cli_check_output(out_path, path))
+        return 1;
     zb_err err = { "" };
     sched_t *s = NULL;
     if (sched_load_file(path, &s, &err))

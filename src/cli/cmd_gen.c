@@ -1,8 +1,9 @@
 /*
  * cmd_gen.c: `zbsched gen KIND -p P -m M [...] [-o FILE]`, write a schedule.
  *
- * The handcrafted kinds (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v) come
- * from gen_lookup (schedules/gen.h); the memory-limited ones (zb-auto,
+ * The handcrafted kinds (gpipe, 1f1b, interleaved, interleaved-zb, zb-h1,
+ * zb-h2, zb-v) come from gen_lookup (schedules/gen.h); the memory-limited
+ * ones (zb-auto,
  * v-min, v-half, v-zb, ilp) from solver/solver.h; zb-auto and ilp need
  * --mem-limit, the V family defaults to its published limits.
  * Every generated schedule is validated before it is written, so a
@@ -43,11 +44,13 @@ static void usage(FILE *out)
         "usage: zbsched gen KIND --stages P --microbatches M [options] [-o FILE]\n"
         "\n"
         "KIND: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v (handcrafted),\n"
+        "      interleaved-zb (PyTorch's interleaved ZB-1p; with --mem-limit: the\n"
+        "      fastest order of that family that fits),\n"
         "      zb-auto, ilp (need --mem-limit); v-min, v-half, v-zb (default limits p/3, p/2, p M_B)\n"
         "\n"
         "  -p, --stages P         pipeline devices (default 4)\n"
         "  -m, --microbatches M   micro-batches (default 8)\n"
-        "      --chunks V         virtual stages per device (interleaved: default 2)\n"
+        "      --chunks V         virtual stages per device (interleaved, interleaved-zb: default 2)\n"
         "      --tf X --tb X --tw X --tcomm X\n"
         "                         time of F, B, W and of one transfer (default 1, 1, 1, 0)\n"
         "      --mf X --mb X --mw X\n"
@@ -182,7 +185,7 @@ int cmd_gen(int argc, char **argv)
         }
     }
     if (optind >= argc)
-        return cli_usage("gen", "missing KIND (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, "
+        return cli_usage("gen", "missing KIND (gpipe, 1f1b, interleaved, interleaved-zb, zb-h1, zb-h2, zb-v, "
                          "zb-auto, v-min, v-half, v-zb, ilp)");
     if (optind + 1 < argc)
         return cli_usage("gen", "unexpected argument '%s'", argv[optind + 1]);
@@ -194,9 +197,10 @@ int cmd_gen(int argc, char **argv)
         if (!strcmp(kind, solver_kinds[i].kind))
             sk = &solver_kinds[i];
     if (!fn && !sk)
-        return cli_usage("gen", "unknown kind '%s' (gpipe, 1f1b, interleaved, zb-h1, zb-h2, "
-                         "zb-v, zb-auto, v-min, v-half, v-zb, ilp)", kind);
-    if (!chunks_given && (!strcmp(kind, "interleaved") || !strcmp(kind, "zb-v")))
+        return cli_usage("gen", "unknown kind '%s' (gpipe, 1f1b, interleaved, interleaved-zb, "
+                         "zb-h1, zb-h2, zb-v, zb-auto, v-min, v-half, v-zb, ilp)", kind);
+    if (!chunks_given && (!strcmp(kind, "interleaved") || !strcmp(kind, "interleaved-zb") ||
+                          !strcmp(kind, "zb-v")))
         gp.chunks = 2;
     if (sk) {
         fn = sk->fn;
@@ -207,6 +211,8 @@ int cmd_gen(int argc, char **argv)
         if (!mem_text && strncmp(kind, "v-", 2) != 0)
             return cli_usage("gen", "%s needs --mem-limit (one value or one per device)", kind);
     }
+    if (cli_check_output(out_path, NULL))
+        return 1;
     if (mem_text && parse_mem_limit(mem_text, gp.stages, &gp.mem_limit, &err))
         return cli_fail(&err);
 

@@ -90,13 +90,16 @@ int cmd_import(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage("import", "unexpected argument '%s'", argv[optind + 1]);
     const char *path = argv[optind];
+    if (cli_check_output(out_path, path))
+        return 1;
     char *text;
     size_t len;
     if (zb_read_file(path, &text, &len, &err))
         return cli_fail(&err);
     sched_t *s = NULL;
     int rc = 0;
-    if (torch_csv_read(text, len, (int)n_micro, &s, &err)) {
+    torch_csv_stats st = { 0 };
+    if (torch_csv_read_stats(text, len, (int)n_micro, &s, &st, &err)) {
         rc = cli_error("%s: %s", path, err.msg);
         goto out;
     }
@@ -108,8 +111,19 @@ int cmd_import(int argc, char **argv)
         rc = cli_error("%s: invalid schedule: %s", path, err.msg);
         goto out;
     }
-    if (sched_save_file(s, out_path, &err))
+    if (sched_save_file(s, out_path, &err)) {
         rc = cli_fail(&err);
+        goto out;
+    }
+    /* What the compute-only model left out, so that nobody wonders where
+     * their SEND/RECV rows went. */
+    if (st.dropped_comm)
+        fprintf(stderr, "import: dropped %ld communication action%s (the runtime derives "
+                "transfers from the compute order)\n", st.dropped_comm,
+                st.dropped_comm == 1 ? "" : "s");
+    if (st.overlaps_expanded)
+        fprintf(stderr, "import: expanded %ld OVERLAP_F_B group%s into their sub-actions\n",
+                st.overlaps_expanded, st.overlaps_expanded == 1 ? "" : "s");
 out:
     free(text);
     sched_free(s);

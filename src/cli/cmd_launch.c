@@ -17,6 +17,8 @@
  * one line naming the first failed rank; when all succeed it exits 0.
  * Multi-node: run one launcher per node with --nodes and --node-rank, or
  * skip it and let mpirun / srun set the equivalent variables (docs/gpu.md).
+ * A build without CUDA refuses to launch anything (one line, exit 1):
+ * its ranks could only repeat the same CPU work.
  */
 #include "src/cli/cli.h"
 
@@ -108,6 +110,12 @@ int cmd_launch(int argc, char **argv)
     const char *cmd = argv[optind];
     if (!is_launchable(cmd))
         return cli_usage(argv[0], "'%s' is not a zbsched command that can be launched", cmd);
+#ifndef ZB_HAVE_CUDA
+    /* Without CUDA every rank would run the same CPU job N times over. */
+    return cli_error("launch: this zbsched was built without CUDA, so the %ld ranks would all run "
+                     "the same CPU job; run 'zbsched %s' directly (or build with -Dcuda=enabled)",
+                     gpus, cmd);
+#endif
 
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -102,6 +102,8 @@ int cmd_profile(int argc, char **argv)
     if (cuda)
         return cli_error("this zbsched was built without CUDA (meson -Dcuda=enabled)");
 #endif
+    if (cli_check_output(out, model, data))
+        return 1;
     zb_model m;
     if (model_load(model, &m, &err) != 0)
         return cli_fail(&err);

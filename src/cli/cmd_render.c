@@ -102,6 +102,8 @@ int cmd_render(int argc, char **argv)
     const char *in_path = argv[optind];
     if (compare && !strcmp(in_path, "-") && !strcmp(compare, "-"))
         return cli_usage(argv[0], "FILE and --compare cannot both be stdin");
+    if (cli_check_output(out_path, in_path, compare))
+        return 1;
 
     sched_t *s = load(in_path), *other = NULL;
     if (!s)

@@ -664,6 +664,8 @@ int cmd_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
+        return 1; /* before the training, not after it */
     zb_err err = { { 0 } };
     sched_t *s = NULL;
     zb_data *d = NULL;
@@ -735,6 +737,8 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         snprintf(ckpt_path, n, "%s/%s", a.ckpt_dir, CHECKPOINT_NAME);
+        if (cli_check_output(ckpt_path, a.file, a.data, a.model))
+            goto out; /* before the training, not at its first checkpoint */
         if (a.resume && trainer_load(t, ckpt_path, &err) != 0) {
             cli_fail(&err);
             goto out;

@@ -186,6 +186,7 @@ int cmd_search(int argc, char **argv)
     search_options o;
     search_options_default(&o);
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
+    const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
     int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, quiet = 0;
     long rows = DEFAULT_ROWS, num;
     zb_err err = { { 0 } };
@@ -205,10 +206,12 @@ int cmd_search(int argc, char **argv)
             break;
         }
         case OPT_MODEL:
+            model_path = optarg;
             if (model_load(optarg, &o.model, &err) < 0)
                 return cli_usage("search", "--model: %s", err.msg);
             break;
         case OPT_GPU:
+            gpu_path = optarg;
             if (gpu_load(optarg, &o.gpu, &err) < 0)
                 return cli_usage("search", "--gpu: %s", err.msg);
             break;
@@ -307,6 +310,9 @@ int cmd_search(int argc, char **argv)
         return cli_usage("search", "--mem SIZE is required (memory per GPU, e.g. --mem 40G)");
     if (json && output && !strcmp(output, "-"))
         return cli_usage("search", "--json and -o - both write to stdout; pick one");
+    if (cli_check_output(output, model_path, gpu_path, profile_path) ||
+        (svg && cli_check_output(svg, model_path, gpu_path, profile_path)))
+        return 1;
     if (profile_path) {
         if (profile_load(profile_path, &profile, &err) < 0)
             return cli_fail(&err);

@@ -26,6 +26,7 @@ static const command commands[] = {
     { "run",      cmd_run,      "train a Llama-style model by executing a schedule file" },
     { "profile",  cmd_profile,  "measure per-op times and memory and write a profile file" },
     { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
+    { "eplb",     cmd_eplb,     "place MoE experts on GPUs with DeepSeek's expert-parallel load balancer" },
 };
 
 static void usage(FILE *out)
@@ -86,7 +87,28 @@ int cli_parse_double(const char *flag, const char *text, double *out, zb_err *er
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The last word on standard output: whatever a command printed is still
+ * in stdio's buffer, and an error writing it (a full disk, /dev/full, a
+ * closed pipe end) shows only now.  Returns rc, or 1 after one line when
+ * the command had succeeded but its output did not get out.  A stdout
+ * closed from the start (EBADF) with nothing written is not an error. */
+static int finish_stdout(int rc)
+{
+    int failed = ferror(stdout), e = errno;
+    if (fflush(stdout) != 0) {
+        failed = 1;
+        e = errno;
+    }
+    if (fclose(stdout) != 0 && (failed || errno != EBADF)) {
+        failed = 1;
+        e = errno;
+    }
+    if (failed && rc == 0)
+        return cli_error("cannot write to standard output: %s", strerror(e ? e : EIO));
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -105,4 +127,9 @@ int main(int argc, char **argv)
             return commands[i].fn(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'zbsched help')", argv[1]);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    return finish_stdout(dispatch(argc, argv));
 }

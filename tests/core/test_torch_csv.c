@@ -59,7 +59,8 @@ END_TEST
 
 START_TEST(round_trip_every_generator)
 {
-    static const char *const kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" };
+    static const char *const kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v",
+                                         "interleaved-zb" };
     int built = 0;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         gen_fn fn = gen_lookup(kinds[i]);
@@ -69,7 +70,8 @@ START_TEST(round_trip_every_generator)
         gen_params_default(&gp);
         gp.stages = 4;
         gp.microbatches = 8;
-        gp.chunks = !strcmp(kinds[i], "interleaved") || !strcmp(kinds[i], "zb-v") ? 2 : 1;
+        gp.chunks = !strcmp(kinds[i], "interleaved") || !strcmp(kinds[i], "zb-v") ||
+                            !strcmp(kinds[i], "interleaved-zb") ? 2 : 1;
         sched_t *s = NULL;
         zb_err err = { "" };
         ck_assert_msg(fn(&gp, &s, &err) == 0, "%s: %s", kinds[i], err.msg);
@@ -116,13 +118,18 @@ START_TEST(rejects_bad_csv)
     static const struct { const char *csv, *frag; } cases[] = {
         { "", "no actions" },
         { "\n\n", "no actions" },
-        { "0F0,0X0\n", "row 0, cell 1 ('0X0'): unknown action type" },
+        { "0F0,0X0\n", "row 0, cell 1 ('0X0'): unknown action 'X'" },
+        { "0F0,0FWD0\n", "unknown action 'FWD'" },
+        { "0F0,0SEND_FX\n", "row 0, cell 1 ('0SEND_FX')" },
+        { "0F0,(0F1;1B0)OVERLAP\n", "unknown action 'OVERLAP' after a group" },
+        { "0F0,(0F1;1B0\n", "'(' without ')'" },
+        { "0F0,( ; )OVERLAP_F_B\n", "empty OVERLAP_F_B group" },
+        { "0F0,(0F1;(1B0))OVERLAP_F_B\n", "nested groups" },
+        { "0F0,\x1b[31m0F1\n", "'\\x1b[31m0F1'" },
         { "0F0\n1F0,F1\n", "row 1, cell 1 ('F1')" },
         { "0F0,0F\n", "row 0, cell 1 ('0F')" },
         { "0F0,0F1x\n", "row 0, cell 1 ('0F1x')" },
         { "0F0,0 F1\n", "row 0, cell 1 ('0 F1')" },
-        { "0F0,0SEND_F0\n", "communication actions are not supported" },
-        { "0F0,0UNSHARD\n", "communication actions are not supported" },
         { "0F0,0B0\n2F0,2B0\n", "stage 1 appears on no row" },
         { "0F0,0F9999999999\n", "row 0, cell 1" },
         { "0F0,-1F0\n", "row 0, cell 1 ('-1F0')" },
@@ -135,6 +142,40 @@ START_TEST(rejects_bad_csv)
         ck_assert_ptr_null(s);
         ck_assert_msg(strstr(err.msg, cases[i].frag), "case %zu: '%s' lacks '%s'", i, err.msg, cases[i].frag);
     }
+}
+END_TEST
+
+/* What PyTorch itself writes: a compute_comms dump with transfers, FSDP
+ * steps and a DualPipeV overlap group imports as its compute order, and
+ * the dropped and expanded actions are counted. */
+START_TEST(pytorch_comms_and_overlap)
+{
+    const char *csv =
+        "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD,0RESHARD\n"
+        "1UNSHARD,1RECV_F0,1F0,1RECV_F1,(1F1;1B0)OVERLAP_F_B,1SEND_B0,1B1,1SEND_B1,"
+        "1WAIT_SEND_B1,1REDUCE_GRAD,1RESHARD\n";
+    sched_t *s = NULL;
+    zb_err err = { "" };
+    torch_csv_stats st = { -1, -1 };
+    ck_assert_msg(torch_csv_read_stats(csv, strlen(csv), 0, &s, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.dropped_comm, 15);
+    ck_assert_int_eq(st.overlaps_expanded, 1);
+    ck_assert_int_eq(s->n_devices, 2);
+    ck_assert_int_eq(s->n_micro, 2);
+    ck_assert_int_eq(s->dev[0].n_ops, 4);
+    ck_assert_int_eq(s->dev[1].n_ops, 4);
+    /* The group's forward runs before its backward. */
+    ck_assert_int_eq(s->dev[1].ops[1].kind, OP_F);
+    ck_assert_int_eq(s->dev[1].ops[1].mb, 1);
+    ck_assert_int_eq(s->dev[1].ops[2].kind, OP_BW);
+    ck_assert_int_eq(s->dev[1].ops[2].mb, 0);
+    ck_assert_int_eq(sched_validate(s, &err), 0);
+    sched_free(s);
+    /* A compute action needs its micro-batch even though PyTorch's regex
+     * lets the field be empty; a communication action does not. */
+    const char *no_mb = "0F0,0B\n";
+    ck_assert_int_eq(torch_csv_read(no_mb, strlen(no_mb), 0, &s, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "needs its micro-batch"));
 }
 END_TEST
 
@@ -164,6 +205,7 @@ int main(void)
     tcase_add_test(tc, round_trip_every_generator);
     tcase_add_test(tc, pytorch_spelling);
     tcase_add_test(tc, rejects_bad_csv);
+    tcase_add_test(tc, pytorch_comms_and_overlap);
     tcase_add_test(tc, not_nul_terminated_and_blank_rows);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

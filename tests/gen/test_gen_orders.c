@@ -114,13 +114,14 @@ END_TEST
 /* Names, placement, costs and memory deltas are copied into the schedule. */
 START_TEST(test_bookkeeping)
 {
-    static const char *kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" };
+    static const char *kinds[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v",
+                                   "interleaved-zb" };
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         gen_params g = gen_check_params(4, 8, 1, 3, 4, 2, 0.5);
         g.m_f = 7;
         g.m_b = -3;
         g.m_w = -4;
-        if (strcmp(kinds[k], "interleaved") == 0)
+        if (strcmp(kinds[k], "interleaved") == 0 || strcmp(kinds[k], "interleaved-zb") == 0)
             g.chunks = 3;
         if (strcmp(kinds[k], "zb-v") == 0)
             g.chunks = 2;
@@ -158,13 +159,17 @@ END_TEST
  * it accepts, with one op per (stage, micro-batch, pass). */
 START_TEST(test_small_shapes_valid)
 {
-    static const char *kinds[] = { "gpipe", "1f1b", "zb-h1", "zb-h2", "zb-v", "interleaved" };
+    static const char *kinds[] = { "gpipe", "1f1b", "zb-h1", "zb-h2", "zb-v", "interleaved",
+                                   "interleaved-zb" };
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 13; m++)
                 for (int v = 1; v <= 4; v++) {
                     int interleaved = strcmp(kinds[k], "interleaved") == 0;
-                    if (interleaved ? (v < 2 || m % p != 0) : v > 1)
+                    int izb = strcmp(kinds[k], "interleaved-zb") == 0;
+                    int rounds = m >= p ? m / p : 1;
+                    if (interleaved ? (v < 2 || m % p != 0)
+                                    : izb ? (v < 2 || m % rounds != 0) : v > 1)
                         continue;
                     gen_params g = gen_check_params(p, m, v, 1, 2, 1, 0.5);
                     sim_result r;
@@ -200,6 +205,7 @@ START_TEST(test_defaults_and_lookup)
     ck_assert(gen_lookup("zb-h1") == gen_zb_h1);
     ck_assert(gen_lookup("zb-h2") == gen_zb_h2);
     ck_assert(gen_lookup("zb-v") == gen_zb_v);
+    ck_assert(gen_lookup("interleaved-zb") == gen_interleaved_zb);
     ck_assert(gen_lookup("ZB-H1") == NULL);
     ck_assert(gen_lookup("zb-auto") == NULL);
     ck_assert(gen_lookup("") == NULL);

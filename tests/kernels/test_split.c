@@ -310,6 +310,88 @@ START_TEST(test_deferred_equals_fused)
 }
 END_TEST
 
+/* Recompute keeps only the stage's inputs after F and gives B and W the
+ * same bits as a run that kept every activation, on the three kinds of
+ * stage (embedding, middle, head); an interleaved second micro-batch shows
+ * that B reruns its own micro-batch's forward, not the last one run. */
+START_TEST(test_recompute_bit_identical)
+{
+    zb_model m = test_model();
+    zb_err err = {{0}};
+    static const int spans[3][4] = { { 0, 2, 1, 0 }, { 2, 3, 0, 0 }, { 3, 4, 0, 1 } };
+    for (int k = 0; k < 3; k++) {
+        llama_stage st;
+        ck_assert_int_eq(llama_stage_init(&st, &m, spans[k][0], spans[k][1], spans[k][2],
+                                          spans[k][3], &err), 0);
+        float *p = malloc(sizeof(float) * st.n_params);
+        llama_stage_init_params(&st, p, SEED);
+        size_t N = (size_t)BATCH * m.seq_len, Nd = N * m.d_model;
+        float *g[2] = { calloc(st.n_params, sizeof(float)), calloc(st.n_params, sizeof(float)) };
+        float *x[2], *y = malloc(sizeof(float) * Nd), *dy = malloc(sizeof(float) * Nd);
+        float *dx[2] = { malloc(sizeof(float) * Nd), malloc(sizeof(float) * Nd) };
+        float *dx_ref[2] = { malloc(sizeof(float) * Nd), malloc(sizeof(float) * Nd) };
+        int32_t tok[2][BATCH * 8], tgt[2][BATCH * 8];
+        for (int mb = 0; mb < 2; mb++) {
+            make_tokens(&m, mb, tok[mb], tgt[mb]);
+            x[mb] = malloc(sizeof(float) * Nd);
+            for (size_t i = 0; i < Nd; i++)
+                x[mb][i] = (float)((int)((i + 5 * mb) % 17) - 8) * 0.1f;
+        }
+        for (size_t i = 0; i < Nd; i++)
+            dy[i] = (float)((int)(i % 13) - 6) * 0.01f;
+        float loss[2][2] = { { 0 } };
+        for (int rc = 0; rc < 2; rc++) {
+            llama_saved *a = llama_saved_new(&st, BATCH), *b = llama_saved_new(&st, BATCH);
+            llama_saved_set_recompute(a, rc);
+            llama_saved_set_recompute(b, rc);
+            llama_saved *sv[2] = { a, b };
+            for (int mb = 0; mb < 2; mb++) {
+                ck_assert_int_eq(llama_stage_forward(&st, p, st.has_embedding ? tok[mb] : NULL,
+                                                     st.has_embedding ? NULL : x[mb],
+                                                     st.has_head ? tgt[mb] : NULL, sv[mb],
+                                                     st.has_head ? NULL : y, &loss[rc][mb],
+                                                     NULL, &err), 0);
+                size_t want_in = st.has_embedding ? N * sizeof(int32_t) : Nd * sizeof(float);
+                if (st.has_head)
+                    want_in += N * sizeof(int32_t);
+                if (rc)
+                    ck_assert_uint_eq(llama_saved_bytes(sv[mb]), want_in);
+                else
+                    ck_assert_uint_gt(llama_saved_bytes(sv[mb]), want_in);
+            }
+            for (int mb = 1; mb >= 0; mb--) /* the later micro-batch first */
+                ck_assert_int_eq(llama_stage_backward_b(&st, p, sv[mb], 0.5f,
+                                                        st.has_head ? NULL : dy,
+                                                        st.has_embedding ? NULL : dx[mb], &err), 0);
+            for (int mb = 0; mb < 2; mb++) {
+                ck_assert_int_eq(llama_stage_backward_w(&st, sv[mb], g[rc], &err), 0);
+                ck_assert_uint_eq(llama_saved_bytes(sv[mb]), 0);
+            }
+            for (int mb = 0; mb < 2 && !st.has_embedding; mb++) {
+                if (rc == 0)
+                    memcpy(dx_ref[mb], dx[mb], sizeof(float) * Nd);
+                else
+                    ck_assert(memcmp(dx_ref[mb], dx[mb], sizeof(float) * Nd) == 0);
+            }
+            llama_saved_free(a);
+            llama_saved_free(b);
+        }
+        ck_assert(memcmp(g[0], g[1], sizeof(float) * st.n_params) == 0);
+        ck_assert(memcmp(loss[0], loss[1], sizeof loss[0]) == 0);
+        for (int mb = 0; mb < 2; mb++) {
+            free(x[mb]);
+            free(dx[mb]);
+            free(dx_ref[mb]);
+            free(g[mb]);
+        }
+        free(y);
+        free(dy);
+        free(p);
+        llama_stage_free(&st);
+    }
+}
+END_TEST
+
 /* One worker's job: F+B+W of M_MICRO micro-batches on its own stage. */
 typedef struct worker_job {
     const zb_model *m;  /* the model */
@@ -448,6 +530,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_bit_identical);
     tcase_add_test(tc, test_saved_bytes);
     tcase_add_test(tc, test_deferred_equals_fused);
+    tcase_add_test(tc, test_recompute_bit_identical);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);

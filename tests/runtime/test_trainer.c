@@ -79,7 +79,7 @@ START_TEST(every_schedule_matches_single_device)
     struct { const char *kind; int p, chunks; } cases[] = {
         { "gpipe", 2, 1 }, { "1f1b", 2, 1 }, { "interleaved", 2, 2 }, { "zb-h1", 2, 1 },
         { "zb-h2", 2, 1 }, { "zb-v", 2, 2 }, { "zb-auto", 2, 1 }, { "ilp", 2, 1 },
-        { "1f1b", 4, 1 }, { "zb-h1", 4, 1 },
+        { "1f1b", 4, 1 }, { "zb-h1", 4, 1 }, { "interleaved-zb", 2, 2 },
     };
     int tested = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -1,0 +1,163 @@
+/*
+ * eplb.h: expert placement for mixture-of-experts layers, a C port of
+ * DeepSeek's expert-parallel load balancer (EPLB, github.com/deepseek-ai/EPLB,
+ * eplb.py).
+ *
+ * An MoE layer has E logical experts, each with a measured load (tokens
+ * routed to it).  The cluster has N nodes of M/N GPUs each, and R physical
+ * expert slots, R/M per GPU.  Since R >= E, the R - E redundant slots hold
+ * extra replicas of hot experts; a replica takes an equal share of its
+ * expert's load.  The balancer decides how many replicas each expert gets
+ * and which slot holds each replica, so that the most loaded GPU carries as
+ * little as possible.  Experts come in G groups (group-limited routing sends
+ * a token to experts of few groups), and traffic inside a node is cheap.
+ *
+ * Two policies, exactly as in the reference:
+ *   - hierarchical (used by `auto` when N divides G): pack the G groups
+ *     onto the N nodes (G/N groups each, balancing the group loads), then
+ *     within each node replicate its E/N experts into R/N slots, then pack
+ *     those slots onto the node's M/N GPUs (R/M slots each).  A group's
+ *     experts, and all their replicas, stay inside one node.
+ *   - global (used by `auto` otherwise): the same with one group and one
+ *     node: replicate over all experts, pack the slots over all GPUs.
+ *
+ * Both steps are greedy.  Replication gives the next redundant slot to the
+ * expert with the largest load per replica (w / count), the first such
+ * expert on ties.  Packing visits items by load, largest first (ties: lower
+ * index first), and puts each into the least loaded pack that still has
+ * room (ties: the lower pack index), with equal item counts per pack.
+ *
+ * Exactness.  The reference runs in float32 (weight.float()).  So does this
+ * port: loads are rounded to float, replicas' shares are float divisions,
+ * and pack loads are float sums accumulated in the reference's order, so
+ * that every comparison the greedy makes, ties included, goes the same
+ * way.  Ties matter: the replicas of one expert have equal shares.
+ * torch.max(dim) returns the first maximal index, and Python's min the
+ * first least pack, as here.  The reference's sort is
+ * torch.sort(descending=True) without stable=True; on x86 CPUs PyTorch
+ * sorts with x86-simd-sort there, which does not keep equal loads in index
+ * order (rows longer than 16 in our measurements, PyTorch 2.15 on AVX2),
+ * and whose tie order depends on the CPU's vector width.  This port uses
+ * the stable order (equal loads by index), i.e. the reference with
+ * stable=True.  When replicas of equal share trade places between GPUs
+ * that leaves every GPU's load, and so the balance, unchanged; only two
+ * groups of equal total trading nodes (step 1, more than 16 groups) could
+ * change more (docs/eplb.md).  The one place the float results may differ
+ * is a group's total (step 1): torch sums with a vectorised cascade whose
+ * rounding depends on the CPU's vector width; here the sum is taken in
+ * double and rounded once to float.  Both are exact, and so the placements identical,
+ * whenever the group totals are exactly representable, e.g. integer token
+ * counts below 2^24 (tests/solver/eplb_golden.json is checked that way:
+ * slot for slot against the reference with stable=True, and in per-GPU
+ * loads against the unmodified reference).
+ *
+ * Workload: DeepSeek-V3 (61 layers x 256 experts -> 288 slots, 8 groups,
+ * 4 nodes, 32 GPUs) takes about 1.5 ms with the load figures
+ * (bench/bench_eplb.c); the cost is
+ * O(L (R - E) E/N + L R log R + L R M/N).
+ *
+ * Nothing here prints or exits; bad parameters and loads come back as -1
+ * with one line in a zb_err.
+ */
+#ifndef ZB_SOLVER_EPLB_H
+#define ZB_SOLVER_EPLB_H
+
+#include <stddef.h>
+
+#include "src/err.h"
+
+/* Limits on the shapes: far beyond real models (DeepSeek-V3: 61 layers, 256
+ * experts, 288 slots), small enough that every index product fits an int
+ * and a placement's tables stay within a few hundred megabytes. */
+#define EPLB_MAX_LAYERS 4096
+#define EPLB_MAX_EXPERTS 65536
+#define EPLB_MAX_REPLICAS 262144
+#define EPLB_MAX_ENTRIES (1L << 26) /* largest layers x experts x max replicas */
+
+typedef enum eplb_policy {
+    EPLB_AUTO = 0,     /* hierarchical when nodes divide groups, else global (the reference) */
+    EPLB_HIERARCHICAL, /* always hierarchical; groups must be a multiple of nodes */
+    EPLB_GLOBAL,       /* always global: groups and nodes ignored for placement */
+} eplb_policy;
+
+typedef struct eplb_params {
+    int n_layers;       /* rows of the load matrix (MoE layers) */
+    int n_experts;      /* columns: logical experts per layer (E) */
+    int n_replicas;     /* physical expert slots per layer (R), a multiple of n_gpus, >= E */
+    int n_groups;       /* expert groups (G); E must be a multiple of G */
+    int n_nodes;        /* server nodes (N); n_gpus must be a multiple of N */
+    int n_gpus;         /* GPUs (M), R/M slots each; GPU g lives on node g / (M/N) */
+    eplb_policy policy; /* which of the two policies to run */
+} eplb_params;
+
+typedef struct eplb_result {
+    int n_layers;     /* copied from the parameters */
+    int n_experts;    /* copied from the parameters */
+    int n_replicas;   /* copied from the parameters */
+    int n_gpus;       /* copied from the parameters */
+    int n_nodes;      /* copied from the parameters */
+    int hierarchical; /* 1 when the hierarchical policy ran, 0 for global */
+    int max_count;    /* largest replica count of any expert in any layer (>= 1) */
+    int *phy2log;     /* [layer][slot]: the logical expert that slot holds */
+    int *phyrank;     /* [layer][slot]: which replica of that expert it is (0-based) */
+    int *logcnt;      /* [layer][expert]: replicas of the expert (>= 1) */
+    int *log2phy;     /* [layer][expert][max_count]: slots of each replica, -1 padded */
+} eplb_result;
+
+/* Per-GPU and per-node loads of a placement, next to the loads of the plain
+ * layout without redundant experts (expert e on GPU floor(e * M / E), the
+ * usual contiguous expert-parallel split), and each layer's balance: the
+ * largest load divided by the mean (1 is perfect; a layer with no load at
+ * all counts as 1). */
+typedef struct eplb_loads {
+    int n_layers;          /* rows of every table below */
+    int n_gpus;            /* columns of the GPU tables */
+    int n_nodes;           /* columns of the node tables */
+    double *gpu_before;    /* [layer][gpu] load of the plain layout */
+    double *gpu_after;     /* [layer][gpu] load of the placement */
+    double *node_before;   /* [layer][node] load of the plain layout */
+    double *node_after;    /* [layer][node] load of the placement */
+    double *balance_before;      /* [layer] max/mean over GPUs, plain layout */
+    double *balance_after;       /* [layer] max/mean over GPUs, placement */
+    double *node_balance_before; /* [layer] max/mean over nodes, plain layout */
+    double *node_balance_after;  /* [layer] max/mean over nodes, placement */
+} eplb_loads;
+
+/* Checks the parameters alone (shapes, divisibility, limits; the policy
+ * decides whether groups must divide by nodes).  Returns 0, or -1 with one
+ * line in err naming the first problem. */
+int eplb_check_params(const eplb_params *p, zb_err *err);
+
+/* Computes the placement of weight (n_layers x n_experts loads, row-major)
+ * under p.  Loads must be finite, non-negative and within float range.
+ * On success fills *out (caller frees with eplb_result_free) and returns 0;
+ * otherwise returns -1 with err set and *out zeroed. */
+int eplb_rebalance(const double *weight, const eplb_params *p, eplb_result *out, zb_err *err);
+
+/* Frees the tables of r and zeroes it; safe on a zeroed result. */
+void eplb_result_free(eplb_result *r);
+
+/* Computes the loads of placement r for weight (the matrix r was computed
+ * from; a replica carries weight / count).  Fills *out (caller frees with
+ * eplb_loads_free) and returns 0, or -1 with err set when memory runs out. */
+int eplb_compute_loads(const double *weight, const eplb_result *r, eplb_loads *out, zb_err *err);
+
+/* Frees the tables of l and zeroes it; safe on a zeroed value. */
+void eplb_loads_free(eplb_loads *l);
+
+/* The policy's name ("auto", "hierarchical", "global"), and the reverse:
+ * returns 0 and stores the policy, or -1 with err set for another name. */
+const char *eplb_policy_name(eplb_policy policy);
+int eplb_policy_parse(const char *name, eplb_policy *out, zb_err *err);
+
+/* Parses a load matrix from text: a JSON array of per-layer arrays of
+ * numbers, or CSV (one layer per line, numbers separated by commas; blank
+ * lines ignored).  The format is told by the first non-blank character
+ * ('[' is JSON).  Every row must have the same, non-zero length.  Stores a
+ * malloc'd row-major matrix in *weight (caller frees) with its shape and
+ * returns 0, or -1 with err naming the row and column of the first problem
+ * (not a number, not finite, negative, ragged rows, empty). */
+int eplb_parse_weights(const char *text, size_t len, double **weight, int *n_layers,
+                       int *n_experts, zb_err *err);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * test_cli_outputs.c: what every zbsched command does with the places it
+ * writes to (issue 14, output half): -o to a FIFO, a character device or a
+ * symlink; -o naming a directory, a socket, a missing directory or one of
+ * the command's own inputs; standard output that fails (/dev/full); and
+ * `launch` in a build without CUDA.
+ *
+ * Special files (FIFOs, sockets, links) are made only in a fresh directory
+ * under /tmp.  Under /dev the tests open /dev/full as a failing stdout and
+ * write to one character device (/dev/null, else /dev/zero) only after the
+ * writer's own check in this process says it would be written through;
+ * afterwards its st_mode and st_rdev must be unchanged.  Commands run from
+ * the repository root (the default --data path is relative to it).
+ */
+#include <check.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "src/outfile.h"
+#include "tests/common/cli_run.h"
+
+static char dir[64];
+static char out_text[1 << 16], err_text[1 << 14];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/zb_test_outputs_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* dir/name (four rotating static buffers: one call's arguments). */
+static const char *at(const char *name)
+{
+    static char buf[4][256];
+    static int which;
+    which = (which + 1) % 4;
+    snprintf(buf[which], sizeof buf[which], "%s/%s", dir, name);
+    return buf[which];
+}
+
+/* Runs `zbsched ARGS` from the repository root under a timeout; the args
+ * may carry shell redirections. */
+static int zb(const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *root = getenv("ZB_SOURCE_ROOT");
+    ck_assert_ptr_nonnull(root);
+    return cli_run(root, "timeout 60", args, out_text, sizeof out_text, err_text,
+                   sizeof err_text);
+}
+
+static void assert_fails(int rc, const char *want)
+{
+    ck_assert_msg(rc == 1 || rc == 2, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, want);
+}
+
+static mode_t ltype(const char *path)
+{
+    struct stat st;
+    ck_assert_msg(lstat(path, &st) == 0, "%s is missing", path);
+    return st.st_mode & S_IFMT;
+}
+
+/* The first bytes of a file (static buffer). */
+static const char *head(const char *path)
+{
+    static char buf[256];
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Entries in d, "." and ".." aside. */
+static int entries(const char *d)
+{
+    DIR *h = opendir(d);
+    ck_assert_ptr_nonnull(h);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(h)) != NULL)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(h);
+    return n;
+}
+
+/* dir/s.json: a small ZB-H1 schedule the CPU runtime can train. */
+static void make_schedule(void)
+{
+    ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 4 -o %s", at("s.json")), 0);
+}
+
+START_TEST(fifo_written_through)
+{
+    make_schedule();
+    ck_assert_int_eq(mkfifo(at("pipe"), 0600), 0);
+    /* a reader in the background, then the writer; the shell waits for both */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o %s & cat %s > %s; wait", at("pipe"), at("pipe"),
+                        at("got.json")), 0);
+    ck_assert_int_eq(ltype(at("pipe")), S_IFIFO);
+    ck_assert_ptr_nonnull(strstr(head(at("got.json")), "zbsched-schedule"));
+    ck_assert_int_eq(zb("render %s -o %s & cat %s > %s; wait", at("s.json"), at("pipe"),
+                        at("pipe"), at("got.svg")), 0);
+    ck_assert_int_eq(ltype(at("pipe")), S_IFIFO);
+    ck_assert_ptr_nonnull(strstr(head(at("got.svg")), "<svg"));
+    /* the kernel's magic link to a pipe: /proc/self/fd/1 reads "pipe:[N]" */
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o /proc/self/fd/1 | cat > %s", at("piped.json")), 0);
+    ck_assert_ptr_nonnull(strstr(head(at("piped.json")), "zbsched-schedule"));
+}
+END_TEST
+
+START_TEST(char_device_written_through)
+{
+    /* Only a device the writer, asked in this process, would write
+     * through: never one it would replace. */
+    const char *devs[] = { "/dev/null", "/dev/zero" };
+    const char *dev = NULL;
+    struct stat before;
+    for (int i = 0; i < 2 && !dev; i++) {
+        zb_err err = { "" };
+        outfile_kind kind;
+        if (stat(devs[i], &before) == 0 && S_ISCHR(before.st_mode) &&
+            outfile_check(devs[i], &kind, NULL, &err) == 0 && kind == OUTFILE_THROUGH)
+            dev = devs[i];
+    }
+    ck_assert_msg(dev != NULL, "neither /dev/null nor /dev/zero is a character device here");
+    make_schedule();
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o %s", dev), 0);
+    ck_assert_int_eq(zb("render %s -o %s", at("s.json"), dev), 0);
+    ck_assert_int_eq(zb("export %s -o %s", at("s.json"), dev), 0);
+    struct stat after;
+    ck_assert_int_eq(lstat(dev, &after), 0);
+    ck_assert(S_ISCHR(after.st_mode));
+    ck_assert_int_eq(after.st_rdev, before.st_rdev);
+    ck_assert_int_eq(after.st_ino, before.st_ino);
+}
+END_TEST
+
+START_TEST(symlink_followed_and_kept)
+{
+    make_schedule();
+    ck_assert_int_eq(mkdir(at("real"), 0700), 0);
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o %s", at("real/out.svg")), 0);
+    ck_assert_int_eq(symlink("real/out.svg", at("link.svg")), 0);
+    ck_assert_int_eq(zb("render %s -o %s", at("s.json"), at("link.svg")), 0);
+    ck_assert_int_eq(ltype(at("link.svg")), S_IFLNK);
+    ck_assert_ptr_nonnull(strstr(head(at("real/out.svg")), "<svg"));
+    /* a dangling link: the file it names is created */
+    ck_assert_int_eq(symlink("real/new.json", at("dangling.json")), 0);
+    ck_assert_int_eq(zb("gen 1f1b -p 2 -m 2 -o %s", at("dangling.json")), 0);
+    ck_assert_int_eq(ltype(at("dangling.json")), S_IFLNK);
+    ck_assert_ptr_nonnull(strstr(head(at("real/new.json")), "zbsched-schedule"));
+    /* only the two files in real/, no temporaries anywhere */
+    ck_assert_int_eq(entries(at("real")), 2);
+    ck_assert_int_eq(entries(dir), 4); /* s.json, real, link.svg, dangling.json */
+}
+END_TEST
+
+START_TEST(other_kinds_refused)
+{
+    make_schedule();
+    assert_fails(zb("gen 1f1b -p 2 -m 2 -o %s", dir), "directory");
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(s, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", at("sock"));
+    ck_assert_int_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_fails(zb("render %s -o %s", at("s.json"), at("sock")), "not a regular file");
+    assert_fails(zb("export %s -o %s", at("s.json"), at("sock")), "not a regular file");
+    ck_assert_int_eq(ltype(at("sock")), S_IFSOCK);
+    close(s);
+}
+END_TEST
+
+START_TEST(output_that_is_an_input_refused)
+{
+    make_schedule();
+    char before[256];
+    snprintf(before, sizeof before, "%s", head(at("s.json")));
+    ck_assert_int_eq(symlink("s.json", at("sym.json")), 0);
+    ck_assert_int_eq(link(at("s.json"), at("hard.json")), 0);
+    assert_fails(zb("render %s -o %s", at("s.json"), at("s.json")), "is the input");
+    assert_fails(zb("render %s -o %s/../%s/s.json", at("s.json"), dir, strrchr(dir, '/') + 1),
+                 "is the input");
+    assert_fails(zb("render %s -o %s", at("s.json"), at("sym.json")), "is the input");
+    assert_fails(zb("render %s -o %s", at("sym.json"), at("hard.json")), "is the input");
+    assert_fails(zb("render %s --compare %s -o %s", at("s.json"), at("s.json"), at("hard.json")),
+                 "is the input");
+    assert_fails(zb("export %s -o %s", at("s.json"), at("hard.json")), "is the input");
+    assert_fails(zb("run %s --steps 1 -q --trace %s", at("s.json"), at("sym.json")),
+                 "is the input");
+    ck_assert_str_eq(head(at("s.json")), before);
+    ck_assert_int_eq(ltype(at("sym.json")), S_IFLNK);
+    ck_assert_int_eq(zb("export %s -o %s", at("s.json"), at("s.csv")), 0);
+    assert_fails(zb("import %s -o %s", at("s.csv"), at("s.csv")), "is the input");
+    ck_assert_ptr_null(strstr(head(at("s.csv")), "zbsched-schedule"));
+}
+END_TEST
+
+START_TEST(outputs_checked_before_the_work)
+{
+    make_schedule();
+    /* 100,000 steps would take hours: the bad --trace must stop it first */
+    int rc = zb("run %s --steps 100000 --trace /nonexistent-zb-dir/t.json", at("s.json"));
+    assert_fails(rc, "/nonexistent-zb-dir");
+    ck_assert_ptr_null(strstr(err_text, "step"));
+    assert_fails(zb("run %s --steps 100000 --trace %s", at("s.json"), dir), "directory");
+    /* a checkpoint that could never be written: before the first step too */
+    ck_assert_int_eq(mkdir(at("ck"), 0700), 0);
+    ck_assert_int_eq(mkdir(at("ck/checkpoint.bin"), 0700), 0);
+    assert_fails(zb("run %s --steps 100000 --checkpoint %s", at("s.json"), at("ck")), "directory");
+    ck_assert_ptr_null(strstr(err_text, "step"));
+    assert_fails(zb("profile -o /nonexistent-zb-dir/p.json"), "/nonexistent-zb-dir");
+    assert_fails(zb("search --mem 80G -o /nonexistent-zb-dir/b.json"), "/nonexistent-zb-dir");
+    assert_fails(zb("search --mem 80G -o %s --svg /nonexistent-zb-dir/b.svg", at("b.json")),
+                 "/nonexistent-zb-dir");
+    cli_assert_no_file(at("b.json"));
+}
+END_TEST
+
+/* `zbsched ARGS > /dev/full` must fail with one line about stdout. */
+static void assert_stdout_error_reported(const char *args)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s > /dev/full", args);
+    int rc = zb("%s", cmd);
+    ck_assert_msg(rc == 1, "'%s' exit %d, stderr: %s", cmd, rc, err_text);
+    cli_assert_one_line(err_text, "standard output");
+}
+
+START_TEST(stdout_write_errors_fail)
+{
+    make_schedule();
+    char a[256];
+    snprintf(a, sizeof a, "simulate %s --json", at("s.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "simulate %s", at("s.json"));
+    assert_stdout_error_reported(a);
+    assert_stdout_error_reported("gen 1f1b -p 2 -m 2");
+    snprintf(a, sizeof a, "render %s", at("s.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "export %s", at("s.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "search --mem 80G --json -o %s", at("best.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "search --mem 80G -o %s", at("best.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "run %s --steps 1 -q --eval-windows 1 --json", at("s.json"));
+    assert_stdout_error_reported(a);
+    assert_stdout_error_reported("profile --reps 1 -q");
+    assert_stdout_error_reported("help");
+    assert_stdout_error_reported("--version");
+    assert_stdout_error_reported("run --help");
+    /* the same commands into a working stdout succeed */
+    snprintf(a, sizeof a, "simulate %s --json", at("s.json"));
+    ck_assert_int_eq(zb("%s", a), 0);
+}
+END_TEST
+
+START_TEST(launch_without_cuda_refused)
+{
+#ifdef ZB_TEST_CUDA_BUILD
+    /* a CUDA build launches: tests/cuda/test_launch.c covers it */
+#else
+    make_schedule();
+    assert_fails(zb("launch --gpus 2 run %s --steps 1", at("s.json")), "without CUDA");
+    ck_assert_str_eq(out_text, ""); /* no training ran */
+    ck_assert_int_eq(zb("launch --help"), 0);
+#endif
+}
+END_TEST
+
+START_TEST(dag_render_passes_leak_check_without_test_settings)
+{
+    /* An ASan build must not fail on Graphviz/fontconfig's own leaks, even
+     * outside the test environment: no LSAN_OPTIONS here. */
+    make_schedule();
+    int rc = zb("render %s --format dag -o %s", at("s.json"), at("dag.svg"));
+    ck_assert_msg(rc == 0, "exit %d, stderr: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(head(at("dag.svg")), "<svg"));
+}
+END_TEST
+
+int main(void)
+{
+    /* the DAG test's point: nothing from the environment suppresses leaks */
+    unsetenv("LSAN_OPTIONS");
+    Suite *s = suite_create("cli_outputs");
+    TCase *tc = tcase_create("outputs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, fifo_written_through);
+    tcase_add_test(tc, char_device_written_through);
+    tcase_add_test(tc, symlink_followed_and_kept);
+    tcase_add_test(tc, other_kinds_refused);
+    tcase_add_test(tc, output_that_is_an_input_refused);
+    tcase_add_test(tc, outputs_checked_before_the_work);
+    tcase_add_test(tc, stdout_write_errors_fail);
+    tcase_add_test(tc, launch_without_cuda_refused);
+    tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
