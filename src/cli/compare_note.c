@@ -64,12 +64,15 @@ int compare_note_print(const sched_t *pred, const sched_t *meas, FILE *out, zb_e
             }
         }
         if (dev >= 0 && !strcmp(pred->mem_unit, "bytes") && pred->n_devices == meas->n_devices) {
-            double p_peak = 0;
+            double p_peak = -1;
+            int p_dev = 0;
             for (int d = 0; d < pred->n_devices; d++)
-                if (tp.r.dev[d].peak_mem > p_peak)
+                if (tp.r.dev[d].peak_mem > p_peak) {
                     p_peak = tp.r.dev[d].peak_mem;
-            fprintf(out, "; peak activations: predicted %.2f MB, measured %.2f MB (device %d)",
-                    p_peak / 1e6, m_peak / 1e6, dev);
+                    p_dev = d;
+                }
+            fprintf(out, "; peak activations: predicted %.2f MB (device %d), measured %.2f MB "
+                    "(device %d)", p_peak / 1e6, p_dev, m_peak / 1e6, dev);
         }
         fputc('\n', out);
     }

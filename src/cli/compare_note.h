@@ -8,7 +8,7 @@
  * their ratio, and, when both are known in bytes, the peak activation
  * memory predicted (simulated from the plan's memory deltas) against the
  * peak measured by the runtime (the trace's meta.measured, written by
- * `run --trace`), on the device where the measurement peaked.  When the
+ * `run --trace`), each on the device where it peaks.  When the
  * time units cannot share a scale (a prediction in abstract units from
  * `gen`), the line says so and how to get one: plan with measured costs.
  */

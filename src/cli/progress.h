@@ -16,8 +16,8 @@
  * so quick commands print nothing.
  *
  * Lines:
- *   ilp 2.1/4 s: incumbent 39, bound 36, gap 7.69%
- *   search 187/196 candidates; ilp on b=1, recompute on: 3.2/10 s, incumbent ..., gap 1.20%
+ *   ilp: 2.1/4 s, incumbent 61, bound 57, gap 6.56%
+ *   search 197/198 candidates; ilp 2/2 on b=1, recompute off: 0.5/2 s, incumbent 40316.4, bound 23877.5, gap 40.77%
  */
 #ifndef ZB_CLI_PROGRESS_H
 #define ZB_CLI_PROGRESS_H
