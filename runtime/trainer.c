@@ -135,6 +135,7 @@ void trainer_opts_default(trainer_opts *o)
     o->eval_windows = 16;
     o->record_times = 0;
     o->layers_per_stage = NULL;
+    o->recompute = 0;
 }
 
 static double ms_since(const struct timespec *t0)
@@ -309,7 +310,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         oom = !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
-            oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch));
+            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && opts->recompute)
+                llama_saved_set_recompute(r->saved[j], 1);
         if (oom) {
             free(first);
             trainer_free(t);
@@ -619,6 +621,8 @@ static void reset_step_state(trainer *t)
             if (llama_saved_bytes(r->saved[j]) > 0) {
                 llama_saved_free(r->saved[j]);
                 r->saved[j] = llama_saved_new(&r->layout, t->batch);
+                if (r->saved[j] && t->opts.recompute)
+                    llama_saved_set_recompute(r->saved[j], 1);
             }
         }
     }

@@ -76,6 +76,8 @@ typedef struct trainer_opts {
     const int *layers_per_stage; /* [S] layers of each virtual stage (a plan's
                            * split, summing to the model's layers), or NULL
                            * for split.h's even split; read by trainer_create only */
+    int recompute;        /* 1: activation recompute (llama_saved_set_recompute): F keeps
+                           * only each stage's input, B reruns F; same bits, less memory */
 } trainer_opts;
 
 /* Progress counters, updated by trainer_step. */

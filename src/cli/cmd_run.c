@@ -706,6 +706,7 @@ int cmd_run(int argc, char **argv)
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
     o.layers_per_stage = setup.layers_per_stage;
+    o.recompute = setup.plan_recompute;
 #ifdef ZB_HAVE_CUDA
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */

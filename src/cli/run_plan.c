@@ -158,13 +158,8 @@ int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
         return 0;
     }
     double avail = host_available_bytes();
-    if (avail <= 0 || need < avail) {
-        if (setup->plan_recompute)
-            fprintf(stderr, "zbsched run: warning: %s's plan assumes activation recompute, which "
-                    "the CPU runtime does not do; activation memory will exceed the prediction\n",
-                    file);
+    if (avail <= 0 || need < avail)
         return 0;
-    }
     return cli_error("%s: model %s (%.2f B parameters) needs at least %.1f GB of host memory "
                      "for its fp32 weights, gradients and optimizer state, but %.1f GB are "
                      "available; %s", file, setup->model.name, params / 1e9, need / 1e9,

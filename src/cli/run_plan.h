@@ -8,7 +8,8 @@
  * and memory predictions hold only for those (docs/cost-model.md).  `run`
  * therefore takes all three from the file unless told otherwise:
  *
- *   no --model          the plan's model, micro-batch and split;
+ *   no --model          the plan's model, micro-batch and split, and
+ *                       activation recompute when the plan assumed it;
  *   --model, same model the same (the flag is redundant);
  *   --model, another    that model with the even split and its own
  *                       micro-batch, with a warning that the file's
@@ -41,7 +42,7 @@ typedef struct run_setup {
     int *layers_per_stage; /* [n_stages] the plan's split, owned; NULL: even split */
     int n_stages;          /* entries of layers_per_stage */
     int from_plan;         /* 1 when the file's plan chose model, batch and split */
-    int plan_recompute;    /* 1 when that plan assumed activation recompute */
+    int plan_recompute;    /* 1 when that plan assumed activation recompute (trained with it) */
 } run_setup;
 
 /* Resolves the model, micro-batch and split for `run FILE` from the file's
@@ -54,9 +55,8 @@ int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag,
 
 /* Checks that the CPU runtime can train setup's model as planned (a
  * Llama-style model: SwiGLU, untied head) and that this machine can hold
- * the trainer for it (the model's vocab already the data's).  Returns 0 (after warning, when the plan
- * assumed recompute, that the CPU runtime does none), or 1 after printing
- * one line: the memory needed against the memory available, and how to
+ * the trainer for it (the model's vocab already the data's).  Returns 0,
+ * or 1 after printing one line: the memory needed against the memory available, and how to
  * try the schedule's shape with a small model. */
 int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup);
 

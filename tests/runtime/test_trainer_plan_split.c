@@ -11,7 +11,9 @@
  *   - with record_times, the trace's meta.measured holds one activation
  *     peak per device: in a schedule that runs every F, then every B, then
  *     every W, a device holds all m micro-batches' state at its peak, so
- *     the peak at m = 4 is exactly twice the peak at m = 2.
+ *     the peak at m = 4 is exactly twice the peak at m = 2;
+ *   - opts.recompute (a plan's recompute) gives the same bits and a lower
+ *     activation peak on every device.
  */
 #include <check.h>
 #include <string.h>
@@ -105,14 +107,16 @@ START_TEST(bad_splits_are_refused)
 }
 END_TEST
 
-/* The measured activation peaks of one step of fixture_scrambled_w(m). */
-static void peaks(int m, double *p0, double *p1)
+/* The measured activation peaks of one step of fixture_scrambled_w(m),
+ * or of fixture_gpipe2 (m = 2, BW right after the forwards) when m is 0. */
+static void peaks(int m, int recompute, double *p0, double *p1)
 {
     zb_data *d = fixture_data(32);
-    sched_t *s = fixture_scrambled_w(m);
+    sched_t *s = m ? fixture_scrambled_w(m) : fixture_gpipe2();
     zb_model mo = fixture_model();
     trainer_opts o = opts(NULL);
     o.record_times = 1;
+    o.recompute = recompute;
     trainer *t = NULL;
     zb_err err = { { 0 } };
     ck_assert_msg(trainer_create(s, &mo, d, &o, &t, &err) == 0, "%s", err.msg);
@@ -134,10 +138,32 @@ static void peaks(int m, double *p0, double *p1)
 START_TEST(trace_records_activation_peaks)
 {
     double a0, a1, b0, b1;
-    peaks(2, &a0, &a1);
-    peaks(4, &b0, &b1);
+    peaks(2, 0, &a0, &a1);
+    peaks(4, 0, &b0, &b1);
     ck_assert_msg(a0 > 0 && a1 > 0, "peaks %g %g", a0, a1);
     ck_assert_msg(b0 == 2 * a0 && b1 == 2 * a1, "m=4 peaks %g %g, m=2 peaks %g %g", b0, b1, a0, a1);
+}
+END_TEST
+
+START_TEST(recompute_is_bit_identical_and_holds_less)
+{
+    zb_data *d = fixture_data(32);
+    sched_t *s = fixture_scrambled_w(M);
+    trainer_opts plain = opts(NULL), rc = opts(NULL);
+    rc.recompute = 1;
+    fixture_run a = fixture_train(s, d, &plain, STEPS), b = fixture_train(s, d, &rc, STEPS);
+    fixture_assert_same(&a, &b, "recompute");
+    free(a.params);
+    free(b.params);
+    sched_free(s);
+    data_free(d);
+    double p0, p1, q0, q1;
+    /* GPipe's peak is right after the forwards, where recompute keeps
+     * only the inputs (after B, W's state is the same either way) */
+    peaks(0, 0, &p0, &p1);
+    peaks(0, 1, &q0, &q1);
+    ck_assert_msg(q0 > 0 && q0 < p0 && q1 > 0 && q1 < p1,
+                  "recompute peaks %g %g against %g %g", q0, q1, p0, p1);
 }
 END_TEST
 
@@ -150,6 +176,7 @@ int main(void)
     tcase_add_test(tc, split_layout_follows_the_plan);
     tcase_add_test(tc, bad_splits_are_refused);
     tcase_add_test(tc, trace_records_activation_peaks);
+    tcase_add_test(tc, recompute_is_bit_identical_and_holds_less);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
