@@ -37,8 +37,11 @@ if [ -f "$DATA" ]; then
   # Profiled at micro-batch 1 and planned at micro-batch 1: the profile is
   # then used at its own size, not scaled (small GEMMs do not scale linearly).
   "$Z" profile --model tiny --batch-size 1 --data "$DATA" -o "$O/tiny-profile.json" -q
-  "$Z" search --model tiny --profile "$O/tiny-profile.json" --gpus 2 --global-batch 16 \
-       --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
+  # tools/cpu-device.json describes one CPU core as a pipeline device (the
+  # fp32 GEMM peak of one core of the development VM, bench/README.md); with
+  # --profile it only sets the MFU column, the times come from the profile.
+  "$Z" search --model tiny --profile "$O/tiny-profile.json" --gpu tools/cpu-device.json \
+       --gpus 2 --global-batch 16 --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
   "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
        --trace "$O/tiny-trace.json" -q
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"
