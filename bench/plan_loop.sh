@@ -29,7 +29,7 @@ echo "plan loop: model $model, micro-batch <= $b, $p devices, global batch $gb, 
 i=0
 while [ $i -lt "$reps" ]; do
   i=$((i + 1))
-  "$zb" profile --model "$model" --batch-size "$b" -o "$out/prof.json" -q
+  "$zb" profile --model "$model" --batch-size "$b" --reps 20 -o "$out/prof.json" -q
   "$zb" search --model "$model" --profile "$out/prof.json" --gpu tools/cpu-device.json \
       --gpus "$p" --global-batch "$gb" \
       --max-micro-batch "$b" --mem 8G -o "$out/plan.json" -q > "$out/search.txt"

@@ -36,7 +36,7 @@ if [ -f "$DATA" ]; then
   echo "== 3. the loop: profile the tiny model here, plan with the measured costs, train the plan, compare"
   # Profiled at micro-batch 1 and planned at micro-batch 1: the profile is
   # then used at its own size, not scaled (small GEMMs do not scale linearly).
-  "$Z" profile --model tiny --batch-size 1 --data "$DATA" -o "$O/tiny-profile.json" -q
+  "$Z" profile --model tiny --batch-size 1 --reps 20 --data "$DATA" -o "$O/tiny-profile.json" -q
   # tools/cpu-device.json describes one CPU core as a pipeline device (the
   # fp32 GEMM peak of one core of the development VM, bench/README.md); with
   # --profile it only sets the MFU column, the times come from the profile.
