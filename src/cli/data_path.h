@@ -12,7 +12,7 @@
 #ifndef ZB_CLI_DATA_PATH_H
 #define ZB_CLI_DATA_PATH_H
 
-/* The text file's name below the data directory, for help texts. */
+/* The environment variable that names the text instead of the built-in path. */
 #define CLI_DATA_ENV "ZBSCHED_DATA"
 
 /* $ZBSCHED_DATA when set and not empty, else the built-in path above.
