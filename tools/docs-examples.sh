@@ -60,7 +60,7 @@ for md in "$@"; do
     k=${c%.cmd}
     cmd=$(cat "$c")
     rm -rf "$work/run"; mkdir "$work/run"
-    (cd "$work/run" && PATH="$work/bin:$PATH" bash -c "$cmd" </dev/null >"$k.got" 2>/dev/null)
+    (cd "$work/run" && PATH="$work/bin:$PATH" LC_ALL=C bash -c "$cmd" </dev/null >"$k.got" 2>/dev/null)
     checked=$((checked + 1))
     if ! cmp -s "$k.want" "$k.got"; then
       if [ $update -eq 1 ]; then
