@@ -31,7 +31,7 @@ while [ $i -lt "$reps" ]; do
   i=$((i + 1))
   "$zb" profile --model "$model" --batch-size "$b" --reps 20 -o "$out/prof.json" -q
   "$zb" search --model "$model" --profile "$out/prof.json" --gpu tools/cpu-device.json \
-      --gpus "$p" --global-batch "$gb" \
+      --gpus "$p" --stages "$p" --global-batch "$gb" \
       --max-micro-batch "$b" --mem 8G -o "$out/plan.json" -q > "$out/search.txt"
   best=$(grep '^best:' "$out/search.txt")
   "$zb" run "$out/plan.json" --steps "$steps" --eval-windows 1 --trace "$out/trace.json" -q > /dev/null

@@ -73,6 +73,7 @@ typedef struct stage_rt {
     float **w_scratch;     /* [m] weight gradients of W ops run ahead of order */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
+    int recompute;         /* 1: this stage's saved states recompute (opts.recompute_stages) */
 } stage_rt;
 
 /* What a worker thread runs: the lane's ops, the post-validated optimizer
@@ -135,7 +136,7 @@ void trainer_opts_default(trainer_opts *o)
     o->eval_windows = 16;
     o->record_times = 0;
     o->layers_per_stage = NULL;
-    o->recompute = 0;
+    o->recompute_stages = NULL;
 }
 
 static double ms_since(const struct timespec *t0)
@@ -251,6 +252,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->data = d;
     t->opts = *opts;
     t->opts.layers_per_stage = NULL; /* borrowed for the split only */
+    t->opts.recompute_stages = NULL; /* copied into each stage_rt below */
     t->n_stages = s->n_stages;
     t->n_micro = s->n_micro;
     t->n_devices = s->n_devices;
@@ -296,6 +298,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             return zb_wrap(err, "stage %d: ", i);
         }
         r->device = s->stage_device[i];
+        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
         r->n_params = llama_stage_num_params(&r->layout);
         r->params = alloc_floats(r->n_params);
         r->grads = alloc_floats(r->n_params);
@@ -310,7 +313,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         oom = !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
-            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && opts->recompute)
+            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && r->recompute)
                 llama_saved_set_recompute(r->saved[j], 1);
         if (oom) {
             free(first);
@@ -621,7 +624,7 @@ static void reset_step_state(trainer *t)
             if (llama_saved_bytes(r->saved[j]) > 0) {
                 llama_saved_free(r->saved[j]);
                 r->saved[j] = llama_saved_new(&r->layout, t->batch);
-                if (r->saved[j] && t->opts.recompute)
+                if (r->saved[j] && r->recompute)
                     llama_saved_set_recompute(r->saved[j], 1);
             }
         }

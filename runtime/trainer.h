@@ -76,8 +76,10 @@ typedef struct trainer_opts {
     const int *layers_per_stage; /* [S] layers of each virtual stage (a plan's
                            * split, summing to the model's layers), or NULL
                            * for split.h's even split; read by trainer_create only */
-    int recompute;        /* 1: activation recompute (llama_saved_set_recompute): F keeps
-                           * only each stage's input, B reruns F; same bits, less memory */
+    const int *recompute_stages; /* [S] 1 where a stage recomputes activations
+                           * (llama_saved_set_recompute: F keeps only the stage's input,
+                           * B reruns F; same bits, less memory), or NULL for none;
+                           * read by trainer_create only */
 } trainer_opts;
 
 /* Progress counters, updated by trainer_step. */

@@ -41,7 +41,7 @@ if [ -f "$DATA" ]; then
   # fp32 GEMM peak of one core of the development VM, bench/README.md); with
   # --profile it only sets the MFU column, the times come from the profile.
   "$Z" search --model tiny --profile "$O/tiny-profile.json" --gpu tools/cpu-device.json \
-       --gpus 2 --global-batch 16 --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
+       --gpus 2 --stages 2 --global-batch 16 --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
   "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
        --trace "$O/tiny-trace.json" -q
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"

@@ -693,6 +693,10 @@ int cmd_run(int argc, char **argv)
     m.vocab = setup.model.vocab = d->vocab;
     if (!a.cuda && run_plan_fits(a.file, s, &setup) != 0)
         goto out;
+    if (setup.data_parallel > 1 && a.isl.replicas != setup.data_parallel)
+        fprintf(stderr, "zbsched run: warning: %s's plan has %d data-parallel replicas of the "
+                "pipeline; --replicas %d --outer sync trains them all\n", a.file,
+                setup.data_parallel, setup.data_parallel);
     trainer_opts o;
     trainer_opts_default(&o);
     o.seed = (uint64_t)a.seed;
@@ -706,7 +710,7 @@ int cmd_run(int argc, char **argv)
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
     o.layers_per_stage = setup.layers_per_stage;
-    o.recompute = setup.plan_recompute;
+    o.recompute_stages = setup.recompute_stages;
 #ifdef ZB_HAVE_CUDA
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */

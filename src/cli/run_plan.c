@@ -31,51 +31,99 @@ static int same_model(const zb_model *a, const zb_model *b)
            a->swiglu == b->swiglu && a->tied_embedding == b->tied_embedding;
 }
 
-/* Reads meta.plan's micro_batch and layers_per_stage[S] and meta.model.
- * Returns 1 when the file has a plan, 0 when not, -1 with err set when
- * the plan is malformed. */
-static int read_plan(const sched_t *s, zb_model *m, int *micro_batch, int **split, int *recompute,
-                     zb_err *err)
+/* What a file's plan says (meta "plan" and "model"). */
+typedef struct plan_info {
+    zb_model model;        /* meta.model */
+    int micro_batch;       /* plan.micro_batch */
+    int *split;            /* [S] plan.layers_per_stage, owned */
+    int *recompute;        /* [S] plan.recompute_stages (or plan.recompute for all), owned */
+    int any_recompute;     /* 1 when some stage recomputes */
+    int data_parallel;     /* plan.data_parallel (1 when absent) */
+} plan_info;
+
+static void plan_info_free(plan_info *p)
 {
+    free(p->split);
+    free(p->recompute);
+    p->split = p->recompute = NULL;
+}
+
+/* Reads an array of S integers (bools count as 0/1) in [0, hi] into a new
+ * array; -1 with err naming key when it is not that. */
+static int read_ints(const cJSON *plan, const char *key, int S, int hi, int **out, zb_err *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(plan, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != S)
+        return zb_fail(err, "the plan's %s is missing or does not have %d entries (one per "
+                       "virtual stage)", key, S);
+    int *v = malloc(sizeof *v * (size_t)S);
+    if (!v)
+        return zb_fail(err, "out of memory");
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (cJSON_IsBool(e)) {
+            v[i++] = cJSON_IsTrue(e);
+            continue;
+        }
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > hi ||
+            e->valuedouble != floor(e->valuedouble)) {
+            free(v);
+            return zb_fail(err, "the plan's %s[%d] is out of range", key, i);
+        }
+        v[i++] = (int)e->valuedouble;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Fills *p from s's meta.  Returns 1 when the file has a plan, 0 when not,
+ * -1 with err set when the plan is malformed (p then holds nothing). */
+static int read_plan(const sched_t *s, plan_info *p, zb_err *err)
+{
+    memset(p, 0, sizeof *p);
     const cJSON *plan = s->meta ? cJSON_GetObjectItemCaseSensitive(s->meta, "plan") : NULL;
     if (!cJSON_IsObject(plan))
         return 0;
     const cJSON *jm = cJSON_GetObjectItemCaseSensitive(s->meta, "model");
     if (!cJSON_IsObject(jm))
         return zb_fail(err, "the plan has no \"model\" object beside it");
-    if (model_from_json(jm, m, err) != 0)
+    if (model_from_json(jm, &p->model, err) != 0)
         return zb_wrap(err, "the plan's model: ");
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(plan, "micro_batch");
     if (!cJSON_IsNumber(mb) || mb->valuedouble < 1 || mb->valuedouble > 65536 ||
         mb->valuedouble != floor(mb->valuedouble))
         return zb_fail(err, "the plan's micro_batch is missing or not a positive integer");
-    *micro_batch = (int)mb->valuedouble;
-    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(plan, "recompute");
-    *recompute = cJSON_IsTrue(rc);
-    const cJSON *lps = cJSON_GetObjectItemCaseSensitive(plan, "layers_per_stage");
-    if (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) != s->n_stages)
-        return zb_fail(err, "the plan's layers_per_stage is missing or does not have %d entries "
-                       "(one per virtual stage)", s->n_stages);
-    int *v = malloc(sizeof *v * (size_t)s->n_stages);
-    if (!v)
-        return zb_fail(err, "out of memory");
-    int i = 0, sum = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, lps) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > m->n_layers ||
-            e->valuedouble != floor(e->valuedouble)) {
-            free(v);
-            return zb_fail(err, "the plan's layers_per_stage[%d] is not a layer count", i);
-        }
-        v[i] = (int)e->valuedouble;
-        sum += v[i++];
-    }
-    if (sum != m->n_layers) {
-        free(v);
+    p->micro_batch = (int)mb->valuedouble;
+    const cJSON *dp = cJSON_GetObjectItemCaseSensitive(plan, "data_parallel");
+    p->data_parallel = cJSON_IsNumber(dp) && dp->valuedouble >= 1 ? (int)dp->valuedouble : 1;
+    int S = s->n_stages;
+    if (read_ints(plan, "layers_per_stage", S, p->model.n_layers, &p->split, err) != 0)
+        return -1;
+    int sum = 0;
+    for (int i = 0; i < S; i++)
+        sum += p->split[i];
+    if (sum != p->model.n_layers) {
+        plan_info_free(p);
         return zb_fail(err, "the plan's layers_per_stage sums to %d but model %s has %d layers",
-                       sum, m->name, m->n_layers);
+                       sum, p->model.name, p->model.n_layers);
     }
-    *split = v;
+    if (cJSON_GetObjectItemCaseSensitive(plan, "recompute_stages")) {
+        if (read_ints(plan, "recompute_stages", S, 1, &p->recompute, err) != 0) {
+            plan_info_free(p);
+            return -1;
+        }
+    } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(plan, "recompute"))) {
+        /* plans written before per-stage recompute: every stage */
+        if (!(p->recompute = malloc(sizeof *p->recompute * (size_t)S))) {
+            plan_info_free(p);
+            return zb_fail(err, "out of memory");
+        }
+        for (int i = 0; i < S; i++)
+            p->recompute[i] = 1;
+    }
+    for (int i = 0; p->recompute && i < S; i++)
+        p->any_recompute |= p->recompute[i];
     return 1;
 }
 
@@ -84,39 +132,41 @@ int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag,
 {
     memset(out, 0, sizeof *out);
     zb_err err = { { 0 } };
-    zb_model planned;
-    int plan_b = 0, recompute = 0, *split = NULL;
-    int has = read_plan(s, &planned, &plan_b, &split, &recompute, &err);
+    plan_info pl;
+    int has = read_plan(s, &pl, &err);
     if (has < 0) {
         zb_wrap(&err, "%s: ", file);
         return cli_fail(&err);
     }
     zb_model flag_model;
     if (model_flag && model_load(model_flag, &flag_model, &err) != 0) {
-        free(split);
+        plan_info_free(&pl);
         return cli_fail(&err);
     }
-    if (has && (!model_flag || same_model(&flag_model, &planned))) {
-        if (batch_flag > 0 && batch_flag != plan_b) {
-            free(split);
+    if (has && (!model_flag || same_model(&flag_model, &pl.model))) {
+        if (batch_flag > 0 && batch_flag != pl.micro_batch) {
+            plan_info_free(&pl);
             return cli_usage("run", "--batch-size %ld contradicts %s's plan (micro-batch %d, "
                              "which its split and predictions assume); drop the flag, or re-plan "
-                             "with `zbsched search`", batch_flag, file, plan_b);
+                             "with `zbsched search`", batch_flag, file, pl.micro_batch);
         }
-        out->model = model_flag ? flag_model : planned;
-        out->model.micro_batch = plan_b;
-        out->batch = plan_b;
-        out->layers_per_stage = split;
+        out->model = model_flag ? flag_model : pl.model;
+        out->model.micro_batch = pl.micro_batch;
+        out->batch = pl.micro_batch;
+        out->layers_per_stage = pl.split;
+        out->recompute_stages = pl.any_recompute ? pl.recompute : NULL;
+        if (!pl.any_recompute)
+            free(pl.recompute);
         out->n_stages = s->n_stages;
         out->from_plan = 1;
-        out->plan_recompute = recompute;
+        out->data_parallel = pl.data_parallel;
         return 0;
     }
     if (has) {
         fprintf(stderr, "zbsched run: warning: %s was planned for model %s at micro-batch %d; "
                 "training %s with an even layer split instead, so the file's predictions do not "
-                "apply\n", file, planned.name, plan_b, flag_model.name);
-        free(split);
+                "apply\n", file, pl.model.name, pl.micro_batch, flag_model.name);
+        plan_info_free(&pl);
     }
     if (model_flag)
         out->model = flag_model;
@@ -169,5 +219,6 @@ int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
 void run_setup_free(run_setup *setup)
 {
     free(setup->layers_per_stage);
-    setup->layers_per_stage = NULL;
+    free(setup->recompute_stages);
+    setup->layers_per_stage = setup->recompute_stages = NULL;
 }

@@ -9,7 +9,8 @@
  * therefore takes all three from the file unless told otherwise:
  *
  *   no --model          the plan's model, micro-batch and split, and
- *                       activation recompute when the plan assumed it;
+ *                       activation recompute on the stages the plan
+ *                       recomputes (plan.recompute_stages);
  *   --model, same model the same (the flag is redundant);
  *   --model, another    that model with the even split and its own
  *                       micro-batch, with a warning that the file's
@@ -42,7 +43,9 @@ typedef struct run_setup {
     int *layers_per_stage; /* [n_stages] the plan's split, owned; NULL: even split */
     int n_stages;          /* entries of layers_per_stage */
     int from_plan;         /* 1 when the file's plan chose model, batch and split */
-    int plan_recompute;    /* 1 when that plan assumed activation recompute (trained with it) */
+    int *recompute_stages; /* [n_stages] 1 where the plan recomputes activations, owned;
+                            * NULL: no stage does */
+    int data_parallel;     /* the plan's data-parallel degree (1: one pipeline) */
 } run_setup;
 
 /* Resolves the model, micro-batch and split for `run FILE` from the file's

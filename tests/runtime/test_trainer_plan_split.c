@@ -12,8 +12,8 @@
  *     peak per device: in a schedule that runs every F, then every B, then
  *     every W, a device holds all m micro-batches' state at its peak, so
  *     the peak at m = 4 is exactly twice the peak at m = 2;
- *   - opts.recompute (a plan's recompute) gives the same bits and a lower
- *     activation peak on every device.
+ *   - opts.recompute_stages (a plan's recompute) gives the same bits and a
+ *     lower activation peak on every device.
  */
 #include <check.h>
 #include <string.h>
@@ -115,8 +115,9 @@ static void peaks(int m, int recompute, double *p0, double *p1)
     sched_t *s = m ? fixture_scrambled_w(m) : fixture_gpipe2();
     zb_model mo = fixture_model();
     trainer_opts o = opts(NULL);
+    static const int all[2] = { 1, 1 };
     o.record_times = 1;
-    o.recompute = recompute;
+    o.recompute_stages = recompute ? all : NULL;
     trainer *t = NULL;
     zb_err err = { { 0 } };
     ck_assert_msg(trainer_create(s, &mo, d, &o, &t, &err) == 0, "%s", err.msg);
@@ -149,8 +150,9 @@ START_TEST(recompute_is_bit_identical_and_holds_less)
 {
     zb_data *d = fixture_data(32);
     sched_t *s = fixture_scrambled_w(M);
+    static const int all[2] = { 1, 1 };
     trainer_opts plain = opts(NULL), rc = opts(NULL);
-    rc.recompute = 1;
+    rc.recompute_stages = all;
     fixture_run a = fixture_train(s, d, &plain, STEPS), b = fixture_train(s, d, &rc, STEPS);
     fixture_assert_same(&a, &b, "recompute");
     free(a.params);
