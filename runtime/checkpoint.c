@@ -73,7 +73,11 @@ fail:
     return zb_wrap(err, "checkpoint: ");
 }
 
-int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)
+/* Opens path and reads a whole, intact checkpoint: magic, version, sizes
+ * against the file length, checksum.  On success *h, *table (n_parts
+ * sizes) and *payload (payload_bytes) are the caller's to free. */
+static int read_verified(const char *path, ckpt_header *hp, uint64_t **table_out,
+                         char **payload_out, zb_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -129,24 +133,46 @@ int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)
         zb_fail(err, "%s: corrupt checkpoint (checksum mismatch)", path);
         goto out;
     }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < h.n_parts; i++)
+        total += table[i];
+    if (total != h.payload_bytes) {
+        zb_fail(err, "%s: corrupt checkpoint (part sizes do not add up)", path);
+        goto out;
+    }
+    *hp = h;
+    *table_out = table;
+    *payload_out = payload;
+    table = NULL;
+    payload = NULL;
+    rc = 0;
+out:
+    free(table);
+    free(payload);
+    fclose(f);
+    return rc;
+}
+
+int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)
+{
+    ckpt_header h;
+    uint64_t *table = NULL;
+    char *payload = NULL;
+    if (read_verified(path, &h, &table, &payload, err) != 0)
+        return -1;
+    int rc = -1;
     /* Intact: now is it the checkpoint the caller expects? */
     if (h.n_parts != (uint32_t)n_parts) {
         zb_fail(err, "%s: the checkpoint has %u parts, expected %d (another model or split?)",
                 path, h.n_parts, n_parts);
         goto out;
     }
-    uint64_t total = 0;
     for (int i = 0; i < n_parts; i++) {
         if (table[i] != parts[i].bytes) {
             zb_fail(err, "%s: checkpoint part %d holds %llu bytes, expected %zu "
                     "(another model or split?)", path, i, (unsigned long long)table[i], parts[i].bytes);
             goto out;
         }
-        total += table[i];
-    }
-    if (total != h.payload_bytes) {
-        zb_fail(err, "%s: corrupt checkpoint (part sizes do not add up)", path);
-        goto out;
     }
     size_t off = 0;
     for (int i = 0; i < n_parts; i++) {
@@ -157,6 +183,43 @@ int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err)
 out:
     free(table);
     free(payload);
-    fclose(f);
     return rc;
+}
+
+int ckpt_read_any(const char *path, ckpt_part **parts_out, int *n_parts, zb_err *err)
+{
+    ckpt_header h;
+    uint64_t *table = NULL;
+    char *payload = NULL;
+    if (read_verified(path, &h, &table, &payload, err) != 0)
+        return -1;
+    ckpt_part *parts = calloc(h.n_parts ? h.n_parts : 1, sizeof *parts);
+    int rc = parts ? 0 : zb_fail(err, "%s: out of memory", path);
+    size_t off = 0;
+    for (uint32_t i = 0; rc == 0 && i < h.n_parts; i++) {
+        parts[i].bytes = (size_t)table[i];
+        parts[i].data = malloc(parts[i].bytes ? parts[i].bytes : 1);
+        if (!parts[i].data) {
+            rc = zb_fail(err, "%s: out of memory", path);
+            break;
+        }
+        memcpy(parts[i].data, payload + off, parts[i].bytes);
+        off += parts[i].bytes;
+    }
+    if (rc != 0) {
+        ckpt_parts_free(parts, (int)h.n_parts);
+    } else {
+        *parts_out = parts;
+        *n_parts = (int)h.n_parts;
+    }
+    free(table);
+    free(payload);
+    return rc;
+}
+
+void ckpt_parts_free(ckpt_part *parts, int n_parts)
+{
+    for (int i = 0; parts && i < n_parts; i++)
+        free(parts[i].data);
+    free(parts);
 }

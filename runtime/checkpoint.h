@@ -48,4 +48,14 @@ int ckpt_write(const char *path, const ckpt_part *parts, int n_parts, zb_err *er
  * shape, truncated, checksum mismatch); on failure no buffer is touched. */
 int ckpt_read(const char *path, ckpt_part *parts, int n_parts, zb_err *err);
 
+/* Reads a whole, intact checkpoint of any shape (the same checks as
+ * ckpt_read but the sizes): *parts_out gets n fresh parts with their own
+ * buffers (free with ckpt_parts_free).  For readers that learn the shape
+ * from the file, e.g. generation from a checkpoint of any split.  Returns 0
+ * or -1 with err set. */
+int ckpt_read_any(const char *path, ckpt_part **parts_out, int *n_parts, zb_err *err);
+
+/* Frees what ckpt_read_any returned (NULL is fine). */
+void ckpt_parts_free(ckpt_part *parts, int n_parts);
+
 #endif

@@ -1140,6 +1140,71 @@ static int meta_set(cJSON *meta, const char *key, cJSON *value)
     return 0;
 }
 
+/* The plan's account of memory layers: where they went, each stage's
+ * static bytes and how the split chose (cost_split_layers_memory). */
+static int annotate_memory(const zb_model *m, const search_options *o, const cost_options *copt,
+                           const search_candidate *c, const int *split, int S, cJSON *plan)
+{
+    cost_stage *st = malloc(sizeof *st * (size_t)S);
+    double *v = malloc(sizeof *v * (size_t)(S > ZB_MEMORY_MAX_LAYERS ? S : ZB_MEMORY_MAX_LAYERS));
+    int bad = !st || !v;
+    if (!bad && cost_stages(m, &o->gpu, copt, S, 0, st, NULL) < 0)
+        bad = 1;
+    if (!bad) {
+        for (int i = 0; i < m->memory.n_layers; i++) {
+            int l = m->memory.layers[i], first = 0, s = 0;
+            while (s < S - 1 && l >= first + split[s])
+                first += split[s++];
+            v[i] = s;
+        }
+        cJSON *a = cJSON_CreateArray();
+        for (int i = 0; a && i < m->memory.n_layers; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(m->memory.layers[i]));
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "memory_layers", a);
+        a = number_array(v, m->memory.n_layers);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "memory_layer_stages", a);
+        for (int i = 0; i < S; i++)
+            v[i] = st[i].static_bytes;
+        a = number_array(v, S);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "stage_static_bytes", a);
+        for (int i = 0; i < S; i++)
+            v[i] = (st[i].t_f + st[i].t_b + st[i].t_w) * 1e3;
+        a = number_array(v, S);
+        bad |= !a;
+        if (a)
+            cJSON_AddItemToObject(plan, "stage_fbw_ms", a);
+        char why[512];
+        const char *shared = m->memory.shared_values
+                                 ? "; the shared value table's layers on one stage" : "";
+        if (c->split_tuned)
+            snprintf(why, sizeof why,
+                     "memory layers placed by time and memory: the split search started from "
+                     "the rules' splits (balanced: the smallest largest stage F+B+W time, then, "
+                     "within %.0f%% of it, the smallest largest static state) and moved single "
+                     "layers between neighbouring stages while the peak's excess over the "
+                     "memory limit shrank or, within it, the predicted time improved%s",
+                     100 * COST_MEMORY_TIME_SLACK, shared);
+        else if (c->split == COST_SPLIT_BALANCED)
+            snprintf(why, sizeof why,
+                     "memory layers placed by time and memory: the smallest largest stage F+B+W "
+                     "time, then, within %.0f%% of it, the smallest largest static state%s",
+                     100 * COST_MEMORY_TIME_SLACK, shared);
+        else
+            snprintf(why, sizeof why, "memory layers placed by the paper's layer-count rule, "
+                     "which weighs neither their time nor their memory");
+        bad |= !cJSON_AddStringToObject(plan, "layer_placement", why);
+    }
+    free(st);
+    free(v);
+    return bad ? -1 : 0;
+}
+
 int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
 {
     sched_t *s = c->sched;
@@ -1215,7 +1280,9 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
         bad |= !cJSON_AddStringToObject(plan, "loss", o->loss == COST_LOSS_FUSED ? "fused" : "plain");
         bad |= !cJSON_AddStringToObject(plan, "split", c->split_tuned ? "searched"
-                                                       : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
+                                                       : c->split != COST_SPLIT_BALANCED ? "paper"
+                                                       : m.memory.n_layers > 0 ? "balanced-time-then-memory"
+                                                       : "balanced");
         bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp * c->dp);
         bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
         for (int i = 0; i < S; i++)
@@ -1224,6 +1291,14 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !a;
         if (a)
             cJSON_AddItemToObject(plan, "layers_per_stage", a);
+        if (m.memory.n_layers > 0) {
+            cost_options co;
+            cost_options_for(o, NULL, c->split, &co);
+            co.zero1_dp = o->zero1_dp * c->dp;
+            co.recompute = c->recompute;
+            co.layers = c->layers;
+            bad |= annotate_memory(&m, o, &co, c, c->layers, S, plan) < 0;
+        }
     }
     if (!bad) {
         bad |= meta_set(s->meta, "model", model_to_json(&m)) < 0;

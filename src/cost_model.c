@@ -188,6 +188,7 @@ static double head_params(const zb_model *m)
 double cost_param_count(const zb_model *m)
 {
     double p = m->n_layers * layer_params(m) + embedding_params(m) + head_params(m);
+    p += cost_memory_param_delta(m);
     if (m->tied_embedding)
         p -= (double)m->vocab * m->d_model;
     return p;
@@ -359,6 +360,8 @@ int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o,
             return zb_fail(err, "layer split: %ld layers over the stages, model has %d", total, m->n_layers);
         return 0;
     }
+    if (o->split == COST_SPLIT_BALANCED && m->memory.n_layers > 0)
+        return cost_split_layers_memory(m, g, o, n_stages, layers, err);
     if (o->split != COST_SPLIT_BALANCED)
         return cost_layer_split(m->n_layers, n_stages, layers, err);
     cost_part layer, emb, head;
@@ -435,6 +438,7 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
             add_part(st, &h, 1);
             st->static_bytes += h.params * bpp;
         }
+        cost_memory_stage_adjust(m, g, o, i, st);
     }
     free(split);
     return 0;
@@ -509,5 +513,6 @@ double cost_model_flops(const zb_model *m, const cost_options *o)
     estimate_layer(m, &plain, &layer);
     estimate_head(m, &plain, &head);
     estimate_embedding(m, &emb);
-    return m->n_layers * layer.useful_flops + head.useful_flops;
+    return m->n_layers * layer.useful_flops + head.useful_flops +
+           cost_memory_flops_delta(m, &plain);
 }

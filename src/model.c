@@ -27,22 +27,27 @@ static const zb_model model_presets[] = {
     /* Zero-bubble paper, Table 3: GPT-style 4h FFN, learned positions
      * (rope_theta 0), Megatron's default tied embedding, seq 1024, the
      * paper's micro-batch sizes. */
-    { "1.5B", 22, 2304, 24, 24, 4 * 2304, GPT_VOCAB_PADDED, 1024, 6, 0, 1, 0, ZB_BF16 },
-    { "6.2B", 30, 4096, 32, 32, 4 * 4096, GPT_VOCAB_PADDED, 1024, 3, 0, 1, 0, ZB_BF16 },
-    { "14.6B", 46, 5120, 40, 40, 4 * 5120, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16 },
-    { "28.3B", 62, 6144, 48, 48, 4 * 6144, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16 },
+    { "1.5B", 22, 2304, 24, 24, 4 * 2304, GPT_VOCAB_PADDED, 1024, 6, 0, 1, 0, ZB_BF16, { 0 } },
+    { "6.2B", 30, 4096, 32, 32, 4 * 4096, GPT_VOCAB_PADDED, 1024, 3, 0, 1, 0, ZB_BF16, { 0 } },
+    { "14.6B", 46, 5120, 40, 40, 4 * 5120, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16, { 0 } },
+    { "28.3B", 62, 6144, 48, 48, 4 * 6144, GPT_VOCAB_PADDED, 1024, 1, 0, 1, 0, ZB_BF16, { 0 } },
     /* Meta Llama 3 (config.json of Meta-Llama-3-8B / -70B). */
-    { "llama3-8b", 32, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
-    { "llama3-70b", 80, 8192, 64, 8, 28672, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
+    { "llama3-8b", 32, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
+    { "llama3-70b", 80, 8192, 64, 8, 28672, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
     /* INTELLECT-1 (PrimeIntellect-ai/prime: llama3_configs["10B"],
      * configs/10B/H100_intellect1.toml): Llama-3 shape with 42 layers;
      * FFN 4096*8/3*1.3 rounded up to a multiple of 1024 = 14336. */
-    { "intellect-1-10b", 42, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16 },
+    { "intellect-1-10b", 42, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
     /* The runtime's own small Llama-style models on tinyshakespeare
      * (65 characters).  SwiGLU with d_ff = 4*d_model, untied head so that
      * the embedding and the head live on different pipeline stages. */
-    { "tiny", 4, 64, 4, 4, 256, 65, 64, 4, 1, 0, 10000, ZB_FP32 },
-    { "shakespeare-char", 6, 384, 6, 6, 1536, 65, 256, 16, 1, 0, 10000, ZB_BF16 },
+    { "tiny", 4, 64, 4, 4, 256, 65, 64, 4, 1, 0, 10000, ZB_FP32, { 0 } },
+    { "shakespeare-char", 6, 384, 6, 6, 1536, 65, 256, 16, 1, 0, 10000, ZB_BF16, { 0 } },
+    /* tiny with a product-key memory layer in place of layer 2's FFN:
+     * 64² = 4096 slots of 64 floats, 2 heads of k_dim 32, top-8
+     * (docs/memory-layers.md). */
+    { "tiny-mem", 4, 64, 4, 4, 256, 65, 64, 4, 1, 0, 10000, ZB_FP32,
+      { 1, { 2 }, 64, 8, 2, 32, 64, 0 } },
 };
 
 /* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
@@ -152,6 +157,8 @@ int model_check(const zb_model *m, zb_err *err)
         return zb_fail(err, "model '%s': rope_theta must be >= 0 (0 = learned positions)", m->name);
     if (m->dtype != ZB_FP32 && m->dtype != ZB_BF16 && m->dtype != ZB_FP16)
         return zb_fail(err, "model '%s': unknown dtype", m->name);
+    if (model_memory_check(m, err) < 0)
+        return -1;
     /* Products used by the cost model must stay far from overflow. */
     double tokens = (double)m->seq_len * m->micro_batch;
     if ((double)m->d_model * m->d_ff > 1e12 || (double)m->vocab * m->d_model > 1e13 || tokens > 1e9)
@@ -221,7 +228,7 @@ int model_from_json(const cJSON *obj, zb_model *m, zb_err *err)
 {
     static const char *const keys[] = {
         "base", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", "seq_len",
-        "micro_batch", "swiglu", "tied_embedding", "rope_theta", "dtype", NULL
+        "micro_batch", "swiglu", "tied_embedding", "rope_theta", "dtype", "memory", NULL
     };
     if (!cJSON_IsObject(obj))
         return zb_fail(err, "a model must be a JSON object");
@@ -271,6 +278,9 @@ int model_from_json(const cJSON *obj, zb_model *m, zb_err *err)
         r.n_kv_heads = r.n_heads;
     if (r.d_ff < 0)
         r.d_ff = 4 * r.d_model;
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(obj, "memory");
+    if (mem && model_memory_from_json(mem, &r, &r.memory, err) < 0)
+        return zb_wrap(err, "\"memory\": ");
     if (model_check(&r, err) < 0)
         return -1;
     *m = r;
@@ -295,11 +305,136 @@ cJSON *model_to_json(const zb_model *m)
              cJSON_AddNumberToObject(o, "tied_embedding", m->tied_embedding) &&
              cJSON_AddNumberToObject(o, "rope_theta", m->rope_theta) &&
              cJSON_AddStringToObject(o, "dtype", zb_dtype_name(m->dtype));
+    if (ok && m->memory.n_layers > 0) {
+        const zb_memory *mm = &m->memory;
+        cJSON *mo = cJSON_AddObjectToObject(o, "memory");
+        cJSON *ls = mo ? cJSON_AddArrayToObject(mo, "layers") : NULL;
+        ok = ls != NULL;
+        for (int i = 0; ok && i < mm->n_layers; i++) {
+            cJSON *x = cJSON_CreateNumber(mm->layers[i]);
+            ok = x != NULL;
+            if (x)
+                cJSON_AddItemToArray(ls, x);
+        }
+        ok = ok && cJSON_AddNumberToObject(mo, "keys", (double)mm->n_keys * mm->n_keys) &&
+             cJSON_AddNumberToObject(mo, "topk", mm->topk) &&
+             cJSON_AddNumberToObject(mo, "heads", mm->heads) &&
+             cJSON_AddNumberToObject(mo, "k_dim", mm->k_dim) &&
+             cJSON_AddNumberToObject(mo, "value_dim", mm->value_dim) &&
+             cJSON_AddBoolToObject(mo, "shared", mm->shared_values);
+    }
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
     }
     return o;
+}
+
+/* --- memory layers ------------------------------------------------------- */
+
+int model_is_memory_layer(const zb_model *m, int layer)
+{
+    for (int i = 0; i < m->memory.n_layers; i++)
+        if (m->memory.layers[i] == layer)
+            return 1;
+    return 0;
+}
+
+int model_memory_check(const zb_model *m, zb_err *err)
+{
+    const zb_memory *mm = &m->memory;
+    if (mm->n_layers == 0)
+        return 0;
+    if (mm->n_layers < 0 || mm->n_layers > ZB_MEMORY_MAX_LAYERS)
+        return zb_fail(err, "model '%s': 1..%d memory layers", m->name, ZB_MEMORY_MAX_LAYERS);
+    for (int i = 0; i < mm->n_layers; i++) {
+        if (mm->layers[i] < 0 || mm->layers[i] >= m->n_layers)
+            return zb_fail(err, "model '%s': memory layer %d is outside the model's %d layers",
+                           m->name, mm->layers[i], m->n_layers);
+        if (i > 0 && mm->layers[i] <= mm->layers[i - 1])
+            return zb_fail(err, "model '%s': memory layers must be distinct and ascending", m->name);
+    }
+    if (mm->n_keys < 1 || mm->n_keys > 65536)
+        return zb_fail(err, "model '%s': memory keys must be a square of 1..65536", m->name);
+    if (mm->topk < 1 || mm->topk > mm->n_keys)
+        return zb_fail(err, "model '%s': memory topk must be 1..%d (the square root of keys)",
+                       m->name, mm->n_keys);
+    if (mm->heads < 1 || mm->heads > 64)
+        return zb_fail(err, "model '%s': memory heads must be 1..64", m->name);
+    if (mm->k_dim < 2 || mm->k_dim % 2 != 0 || mm->k_dim > 1 << 16)
+        return zb_fail(err, "model '%s': memory k_dim must be even and 2..65536", m->name);
+    if (mm->value_dim < 1 || mm->value_dim > 1 << 20)
+        return zb_fail(err, "model '%s': memory value_dim must be 1..%d", m->name, 1 << 20);
+    if ((double)mm->n_keys * mm->n_keys * mm->value_dim > 4e12)
+        return zb_fail(err, "model '%s': the memory value table is implausibly large", m->name);
+    if (mm->shared_values != 0 && mm->shared_values != 1)
+        return zb_fail(err, "model '%s': memory shared must be true or false", m->name);
+    return 0;
+}
+
+int model_memory_from_json(const cJSON *obj, const zb_model *m, zb_memory *mem, zb_err *err)
+{
+    static const char *const keys[] = {
+        "layers", "keys", "topk", "heads", "k_dim", "value_dim", "shared", NULL
+    };
+    if (cJSON_IsNull(obj)) {
+        memset(mem, 0, sizeof *mem); /* "memory": null drops a base's memory */
+        return 0;
+    }
+    if (!cJSON_IsObject(obj))
+        return zb_fail(err, "must be an object");
+    if (json_known_keys(obj, keys, err) < 0)
+        return -1;
+    zb_memory r = m->memory;
+    if (r.n_layers == 0) {
+        r.heads = 2;
+        r.k_dim = (m->d_model / 2) & ~1;
+        if (r.k_dim < 2)
+            r.k_dim = 2;
+        r.value_dim = m->d_model;
+        r.topk = 8;
+        r.n_keys = 0;
+    }
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(obj, "layers");
+    if (ls) {
+        if (!cJSON_IsArray(ls) || cJSON_GetArraySize(ls) < 1 ||
+            cJSON_GetArraySize(ls) > ZB_MEMORY_MAX_LAYERS)
+            return zb_fail(err, "\"layers\" must be an array of 1..%d layer indices",
+                           ZB_MEMORY_MAX_LAYERS);
+        r.n_layers = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, ls) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble < 0 || it->valuedouble > 1e6)
+                return zb_fail(err, "\"layers\" must hold whole layer indices >= 0");
+            r.layers[r.n_layers++] = (int)it->valuedouble;
+        }
+    }
+    if (r.n_layers == 0)
+        return zb_fail(err, "\"layers\" is required");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(obj, "keys");
+    if (k) {
+        if (!cJSON_IsNumber(k) || k->valuedouble != floor(k->valuedouble) ||
+            k->valuedouble < 1 || k->valuedouble > 65536.0 * 65536.0)
+            return zb_fail(err, "\"keys\" must be a whole number of slots, a square");
+        double root = floor(sqrt(k->valuedouble) + 0.5);
+        if (root * root != k->valuedouble)
+            return zb_fail(err, "\"keys\" must be a perfect square (product keys: n² slots), "
+                           "not %.0f", k->valuedouble);
+        r.n_keys = (int)root;
+    }
+    if (r.n_keys == 0)
+        return zb_fail(err, "\"keys\" is required");
+    int shared = r.shared_values;
+    if (json_int(obj, "topk", 1, 65536, &r.topk, NULL, err) < 0 ||
+        json_int(obj, "heads", 1, 64, &r.heads, NULL, err) < 0 ||
+        json_int(obj, "k_dim", 2, 1 << 16, &r.k_dim, NULL, err) < 0 ||
+        json_int(obj, "value_dim", 1, 1 << 20, &r.value_dim, NULL, err) < 0 ||
+        json_int(obj, "shared", 0, 1, &shared, NULL, err) < 0)
+        return -1;
+    r.shared_values = shared;
+    *mem = r;
+    return 0;
 }
 
 int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)

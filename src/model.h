@@ -18,6 +18,25 @@ typedef enum zb_dtype {
     ZB_FP16 = 2,
 } zb_dtype;
 
+/* Most memory layers a model may have (zb_memory.layers is a fixed array so
+ * that zb_model stays a plain value that is copied freely). */
+#define ZB_MEMORY_MAX_LAYERS 16
+
+/* Product-key memory layers (Berges et al., "Memory Layers at Scale",
+ * 2024): each listed layer replaces its feed-forward block by a lookup in a
+ * table of slots = n_keys² values (docs/memory-layers.md).  n_layers == 0:
+ * a plain model, every other field 0. */
+typedef struct zb_memory {
+    int n_layers;                     /* memory layers, 0..ZB_MEMORY_MAX_LAYERS */
+    int layers[ZB_MEMORY_MAX_LAYERS]; /* their global layer indices, ascending */
+    int n_keys;                       /* half-keys per table (√slots) */
+    int topk;                         /* slots read per head, <= n_keys */
+    int heads;                        /* memory read heads */
+    int k_dim;                        /* query / key dimension per head, even */
+    int value_dim;                    /* width of a value row */
+    int shared_values;                /* 1: one value table for every memory layer */
+} zb_memory;
+
 typedef struct zb_model {
     char name[48];      /* preset name or the file's "name" */
     int n_layers;       /* transformer blocks */
@@ -32,6 +51,7 @@ typedef struct zb_model {
     int tied_embedding; /* 1 when the LM head shares the embedding matrix */
     double rope_theta;  /* rotary base (10000 for small models, 500000 for Llama 3) */
     zb_dtype dtype;     /* training dtype of weights and activations */
+    zb_memory memory;   /* product-key memory layers (n_layers 0: none) */
 } zb_model;
 
 typedef struct zb_gpu {
@@ -101,5 +121,20 @@ cJSON *model_to_json(const zb_model *m);
 int gpu_load(const char *arg, zb_gpu *g, zb_err *err);
 int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err);
 cJSON *gpu_to_json(const zb_gpu *g);
+
+/* --- Memory layers (docs/memory-layers.md). --- */
+
+/* 1 when global layer `layer` of m is a memory layer, else 0. */
+int model_is_memory_layer(const zb_model *m, int layer);
+
+/* Reads a model file's "memory" object into *mem ({"layers": [..],
+ * "keys": slots (a perfect square), "topk", "heads", "k_dim", "value_dim",
+ * "shared"}); defaults: heads 2, k_dim d_model/2 rounded to even,
+ * value_dim d_model, topk 8, shared false.  Returns 0 or -1 with err. */
+int model_memory_from_json(const cJSON *obj, const zb_model *m, zb_memory *mem, zb_err *err);
+
+/* Checks m->memory against m (layers ascending and inside the model,
+ * sizes positive, topk <= n_keys, k_dim even).  Returns 0 or -1. */
+int model_memory_check(const zb_model *m, zb_err *err);
 
 #endif

@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/memory_layer.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/team.h"
 
 /* ---------------------------------------------------------------------- */
 /* Parameter layout                                                        */
@@ -40,7 +42,17 @@
 static const char *const kind_names[LLAMA_T_COUNT] = {
     "embedding", "attn_norm", "wq", "wk", "wv", "wo",
     "mlp_norm", "w1", "w3", "w2", "final_norm", "lm_head",
+    "mem_query", "mem_keys", "mem_values", "mem_swilu", "mem_out",
 };
+
+/* The memory layer's sizes from the model. */
+static mem_shape stage_mem_shape(const llama_stage *st)
+{
+    const zb_memory *mm = &st->cfg.memory;
+    mem_shape s = { st->cfg.d_model, mm->heads, mm->k_dim, mm->n_keys, mm->topk,
+                    mm->value_dim };
+    return s;
+}
 
 static void tensor_shape(const llama_stage *st, llama_tensor_kind kind,
                          int *rows, int *cols)
@@ -60,6 +72,17 @@ static void tensor_shape(const llama_stage *st, llama_tensor_kind kind,
     case LLAMA_T_W3: *rows = d; *cols = m->d_ff; break;
     case LLAMA_T_W2: *rows = m->d_ff; *cols = d; break;
     case LLAMA_T_LM_HEAD: *rows = d; *cols = m->vocab; break;
+    case LLAMA_T_MEM_QUERY: *rows = d; *cols = m->memory.heads * m->memory.k_dim; break;
+    case LLAMA_T_MEM_KEYS:
+        *rows = m->memory.heads * 2 * m->memory.n_keys;
+        *cols = m->memory.k_dim / 2;
+        break;
+    case LLAMA_T_MEM_VALUES:
+        *rows = m->memory.n_keys * m->memory.n_keys;
+        *cols = m->memory.value_dim;
+        break;
+    case LLAMA_T_MEM_SWILU: *rows = d; *cols = m->memory.value_dim; break;
+    case LLAMA_T_MEM_OUT: *rows = m->memory.value_dim; *cols = d; break;
     default: assert(0 && "bad tensor kind"); *rows = *cols = 0;
     }
 }
@@ -72,7 +95,9 @@ static void add_tensor(llama_stage *st, llama_tensor_kind kind, int layer)
     t->offset = st->n_params;
     tensor_shape(st, kind, &t->rows, &t->cols);
     t->count = (size_t)t->rows * (size_t)t->cols;
-    t->decay = t->rows > 1;
+    /* the key and value tables are read sparsely: decaying every row each
+     * step would shrink the rows a batch never touched */
+    t->decay = t->rows > 1 && kind != LLAMA_T_MEM_KEYS && kind != LLAMA_T_MEM_VALUES;
     if (layer >= 0)
         snprintf(t->name, sizeof t->name, "layers.%d.%s", layer,
                  kind_names[kind]);
@@ -105,6 +130,15 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
                        l0, l1, m->n_layers);
     if (l0 == l1 && !has_embedding && !has_head)
         return zb_fail(err, "stage [%d, %d) holds nothing", l0, l1);
+    if (model_memory_check(m, err) != 0)
+        return -1;
+    int n_mem = 0;
+    for (int l = l0; l < l1; l++)
+        n_mem += model_is_memory_layer(m, l);
+    if (m->memory.shared_values && n_mem > 0 && n_mem < m->memory.n_layers)
+        return zb_fail(err, "model %s: the shared memory value table needs all %d memory "
+                       "layers on one stage, but stage [%d, %d) holds %d of them",
+                       m->name, m->memory.n_layers, l0, l1, n_mem);
     st->cfg = *m;
     st->l0 = l0;
     st->l1 = l1;
@@ -113,19 +147,40 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
     st->head_dim = m->d_model / m->n_heads;
     st->q_dim = m->n_heads * st->head_dim;
     st->kv_dim = m->n_kv_heads * st->head_dim;
-    int cap = 1 + 9 * (l1 - l0) + 2;
+    st->n_memory = n_mem;
+    st->values_tensor = -1;
+    int cap = 1 + 11 * (l1 - l0) + 2;
     st->tensors = calloc((size_t)cap, sizeof *st->tensors);
-    if (!st->tensors)
+    st->layer_tensor0 = calloc((size_t)(l1 - l0 + 1), sizeof *st->layer_tensor0);
+    if (!st->tensors || !st->layer_tensor0) {
+        llama_stage_free(st);
         return zb_fail(err, "out of memory for the stage's tensor table");
+    }
     if (st->has_embedding)
         add_tensor(st, LLAMA_T_EMBEDDING, -1);
     st->layer_offset0 = st->n_params;
     for (int l = l0; l < l1; l++) {
-        for (int k = LLAMA_T_ATTN_NORM; k <= LLAMA_T_W2; k++)
+        st->layer_tensor0[l - l0] = st->n_tensors;
+        for (int k = LLAMA_T_ATTN_NORM; k <= LLAMA_T_MLP_NORM; k++)
             add_tensor(st, (llama_tensor_kind)k, l);
+        if (model_is_memory_layer(m, l)) {
+            add_tensor(st, LLAMA_T_MEM_QUERY, l);
+            add_tensor(st, LLAMA_T_MEM_KEYS, l);
+            if (!m->memory.shared_values || l == m->memory.layers[0]) {
+                if (m->memory.shared_values)
+                    st->values_tensor = st->n_tensors;
+                add_tensor(st, LLAMA_T_MEM_VALUES, l);
+            }
+            add_tensor(st, LLAMA_T_MEM_SWILU, l);
+            add_tensor(st, LLAMA_T_MEM_OUT, l);
+        } else {
+            for (int k = LLAMA_T_W1; k <= LLAMA_T_W2; k++)
+                add_tensor(st, (llama_tensor_kind)k, l);
+        }
         if (l == l0)
             st->layer_stride = st->n_params - st->layer_offset0;
     }
+    st->layer_tensor0[l1 - l0] = st->n_tensors;
     if (st->has_head) {
         add_tensor(st, LLAMA_T_FINAL_NORM, -1);
         add_tensor(st, LLAMA_T_LM_HEAD, -1);
@@ -137,7 +192,9 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
 void llama_stage_free(llama_stage *st)
 {
     free(st->tensors);
+    free(st->layer_tensor0);
     st->tensors = NULL;
+    st->layer_tensor0 = NULL;
     st->n_tensors = 0;
 }
 
@@ -159,13 +216,30 @@ const llama_tensor *llama_stage_find(const llama_stage *st,
     return NULL;
 }
 
-/* Parameters of local layer i (0-based within the stage), kind k. */
+/* Tensor of kind k of local layer i (0-based within the stage); a shared
+ * memory value table is found wherever the stage holds it. */
+static const llama_tensor *layer_tensor(const llama_stage *st, int i, llama_tensor_kind k)
+{
+    for (int t = st->layer_tensor0[i]; t < st->layer_tensor0[i + 1]; t++)
+        if (st->tensors[t].kind == k) {
+            assert(st->tensors[t].layer == st->l0 + i);
+            return &st->tensors[t];
+        }
+    assert(k == LLAMA_T_MEM_VALUES && st->values_tensor >= 0);
+    return &st->tensors[st->values_tensor];
+}
+
+/* Parameters of local layer i, kind k. */
 static const float *layer_param(const llama_stage *st, const float *params,
                                 int i, llama_tensor_kind k)
 {
-    int idx = st->has_embedding + i * 9 + (k - LLAMA_T_ATTN_NORM);
-    assert(st->tensors[idx].kind == k && st->tensors[idx].layer == st->l0 + i);
-    return params + st->tensors[idx].offset;
+    return params + layer_tensor(st, i, k)->offset;
+}
+
+/* 1 when local layer i is a memory layer. */
+static int local_is_memory(const llama_stage *st, int i)
+{
+    return st->n_memory > 0 && model_is_memory_layer(&st->cfg, st->l0 + i);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -191,16 +265,29 @@ void llama_stage_init_params(const llama_stage *st, float *params, uint64_t seed
 {
     double std_base = 0.02;
     double std_resid = 0.02 / sqrt(2.0 * (st->cfg.n_layers > 0 ? st->cfg.n_layers : 1));
+    const zb_memory *mm = &st->cfg.memory;
     for (int ti = 0; ti < st->n_tensors; ti++) {
         const llama_tensor *t = &st->tensors[ti];
         float *p = params + t->offset;
-        if (t->rows == 1) {
+        if (t->kind == LLAMA_T_ATTN_NORM || t->kind == LLAMA_T_MLP_NORM ||
+            t->kind == LLAMA_T_FINAL_NORM) {
             for (size_t i = 0; i < t->count; i++)
                 p[i] = 1.0f;
             continue;
         }
-        double std = (t->kind == LLAMA_T_WO || t->kind == LLAMA_T_W2)
-                         ? std_resid : std_base;
+        double std = (t->kind == LLAMA_T_WO || t->kind == LLAMA_T_W2 ||
+                      t->kind == LLAMA_T_MEM_OUT) ? std_resid : std_base;
+        /* memory layers follow facebookresearch/memory's reset_parameters in
+         * scale (normal draws throughout): Glorot for the query, 1/sqrt(kd)
+         * keys, 1/sqrt(v) values, 1/sqrt(d) for the gate projection */
+        if (t->kind == LLAMA_T_MEM_QUERY)
+            std = sqrt(2.0 / (t->rows + t->cols));
+        else if (t->kind == LLAMA_T_MEM_KEYS)
+            std = 1.0 / sqrt((double)mm->k_dim);
+        else if (t->kind == LLAMA_T_MEM_VALUES)
+            std = 1.0 / sqrt((double)mm->value_dim);
+        else if (t->kind == LLAMA_T_MEM_SWILU)
+            std = 1.0 / sqrt((double)st->cfg.d_model);
         /* key depends only on (seed, layer, kind): split-independent */
         uint64_t key = mix64(mix64(seed) ^
                              (((uint64_t)(t->layer + 2) << 8) | (uint64_t)t->kind));
@@ -244,6 +331,18 @@ enum {
     LS_DK,    /* [N,kvd]  grad of pre-RoPE keys (wk's dY)        B_KEEP */
     LS_DV,    /* [N,kvd]  grad of values (wv's dY)               B_KEEP */
     LS_DN1,   /* [N,d]    grad of rmsnorm 1 output (g1's dY)     B_KEEP */
+    /* memory layers only (the SwiGLU slots LS_HS, LS_A, LS_B, LS_DA, LS_DB
+     * are then unused, and these are unused in the other layers) */
+    LS_MQ,    /* [N,H·kd] memory query n2·Wq (keys' W input)  F_KEEP */
+    LS_MIDX,  /* [N,H,k]  int32 chosen slots                  F_KEEP */
+    LS_MW,    /* [N,H,k]  their softmax weights               F_KEEP */
+    LS_MU,    /* [N,v]    e⊙silu(g): input of mem_out         F_KEEP */
+    LS_MG,    /* [N,v]    gate pre-activation n2·Wsw          F_ONLY */
+    LS_ME,    /* [N,v]    the bag Σ w·V[slot]                 F_ONLY */
+    LS_MDS,   /* [N,H,k]  grad of the chosen scores           B_KEEP */
+    LS_MDQ,   /* [N,H·kd] grad of the query (mem_query's dY)  B_KEEP */
+    LS_MDG,   /* [N,v]    grad of g (mem_swilu's dY)          B_KEEP */
+    LS_MDE,   /* [N,v]    grad of the bag (values' dY)        B_KEEP */
     LS_COUNT
 };
 
@@ -310,7 +409,12 @@ static void slot_spec(llama_saved *sv)
         PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
         PH_F_ONLY, PH_F_ONLY, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
         PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY,
+        PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
     };
+    const zb_memory *mm = &st->cfg.memory;
+    size_t mq = (size_t)mm->heads * mm->k_dim, mk = (size_t)mm->heads * mm->topk;
+    size_t mv = mm->value_dim;
     const size_t lsize[LS_COUNT] = {
         [LS_X] = N * d, [LS_RSTD1] = N, [LS_N1] = N * d, [LS_ATT] = N * qd,
         [LS_H] = N * d, [LS_RSTD2] = N, [LS_N2] = N * d, [LS_HS] = N * ff,
@@ -320,12 +424,20 @@ static void slot_spec(llama_saved *sv)
         [LS_DB] = N * ff, [LS_DN2] = N * d, [LS_DH] = N * d,
         [LS_DQ] = N * qd, [LS_DK] = N * kvd, [LS_DV] = N * kvd,
         [LS_DN1] = N * d,
+        [LS_MQ] = N * mq, [LS_MIDX] = N * mk, [LS_MW] = N * mk, [LS_MU] = N * mv,
+        [LS_MG] = N * mv, [LS_ME] = N * mv, [LS_MDS] = N * mk, [LS_MDQ] = N * mq,
+        [LS_MDG] = N * mv, [LS_MDE] = N * mv,
     };
-    for (int i = 0; i < sv->n_local; i++)
+    for (int i = 0; i < sv->n_local; i++) {
+        int mem = local_is_memory(st, i);
         for (int k = 0; k < LS_COUNT; k++) {
-            sv->slot_bytes[i * LS_COUNT + k] = lsize[k] * f;
+            int swiglu_only = k == LS_HS || k == LS_A || k == LS_B || k == LS_DA || k == LS_DB;
+            int used = k >= LS_MQ ? mem : swiglu_only ? !mem : 1;
+            /* sizeof(int32_t) == sizeof(float): LS_MIDX needs no case */
+            sv->slot_bytes[i * LS_COUNT + k] = used ? lsize[k] * f : 0;
             sv->slot_phase[i * LS_COUNT + k] = lphase[k];
         }
+    }
     static const unsigned char hphase[HS_COUNT] = {
         PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY,
         PH_F_ONLY, PH_F_ONLY, PH_B_KEEP, PH_B_KEEP,
@@ -466,6 +578,31 @@ static int keep_inputs_only(const llama_stage *st, llama_saved *sv, const int32_
 /* Forward                                                                 */
 /* ---------------------------------------------------------------------- */
 
+/* Forward of the memory block of local layer i (in place of the SwiGLU
+ * MLP): reads LS_N2, fills the layer's memory F slots and writes the block
+ * output (without the residual) into out[N,d].  Returns 0 or -1 (scratch). */
+static int memory_forward(const llama_stage *st, const float *params,
+                          llama_saved *sv, int i, float *out)
+{
+    mem_shape ms = stage_mem_shape(st);
+    int N = sv->batch * st->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    float *n2 = LSLOT(sv, i, LS_N2), *q = LSLOT(sv, i, LS_MQ);
+    int32_t *idx = (int32_t *)LSLOT(sv, i, LS_MIDX);
+    float *w = LSLOT(sv, i, LS_MW), *g = LSLOT(sv, i, LS_MG);
+    float *e = LSLOT(sv, i, LS_ME), *u = LSLOT(sv, i, LS_MU);
+    kern_matmul_forward(q, n2, layer_param(st, params, i, LLAMA_T_MEM_QUERY), N, d,
+                        ms.heads * ms.k_dim);
+    if (kern_memory_lookup(idx, w, q, layer_param(st, params, i, LLAMA_T_MEM_KEYS),
+                           &ms, N) != 0)
+        return -1;
+    kern_memory_bag_forward(e, idx, w, layer_param(st, params, i, LLAMA_T_MEM_VALUES),
+                            &ms, N);
+    kern_matmul_forward(g, n2, layer_param(st, params, i, LLAMA_T_MEM_SWILU), N, d, v);
+    kern_swiglu_forward(u, g, e, (size_t)N * v); /* u = silu(g) ⊙ e */
+    kern_matmul_forward(out, u, layer_param(st, params, i, LLAMA_T_MEM_OUT), N, v, d);
+    return 0;
+}
+
 /* Forward of local layer i: reads LS_X, writes every F slot of the layer
  * and the layer output into out[N,d].  Returns 0 or -1 (attention scratch). */
 static int layer_forward(const llama_stage *st, const float *params,
@@ -497,11 +634,17 @@ static int layer_forward(const llama_stage *st, const float *params,
         h[j] = x[j] + h[j];
     kern_rmsnorm_forward(n2, LSLOT(sv, i, LS_RSTD2), h,
                          layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
-    kern_matmul_forward(a, n2, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
-    kern_matmul_forward(b, n2, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
-    kern_swiglu_forward(hs, a, b, (size_t)N * ff);
-    /* out = h + hs·w2 */
-    kern_matmul_forward(out, hs, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
+    if (local_is_memory(st, i)) {
+        if (memory_forward(st, params, sv, i, out) != 0)
+            return -1;
+    } else {
+        kern_matmul_forward(a, n2, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
+        kern_matmul_forward(b, n2, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
+        kern_swiglu_forward(hs, a, b, (size_t)N * ff);
+        /* out = hs·w2 */
+        kern_matmul_forward(out, hs, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
+    }
+    /* out = h + block output */
     for (size_t j = 0; j < (size_t)N * d; j++)
         out[j] = h[j] + out[j];
     return 0;
@@ -549,7 +692,7 @@ int llama_stage_forward(const llama_stage *st, const float *params,
                      : st->has_head ? HSLOT(sv, HS_XF) : act_out;
         if (layer_forward(st, params, sv, i, out) != 0) {
             release_phase(sv, PH_F_KEEP | PH_F_ONLY);
-            return zb_fail(err, "forward: out of memory for attention scratch");
+            return zb_fail(err, "forward: out of memory for attention or memory scratch");
         }
     }
     if (st->has_head) {
@@ -609,7 +752,7 @@ static int rerun_forward(const llama_stage *st, const float *params, llama_saved
 typedef struct b_scratch {
     float *nd;   /* [N,d]  rmsnorm input-grad and matmul partial sums */
     float *att;  /* [N,qd] grad of the attention output */
-    float *ffb;  /* [N,ff] grad of silu(a)·b */
+    float *ffb;  /* [N,max(ff,v)] grad of silu(a)·b, or of a memory's u */
 } b_scratch;
 
 /* dst[j] = a[j] + b[j] over n floats (dst may alias a). */
@@ -617,6 +760,34 @@ static void add_into(float *dst, const float *a, const float *b, size_t n)
 {
     for (size_t j = 0; j < n; j++)
         dst[j] = a[j] + b[j];
+}
+
+/* B of the memory block of local layer i: from LS_DOUT and the memory F
+ * slots, fills LS_MDG, LS_MDE, LS_MDS, LS_MDQ and writes LS_DN2.  Returns 0
+ * or -1 (scratch). */
+static int memory_backward_b(const llama_stage *st, const float *params,
+                             llama_saved *sv, int i, const b_scratch *s)
+{
+    mem_shape ms = stage_mem_shape(st);
+    int N = sv->batch * st->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    float *dg = LSLOT(sv, i, LS_MDG), *de = LSLOT(sv, i, LS_MDE);
+    float *dq = LSLOT(sv, i, LS_MDQ), *dn2 = LSLOT(sv, i, LS_DN2);
+    /* out = u·Wout, u = silu(g) ⊙ e */
+    kern_matmul_backward_b(s->ffb, LSLOT(sv, i, LS_DOUT),
+                           layer_param(st, params, i, LLAMA_T_MEM_OUT), N, v, d);
+    kern_swiglu_backward(dg, de, s->ffb, LSLOT(sv, i, LS_MG), LSLOT(sv, i, LS_ME),
+                         (size_t)N * v);
+    if (kern_memory_backward_b(LSLOT(sv, i, LS_MDS), dq, de,
+                               (const int32_t *)LSLOT(sv, i, LS_MIDX), LSLOT(sv, i, LS_MW),
+                               layer_param(st, params, i, LLAMA_T_MEM_VALUES),
+                               layer_param(st, params, i, LLAMA_T_MEM_KEYS), &ms, N) != 0)
+        return -1;
+    /* q = n2·Wq and g = n2·Wsw both read n2 */
+    kern_matmul_backward_b(dn2, dq, layer_param(st, params, i, LLAMA_T_MEM_QUERY), N, d,
+                           ms.heads * ms.k_dim);
+    kern_matmul_backward_b(s->nd, dg, layer_param(st, params, i, LLAMA_T_MEM_SWILU), N, d, v);
+    add_into(dn2, dn2, s->nd, (size_t)N * d);
+    return 0;
 }
 
 /* B of local layer i: reads LS_DOUT and the forward slots, fills the
@@ -635,13 +806,18 @@ static int layer_backward_b(const llama_stage *st, const float *params,
     float *dk = LSLOT(sv, i, LS_DK), *dv = LSLOT(sv, i, LS_DV);
     float *dn1 = LSLOT(sv, i, LS_DN1);
 
-    /* MLP: out = h + (silu(a)⊙b)·w2,  a = n2·w1,  b = n2·w3 */
-    kern_matmul_backward_b(s->ffb, dout, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
-    kern_swiglu_backward(da, db, s->ffb, LSLOT(sv, i, LS_A), LSLOT(sv, i, LS_B),
-                         (size_t)N * ff);
-    kern_matmul_backward_b(dn2, da, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
-    kern_matmul_backward_b(s->nd, db, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
-    add_into(dn2, dn2, s->nd, Nd);
+    if (local_is_memory(st, i)) {
+        if (memory_backward_b(st, params, sv, i, s) != 0)
+            return -1;
+    } else {
+        /* MLP: out = h + (silu(a)⊙b)·w2,  a = n2·w1,  b = n2·w3 */
+        kern_matmul_backward_b(s->ffb, dout, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
+        kern_swiglu_backward(da, db, s->ffb, LSLOT(sv, i, LS_A), LSLOT(sv, i, LS_B),
+                             (size_t)N * ff);
+        kern_matmul_backward_b(dn2, da, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
+        kern_matmul_backward_b(s->nd, db, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
+        add_into(dn2, dn2, s->nd, Nd);
+    }
     kern_rmsnorm_backward_b(s->nd, dn2, LSLOT(sv, i, LS_H), LSLOT(sv, i, LS_RSTD2),
                             layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
     add_into(dh, dout, s->nd, Nd);
@@ -681,15 +857,16 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
     size_t Nd = (size_t)N * d;
     b_scratch s;
-    s.nd = malloc(sizeof(float) * Nd);
-    s.att = malloc(sizeof(float) * (size_t)N * st->q_dim);
-    s.ffb = malloc(sizeof(float) * (size_t)N * m->d_ff);
-    if (!s.nd || !s.att || !s.ffb || acquire_phase(sv, PH_B_KEEP) != 0) {
-        free(s.nd);
-        free(s.att);
-        free(s.ffb);
+    /* per-thread scratch, kept across calls (team.h); the memory layer's
+     * value gradient shares the [N, d_ff] buffer, so it is sized for both */
+    size_t ffb = (size_t)m->d_ff;
+    if (st->n_memory > 0 && (size_t)m->memory.value_dim > ffb)
+        ffb = (size_t)m->memory.value_dim;
+    s.nd = kern_scratch(KERN_SCRATCH_B_ND, sizeof(float) * Nd);
+    s.att = kern_scratch(KERN_SCRATCH_B_ATT, sizeof(float) * (size_t)N * st->q_dim);
+    s.ffb = kern_scratch(KERN_SCRATCH_B_FF, sizeof(float) * (size_t)N * ffb);
+    if (!s.nd || !s.att || !s.ffb || acquire_phase(sv, PH_B_KEEP) != 0)
         return zb_fail(err, "backward B: out of memory for gradients");
-    }
 
     /* gradient of the stream leaving the last layer (or entering the head) */
     float *dx_emb = st->has_embedding ? (float *)ESLOT(sv, ES_DX) : dx_out;
@@ -712,12 +889,9 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
         float *dx = i > 0 ? LSLOT(sv, i - 1, LS_DOUT) : dx_emb;
         rc = layer_backward_b(st, params, sv, i, dx, &s);
     }
-    free(s.nd);
-    free(s.att);
-    free(s.ffb);
     if (rc != 0) {
         release_phase(sv, PH_B_KEEP);
-        return zb_fail(err, "backward B: out of memory for attention scratch");
+        return zb_fail(err, "backward B: out of memory for attention or memory scratch");
     }
     if (!st->has_embedding)
         assert(dx_emb == dx_out);
@@ -741,14 +915,18 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
     int ff = m->d_ff, qd = st->q_dim, kvd = st->kv_dim;
     size_t biggest = 0;
     for (int t = 0; t < st->n_tensors; t++)
-        if (st->tensors[t].count > biggest)
+        if (st->tensors[t].count > biggest && st->tensors[t].kind != LLAMA_T_MEM_VALUES)
             biggest = st->tensors[t].count;
     /* dW of this micro-batch lands here (written, beta 0), then is added
      * into grads: the result does not depend on grads' prior contents */
-    float *tmp = malloc(sizeof(float) * (biggest > 0 ? biggest : 1));
-    if (!tmp)
+    float *tmp = kern_scratch(KERN_SCRATCH_W_TMP, sizeof(float) * (biggest > 0 ? biggest : 1));
+    mem_shape ms = stage_mem_shape(st);
+    void *vscratch = st->n_memory > 0 ? malloc(kern_memory_values_scratch_bytes(&ms, N)) : NULL;
+    if (!tmp || (st->n_memory > 0 && !vscratch)) {
+        free(vscratch);
         return zb_fail(err, "backward W: out of memory for a %zu-float "
                        "temporary", biggest);
+    }
     for (int t = 0; t < st->n_tensors; t++) {
         const llama_tensor *ten = &st->tensors[t];
         int i = ten->layer - st->l0; /* local layer, for layer tensors */
@@ -793,6 +971,33 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
         case LLAMA_T_LM_HEAD:
             kern_matmul_backward_w(tmp, HSLOT(sv, HS_NF), HSLOT(sv, HS_DLOGITS), N, d, V);
             break;
+        case LLAMA_T_MEM_QUERY:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N2), LSLOT(sv, i, LS_MDQ), N, d,
+                                   ms.heads * ms.k_dim);
+            break;
+        case LLAMA_T_MEM_KEYS:
+            kern_memory_keys_backward_w(tmp, LSLOT(sv, i, LS_MDS), LSLOT(sv, i, LS_MQ),
+                                        (const int32_t *)LSLOT(sv, i, LS_MIDX), &ms, N);
+            break;
+        case LLAMA_T_MEM_SWILU:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_N2), LSLOT(sv, i, LS_MDG), N, d,
+                                   ms.v_dim);
+            break;
+        case LLAMA_T_MEM_OUT:
+            kern_matmul_backward_w(tmp, LSLOT(sv, i, LS_MU), LSLOT(sv, i, LS_DOUT), N,
+                                   ms.v_dim, d);
+            break;
+        case LLAMA_T_MEM_VALUES:
+            /* sparse: each memory layer reading this table adds its touched
+             * rows, in layer order (one layer unless the table is shared) */
+            for (int j = 0; j < sv->n_local; j++)
+                if (local_is_memory(st, j) &&
+                    layer_tensor(st, j, LLAMA_T_MEM_VALUES) == ten)
+                    kern_memory_values_backward_w(grads + ten->offset,
+                                                  (const int32_t *)LSLOT(sv, j, LS_MIDX),
+                                                  LSLOT(sv, j, LS_MW), LSLOT(sv, j, LS_MDE),
+                                                  &ms, N, vscratch);
+            continue;
         default:
             assert(0 && "bad tensor kind");
         }
@@ -800,7 +1005,7 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
         for (size_t j = 0; j < ten->count; j++)
             g[j] = g[j] + tmp[j];
     }
-    free(tmp);
+    free(vscratch);
     release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
     assert(sv->bytes == 0);
     sv->state = 0;

@@ -40,6 +40,13 @@
  *     w1 (gate)     [d, d_ff]
  *     w3 (up)       [d, d_ff]
  *     w2 (down)     [d_ff, d]
+ *   (a memory layer, zb_model.memory, has instead of w1, w3, w2:
+ *     mem_query     [d, H·kd]
+ *     mem_keys      [H·2·n_keys, kd/2]
+ *     mem_values    [n_keys², v]               not with shared values, except
+ *                                              on the first memory layer
+ *     mem_swilu     [d, v]
+ *     mem_out       [v, d]                     see memory_layer.h)
  *   final_norm  gf  [d]                        if has_head
  *   lm_head     H   [d, vocab]                 if has_head
  *
@@ -66,7 +73,9 @@
  *      reduction order depends on thread count.  Several executor threads
  *      may then call these functions concurrently on different stages /
  *      micro-batches; nothing here has global mutable state (scratch is
- *      malloc'd per call).
+ *      per thread, team.h).  A thread may own a team (kern_team_bind):
+ *      GEMMs and attention then share their work over it with the same
+ *      bits as alone, so results do not depend on --threads either.
  *   2. Forward and B of a micro-batch are pure functions of (params, input,
  *      saved): their results do not depend on what else ran in between.
  *   3. W computes this micro-batch's weight gradient dW_mb into a private
@@ -111,6 +120,13 @@ typedef enum llama_tensor_kind {
     LLAMA_T_W2,            /* down [d_ff, d] */
     LLAMA_T_FINAL_NORM,    /* [d] */
     LLAMA_T_LM_HEAD,       /* [d, vocab] */
+    /* memory layers (memory_layer.h), in place of w1, w3, w2; appended so
+     * that the kinds above keep their values (the init keys use them) */
+    LLAMA_T_MEM_QUERY,     /* [d, H·kd] */
+    LLAMA_T_MEM_KEYS,      /* [H·2·n_keys, kd/2] the half-key tables */
+    LLAMA_T_MEM_VALUES,    /* [n_keys², v] (shared: held by the first memory layer) */
+    LLAMA_T_MEM_SWILU,     /* [d, v] memory+ gate projection */
+    LLAMA_T_MEM_OUT,       /* [v, d] output projection */
     LLAMA_T_COUNT
 } llama_tensor_kind;
 
@@ -138,7 +154,12 @@ typedef struct llama_stage {
     int n_tensors;          /* entries in tensors[] */
     llama_tensor *tensors;  /* owned; layout order */
     size_t layer_offset0;   /* offset of layer l0's first tensor */
-    size_t layer_stride;    /* floats per layer */
+    size_t layer_stride;    /* floats of layer l0 (memory layers differ in size) */
+    int *layer_tensor0;     /* owned; [l1-l0+1] index in tensors[] of each local
+                             * layer's first tensor, then the end of the layers */
+    int values_tensor;      /* tensors[] index of the shared memory value table
+                             * this stage holds, or -1 */
+    int n_memory;           /* memory layers in [l0, l1) */
 } llama_stage;
 
 /* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).
@@ -146,9 +167,11 @@ typedef struct llama_stage {
 typedef struct llama_saved llama_saved;
 
 /* Describes the stage [l0, l1) of model m (fields used: n_layers, d_model,
- * n_heads, n_kv_heads, d_ff, vocab, seq_len, rope_theta).  Checks sizes
- * (heads divide d_model, head_dim even, kv heads divide heads, 0 <= l0 <=
- * l1 <= n_layers, at least one of layers/embedding/head).  Returns 0, or -1
+ * n_heads, n_kv_heads, d_ff, vocab, seq_len, rope_theta, memory).  Checks
+ * sizes (heads divide d_model, head_dim even, kv heads divide heads, 0 <=
+ * l0 <= l1 <= n_layers, at least one of layers/embedding/head, the memory
+ * configuration, and with shared memory values that the stage holds all of
+ * the memory layers or none: the shared table cannot span stages).  Returns 0, or -1
  * with err set (st left empty).  Free with llama_stage_free. */
 int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
                      int has_embedding, int has_head, zb_err *err);

@@ -62,6 +62,10 @@ void kern_matmul_backward_w(float *dW, const float *X, const float *dY, int N,
 void kern_rope(float *x, int N, int T, int n_heads, int hd, double theta,
                int inverse);
 
+/* Rotates one row [n_heads·hd] at position pos forward, bit for bit as
+ * kern_rope rotates a row at t = pos (decoding one token with a KV cache). */
+void kern_rope_row(float *row, int pos, int n_heads, int hd, double theta);
+
 /* Causal attention per sequence b and head h (KV head h / (nh/nkv)):
  *   P = softmax(q_h k_hᵀ / sqrt(hd) + causal mask),  o_h = P v_h
  * q[N, nh·hd], k,v [N, nkv·hd], o [N, nh·hd] written, lse[B, nh, T] the

@@ -64,6 +64,11 @@ struct gpu_saved {
 extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out,
                                 zb_err *err)
 {
+    /* the memory layer has GPU kernels (memory_cuda.h) but the GPU stage
+     * does not compose them yet: refuse rather than misread the layout */
+    if (layout->n_memory > 0)
+        return zb_fail(err, "stage [%d, %d) holds memory layers, which train on the CPU only "
+                       "(the GPU stage does not run them yet)", layout->l0, layout->l1);
     gpu_stage *st = (gpu_stage *)calloc(1, sizeof *st);
     if (!st)
         return zb_fail(err, "out of memory for a GPU stage");

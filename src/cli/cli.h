@@ -22,6 +22,7 @@ int cmd_run(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_eplb(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 /* Prints "zbsched: <message>" and a newline on stderr; returns 1 so that a
  * command can `return cli_error(...)`. */

@@ -35,7 +35,7 @@ static void usage(FILE *out)
         "                        K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = of 1024)\n"
         "  --model M             preset or JSON file (default llama3-8b); presets:\n"
         "                        1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b\n"
-        "                        intellect-1-10b tiny shakespeare-char\n"
+        "                        intellect-1-10b tiny tiny-mem shakespeare-char\n"
         "  --gpu G               A100-80G, H100-80G (default), H200-141G, or a JSON file\n"
         "  --gpus N              GPUs of the job (default 8): every pipeline depth p\n"
         "                        dividing N is tried, with N/p data-parallel replicas\n"
@@ -289,6 +289,26 @@ enum {
     OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES, OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
 };
 
+/* One line on where the memory layers went, from the plan search_annotate
+ * wrote (nothing for models without memory layers). */
+static void print_memory_placement(const search_candidate *best)
+{
+    const cJSON *plan = best->sched->meta ? cJSON_GetObjectItem(best->sched->meta, "plan") : NULL;
+    const cJSON *layers = plan ? cJSON_GetObjectItem(plan, "memory_layers") : NULL;
+    const cJSON *stages = plan ? cJSON_GetObjectItem(plan, "memory_layer_stages") : NULL;
+    if (!cJSON_IsArray(layers) || !cJSON_IsArray(stages))
+        return;
+    printf("memory layers");
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++)
+        printf("%s %d -> stage %d", i ? "," : "", (int)cJSON_GetArrayItem(layers, i)->valuedouble,
+               (int)cJSON_GetArrayItem(stages, i)->valuedouble);
+    const cJSON *split = cJSON_GetObjectItem(plan, "split");
+    printf(" (%s split%s: docs/memory-layers.md)\n",
+           cJSON_IsString(split) ? split->valuestring : "?",
+           cJSON_IsString(split) && strcmp(split->valuestring, "paper") != 0
+               ? ", placed by time and memory" : "");
+}
+
 int cmd_search(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -519,6 +539,7 @@ int cmd_search(int argc, char **argv)
             printf("best: %s, pp=%d x dp=%d, b=%d, m=%d, recompute %s -> %s%s%s\n", best->label, best->pp, best->dp,
                    best->micro_batch, best->n_micro, rc_text(best, rcb, sizeof rcb), output, svg ? ", " : "",
                    svg ? svg : "");
+            print_memory_placement(best);
         }
     }
     search_result_free(&r);

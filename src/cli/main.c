@@ -27,6 +27,7 @@ static const command commands[] = {
     { "profile",  cmd_profile,  "measure per-op times and memory and write a profile file" },
     { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
     { "eplb",     cmd_eplb,     "place MoE experts on GPUs with DeepSeek's expert-parallel load balancer" },
+    { "generate", cmd_generate, "generate text from a checkpoint of `run` (KV cache)" },
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,115 @@
+/*
+ * generate.h: text generation from a training checkpoint, with a KV cache.
+ *
+ * `zbsched run --checkpoint DIR` writes DIR/checkpoint.bin (the trainer's
+ * parameters, per stage) and DIR/model.json (the model, its memory layers
+ * and the character vocabulary of the training text).  gen_load reads both
+ * and joins the stages' parameter buffers: stage buffers concatenated in
+ * stage order are the whole-model buffer (kernels/cpu/llama.h), so a
+ * checkpoint from any schedule and any stage split loads the same way.
+ *
+ * Decoding runs one token at a time through the model as one stage.  With
+ * the cache (the default), every layer keeps the keys and values of the
+ * positions seen so far, so a new token costs one row of every matmul plus
+ * an attention over the cached rows.  Without it (use_cache 0), every new
+ * token reruns the training forward, llama_stage_forward, on the whole
+ * prefix: an independent path through the same kernels, which is what makes
+ * it a check of the cache.
+ *
+ * CONTEXT.  The model was trained on windows of seq_len tokens and RoPE
+ * encodes absolute positions inside the window, so generation stops at the
+ * context: prompt + new tokens must fit in seq_len, and gen_run refuses a
+ * request that does not (a clear message, nothing generated).  A sliding
+ * window would have to re-rotate every cached key each step (positions
+ * shift), which is the uncached cost again; docs/generate.md says more.
+ *
+ * Sampling: temperature 0 is greedy (argmax, ties to the smaller token
+ * id); otherwise softmax(logits / T), optionally cut to the top-k tokens
+ * and to the smallest set whose probability reaches top-p, renormalised,
+ * and drawn with the runtime's seeded xoshiro256** (rng.h): the same seed
+ * gives the same text.
+ *
+ * Workload: shakespeare-char (6×384, T=256) or tiny models, up to a few
+ * hundred tokens; one gen_model is used by one thread at a time.
+ */
+#ifndef ZB_RUNTIME_GENERATE_H
+#define ZB_RUNTIME_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/err.h"
+#include "src/model.h"
+
+#define GEN_MODEL_FILE "model.json"      /* inside a checkpoint directory */
+#define GEN_CKPT_FILE "checkpoint.bin"   /* the trainer's checkpoint there */
+
+/* A model loaded for generation (opaque). */
+typedef struct gen_model gen_model;
+
+/* Options of one generation. */
+typedef struct gen_opts {
+    int n_tokens;       /* new tokens to produce (>= 0) */
+    double temperature; /* 0: greedy; > 0: sampling temperature */
+    int top_k;          /* keep the k most likely tokens; 0: all */
+    double top_p;       /* nucleus: smallest set reaching p; 1: all */
+    uint64_t seed;      /* sampling seed */
+    int use_cache;      /* 1: KV cache; 0: rerun the training forward on the prefix */
+} gen_opts;
+
+/* What a generation did. */
+typedef struct gen_result {
+    int n_new;           /* new tokens produced */
+    double seconds;      /* wall time from the first prompt token to the last new one */
+    double tokens_per_s; /* n_new / seconds */
+} gen_result;
+
+/* Receives the bytes of each new token as it is produced (the CLI writes
+ * and flushes them). */
+typedef void (*gen_emit_fn)(void *ctx, const char *bytes, size_t n);
+
+/* Fills o with defaults: 100 tokens, temperature 0.8, top-k 0, top-p 1,
+ * seed 1, cache on. */
+void gen_opts_default(gen_opts *o);
+
+/* Writes dir/model.json for model m and the vocabulary chars[0..vocab)
+ * atomically (temporary file, then rename).  Returns 0 or -1 with err. */
+int gen_write_model_file(const char *dir, const zb_model *m, const unsigned char *chars,
+                         int vocab, zb_err *err);
+
+/* Loads dir/model.json and dir/checkpoint.bin.  Returns 0 and a new model
+ * in *out (free with gen_free), or -1 with err set (missing or malformed
+ * files, a checkpoint whose parameters do not match the model). */
+int gen_load(const char *dir, gen_model **out, zb_err *err);
+
+/* Frees g; NULL is fine. */
+void gen_free(gen_model *g);
+
+/* The loaded model (vocab and seq_len as trained). */
+const zb_model *gen_model_config(const gen_model *g);
+
+/* Parameters of the loaded model. */
+size_t gen_param_count(const gen_model *g);
+
+/* Token ids of text (bytes outside the vocabulary are an error naming the
+ * first one).  ids holds len entries.  Returns 0 or -1 with err. */
+int gen_encode(const gen_model *g, const char *text, size_t len, int32_t *ids, zb_err *err);
+
+/* The byte of token id. */
+char gen_decode(const gen_model *g, int32_t id);
+
+/* Logits [vocab] of the position after tokens[0..n), with the cache
+ * (fed token by token) or with the training forward on the prefix.  For
+ * tests that compare the two.  Returns 0 or -1 with err (n outside
+ * 1..seq_len, out of memory). */
+int gen_logits(gen_model *g, const int32_t *tokens, int n, int use_cache, float *logits,
+               zb_err *err);
+
+/* Generates o->n_tokens after the prompt, calling emit for each new token.
+ * An empty prompt starts from "\n" when the vocabulary has it, else from
+ * token 0.  Refuses (-1, err, nothing emitted) prompts with bytes outside
+ * the vocabulary and prompt + n_tokens beyond the context.  Fills *res. */
+int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts *o,
+            gen_emit_fn emit, void *ctx, gen_result *res, zb_err *err);
+
+#endif
