@@ -78,6 +78,7 @@ typedef struct stage_rt {
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
+    int recompute;         /* 1: this stage's saved states recompute (opts.recompute_stages) */
 } stage_rt;
 
 /* What a worker thread runs: the lane's ops, the post-validated optimizer
@@ -120,6 +121,7 @@ struct trainer {
     double **op_end;       /* [p][n_ops] */
     double **op_mid;       /* [p][n_ops] end of the B half of BW ops */
     int have_times;        /* 1 once a step recorded its times */
+    double *act_peak;      /* [p] most saved-activation bytes held at once, last step (record_times) */
     double full_sq;        /* full squared gradient norm of the last step */
     int pending;           /* 1 between trainer_backward and trainer_apply */
     double pending_loss;   /* mean loss of the pending step's backward */
@@ -153,6 +155,8 @@ void trainer_opts_default(trainer_opts *o)
     o->sync_optimizer = 0;
     o->eval_windows = 16;
     o->record_times = 0;
+    o->layers_per_stage = NULL;
+    o->recompute_stages = NULL;
     o->threads = 0;
     o->transport = 0; /* ZB_TRANSPORT_SLOTS */
 }
@@ -242,6 +246,7 @@ void trainer_free(trainer *t)
     free(t->op_start);
     free(t->op_end);
     free(t->op_mid);
+    free(t->act_peak);
     free(t->x);
     free(t->y);
     free(t->mb_loss);
@@ -251,6 +256,24 @@ void trainer_free(trainer *t)
     pthread_cond_destroy(&t->wgo);
     pthread_cond_destroy(&t->wdone);
     free(t);
+}
+
+/* A plan's split (layers per stage) as first[0..S]; -1 unless it covers
+ * the model exactly and every middle stage holds a layer. */
+static int plan_split(const int *per_stage, int n_layers, int n_stages, int *first, zb_err *err)
+{
+    first[0] = 0;
+    for (int i = 0; i < n_stages; i++) {
+        if (per_stage[i] < 0 || per_stage[i] > n_layers)
+            return zb_fail(err, "the plan's split gives stage %d %d layers", i, per_stage[i]);
+        if (per_stage[i] == 0 && i > 0 && i < n_stages - 1)
+            return zb_fail(err, "the plan's split leaves middle stage %d without layers", i);
+        first[i + 1] = first[i] + per_stage[i];
+    }
+    if (first[n_stages] != n_layers)
+        return zb_fail(err, "the plan's split covers %d layers but the model has %d",
+                       first[n_stages], n_layers);
+    return 0;
 }
 
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
@@ -267,7 +290,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
     if (!first)
         return zb_fail(err, "out of memory");
-    if (split_layers(m->n_layers, s->n_stages, first, err) != 0) {
+    if (opts->layers_per_stage ? plan_split(opts->layers_per_stage, m->n_layers, s->n_stages, first, err) != 0
+                               : split_layers(m->n_layers, s->n_stages, first, err) != 0) {
         free(first);
         return -1;
     }
@@ -286,6 +310,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         t->model.micro_batch = opts->batch_size;
     t->data = d;
     t->opts = *opts;
+    t->opts.layers_per_stage = NULL; /* borrowed for the split only */
+    t->opts.recompute_stages = NULL; /* copied into each stage_rt below */
     t->n_stages = s->n_stages;
     t->n_micro = s->n_micro;
     t->n_devices = s->n_devices;
@@ -306,13 +332,14 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->op_start = calloc((size_t)t->n_devices, sizeof *t->op_start);
     t->op_end = calloc((size_t)t->n_devices, sizeof *t->op_end);
     t->op_mid = calloc((size_t)t->n_devices, sizeof *t->op_mid);
+    t->act_peak = calloc((size_t)t->n_devices, sizeof *t->act_peak);
     t->threads = opts->threads > 0 ? opts->threads : trainer_default_threads(t->n_devices);
     t->team = calloc((size_t)t->n_devices, sizeof *t->team);
     t->w = calloc((size_t)t->n_devices, sizeof *t->w);
     t->tid = calloc((size_t)t->n_devices, sizeof *t->tid);
     t->act_pool_cap = 2 * t->n_stages * t->n_micro + 4;
     t->act_pool = calloc((size_t)t->act_pool_cap, sizeof *t->act_pool);
-    int oom = !t->team || !t->w || !t->tid || !t->act_pool;
+    int oom = !t->act_peak || !t->team || !t->w || !t->tid || !t->act_pool;
     oom = oom || !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
               || !t->op_mid;
     for (int dv = 0; dv < t->n_devices && !oom; dv++) {
@@ -343,6 +370,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             return zb_wrap(err, "stage %d: ", i);
         }
         r->device = s->stage_device[i];
+        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
         r->n_params = llama_stage_num_params(&r->layout);
         r->params = alloc_floats(r->n_params);
         r->grads = alloc_floats(r->n_params);
@@ -358,7 +386,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         oom = !r->w_free || !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
-            oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch));
+            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && r->recompute)
+                llama_saved_set_recompute(r->saved[j], 1);
         if (oom) {
             free(first);
             trainer_free(t);
@@ -652,6 +681,21 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
     return 0;
 }
 
+/* Updates device dev's activation peak with what its stages hold now.
+ * Only dev's worker touches its stages' saved state, so no lock.  O(S m)
+ * per op, negligible next to the op itself. */
+static void note_activations(trainer *t, int dev)
+{
+    double held = 0;
+    for (int s = 0; s < t->n_stages; s++)
+        if (t->st[s].device == dev)
+            for (int j = 0; j < t->n_micro; j++)
+                held += (double)llama_saved_bytes(t->st[s].saved[j]);
+    if (held > t->act_peak[dev])
+        t->act_peak[dev] = held;
+}
+
+
 /* One job of worker w: its lane's ops and/or its optimizer step. */
 static void run_job(worker *w, int phases)
 {
@@ -689,6 +733,8 @@ static void run_job(worker *w, int phases)
             break;
         }
         }
+        if (t->opts.record_times)
+            note_activations(t, w->dev);
     }
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w->dev, &w->err);
@@ -790,6 +836,8 @@ static void reset_step_state(trainer *t)
             if (llama_saved_bytes(r->saved[j]) > 0) {
                 llama_saved_free(r->saved[j]);
                 r->saved[j] = llama_saved_new(&r->layout, t->batch);
+                if (r->saved[j] && r->recompute)
+                    llama_saved_set_recompute(r->saved[j], 1);
             }
         }
     }
@@ -817,6 +865,8 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
     t->rollbacks_step = 0;
     t->full_sq = 0;
+    for (int d = 0; d < t->n_devices; d++)
+        t->act_peak[d] = 0;
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
 }
 
@@ -1191,6 +1241,25 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
 
 /* ---- trace -------------------------------------------------------------- */
 
+/* Adds meta.measured.device_peak_activation_bytes[p] to the trace c
+ * (replacing one the schedule file may have carried).  0 or -1 (memory). */
+static int trace_add_measured(sched_t *c, const double *act_peak)
+{
+    if (!c->meta && !(c->meta = cJSON_CreateObject()))
+        return -1;
+    cJSON *mo = cJSON_CreateObject();
+    cJSON *a = cJSON_CreateDoubleArray(act_peak, c->n_devices);
+    if (!mo || !a) {
+        cJSON_Delete(mo);
+        cJSON_Delete(a);
+        return -1;
+    }
+    cJSON_AddItemToObject(mo, "device_peak_activation_bytes", a);
+    cJSON_DeleteItemFromObjectCaseSensitive(c->meta, "measured");
+    cJSON_AddItemToObject(c->meta, "measured", mo);
+    return 0;
+}
+
 int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
 {
     if (!t->have_times)
@@ -1244,6 +1313,10 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     c->t_comm = 0;
     free(sum);
     strcpy(c->time_unit, "ms");
+    if (trace_add_measured(c, t->act_peak) != 0) {
+        sched_free(c);
+        return zb_fail(err, "out of memory");
+    }
     *out = c;
     return 0;
 }

@@ -77,7 +77,15 @@ typedef struct trainer_opts {
     adamw_config adamw;   /* learning-rate schedule, AdamW, grad clip */
     int sync_optimizer;   /* 1: synchronous global-norm clip; 0: post-validation */
     int eval_windows;     /* validation windows scored by trainer_eval (> 0) */
-    int record_times;     /* 1: record each op's start/end (trainer_trace) */
+    int record_times;     /* 1: record each op's start/end and each device's
+                           * activation peak (trainer_trace) */
+    const int *layers_per_stage; /* [S] layers of each virtual stage (a plan's
+                           * split, summing to the model's layers), or NULL
+                           * for split.h's even split; read by trainer_create only */
+    const int *recompute_stages; /* [S] 1 where a stage recomputes activations
+                           * (llama_saved_set_recompute: F keeps only the stage's input,
+                           * B reruns F; same bits, less memory), or NULL for none;
+                           * read by trainer_create only */
     int threads;          /* kernel threads per device (its team, kernels/cpu/
                            * team.h); <= 0: trainer_default_threads(p).  The
                            * results are the same bits at every value */
@@ -111,7 +119,9 @@ typedef struct trainer trainer;
 
 /* Creates a trainer.  s is validated (sched_validate) and copied, as is the
  * model (whose vocab is replaced by the loader's and whose micro_batch by
- * opts->batch_size when positive).  The loader d is borrowed and must
+ * opts->batch_size when positive).  opts->layers_per_stage, when set, must
+ * sum to the model's layers with no negative entry, and only the first and
+ * last stage (embedding, head) may hold none; otherwise -1.  The loader d is borrowed and must
  * outlive the trainer; its context must equal model->seq_len.  Fails (-1,
  * err set, *out untouched) when the schedule has more virtual stages than
  * the model has layers, when a size is invalid, or memory runs out.
@@ -212,7 +222,9 @@ int trainer_load(trainer *t, const char *path, zb_err *err);
  * every op of the last step, in milliseconds from the step's start, and
  * whose per-stage costs are the measured mean F, B and W times of that step
  * (BW split where its B half ended), t_comm 0 (needs opts.record_times and
- * one finished step).  Stores it in *out (caller
+ * one finished step).  Its meta gains "measured": {"device_peak_activation_bytes":
+ * [p]}, the most bytes of saved activations and gradients (llama_saved_bytes)
+ * each device held at once during that step, sampled after every op.  Stores it in *out (caller
  * frees with sched_free); returns 0 or -1 with err set. */
 int trainer_trace(const trainer *t, sched_t **out, zb_err *err);
 

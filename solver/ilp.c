@@ -64,6 +64,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "solver/progress.h"
+
 /* The most binaries (estimated as 3 p m^2) a model may have.  GLPK holds
  * about four rows per binary; 300,000 binaries is ~1.2 million rows and a
  * few hundred MB, already far past what branch and cut closes (p=4, m=12,
@@ -93,6 +95,7 @@ void solver_set_log(solver_log_fn fn, void *ctx)
  * longjmps out can still free it. */
 typedef struct ilp_ctx {
     const solver_problem *pr; /* the problem */
+    double t0, time_limit;    /* start (now_s) and limit of the solve, for progress */
     int n;                    /* ops: 3 p m */
     int words;                /* 64-bit words per ancestor bitset */
     uint64_t *anc;            /* [n][words] ancestors of each op */
@@ -675,6 +678,21 @@ static void error_hook(void *info)
     longjmp(c->fail, 1);
 }
 
+static double now_s(void);
+
+/* Hands the solve's figures to the progress callback (solver/progress.h):
+ * the incumbent is the heuristic's cost until GLPK holds a better integer
+ * solution (lp may be NULL outside branch and bound). */
+static void report_progress(const ilp_ctx *c, glp_prob *lp, int done)
+{
+    double inc = c->r_heur;
+    if (lp && (glp_mip_status(lp) == GLP_FEAS || glp_mip_status(lp) == GLP_OPT))
+        inc = fmin(inc, glp_mip_obj_val(lp));
+    solver_progress p = { .elapsed_s = now_s() - c->t0, .time_limit_s = c->time_limit,
+                          .incumbent = inc, .bound = fmin(c->bound, inc), .done = done };
+    solver_progress_report(&p);
+}
+
 static void ios_callback(glp_tree *tree, void *info)
 {
     ilp_ctx *c = info;
@@ -710,6 +728,8 @@ static void ios_callback(glp_tree *tree, void *info)
         if (best)
             c->bound = fmax(c->bound, glp_ios_node_bound(tree, best));
     }
+    if (solver_progress_wanted())
+        report_progress(c, glp_ios_get_prob(tree), 0);
 }
 
 /* Column numbers: E_i is 1 + i, R is n + 1, x_k is n + 2 + k. */
@@ -1122,6 +1142,8 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
         return zb_fail(err, "out of memory in the ILP");
     }
     c->pr = pr;
+    c->t0 = t0;
+    c->time_limit = time_limit;
     c->n = 3 * pr->p * pr->m;
     c->deadline = t0 + time_limit;
     c->r_heur = heur_cost;
@@ -1184,6 +1206,11 @@ int solver_ilp_costs(const solver_problem *pr, double time_limit, sched_t **out,
         /* Proven optimal at R_heur means the heuristic itself is optimal. */
     }
     double cost = use_ilp ? ilp_cost : heur_cost;
+    if (solver_progress_wanted()) {
+        solver_progress fin = { .elapsed_s = now_s() - t0, .time_limit_s = time_limit,
+                                .incumbent = cost, .bound = fmin(bound, cost), .done = 1 };
+        solver_progress_report(&fin);
+    }
     snprintf(best->name, sizeof best->name, "ilp");
     if (set_meta(best, use_ilp ? "ilp (GLPK branch and cut, zb-auto warm start)" : "ilp fell back to zb-auto",
                  optimal, cost, bound, now_s() - t0, c->n_pairs, heur_cost, status) != 0) {

@@ -836,6 +836,17 @@ static int run_ilp(search_state *st, zb_err *err)
             return -1;
         }
         headroom(o, cf.plain, limit);
+        if (o->progress_stage) {
+            char what[64];
+            char rcs[16];
+            if (rc <= 0 || rc >= st->pp)
+                snprintf(rcs, sizeof rcs, "%s", rc <= 0 ? "off" : "on");
+            else
+                snprintf(rcs, sizeof rcs, "0-%d", rc - 1);
+            snprintf(what, sizeof what, "ilp %d/%d on pp=%d, b=%d, recompute %s", done + 1,
+                     o->ilp_top, st->pp, b, rcs);
+            o->progress_stage(o->progress_ctx, what);
+        }
         int ok = run_per_stage(st, &cf, "ilp", "ilp", limit, 1, err);
         config_free(&cf);
         if (ok < 0) {

@@ -59,6 +59,9 @@ typedef struct search_options {
      * total; may be NULL. */
     void (*progress)(void *ctx, int done, int total);
     void *progress_ctx;        /* passed to progress */
+    /* Called with what the search does next when that is slow (before each
+     * ILP run: "ilp on b=1, recompute on"), with progress_ctx; may be NULL. */
+    void (*progress_stage)(void *ctx, const char *what);
 } search_options;
 
 typedef enum search_status {

@@ -5,9 +5,13 @@
 #      H100-80G, global batch 64) under 40 GB per GPU, drawn as SVG;
 #   2. the paper's comparison: 1F1B against ZB-H2 at p=4, m=8, simulated
 #      and drawn;
-#   3. the runtime: a few steps of the `tiny` model on tinyshakespeare with
-#      the ZB-H1 schedule on two CPU threads, its measured timeline drawn
-#      against the prediction.
+#   3. the loop on this machine: profile the `tiny` model's ops on this CPU,
+#      plan with those measured costs (search --profile, 2 CPU devices),
+#      train the plan for 20 steps on tinyshakespeare, then draw predicted
+#      against measured on one time scale (ms) and print both iteration
+#      times, their ratio and the activation peaks.  The ratio is whatever
+#      this machine measures: on a busy machine the run is slower than the
+#      quiet-machine profile predicts (bench/README.md has figures).
 set -euo pipefail
 B=${1:-build}
 Z="$B/zbsched"
@@ -29,11 +33,18 @@ echo "== 2. 1F1B against ZB-H2, p=4, m=8, unit costs (the paper's Figure 3 setti
 
 if [ -f "$DATA" ]; then
   echo
-  echo "== 3. training the tiny model with ZB-H1 on 2 devices (CPU threads), 20 steps"
-  "$Z" gen zb-h1 -p 2 -m 4 -o "$O/tiny-zb-h1.json"
-  "$Z" run "$O/tiny-zb-h1.json" --data "$DATA" --model tiny --steps 20 --eval-every 10 \
+  echo "== 3. the loop: profile the tiny model here, plan with the measured costs, train the plan, compare"
+  # Profiled at micro-batch 1 and planned at micro-batch 1: the profile is
+  # then used at its own size, not scaled (small GEMMs do not scale linearly).
+  "$Z" profile --model tiny --batch-size 1 --reps 20 --data "$DATA" -o "$O/tiny-profile.json" -q
+  # tools/cpu-device.json describes one CPU core as a pipeline device (the
+  # fp32 GEMM peak of one core of the development VM, bench/README.md); with
+  # --profile it only sets the MFU column, the times come from the profile.
+  "$Z" search --model tiny --profile "$O/tiny-profile.json" --gpu tools/cpu-device.json \
+       --gpus 2 --stages 2 --global-batch 16 --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
+  "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
        --trace "$O/tiny-trace.json" -q
-  "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-zb-h1.json" -o "$O/tiny-compare.svg"
+  "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"
 else
   echo "(skipping the training step: $DATA not found)"
 fi

@@ -546,7 +546,9 @@ static int render(tl_src *src, int n_src, char **svg, size_t *len, zb_err *err)
             viz_buf_xml(&b, src[0].s->time_unit);
             viz_buf_puts(&b, " vs ");
             viz_buf_xml(&b, src[1].s->time_unit);
-            viz_buf_puts(&b, "): each timeline spans the full width; compare shapes, not lengths</text>\n");
+            viz_buf_puts(&b, "): each timeline spans the full width; compare shapes, not lengths. "
+                        "For one scale in ms, plan with measured costs: zbsched profile, then "
+                        "zbsched search --profile</text>\n");
             y += 18;
         }
         y += 14;

@@ -19,6 +19,7 @@
 
 #include "schedules/gen.h"
 #include "src/cli/cli_costs.h"
+#include "src/cli/progress.h"
 #include "solver/solver.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
@@ -60,6 +61,7 @@ static void usage(FILE *out)
         "                         in the same units as --mf/--mb/--mw\n"
         "      --time-limit S     seconds for the ILP solver (default: its own)\n"
         "  -o, --output FILE      schedule file to write ('-' or none: stdout)\n"
+        "  -q, --quiet            no live status line (ilp) on stderr\n"
         "  -h, --help             this text\n");
 }
 
@@ -120,20 +122,21 @@ int cmd_gen(int argc, char **argv)
         { "mem-limit", required_argument, NULL, OPT_MEM_LIMIT },
         { "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
         { "output", required_argument, NULL, 'o' },
+        { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     gen_params gp;
     gen_params_default(&gp);
     const char *out_path = NULL, *mem_text = NULL;
-    int chunks_given = 0;
+    int chunks_given = 0, quiet = 0;
     zb_err err = { "" };
     long v;
     double x;
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":p:m:o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:m:o:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (cli_parse_int("--stages", optarg, 1, 65536, &v, &err))
@@ -163,6 +166,9 @@ int cmd_gen(int argc, char **argv)
             break;
         case 'o':
             out_path = optarg;
+            break;
+        case 'q':
+            quiet = 1;
             break;
         case 'h':
             usage(stdout);
@@ -221,7 +227,14 @@ int cmd_gen(int argc, char **argv)
 
     sched_t *s = NULL;
     int rc = 0;
-    if (fn(&gp, &s, &err) != 0) {
+    cli_progress prog; /* the ILP's live status line (progress.h) */
+    cli_progress_init(&prog, quiet);
+    solver_set_progress(cli_progress_solver, &prog);
+    cli_progress_what(&prog, "%s", kind);
+    int gen_rc = fn(&gp, &s, &err);
+    solver_set_progress(NULL, NULL);
+    cli_progress_end(&prog);
+    if (gen_rc != 0) {
         rc = cli_fail(&err);
         goto out;
     }

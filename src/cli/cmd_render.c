@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/cli/compare_note.h"
 #include "src/sched_io.h"
 #include "viz/times.h"
 #include "viz/viz.h"
@@ -38,6 +39,8 @@ static void usage(FILE *out)
         "                             the critical path in red (at most %d ops)\n"
         "  --compare OTHER     svg only: draw FILE and the schedule OTHER one above\n"
         "                      the other on one time scale (predicted above measured)\n"
+        "                      and print predicted against measured iteration time and\n"
+        "                      peak activations in one line (on stderr when OUT is '-')\n"
         "  -h, --help          this text\n", VIZ_DAG_MAX_OPS);
 }
 
@@ -118,7 +121,14 @@ int cmd_render(int argc, char **argv)
         if (other) {
             /* Predicted above measured; otherwise the order given. */
             int m_file = viz_sched_is_measured(s), m_other = viz_sched_is_measured(other);
-            if (m_file && !m_other)
+            if (m_file != m_other) /* the one line of numbers: stdout unless the SVG goes there */
+                rc = compare_note_print(m_file ? other : s, m_file ? s : other,
+                                        strcmp(out_path, "-") ? stdout : stderr, &err);
+            else
+                rc = 0;
+            if (rc != 0)
+                ;
+            else if (m_file && !m_other)
                 rc = viz_svg_compare(other, "predicted", s, "measured", &doc, &len, &err);
             else if (!m_file && m_other)
                 rc = viz_svg_compare(s, "predicted", other, "measured", &doc, &len, &err);

@@ -30,6 +30,8 @@
 #include "src/cli/cli.h"
 #include "src/cli/run_checks.h"
 #include "src/cli/run_resume.h"
+#include "src/cli/data_path.h"
+#include "src/cli/run_plan.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -55,7 +57,6 @@
 #include "runtime/cuda_module.h"
 #include "runtime/rank.h"
 
-#define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
 /* consecutive skipped steps (gradient not finite) that mean divergence */
 #define DEFAULT_MAX_SKIPPED 5
@@ -71,10 +72,12 @@ static void usage(FILE *out)
         "(or, with --device cuda, one CUDA stream or one GPU per device).\n"
         "\n"
         "  -n, --steps N          optimizer steps (total, counting resumed ones)\n"
-        "      --data PATH        training text (default " DEFAULT_DATA ")\n"
-        "      --model NAME|FILE  model preset (tiny, tiny-mem, shakespeare-char) or JSON file (default tiny)\n"
+        "      --data PATH        training text (default: $" CLI_DATA_ENV ", else\n"
+        "                         ../shared/data/tinyshakespeare.txt beside the repository)\n"
+        "      --model NAME|FILE  model preset (tiny, tiny-mem, shakespeare-char) or JSON file (default:\n"
+        "                         the file's plan from `zbsched search`, else tiny)\n"
         "      --seed S           initialisation and data seed (default 1)\n"
-        "      --batch-size B     sequences per micro-batch (default: the model's)\n"
+        "      --batch-size B     sequences per micro-batch (default: the plan's, else the model's)\n"
         "      --lr X             peak learning rate (default 1e-3)\n"
         "      --clip X           global gradient-norm clip, 0 disables (default 1.0)\n"
         "      --sync-optimizer   synchronous clip instead of post-validation\n"
@@ -117,7 +120,7 @@ static void usage(FILE *out)
 typedef struct run_args {
     const char *file;        /* schedule file */
     const char *data;        /* text file */
-    const char *model;       /* preset or model file */
+    const char *model;       /* --model preset or file, or NULL (run_plan.h decides) */
     const char *ckpt_dir;    /* --checkpoint, or NULL */
     const char *trace;       /* --trace, or NULL */
     long steps;              /* --steps */
@@ -179,7 +182,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    *a = (run_args){ .data = DEFAULT_DATA, .model = "tiny", .steps = -1, .eval_windows = 64,
+    *a = (run_args){ .data = cli_default_data(), .model = NULL, .steps = -1, .eval_windows = 64,
                      .seed = 1, .lr = 1e-3, .clip = 1.0, .gpu = -1,
                      .max_skipped = DEFAULT_MAX_SKIPPED };
     islands_opts_default(&a->isl);
@@ -457,6 +460,10 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_AddNumberToObject(o, "micro_batches", s->n_micro);
     cJSON_AddNumberToObject(o, "batch_size", trainer_model(t)->micro_batch);
     cJSON_AddNumberToObject(o, "parameters", (double)trainer_param_count(t));
+    cJSON *split = cJSON_AddArrayToObject(o, "layers_per_stage"); /* the split trained */
+    for (int i = 0; i < trainer_stage_count(t); i++)
+        cJSON_AddItemToArray(split, cJSON_CreateNumber(trainer_stage_layout(t, i)->l1 -
+                                                       trainer_stage_layout(t, i)->l0));
     cJSON_AddNumberToObject(o, "first_step", (double)res->first_step);
     cJSON_AddNumberToObject(o, "steps", (double)st->step);
     cJSON *l = cJSON_AddArrayToObject(o, "losses");
@@ -729,6 +736,7 @@ int cmd_run(int argc, char **argv)
     trainer *t = NULL;
     char *ckpt_path = NULL;
     run_result res = { 0 };
+    run_setup setup = { 0 };
     zb_model m;
     rc = 1;
     if (sched_load_file(a.file, &s, &err) != 0 || sched_validate(s, &err) != 0) {
@@ -737,32 +745,43 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
-    if (model_load(a.model, &m, &err) != 0) {
-        cli_fail(&err);
+    if ((rc = run_plan_resolve(a.file, s, a.model, a.batch, &setup)) != 0)
         goto out;
+    rc = 1;
+    m = setup.model;
+    a.batch = setup.batch;
+    if (!setup.from_plan || a.cuda) {
+        /* A plan's model on the CPU is checked by run_plan_fits below, whose
+         * refusal also says how to try the plan's shape on a small model.
+         * A plan's model is read like a preset: its dtype describes the
+         * hardware it was planned for, not what this device computes in. */
+        zb_model preset;
+        int from_file = a.model && model_preset(a.model, &preset, NULL) != 0;
+        if (run_check_model(&m, from_file, a.cuda, &err) != 0) {
+            cli_fail(&err);
+            goto out;
+        }
     }
-    zb_model preset;
-    if (run_check_model(&m, model_preset(a.model, &preset, NULL) != 0, a.cuda, &err) != 0) {
-        cli_fail(&err);
-        goto out;
-    }
-    if (a.batch > 0)
-        m.micro_batch = (int)a.batch;
     if (data_load_file(a.data, m.seq_len, &d, &err) != 0) {
         cli_fail(&err);
         goto out;
     }
+    m.vocab = setup.model.vocab = d->vocab;
+    if (!a.cuda && run_plan_fits(a.file, s, &setup) != 0)
+        goto out;
     if (!a.cuda) {
         /* Refuse before allocating what this machine cannot hold. */
-        zb_model em = m;
-        em.vocab = d->vocab;
         run_memory mem;
-        run_estimate_memory(s, &em, d->n_tokens, a.isl.replicas, &mem);
+        run_estimate_memory(s, &m, d->n_tokens, a.isl.replicas, &mem);
         if (run_check_memory(&mem, run_physical_memory(), &err) != 0) {
             cli_fail(&err);
             goto out;
         }
     }
+    if (setup.data_parallel > 1 && a.isl.replicas != setup.data_parallel)
+        fprintf(stderr, "zbsched run: warning: %s's plan has %d data-parallel replicas of the "
+                "pipeline; --replicas %d --outer sync trains them all\n", a.file,
+                setup.data_parallel, setup.data_parallel);
     trainer_opts o;
     trainer_opts_default(&o);
     o.seed = (uint64_t)a.seed;
@@ -775,9 +794,14 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
+    o.layers_per_stage = setup.layers_per_stage;
+    o.recompute_stages = setup.recompute_stages;
     o.threads = (int)a.threads;
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
+        if (setup.layers_per_stage)
+            fprintf(stderr, "zbsched run: warning: the GPU trainer splits layers evenly, not by "
+                    "%s's plan\n", a.file);
         rc = run_cuda(&a, s, &m, d, &o);
         goto out;
     }
@@ -869,5 +893,6 @@ out:
     trainer_free(t);
     data_free(d);
     sched_free(s);
+    run_setup_free(&setup);
     return rc;
 }

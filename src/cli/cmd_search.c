@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "solver/search.h"
+#include "src/cli/progress.h"
 #include "src/profile.h"
 #include "src/sched_io.h"
 #include "src/size.h"
@@ -64,30 +65,8 @@ static void usage(FILE *out)
         "  --json                print every candidate as JSON instead of the table\n"
         "  --top N               table rows (default %d)\n"
         "  -v, --verbose         also list dropped and skipped candidates, with reasons\n"
+        "  -q, --quiet           no live status line on stderr (shown only on a terminal)\n"
         "  -h, --help            this text\n", DEFAULT_ROWS);
-}
-
-/* Progress on stderr, only for a terminal and only after one second. */
-typedef struct progress_state {
-    struct timespec start; /* when the search began */
-    int shown;             /* 1 once a progress line was printed */
-} progress_state;
-
-static double elapsed_s(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
-}
-
-static void on_progress(void *ctx, int done, int total)
-{
-    progress_state *ps = ctx;
-    if (elapsed_s(&ps->start) < 1.0)
-        return;
-    fprintf(stderr, "\rsearch: %d/%d candidates", done, total);
-    fflush(stderr);
-    ps->shown = 1;
 }
 
 static const char *status_name(search_status s)
@@ -371,6 +350,7 @@ int cmd_search(int argc, char **argv)
         { "json", no_argument, NULL, OPT_JSON },
         { "top", required_argument, NULL, OPT_TOP },
         { "verbose", no_argument, NULL, 'v' },
+        { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -378,7 +358,7 @@ int cmd_search(int argc, char **argv)
     search_options_default(&o);
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
     const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
-    int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0;
+    int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0, quiet = 0;
     long rows = DEFAULT_ROWS, num;
     zb_err err = { { 0 } };
     zb_profile profile;
@@ -386,7 +366,7 @@ int cmd_search(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, ":o:vh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":o:vqh", longopts, NULL)) != -1) {
         switch (ch) {
         case OPT_MEM: {
             uint64_t bytes;
@@ -503,6 +483,9 @@ int cmd_search(int argc, char **argv)
         case 'v':
             verbose = 1;
             break;
+        case 'q':
+            quiet = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -533,16 +516,16 @@ int cmd_search(int argc, char **argv)
         o.profile = &profile;
     }
 
-    progress_state ps = { .shown = 0 };
-    clock_gettime(CLOCK_MONOTONIC, &ps.start);
-    if (isatty(STDERR_FILENO)) {
-        o.progress = on_progress;
-        o.progress_ctx = &ps;
-    }
+    cli_progress prog; /* live status line on a terminal (progress.h) */
+    cli_progress_init(&prog, quiet);
+    o.progress = cli_progress_search_count;
+    o.progress_stage = cli_progress_search_stage;
+    o.progress_ctx = &prog;
+    solver_set_progress(cli_progress_solver, &prog);
     search_result r;
     int rc = search_run(&o, &r, &err);
-    if (ps.shown)
-        fprintf(stderr, "\r\033[K");
+    solver_set_progress(NULL, NULL);
+    cli_progress_end(&prog);
     if (rc < 0)
         return cli_fail(&err);
 

@@ -1,0 +1,40 @@
+#!/bin/sh
+# plan_loop.sh: the loop profile -> plan -> run -> compare on this machine
+# (bench/README.md, "plan loop"): how far a plan made from measured costs is
+# from what training it then measures.
+#
+#   1. `zbsched profile` measures MODEL's ops here at micro-batch B;
+#   2. `zbsched search --profile` plans for P CPU devices with micro-batches
+#      of at most B (so the profile is used at its own size, not scaled);
+#   3. `zbsched run` trains the plan (its model, micro-batch and layer split)
+#      for STEPS steps with --trace;
+#   4. `zbsched render --compare` prints predicted against measured for the
+#      last step.
+# Repeated REPS times; each repetition profiles and plans afresh.
+#
+# usage: bench/plan_loop.sh [BUILD] [MODEL] [B] [P] [GLOBAL_BATCH] [STEPS] [REPS]
+# Run from the repository root.
+set -eu
+build=${1:-build}
+model=${2:-bench/runtime/wide.json}
+b=${3:-4}
+p=${4:-2}
+gb=${5:-32}
+steps=${6:-10}
+reps=${7:-3}
+zb="$build/zbsched"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "plan loop: model $model, micro-batch <= $b, $p devices, global batch $gb, $steps steps; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+i=0
+while [ $i -lt "$reps" ]; do
+  i=$((i + 1))
+  "$zb" profile --model "$model" --batch-size "$b" --reps 20 -o "$out/prof.json" -q
+  "$zb" search --model "$model" --profile "$out/prof.json" --gpu tools/cpu-device.json \
+      --gpus "$p" --stages "$p" --global-batch "$gb" \
+      --max-micro-batch "$b" --mem 8G -o "$out/plan.json" -q > "$out/search.txt"
+  best=$(grep '^best:' "$out/search.txt")
+  "$zb" run "$out/plan.json" --steps "$steps" --eval-windows 1 --trace "$out/trace.json" -q > /dev/null
+  printf '%d: %s\n   %s\n' "$i" "$best" "$("$zb" render "$out/trace.json" --compare "$out/plan.json" -o "$out/c.svg")"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
