@@ -60,13 +60,16 @@ report=$work/report.txt
 log=$work/log
 
 # The copy: the working tree as it is now (uncommitted edits included).
+# Files get the current time (tar -m), not their original one: a build
+# directory kept from an earlier run holds objects of that run's last
+# mutant, newer than the original sources, which ninja would keep.
 # Tests find the data set at $ZB_SOURCE_ROOT/../shared, so the copy gets
 # the same neighbour.
 rm -rf "$tree" "$log" "$work/orig"
 mkdir -p "$tree" "$log" "$work/orig"
 (cd "$root" && git ls-files -z -c -o --exclude-standard | xargs -0 -r sh -c \
     'for f; do [ -e "$f" ] || [ -L "$f" ] && printf "%s\0" "$f"; done' sh |
-    tar --null -T - -cf -) | tar -xf - -C "$tree"
+    tar --null -T - -cf -) | tar -xmf - -C "$tree"
 if [ -e "$root/../shared" ]; then
     ln -sfn "$(realpath "$root/../shared")" "$work/shared"
 fi
