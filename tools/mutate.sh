@@ -96,7 +96,7 @@ run_tests() {
         return 0
     fi
     grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)' "$out" |
-        sed -E 's/^ *[0-9]+\/[0-9]+ +zbsched:([^ ]+ \/ [^ ]+) +([A-Z]+).*/\1 (\2)/' | paste -sd ',' - |
+        sed -E 's/^ *[0-9]+\/[0-9]+ +zbsched:([^ ]+) \/ ([^ ]+) +([A-Z]+).*/\1\/\2 (\3)/' | paste -sd ' ' - |
         grep . || echo "a failing test (see $out)"
     return 1
 }
