@@ -180,26 +180,6 @@ START_TEST(chunks_are_shaded)
 }
 END_TEST
 
-/* Fuses the backward of every even micro-batch: its B becomes a BW and its
- * W is dropped.  A valid split schedule stays valid (BW has B's inputs and
- * nothing waits for W), and now shows all four op kinds. */
-static void fuse_even_micro_batches(sched_t *s)
-{
-    for (int d = 0; d < s->n_devices; d++) {
-        sched_lane *l = &s->dev[d];
-        int n = 0;
-        for (int i = 0; i < l->n_ops; i++) {
-            sched_op op = l->ops[i];
-            if (op.mb % 2 == 0 && op.kind == OP_W)
-                continue;
-            if (op.mb % 2 == 0 && op.kind == OP_B)
-                op.kind = OP_BW;
-            l->ops[n++] = op;
-        }
-        l->n_ops = n;
-    }
-}
-
 #define MAX_CHUNKS 8
 
 /* Legend swatches and op boxes parsed back from an SVG timeline. */
@@ -327,8 +307,8 @@ static void check_distinct(const colour_map *cm, int n_chunks)
 START_TEST(each_kind_has_its_legend_colour)
 {
     sched_t *plain = fixture_zb_h1(4, 8), *v = fixture_v(2, 4);
-    fuse_even_micro_batches(plain);
-    fuse_even_micro_batches(v);
+    fixture_fuse_even(plain);
+    fixture_fuse_even(v);
     sched_t *all[] = { plain, v };
     for (int i = 0; i < 2; i++) {
         sched_t *s = all[i];
