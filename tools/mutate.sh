@@ -74,9 +74,17 @@ if [ -e "$root/../shared" ]; then
     ln -sfn "$(realpath "$root/../shared")" "$work/shared"
 fi
 
+# The list and its reader are read from copies too, so that edits made in
+# the tree while a run goes on do not mix into it.
+cp "$list" "$work/list.txt"
+cp "$apply" "$work/mutate_apply.py"
+list_name=$(basename "$list")
+list=$work/list.txt
+apply=$work/mutate_apply.py
+
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 : > "$report"
-say "mutation run $(date -u '+%Y-%m-%d %H:%M UTC') of $(git -C "$root" rev-parse --short HEAD)$([ -z "$(git -C "$root" status --porcelain)" ] || echo '+edits') with $(basename "$list")"
+say "mutation run $(date -u '+%Y-%m-%d %H:%M UTC') of $(git -C "$root" rev-parse --short HEAD)$([ -z "$(git -C "$root" status --porcelain)" ] || echo '+edits') with $list_name"
 
 if [ ! -f "$build/build.ninja" ]; then
     nice meson setup "$build" "$tree" -Dcuda=disabled > "$log/setup.txt" 2>&1 ||
