@@ -82,6 +82,13 @@ list_name=$(basename "$list")
 list=$work/list.txt
 apply=$work/mutate_apply.py
 
+MUTATE_TREE="$tree" python3 "$apply" list "$list" > "$work/mutants.tsv" ||
+    { echo "mutate: cannot read the list $list_name" >&2; exit 2; }
+for id in "${only[@]}"; do
+    cut -f1 "$work/mutants.tsv" | grep -qxF "$id" ||
+        { echo "mutate: no mutant '$id' in $list_name" >&2; exit 2; }
+done
+
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 : > "$report"
 say "mutation run $(date -u '+%Y-%m-%d %H:%M UTC') of $(git -C "$root" rev-parse --short HEAD)$([ -z "$(git -C "$root" status --porcelain)" ] || echo '+edits') with $list_name"
@@ -155,7 +162,7 @@ while IFS=$'\t' read -r -u 3 id suite path skip desc; do
         say "KILLED   $id ($suite, $(($(date +%s) - t0)) s) by $failed"
         killed=$((killed + 1))
     fi
-done 3< <(MUTATE_TREE="$tree" python3 "$apply" list "$list")
+done 3< "$work/mutants.tsv"
 for f in "${restore[@]}"; do
     cp "$work/orig/$f" "$tree/$f"
 done
