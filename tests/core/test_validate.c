@@ -51,6 +51,10 @@ START_TEST(rejects_b_without_w)
      * which must name the B left without its W. */
     s->dev[0].n_ops--;
     expect_invalid(s, "B without its W", "stage 0, micro-batch 2");
+    /* The same on the last stage (device 1: ... F2 B2 W2). */
+    s = fixture_1f1b(2, 3, 1);
+    s->dev[1].n_ops--;
+    expect_invalid(s, "B without its W", "stage 1, micro-batch 2");
 }
 END_TEST
 
