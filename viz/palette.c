@@ -16,12 +16,14 @@ typedef struct rgb {
 } rgb;
 
 /* Base colours per op kind (indexed by op_kind). */
-static const rgb kind_base[OP_KIND_COUNT] = {
+static const rgb kind_base[] = {
     { 0x39, 0x7A, 0xF2 }, /* F: the paper's blue */
     { 0x44, 0xD3, 0xDA }, /* B: the paper's teal */
     { 0x4C, 0xB8, 0x5C }, /* W: green */
     { 0xF2, 0x8E, 0x2B }, /* BW: orange, PyTorch's full backward */
 };
+_Static_assert(sizeof kind_base / sizeof kind_base[0] == OP_KIND_COUNT,
+               "every op kind needs its own base colour");
 
 static rgb mix(rgb a, rgb b, double t)
 {

@@ -255,11 +255,14 @@ static void draw_heading(viz_buf *b, double x, double y, double size, const tl_s
     viz_buf_puts(b, "</text>\n");
 }
 
-/* One legend swatch with a label in its text colour. */
-static double legend_swatch(viz_buf *b, double x, double y, const char *fill, const char *text_fill,
-                            const char *text)
+/* One legend swatch with a label in its text colour.  `cls` names what the
+ * swatch stands for ("key-F chunk-0", "key-idle"), so that tests and
+ * scripts can match each box colour against its legend entry. */
+static double legend_swatch(viz_buf *b, double x, double y, const char *cls, const char *fill,
+                            const char *text_fill, const char *text)
 {
-    viz_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>", x, y, fill);
+    viz_buf_printf(b, "<rect class=\"key %s\" x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>",
+                   cls, x, y, fill);
     if (text)
         viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
                        x + 9, y + 11, text_fill, text);
@@ -278,9 +281,11 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
         double limit_max;
         any_limit |= n_src == 1 && mem_limit_drawn(&src[k], &limit_max);
     }
-    static const char *const kind_text[OP_KIND_COUNT] = {
+    static const char *const kind_text[] = {
         "F forward", "B input gradient", "W weight gradient", "BW full backward",
     };
+    _Static_assert(sizeof kind_text / sizeof kind_text[0] == OP_KIND_COUNT,
+                   "every op kind needs a legend text");
     /* Items flow left to right and wrap before the right margin; text
      * width is estimated at 7 px per character of the 12 px font. */
     double x = L->plot_x, right = L->width - 8;
@@ -295,9 +300,10 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
         }
         for (int c = 0; c < n_chunks; c++) {
             viz_color col = viz_op_color((op_kind)kind, c, n_chunks);
-            char num[16];
+            char num[16], cls[48];
             snprintf(num, sizeof num, "%d", c);
-            x = legend_swatch(b, x, y, col.fill, col.text, n_chunks > 1 ? num : NULL) + 1;
+            snprintf(cls, sizeof cls, "key-%s chunk-%d", op_kind_name((op_kind)kind), c);
+            x = legend_swatch(b, x, y, cls, col.fill, col.text, n_chunks > 1 ? num : NULL) + 1;
         }
         viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 4, y + 11, kind_text[kind]);
@@ -307,7 +313,7 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
         x = L->plot_x;
         y += 20;
     }
-    legend_swatch(b, x, y, VIZ_IDLE_FILL, NULL, NULL);
+    legend_swatch(b, x, y, "key-idle", VIZ_IDLE_FILL, NULL, NULL);
     viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">idle</text>\n",
                    x + 22, y + 11);
     x += 22 + 30 + 14;

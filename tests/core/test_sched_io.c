@@ -160,6 +160,9 @@ static const bad_case bad_cases[] = {
     { "\"F1\", \"BW1\"]]", "\"F1\", 7]]", "device 1, op 3: op must be a string" },
     { "\"F1\", \"BW0\"", "\"F9\", \"BW0\"", "device 0, op 1 (F9): micro-batch 9 out of range 0..1" },
     { "\"F1\", \"BW0\"", "\"F1@5\", \"BW0\"", "device 0, op 1 (F1@5): stage 5 out of range" },
+    /* The first value out of range on each side of the bound. */
+    { "\"F1\", \"BW0\"", "\"F2\", \"BW0\"", "device 0, op 1 (F2): micro-batch 2 out of range 0..1" },
+    { "\"F1\", \"BW0\"", "\"F1@2\", \"BW0\"", "device 0, op 1 (F1@2): stage 2 out of range 0..1" },
     { "\"F1\", \"BW0\"", "\"F-1\", \"BW0\"", "device 0, op 1: bad op token 'F-1'" },
     { "\"F1\", \"BW0\"", "\"F\", \"BW0\"", "device 0, op 1: bad op token 'F'" },
     { "\"F1\", \"BW0\"", "\"F1@\", \"BW0\"", "bad op token 'F1@'" },

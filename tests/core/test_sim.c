@@ -1,7 +1,8 @@
 /*
  * test_sim.c: the simulator on small cases computed by hand (exact starts
  * and ends, cost, bubble rate, peak memory, T_comm), the memory curve, the
- * measured-time summary, and the paper's 1F1B bubble formula.
+ * measured-time summary, a peak set by a device's last op, and the paper's
+ * 1F1B bubble formula.
  */
 #include <check.h>
 #include <math.h>
@@ -138,6 +139,71 @@ START_TEST(v_shape_same_device_no_comm)
 }
 END_TEST
 
+/* A device's peak must count its last op when that op raises memory.  With
+ * complete schedules under the default deltas the last op frees memory, so
+ * a peak taken before each addition would go unnoticed; here every op
+ * allocates (dF=1, dB=0.5, dW=0.25, as when W materializes a weight
+ * gradient), so each device peaks exactly at its last op, a W.
+ * p=2, m=2, split 1F1B: each device runs 2 F, 2 B, 2 W: peak 3.5. */
+static void check_peak_at_last_op(const sched_t *s, const sim_result *r)
+{
+    for (int d = 0; d < s->n_devices; d++) {
+        const sched_lane *l = &s->dev[d];
+        ck_assert_int_eq(l->ops[l->n_ops - 1].kind, OP_W);
+        ck_assert_double_eq_tol(r->dev[d].peak_mem, 3.5, EPS);
+        ck_assert_double_eq_tol(r->dev[d].end_mem, 3.5, EPS);
+    }
+    ck_assert_double_eq_tol(r->peak_mem, 3.5, EPS);
+}
+
+START_TEST(peak_includes_last_op)
+{
+    sched_t *s = fixture_1f1b(2, 2, 1);
+    sched_set_mem(s, 1, 0.5, 0.25);
+    sim_result r;
+    zb_err err = { "" };
+    ck_assert_int_eq(sched_validate(s, &err), 0);
+    ck_assert_msg(sim_run(s, &r, &err) == 0, "%s", err.msg);
+    check_peak_at_last_op(s, &r);
+    /* The memory curve, built independently, tops out at the same peak. */
+    for (int d = 0; d < s->n_devices; d++) {
+        sim_mem_point *pt;
+        int n;
+        ck_assert_int_eq(sim_mem_curve(s, &r, d, &pt, &n, &err), 0);
+        double top = 0;
+        for (int i = 0; i < n; i++)
+            top = pt[i].mem > top ? pt[i].mem : top;
+        ck_assert_double_eq_tol(top, r.dev[d].peak_mem, EPS);
+        free(pt);
+    }
+    sim_result_free(&r);
+
+    /* Measured times take the same summary path. */
+    for (int d = 0; d < s->n_devices; d++) {
+        ck_assert_int_eq(sched_lane_alloc_times(s, d), 0);
+        for (int i = 0; i < s->dev[d].n_ops; i++) {
+            s->dev[d].start[i] = i;
+            s->dev[d].end[i] = i + 1;
+        }
+    }
+    ck_assert_int_eq(sim_measured(s, &r, &err), 0);
+    check_peak_at_last_op(s, &r);
+    sim_result_free(&r);
+
+    /* One device, one op that allocates: the peak is that op alone. */
+    sched_t *one = sched_new(1, 1, 1);
+    sched_place_interleaved(one);
+    sched_push(one, 0, OP_F, 0, 0);
+    sched_push(one, 0, OP_BW, 0, 0);
+    sched_set_mem(one, 2, 0.5, 0.5); /* BW = dB + dW = +1 */
+    ck_assert_int_eq(sim_run(one, &r, &err), 0);
+    ck_assert_double_eq_tol(r.dev[0].peak_mem, 3, EPS);
+    sim_result_free(&r);
+    sched_free(one);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(deadlock_is_an_error_not_a_crash)
 {
     sched_t *s = fixture_1f1b(2, 2, 1);
@@ -204,6 +270,7 @@ int main(void)
     tcase_add_test(tc, hand_computed_split_bw);
     tcase_add_test(tc, one_f_one_b_matches_paper);
     tcase_add_test(tc, v_shape_same_device_no_comm);
+    tcase_add_test(tc, peak_includes_last_op);
     tcase_add_test(tc, deadlock_is_an_error_not_a_crash);
     tcase_add_test(tc, measured_times_summary);
     tcase_add_test(tc, linear_in_ops);

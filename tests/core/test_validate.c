@@ -51,6 +51,10 @@ START_TEST(rejects_b_without_w)
      * which must name the B left without its W. */
     s->dev[0].n_ops--;
     expect_invalid(s, "B without its W", "stage 0, micro-batch 2");
+    /* The same on the last stage (device 1: ... F2 B2 W2). */
+    s = fixture_1f1b(2, 3, 1);
+    s->dev[1].n_ops--;
+    expect_invalid(s, "B without its W", "stage 1, micro-batch 2");
 }
 END_TEST
 
@@ -111,6 +115,60 @@ START_TEST(rejects_w_before_b)
 }
 END_TEST
 
+/* Moves the op at position `from` of device d to position `to` (to < from),
+ * shifting the ops in between one place later. */
+static void move_op_earlier(sched_t *s, int d, int from, int to)
+{
+    sched_op op = s->dev[d].ops[from];
+    memmove(&s->dev[d].ops[to + 1], &s->dev[d].ops[to], (size_t)(from - to) * sizeof op);
+    s->dev[d].ops[to] = op;
+}
+
+/* A split B placed before its own F (same stage, same micro-batch) must be
+ * refused for the right reason: its F comes later on the same device.  On
+ * the last stage B needs nothing else, so a check for F restricted to fused
+ * BW would accept the schedule; on the other stages B also waits for the
+ * next stage's B, so such a narrowed check would still deadlock but blame
+ * the wrong input.  The messages below name the F. */
+START_TEST(rejects_split_b_before_its_f_last_stage)
+{
+    /* Last stage: device 1 of split 1F1B runs F0 B0 W0 F1 B1 W1. */
+    sched_t *s = fixture_1f1b(2, 2, 1);
+    move_op_earlier(s, 1, 1, 0); /* B0 F0 W0 F1 B1 W1 */
+    expect_invalid(s, "device 1, op 0 (B0@1) comes before F0@1 (op 1)", NULL);
+    s = fixture_1f1b(2, 2, 1);
+    move_op_earlier(s, 1, 4, 3); /* F0 B0 W0 B1 F1 W1 */
+    expect_invalid(s, "device 1, op 3 (B1@1) comes before F1@1 (op 4)", NULL);
+
+    /* V placement: device 0 holds stages 0 and 3 (the last); its list is
+     * F@0 F@3 B@3 W@3 B@0 W@0 for m=1.  Put B@3 before F@3. */
+    s = fixture_v(2, 1);
+    move_op_earlier(s, 0, 2, 1);
+    expect_invalid(s, "device 0, op 1 (B0@3) comes before F0@3 (op 2)", NULL);
+}
+END_TEST
+
+START_TEST(rejects_split_b_before_its_f_other_stages)
+{
+    sched_t *s;
+    /* First stage: device 0 runs F0 F1 B0 W0 B1 W1; put B1 before F1. */
+    s = fixture_1f1b(2, 2, 1);
+    move_op_earlier(s, 0, 4, 1); /* F0 B1 F1 B0 W0 W1 */
+    expect_invalid(s, "device 0, op 1 (B1@0) comes before F1@0 (op 2)", NULL);
+
+    /* Middle stage of three: device 1 runs F0 F1 B0 W0 B1 W1 (m=2). */
+    s = fixture_1f1b(3, 2, 1);
+    ck_assert_int_eq(s->dev[1].ops[2].kind, OP_B);
+    move_op_earlier(s, 1, 2, 0); /* B0 F0 F1 W0 B1 W1 */
+    expect_invalid(s, "device 1, op 0 (B0@1) comes before F0@1 (op 1)", NULL);
+
+    /* V placement, device 0's first chunk (stage 0): B@0 before F@0. */
+    s = fixture_v(2, 1);
+    move_op_earlier(s, 0, 4, 0);
+    expect_invalid(s, "device 0, op 0 (B0@0) comes before F0@0 (op 1)", NULL);
+}
+END_TEST
+
 START_TEST(rejects_cross_device_cycle)
 {
     sched_t *s = sched_new(2, 2, 2);
@@ -166,6 +224,8 @@ int main(void)
     tcase_add_test(tc, rejects_out_of_range_op);
     tcase_add_test(tc, rejects_mixed_bw_and_split);
     tcase_add_test(tc, rejects_w_before_b);
+    tcase_add_test(tc, rejects_split_b_before_its_f_last_stage);
+    tcase_add_test(tc, rejects_split_b_before_its_f_other_stages);
     tcase_add_test(tc, rejects_cross_device_cycle);
     tcase_add_test(tc, rejects_forward_order_inversion);
     tcase_add_test(tc, rejects_huge_header_cheaply);

@@ -1,8 +1,9 @@
 /*
  * test_outer_ring.c: the int8 codebook quantizer (error within its bound,
- * bucket means preserve sums, all-zero chunks) and the simulated ring
- * all-reduce (fp32 equals the mean, int8 within its bound of fp32, every
- * replica bit-identical, bytes counted as the formula says, determinism).
+ * bucket means preserve sums, clamping at the edge buckets, all-zero
+ * chunks) and the simulated ring all-reduce (fp32 equals the mean, int8
+ * within its bound of fp32, every replica bit-identical, bytes counted as
+ * the formula says, determinism).
  */
 #include <check.h>
 #include <math.h>
@@ -89,6 +90,40 @@ START_TEST(quant_error_within_bound)
     free(x);
     free(y);
     free(q);
+}
+END_TEST
+
+/* The edges of the bucket range: a value exactly 128 widths above zero
+ * rounds to bucket 256 and must be clamped into the top bucket 255, one
+ * exactly 128 below lands in bucket 0.  The width depends on every value,
+ * so the probes are solved for: with S0 the sum of squares of the others
+ * and n values, v = 128 s = 3 sigma gives v^2 = 9 S0 / (n - 10) for one
+ * probe, 9 S0 / (n - 19) for +v and -v together. */
+START_TEST(quant_clamps_at_the_edge_buckets)
+{
+    enum { N = 4000 };
+    float x[N], y[N], lut[256];
+    uint8_t q[N];
+    rng_seed(11);
+    double s0 = 0;
+    for (int j = 2; j < N; j++) {
+        x[j] = (float)(0.001 * rng_uniform()); /* |x| < 0.001, well inside */
+        s0 += (double)x[j] * x[j];
+    }
+    float v = (float)sqrt(9 * s0 / (N - 19));
+    x[0] = v;
+    x[1] = -v;
+    float s = outer_quant_width(x, N);
+    /* The construction's premise: both probes sit on the rounding edge. */
+    ck_assert_int_eq(lrintf(x[0] / s), 128);
+    ck_assert_int_eq(lrintf(x[1] / s), -128);
+    ck_assert(outer_quant_encode(x, N, q, lut) == s);
+    ck_assert_int_eq(q[0], 255);
+    ck_assert_int_eq(q[1], 0);
+    outer_quant_decode(q, lut, N, y);
+    /* Nothing else reaches that far, so each probe is alone in its bucket. */
+    ck_assert_float_eq_tol(y[0], v, 1e-7);
+    ck_assert_float_eq_tol(y[1], -v, 1e-7);
 }
 END_TEST
 
@@ -257,6 +292,7 @@ int main(void)
     Suite *su = suite_create("outer_ring");
     TCase *tc = tcase_create("ring");
     tcase_add_test(tc, quant_error_within_bound);
+    tcase_add_test(tc, quant_clamps_at_the_edge_buckets);
     tcase_add_test(tc, quant_zero_and_tiny_chunks);
     tcase_add_test(tc, fp32_ring_is_the_mean);
     tcase_add_test(tc, int8_ring_within_bound_of_fp32);

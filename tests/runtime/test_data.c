@@ -226,11 +226,18 @@ START_TEST(channel_delivers_across_threads_and_aborts)
         free(ptr);
     }
     pthread_join(tid, NULL);
-    /* An undelivered message is freed by reset; an abort fails receives. */
+    /* An abort fails receives; an undelivered message is freed by reset. */
     chan_send(&ch, CHAN_GRAD, 0, 3, malloc(16), 0);
+    chan_send(&ch, CHAN_GRAD, 0, 4, malloc(16), 0);
     chan_abort(&ch);
     void *ptr = NULL;
     ck_assert_int_eq(chan_recv(&ch, CHAN_GRAD, 0, 2, &ptr, NULL), -1);
+    /* Even a message that was delivered before the abort fails to arrive:
+     * the receiver gets nothing (the channel frees the buffer), so a worker
+     * never computes on after another one failed. */
+    ptr = &ch;
+    ck_assert_int_eq(chan_recv(&ch, CHAN_GRAD, 0, 3, &ptr, NULL), -1);
+    ck_assert_ptr_null(ptr);
     chan_reset(&ch);
     chan_send(&ch, CHAN_NORM_UP, 1, 0, NULL, 3.0);
     double v = 0;

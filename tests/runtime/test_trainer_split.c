@@ -9,6 +9,8 @@
  *   - trainer_apply steps on what the gradient buffers hold when it runs:
  *     the reported norm is the norm of the buffers as the caller left them
  *     (scaled by 1/2 here), and a NaN written into them skips the step;
+ *   - the gradient is the mean over the micro-batches (M copies of one
+ *     micro-batch give that micro-batch's gradient);
  *   - misuse (apply without backward, backward twice, step while a
  *     backward is pending) is refused with an error.
  */
@@ -179,6 +181,74 @@ START_TEST(apply_uses_the_buffers_as_left)
 }
 END_TEST
 
+/* Concatenates every stage's gradient buffer of t (malloc'd, *n floats). */
+static float *all_grads(trainer *t, size_t *n)
+{
+    float *g = malloc(sizeof(float) * trainer_param_count(t));
+    ck_assert_ptr_nonnull(g);
+    size_t off = 0;
+    for (int st = 0; st < trainer_stage_count(t); st++) {
+        size_t k;
+        const float *src = trainer_stage_grads(t, st, &k);
+        memcpy(g + off, src, sizeof(float) * k);
+        off += k;
+    }
+    *n = off;
+    return g;
+}
+
+/* The step's gradient is the mean over its micro-batches, not their sum:
+ * M copies of one micro-batch give (up to rounding) the gradient of that
+ * micro-batch alone, on one device and on a split two-device schedule. */
+START_TEST(gradient_is_the_mean_over_micro_batches)
+{
+    zb_data *d = fixture_data(fixture_model().seq_len);
+    zb_model m = fixture_model();
+    size_t tok = (size_t)m.micro_batch * (size_t)m.seq_len;
+    int32_t *x = malloc(sizeof *x * tok * M), *y = malloc(sizeof *y * tok * M);
+    ck_assert(x && y);
+    for (int j = 0; j < M; j++) {
+        memcpy(x + j * tok, d->tokens + 1000, sizeof *x * tok);
+        memcpy(y + j * tok, d->tokens + 1001, sizeof *y * tok);
+    }
+    trainer_opts o = split_opts();
+    zb_err err = { { 0 } };
+    double loss1, lossm;
+    sched_t *one = fixture_single(1);
+    trainer *t1;
+    ck_assert_msg(trainer_create(one, &m, d, &o, &t1, &err) == 0, "%s", err.msg);
+    ck_assert_msg(trainer_backward_on(t1, x, y, &loss1, &err) == 0, "%s", err.msg);
+    size_t n1;
+    float *g1 = all_grads(t1, &n1);
+    double top = 0;
+    for (size_t i = 0; i < n1; i++)
+        top = fmax(top, fabs(g1[i]));
+    ck_assert(top > 0);
+    sched_t *many[2] = { fixture_single(M), fixture_scrambled_w(M) };
+    for (int k = 0; k < 2; k++) {
+        trainer *tm;
+        ck_assert_msg(trainer_create(many[k], &m, d, &o, &tm, &err) == 0, "%s", err.msg);
+        ck_assert_msg(trainer_backward_on(tm, x, y, &lossm, &err) == 0, "%s", err.msg);
+        ck_assert_double_eq_tol(lossm, loss1, 1e-6);
+        size_t nm;
+        float *gm = all_grads(tm, &nm);
+        ck_assert_uint_eq(nm, n1);
+        for (size_t i = 0; i < n1; i++)
+            ck_assert_msg(fabs(gm[i] - g1[i]) <= 1e-5 * top, "%s: gradient %zu is %g, one micro-batch gives %g",
+                          many[k]->name, i, gm[i], g1[i]);
+        free(gm);
+        trainer_free(tm);
+        sched_free(many[k]);
+    }
+    free(g1);
+    trainer_free(t1);
+    sched_free(one);
+    free(x);
+    free(y);
+    data_free(d);
+}
+END_TEST
+
 START_TEST(misuse_is_refused)
 {
     zb_data *d = fixture_data(fixture_model().seq_len);
@@ -212,6 +282,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, split_step_equals_trainer_step);
     tcase_add_test(tc, apply_uses_the_buffers_as_left);
+    tcase_add_test(tc, gradient_is_the_mean_over_micro_batches);
     tcase_add_test(tc, misuse_is_refused);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

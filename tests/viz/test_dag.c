@@ -1,8 +1,8 @@
 /*
  * test_dag.c: the Graphviz dependency graph.  A small schedule renders to
  * valid SVG with one node per op and one cluster per device; the critical
- * path of ZB-H1 with unit costs has exactly cost-many ops; output is
- * byte-stable; schedules over VIZ_DAG_MAX_OPS are refused before layout.
+ * path of ZB-H1 with unit costs has exactly cost-many ops; nodes take
+ * their kind's palette colour; output is byte-stable; schedules over VIZ_DAG_MAX_OPS are refused before layout.
  */
 #include <check.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 
 #include "tests/viz/viz_fixtures.h"
 #include "tests/viz/viz_testutil.h"
+#include "viz/palette.h"
 #include "viz/viz.h"
 
 static char *dag(const sched_t *s, size_t *len)
@@ -133,6 +134,35 @@ START_TEST(chunks_and_same_bytes)
 }
 END_TEST
 
+/* Nodes are coloured like the timeline: each op kind in its palette
+ * colour, so F, B, W and BW stay distinct in the graph too. */
+START_TEST(nodes_coloured_by_kind)
+{
+    sched_t *s = fixture_zb_h1(2, 4);
+    fixture_fuse_even(s);
+    char *svg = dag(s, NULL);
+    long seen[OP_KIND_COUNT] = { 0 };
+    for (const char *p = svg; (p = strstr(p, "class=\"node\"")); p++) {
+        const char *tip = strstr(p, "xlink:title=\"") + strlen("xlink:title=\"");
+        int kind = -1;
+        for (int k = 0; k < OP_KIND_COUNT; k++) {
+            size_t n = strlen(op_kind_name((op_kind)k));
+            if (!strncmp(tip, op_kind_name((op_kind)k), n) && tip[n] >= '0' && tip[n] <= '9')
+                kind = k;
+        }
+        ck_assert_msg(kind >= 0, "node titled %.20s", tip);
+        char fill[8];
+        ck_assert_int_eq(sscanf(strstr(p, "<polygon fill=\""), "<polygon fill=\"%7[#0-9a-f]\"", fill), 1);
+        ck_assert_str_eq(fill, viz_op_color((op_kind)kind, 0, 1).fill);
+        seen[kind]++;
+    }
+    for (int k = 0; k < OP_KIND_COUNT; k++)
+        ck_assert_msg(seen[k] > 0, "no %s node", op_kind_name((op_kind)k));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(big_schedule_is_refused)
 {
     sched_t *s = fixture_zb_h1(8, 128); /* 3072 ops */
@@ -155,6 +185,7 @@ int main(void)
     tcase_add_test(tc, small_schedule_renders);
     tcase_add_test(tc, critical_path_follows_costs);
     tcase_add_test(tc, chunks_and_same_bytes);
+    tcase_add_test(tc, nodes_coloured_by_kind);
     tcase_add_test(tc, big_schedule_is_refused);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

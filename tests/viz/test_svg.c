@@ -2,7 +2,8 @@
  * test_svg.c: the SVG timeline and the predicted-vs-measured comparison.
  * Checks that output is valid XML (xmllint), has exactly one op box per op
  * with the right kind, shows the paper's figures for ZB-H1 and 1F1B, shades
- * chunks, draws memory limits, follows measured times, thins labels without
+ * chunks, gives each op kind its own colour that matches its legend swatch,
+ * draws memory limits, follows measured times, thins labels without
  * overlaps at p=32, m=256, escapes text, is byte-stable, and refuses
  * invalid schedules.
  */
@@ -176,6 +177,197 @@ START_TEST(chunks_are_shaded)
     ck_assert_ptr_nonnull(strstr(svg, "2 chunks per device"));
     free(svg);
     sched_free(s);
+}
+END_TEST
+
+#define MAX_CHUNKS 8
+
+/* Legend swatches and op boxes parsed back from an SVG timeline. */
+typedef struct colour_map {
+    char key[OP_KIND_COUNT][MAX_CHUNKS][8]; /* legend fill per kind and chunk, "" when absent */
+    int n_keys;                             /* swatches for op kinds */
+    char idle[8];                           /* fill of the idle swatch */
+    long ops[OP_KIND_COUNT];                /* op boxes per kind */
+} colour_map;
+
+/* The op kind named by the n bytes at p, or -1. */
+static int kind_named(const char *p, size_t n)
+{
+    for (int k = 0; k < OP_KIND_COUNT; k++) {
+        const char *name = op_kind_name((op_kind)k);
+        if (strlen(name) == n && !strncmp(name, p, n))
+            return k;
+    }
+    return -1;
+}
+
+/* Copies the "#rrggbb" fill of the tag that starts at tag into out. */
+static void tag_fill(const char *tag, char out[8])
+{
+    const char *end = strchr(tag, '>'), *f = strstr(tag, " fill=\"");
+    ck_assert_msg(f && end && f < end, "tag without fill: %.60s", tag);
+    ck_assert_int_eq(sscanf(f, " fill=\"%7[#0-9a-f]\"", out), 1);
+    ck_assert_uint_eq(strlen(out), 7);
+}
+
+/* Parses the legend and every op box of svg, and checks the two against
+ * each other: each box has the fill of the swatch of its kind and chunk
+ * (named by its tooltip), and the text after a kind's swatches names that
+ * kind. */
+static void parse_colours(const char *svg, colour_map *cm)
+{
+    memset(cm, 0, sizeof *cm);
+    const char *idle = strstr(svg, "<rect class=\"key key-idle\"");
+    ck_assert_ptr_nonnull(idle);
+    tag_fill(idle, cm->idle);
+    for (const char *p = svg; (p = strstr(p, "<rect class=\"key key-")) != NULL; p++) {
+        const char *name = p + strlen("<rect class=\"key key-");
+        size_t n = strcspn(name, " \"");
+        if (!strncmp(name, "idle\"", 5))
+            continue;
+        int kind = kind_named(name, n), chunk = -1;
+        ck_assert_msg(kind >= 0, "legend swatch of unknown kind: %.40s", p);
+        ck_assert_int_eq(sscanf(name + n, " chunk-%d\"", &chunk), 1);
+        ck_assert(chunk >= 0 && chunk < MAX_CHUNKS);
+        ck_assert_msg(!cm->key[kind][chunk][0], "two swatches for %s chunk %d", op_kind_name(kind), chunk);
+        tag_fill(p, cm->key[kind][chunk]);
+        cm->n_keys++;
+        /* The next legend label (12 px text) after the swatches names the kind. */
+        const char *lab = strstr(p, "font-size=\"12\" fill=\"#222\">");
+        const char *next_key = strstr(p + 1, "<rect class=\"key");
+        ck_assert_ptr_nonnull(lab);
+        if (!next_key || lab < next_key) {
+            lab = strchr(lab, '>') + 1;
+            ck_assert_msg(!strncmp(lab, op_kind_name(kind), strlen(op_kind_name(kind))) &&
+                          lab[strlen(op_kind_name(kind))] == ' ',
+                          "legend label '%.20s' after the %s swatch", lab, op_kind_name(kind));
+        }
+    }
+    for (const char *p = svg; (p = strstr(p, "<rect class=\"op op-")) != NULL; p++) {
+        const char *name = p + strlen("<rect class=\"op op-");
+        int kind = kind_named(name, strcspn(name, "\""));
+        ck_assert_msg(kind >= 0, "op box of unknown kind: %.40s", p);
+        char fill[8];
+        tag_fill(p, fill);
+        const char *title = strstr(p, "<title>");
+        ck_assert_ptr_nonnull(title);
+        title += strlen("<title>");
+        size_t kn = strlen(op_kind_name(kind));
+        ck_assert_msg(!strncmp(title, op_kind_name(kind), kn), "box of kind %s titled %.20s",
+                      op_kind_name(kind), title);
+        int mb, stage, chunk;
+        ck_assert_int_eq(sscanf(title + kn, "%d stage %d chunk %d:", &mb, &stage, &chunk), 3);
+        ck_assert(chunk >= 0 && chunk < MAX_CHUNKS);
+        ck_assert_msg(cm->key[kind][chunk][0], "no legend swatch for %s chunk %d", op_kind_name(kind), chunk);
+        ck_assert_msg(!strcmp(fill, cm->key[kind][chunk]), "%s%d stage %d drawn %s, legend says %s",
+                      op_kind_name(kind), mb, stage, fill, cm->key[kind][chunk]);
+        cm->ops[kind]++;
+    }
+}
+
+/* Squared RGB distance between two "#rrggbb" colours. */
+static long colour_dist2(const char *a, const char *b)
+{
+    unsigned ca[3], cb[3];
+    ck_assert_int_eq(sscanf(a, "#%2x%2x%2x", &ca[0], &ca[1], &ca[2]), 3);
+    ck_assert_int_eq(sscanf(b, "#%2x%2x%2x", &cb[0], &cb[1], &cb[2]), 3);
+    long d2 = 0;
+    for (int i = 0; i < 3; i++)
+        d2 += ((long)ca[i] - (long)cb[i]) * ((long)ca[i] - (long)cb[i]);
+    return d2;
+}
+
+/* Every swatch of a picture is a different colour, none is the idle grey,
+ * and two kinds on the same chunk differ clearly (at least 32 apart in
+ * RGB; the palette's closest pair, F and B on the lightest chunk, is 41). */
+static void check_distinct(const colour_map *cm, int n_chunks)
+{
+    for (int k = 0; k < OP_KIND_COUNT; k++)
+        for (int c = 0; c < n_chunks; c++) {
+            const char *a = cm->key[k][c];
+            if (!a[0])
+                continue;
+            ck_assert_str_ne(a, cm->idle);
+            for (int k2 = 0; k2 < OP_KIND_COUNT; k2++)
+                for (int c2 = 0; c2 < n_chunks; c2++) {
+                    const char *b = cm->key[k2][c2];
+                    if (!b[0] || (k2 == k && c2 == c))
+                        continue;
+                    ck_assert_msg(strcmp(a, b) != 0, "%s chunk %d and %s chunk %d share %s",
+                                  op_kind_name(k), c, op_kind_name(k2), c2, a);
+                    if (c2 == c)
+                        ck_assert_msg(colour_dist2(a, b) >= 32 * 32, "%s and %s look alike on chunk %d",
+                                      op_kind_name(k), op_kind_name(k2), c);
+                }
+        }
+}
+
+/* Every op kind gets its own colour, the one its legend swatch shows:
+ * pictures with all four kinds, on one chunk per device and on two (V). */
+START_TEST(each_kind_has_its_legend_colour)
+{
+    sched_t *plain = fixture_zb_h1(4, 8), *v = fixture_v(2, 4);
+    fixture_fuse_even(plain);
+    fixture_fuse_even(v);
+    sched_t *all[] = { plain, v };
+    for (int i = 0; i < 2; i++) {
+        sched_t *s = all[i];
+        int n_chunks = s->n_stages / s->n_devices;
+        long want[OP_KIND_COUNT] = { 0 };
+        for (int d = 0; d < s->n_devices; d++)
+            for (int j = 0; j < s->dev[d].n_ops; j++)
+                want[s->dev[d].ops[j].kind]++;
+        size_t n;
+        char *svg = render(s, &n);
+        ck_assert(tu_xml_valid(svg, n));
+        colour_map cm;
+        parse_colours(svg, &cm);
+        ck_assert_int_eq(cm.n_keys, OP_KIND_COUNT * n_chunks);
+        for (int k = 0; k < OP_KIND_COUNT; k++) {
+            ck_assert_msg(want[k] > 0, "fixture %d lacks %s", i, op_kind_name(k));
+            ck_assert_int_eq(cm.ops[k], want[k]);
+            for (int c = 0; c < n_chunks; c++)
+                ck_assert_str_eq(cm.key[k][c], viz_op_color((op_kind)k, c, n_chunks).fill);
+        }
+        check_distinct(&cm, n_chunks);
+        free(svg);
+    }
+    /* A comparison shares one legend across both blocks. */
+    sched_t *meas = sched_clone(plain);
+    ck_assert_int_eq(fixture_add_times(meas), 0);
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n;
+    ck_assert_int_eq(viz_svg_compare(plain, "predicted", meas, "measured", &svg, &n, &err), 0);
+    colour_map cm;
+    parse_colours(svg, &cm);
+    ck_assert_int_eq(cm.n_keys, OP_KIND_COUNT);
+    ck_assert_int_eq(cm.ops[OP_W], 2 * 16);
+    free(svg);
+    sched_free(meas);
+    sched_free(plain);
+    sched_free(v);
+}
+END_TEST
+
+/* The palette itself, for every kind (including any added later) and up to
+ * MAX_CHUNKS chunks: all colours of one picture are distinct, and kinds on
+ * the same chunk stay clearly apart. */
+START_TEST(palette_kinds_distinct)
+{
+    for (int n_chunks = 1; n_chunks <= MAX_CHUNKS; n_chunks++) {
+        colour_map cm;
+        memset(&cm, 0, sizeof cm);
+        strcpy(cm.idle, VIZ_IDLE_FILL);
+        for (int k = 0; k < OP_KIND_COUNT; k++)
+            for (int c = 0; c < n_chunks; c++) {
+                viz_color col = viz_op_color((op_kind)k, c, n_chunks);
+                ck_assert_uint_eq(strlen(col.fill), 7);
+                ck_assert_str_ne(col.fill, col.text);
+                strcpy(cm.key[k][c], col.fill);
+            }
+        check_distinct(&cm, n_chunks);
+    }
 }
 END_TEST
 
@@ -365,6 +557,8 @@ int main(void)
     tcase_add_test(tc, one_f_one_b_fused_backward);
     tcase_add_test(tc, large_schedule_thins_labels_without_overlap);
     tcase_add_test(tc, chunks_are_shaded);
+    tcase_add_test(tc, each_kind_has_its_legend_colour);
+    tcase_add_test(tc, palette_kinds_distinct);
     tcase_add_test(tc, memory_limit_drawn_or_stated);
     tcase_add_test(tc, measured_times_are_used);
     tcase_add_test(tc, compare_on_one_scale);

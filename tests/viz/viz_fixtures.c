@@ -111,3 +111,20 @@ int fixture_add_times(sched_t *s)
     }
     return 0;
 }
+
+void fixture_fuse_even(sched_t *s)
+{
+    for (int d = 0; d < s->n_devices; d++) {
+        sched_lane *l = &s->dev[d];
+        int n = 0;
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            if (op.mb % 2 == 0 && op.kind == OP_W)
+                continue;
+            if (op.mb % 2 == 0 && op.kind == OP_B)
+                op.kind = OP_BW;
+            l->ops[n++] = op;
+        }
+        l->n_ops = n;
+    }
+}

@@ -20,6 +20,11 @@ sched_t *fixture_zb_h1(int p, int m);
  * to exercise chunk shading. */
 sched_t *fixture_v(int p, int m);
 
+/* Fuses the backward of every even micro-batch of a split schedule: its B
+ * becomes a BW and its W is dropped.  A valid schedule stays valid (BW has
+ * B's inputs and nothing waits for W) and then shows all four op kinds. */
+void fixture_fuse_even(sched_t *s);
+
 /* Turns s into a "measured" schedule: every lane gets start/end times
  * equal to a deterministic stretch of the ideal unit-cost timing (op i of
  * device d lasts its cost times (1 + 0.1 * ((d + i) % 3))).  Returns 0 or -1. */
