@@ -204,6 +204,9 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
      * refuse it here, whoever the caller is. */
     if (sched_validate(s, err) != 0)
         return zb_wrap(err, "schedule: ");
+    if (sched_has_vocab(s))
+        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) are not executed by this "
+                       "runtime yet; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)

@@ -53,6 +53,19 @@ int gen_zb_v(const gen_params *p, sched_t **out, zb_err *err);
  * device's limit, or -1 when none does. */
 int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err);
 
+/* Vocabulary parallelism (docs/vocab-parallel.md).  gen_vocab_check
+ * checks v: variant 1 or 2, finite non-negative times, finite memory
+ * deltas.  gen_vocab_insert returns in *out (caller frees) a copy of base
+ * (any valid schedule without vocabulary passes: every handcrafted kind,
+ * zb-auto, the V family, the ILP's answer) with v set and one S and one T
+ * pass per device and micro-batch inserted between its ops; the base ops
+ * keep their order on each device.  Passes go where the schedule's own
+ * costs say they start first (list scheduling; see gen_vocab.c).  The
+ * name gets "+vocab-N".  Returns 0, or -1 with err set (base invalid or
+ * already vocabulary-parallel, v out of range, out of memory). */
+int gen_vocab_check(const sched_vocab *v, zb_err *err);
+int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err);
+
 /* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
  * "zb-h1", "zb-h2", "zb-v", "interleaved-zb"); NULL when unknown. */
 gen_fn gen_lookup(const char *kind);

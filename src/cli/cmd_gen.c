@@ -20,6 +20,7 @@
 #include "src/cli/cli_costs.h"
 #include "solver/solver.h"
 #include "src/sched_io.h"
+#include "src/sim.h"
 #include "src/validate.h"
 
 /* A kind found by a solver rather than handcrafted. */
@@ -58,6 +59,14 @@ static void usage(FILE *out)
         "                         activation memory limit, one value or one per device,\n"
         "                         in the same units as --mf/--mb/--mw\n"
         "      --time-limit S     seconds for the ILP solver (default: its own)\n"
+        "      --vocab plain|parallel\n"
+        "                         parallel: the output layer split over all devices, S and T\n"
+        "                         passes inserted into the KIND's order (format version 2;\n"
+        "                         docs/vocab-parallel.md); default plain\n"
+        "      --vocab-variant 1|2  Vocab-1 (one barrier per micro-batch, default) or Vocab-2\n"
+        "      --ts X --tt X      time of one S / T pass of one shard (default 0.5, 0.5)\n"
+        "      --tc0 X --tc1 X    time of barrier C0 / C1, the all-reduces (default 0, 0)\n"
+        "      --ms X             memory S holds until T frees it (default 1)\n"
         "  -o, --output FILE      schedule file to write ('-' or none: stdout)\n"
         "  -h, --help             this text\n");
 }
@@ -107,7 +116,75 @@ out:
 
 enum {
     OPT_CHUNKS = 256, OPT_MEM_LIMIT, OPT_TIME_LIMIT,
+    OPT_VOCAB, OPT_VOCAB_VARIANT, OPT_TS, OPT_TT, OPT_TC0, OPT_TC1, OPT_MS,
 };
+
+/* --vocab and its costs, gathered before the schedule exists. */
+typedef struct gen_vocab_args {
+    int parallel;    /* --vocab parallel */
+    sched_vocab v;   /* variant and costs for gen_vocab_insert */
+} gen_vocab_args;
+
+/* Handles one of the vocabulary options; returns 1 when c was one, 0 when
+ * not, -1 on a bad value (err set). */
+static int vocab_option(int c, const char *arg, gen_vocab_args *va, zb_err *err)
+{
+    double x;
+    long n;
+    switch (c) {
+    case OPT_VOCAB:
+        if (!strcmp(arg, "plain"))
+            va->parallel = 0;
+        else if (!strcmp(arg, "parallel"))
+            va->parallel = 1;
+        else
+            return zb_fail(err, "--vocab: '%s' is not plain or parallel", arg);
+        return 1;
+    case OPT_VOCAB_VARIANT:
+        if (cli_parse_int("--vocab-variant", arg, 1, 2, &n, err))
+            return -1;
+        va->v.variant = (int)n;
+        return 1;
+    case OPT_TS: case OPT_TT: case OPT_TC0: case OPT_TC1: case OPT_MS: {
+        static const char *const names[] = { "--ts", "--tt", "--tc0", "--tc1", "--ms" };
+        const char *name = names[c - OPT_TS];
+        if (cli_parse_double(name, arg, &x, err))
+            return -1;
+        if (c != OPT_MS && x < 0)
+            return zb_fail(err, "%s: %s must not be negative", name, arg);
+        double *dst[] = { &va->v.t_s, &va->v.t_t, &va->v.t_c0, &va->v.t_c1, &va->v.d_s };
+        *dst[c - OPT_TS] = x;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Inserts the vocabulary passes into *s (replacing it) and checks the
+ * result against the memory limit it was planned under. */
+static int apply_vocab(sched_t **s, gen_vocab_args *va, const char *kind, zb_err *err)
+{
+    va->v.d_t = -va->v.d_s; /* T frees what S took */
+    sched_t *vs = NULL;
+    if (gen_vocab_insert(*s, &va->v, &vs, err) != 0)
+        return zb_wrap(err, "%s: ", kind);
+    sched_free(*s);
+    *s = vs;
+    if (!vs->mem_limit)
+        return 0;
+    sim_result r;
+    if (sim_run(vs, &r, err) != 0)
+        return -1;
+    int rc = 0;
+    for (int d = 0; d < vs->n_devices && rc == 0; d++)
+        if (r.dev[d].peak_mem > vs->mem_limit[d] * (1 + 1e-9))
+            rc = zb_fail(err, "%s with --vocab parallel needs %.6g on device %d, over its memory "
+                         "limit %.6g (the S passes hold --ms each until their T)",
+                         kind, r.dev[d].peak_mem, d, vs->mem_limit[d]);
+    sim_result_free(&r);
+    return rc;
+}
 
 int cmd_gen(int argc, char **argv)
 {
@@ -118,6 +195,13 @@ int cmd_gen(int argc, char **argv)
         CLI_COST_OPTIONS,
         { "mem-limit", required_argument, NULL, OPT_MEM_LIMIT },
         { "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
+        { "vocab", required_argument, NULL, OPT_VOCAB },
+        { "vocab-variant", required_argument, NULL, OPT_VOCAB_VARIANT },
+        { "ts", required_argument, NULL, OPT_TS },
+        { "tt", required_argument, NULL, OPT_TT },
+        { "tc0", required_argument, NULL, OPT_TC0 },
+        { "tc1", required_argument, NULL, OPT_TC1 },
+        { "ms", required_argument, NULL, OPT_MS },
         { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -126,6 +210,8 @@ int cmd_gen(int argc, char **argv)
     gen_params_default(&gp);
     const char *out_path = NULL, *mem_text = NULL;
     int chunks_given = 0;
+    gen_vocab_args va = { .parallel = 0,
+                          .v = { .variant = SCHED_VOCAB_1, .t_s = 0.5, .t_t = 0.5, .d_s = 1 } };
     zb_err err = { "" };
     long v;
     double x;
@@ -169,7 +255,12 @@ int cmd_gen(int argc, char **argv)
         case ':':
             return cli_usage("gen", "%s needs a value (see --help)", argv[optind - 1]);
         default: {
-            int r = cli_cost_option(c, optarg, &gp, &err);
+            int r = vocab_option(c, optarg, &va, &err);
+            if (r < 0)
+                return cli_fail(&err);
+            if (r > 0)
+                break;
+            r = cli_cost_option(c, optarg, &gp, &err);
             if (r < 0)
                 return cli_fail(&err);
             if (r == 0)
@@ -228,6 +319,10 @@ int cmd_gen(int argc, char **argv)
     }
     if (sched_validate(s, &err) != 0) {
         rc = cli_error("%s produced an invalid schedule: %s", kind, err.msg);
+        goto out;
+    }
+    if (va.parallel && apply_vocab(&s, &va, kind, &err) != 0) {
+        rc = cli_fail(&err);
         goto out;
     }
     if (sched_save_file(s, out_path, &err) != 0)

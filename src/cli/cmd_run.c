@@ -673,6 +673,11 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
+    if (sched_has_vocab(s)) { /* before any data is read or the GPU touched */
+        cli_error("%s: vocabulary-parallel passes (S, T) are not executed by the runtime yet; "
+                  "generate the schedule with --vocab plain", a.file);
+        goto out;
+    }
     if (model_load(a.model, &m, &err) != 0) {
         cli_fail(&err);
         goto out;
