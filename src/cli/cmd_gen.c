@@ -161,29 +161,93 @@ static int vocab_option(int c, const char *arg, gen_vocab_args *va, zb_err *err)
     }
 }
 
-/* Inserts the vocabulary passes into *s (replacing it) and checks the
- * result against the memory limit it was planned under. */
-static int apply_vocab(sched_t **s, gen_vocab_args *va, const char *kind, zb_err *err)
+/* Inserts the vocabulary passes into base and checks the result against
+ * limit ([p], or NULL for none).  Stores the result in *out; returns 0, 1
+ * when the result does not fit (err says where; *out untouched), -1 on
+ * other errors. */
+static int vocab_insert_fits(const sched_t *base, const sched_vocab *v, const char *kind,
+                             const double *limit, sched_t **out, zb_err *err)
+{
+    sched_t *vs = NULL;
+    if (gen_vocab_insert(base, v, &vs, err) != 0)
+        return zb_wrap(err, "%s: ", kind);
+    int rc = 0;
+    if (limit) {
+        sim_result r;
+        if (sim_run(vs, &r, err) != 0) {
+            sched_free(vs);
+            return -1;
+        }
+        for (int d = 0; d < vs->n_devices && rc == 0; d++)
+            if (r.dev[d].peak_mem > limit[d] * (1 + 1e-9)) {
+                zb_fail(err, "%s with --vocab parallel needs %.6g on device %d, over its memory "
+                        "limit %.6g (each S pass holds --ms until its T)",
+                        kind, r.dev[d].peak_mem, d, limit[d]);
+                rc = 1;
+            }
+        sim_result_free(&r);
+    }
+    if (rc)
+        sched_free(vs);
+    else
+        *out = vs;
+    return rc;
+}
+
+/* --vocab parallel: replaces *s with the schedule plus its passes.  A
+ * memory-limited solver (zb-auto, the V family, the ILP) plans for the
+ * transformer stages only, so when the passes push a device over the limit
+ * the solver runs again with the limit lowered by k * --ms (k = 1, 2, 3),
+ * leaving room for k logits shards in flight; the file records the
+ * original limit.  Handcrafted kinds have fixed orders and no retry. */
+static int apply_vocab(sched_t **s, gen_vocab_args *va, gen_fn fn, const gen_params *gp,
+                       int is_solver, const char *kind, zb_err *err)
 {
     va->v.d_t = -va->v.d_s; /* T frees what S took */
+    int p = (*s)->n_devices;
+    double *limit = NULL;
+    if ((*s)->mem_limit) {
+        if (!(limit = malloc(sizeof *limit * (size_t)p)))
+            return zb_fail(err, "out of memory");
+        memcpy(limit, (*s)->mem_limit, sizeof *limit * (size_t)p);
+    }
     sched_t *vs = NULL;
-    if (gen_vocab_insert(*s, &va->v, &vs, err) != 0)
-        return zb_wrap(err, "%s: ", kind);
-    sched_free(*s);
-    *s = vs;
-    if (!vs->mem_limit)
-        return 0;
-    sim_result r;
-    if (sim_run(vs, &r, err) != 0)
-        return -1;
-    int rc = 0;
-    for (int d = 0; d < vs->n_devices && rc == 0; d++)
-        if (r.dev[d].peak_mem > vs->mem_limit[d] * (1 + 1e-9))
-            rc = zb_fail(err, "%s with --vocab parallel needs %.6g on device %d, over its memory "
-                         "limit %.6g (the S passes hold --ms each until their T)",
-                         kind, r.dev[d].peak_mem, d, vs->mem_limit[d]);
-    sim_result_free(&r);
-    return rc;
+    int rc = vocab_insert_fits(*s, &va->v, kind, limit, &vs, err);
+    zb_err first = *err;
+    for (int k = 1; rc == 1 && is_solver && k <= 3 && va->v.d_s > 0; k++) {
+        gen_params g2 = *gp;
+        double *lower = malloc(sizeof *lower * (size_t)p);
+        if (!lower) {
+            rc = zb_fail(err, "out of memory");
+            break;
+        }
+        for (int d = 0; d < p; d++)
+            lower[d] = limit[d] - k * va->v.d_s;
+        g2.mem_limit = lower;
+        sched_t *base = NULL;
+        zb_err e2 = { "" };
+        if (fn(&g2, &base, &e2) == 0 && base->n_devices == p)
+            rc = vocab_insert_fits(base, &va->v, kind, limit, &vs, &e2);
+        sched_free(base);
+        free(lower);
+        if (rc < 0) { /* a failed lower retry is not the user's error */
+            rc = 1;
+            break;
+        }
+    }
+    if (rc == 1)
+        *err = first;
+    if (rc == 0) {
+        if (limit) { /* the limit the user (or the family) set */
+            free(vs->mem_limit);
+            vs->mem_limit = limit;
+            limit = NULL;
+        }
+        sched_free(*s);
+        *s = vs;
+    }
+    free(limit);
+    return rc == 0 ? 0 : -1;
 }
 
 int cmd_gen(int argc, char **argv)
@@ -321,7 +385,7 @@ int cmd_gen(int argc, char **argv)
         rc = cli_error("%s produced an invalid schedule: %s", kind, err.msg);
         goto out;
     }
-    if (va.parallel && apply_vocab(&s, &va, kind, &err) != 0) {
+    if (va.parallel && apply_vocab(&s, &va, fn, &gp, sk != NULL, kind, &err) != 0) {
         rc = cli_fail(&err);
         goto out;
     }
