@@ -1,18 +1,28 @@
 /*
- * search.c: enumerate, cost, simulate and rank pipeline configurations
- * under a memory limit (search.h; docs/search.md).
+ * search.c: enumerate, cost, simulate and rank pipeline plans under a
+ * memory limit (search.h; docs/search.md).
  *
- * One "config" is a micro-batch size b and a recompute setting.  For each
- * config the cost model gives per-stage times and memory on the plain
- * placement (one stage per device) and on the V placement; every family is
- * then built, re-costed on its own placement (interleaving changes the layer
- * split), validated and simulated.  Generators see uniform costs (they only
- * order ops); the simulator sees the real per-stage ones, so the figures
- * include the embedding's and the head's extra time and memory.
+ * One "config" is a pipeline depth p (with data-parallel width N/p), a
+ * micro-batch size b, a recompute setting (the first k devices recompute)
+ * and a layer-split rule.  For each config the cost model gives per-stage
+ * times and memory on the plain placement (one stage per device) and on
+ * the V placement; every family is then built, re-costed on its own
+ * placement (interleaving changes the layer split), validated and
+ * simulated.  Generators see uniform costs (they only order ops); the
+ * simulator sees the real per-stage ones, so the figures include the
+ * embedding's and the head's extra time and memory.  The V solvers and
+ * zb-auto see the per-stage costs themselves.
  *
- * Candidates are kept in one growing array.  Only the schedules of the best
- * few survive the search: the rest are freed as soon as they are ranked,
- * so memory stays at a few schedules however many candidates run.
+ * After all configs of one depth ran, the best candidate of each family
+ * (or, for a family with nothing that fits, its smallest peak) gets a
+ * local search over the layer split: single layers move between
+ * neighbouring virtual stages, the op order is kept, and a move stays when
+ * it lowers the memory excess or, once it fits, the ranked time.
+ *
+ * Candidates are kept in one growing array.  Only the schedules of the
+ * best few survive (and those of each family's best, which the local
+ * search starts from): the rest are freed as soon as they are ranked, so
+ * memory stays at a few dozen schedules however many candidates run.
  */
 #include "solver/search.h"
 
@@ -36,19 +46,15 @@
 static const double zb_auto_k[] = { 1.0, 1.5, 2.0, 0.0 };
 #define N_ZB_AUTO (int)(sizeof zb_auto_k / sizeof zb_auto_k[0])
 
-/* The V family: generator or solver name and function. */
-typedef struct v_family {
-    const char *name;  /* label and kind */
-    gen_fn fn;         /* builder taking gen_params with mem_limit */
-} v_family;
-
 void search_options_default(search_options *o)
 {
     memset(o, 0, sizeof *o);
     model_preset("llama3-8b", &o->model, NULL);
     gpu_preset("H100-80G", &o->gpu, NULL);
     o->mem_bytes = 40e9;
-    o->n_devices = 8;
+    o->n_devices = 0;
+    o->n_gpus = 8;
+    o->split_search = 1;
     o->global_batch = 64;
     o->recompute = -1;
     o->flash_attention = 1;
@@ -63,9 +69,13 @@ void search_result_free(search_result *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; i < r->n; i++) {
         sched_free(r->c[i].sched);
+        free(r->c[i].layers);
+    }
     free(r->c);
+    sched_free(r->baseline.sched);
+    free(r->baseline.layers);
     memset(r, 0, sizeof *r);
 }
 
@@ -76,14 +86,19 @@ typedef struct search_state {
     search_result *r;        /* growing candidate list */
     int cap;                 /* allocated length of r->c */
     int done, total;         /* progress */
+    int pp, dp;              /* the pipeline depth being searched and its data-parallel width */
+    int devices_per_node;    /* consecutive pipeline devices on one node */
+    int dp_intra;            /* 1 when a data-parallel group fits inside a node */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
  * the plain and V placements, and the uniform parameters generators see. */
 typedef struct search_config {
     zb_model model;      /* o->model with micro_batch = b */
-    cost_options copt;   /* recompute etc. */
-    int b, m, recompute; /* micro-batch size, count, recompute flag */
+    cost_options copt;   /* recompute, split, loss, ZeRO, topology */
+    int b, m;            /* micro-batch size, count */
+    int rc_devices;      /* leading devices that recompute */
+    unsigned char *rc_stage; /* [SEARCH_MAX_STAGES] per-stage recompute of the schedule being costed */
     sched_t *plain;      /* p stages, plain placement, costs filled; no ops */
     sched_t *vshape;     /* 2p stages, V placement, costs filled; NULL when layers are too few */
     gen_params gp;       /* uniform costs and shape for the generators */
@@ -110,7 +125,11 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->chunks = chunks;
     c->micro_batch = cf->b;
     c->n_micro = cf->m;
-    c->recompute = cf->recompute;
+    c->rc_devices = cf->rc_devices;
+    c->recompute = cf->rc_devices > 0;
+    c->pp = st->pp;
+    c->dp = st->dp;
+    c->split = cf->copt.split;
     c->peak_device = -1;
     return c;
 }
@@ -130,27 +149,92 @@ static void skip(search_candidate *c, const char *why)
     snprintf(c->note, sizeof c->note, "%s", why);
 }
 
-/* Costs, validates and simulates c's schedule s (taking ownership of s),
- * then fills c's figures.  A schedule the cost model, validator or
- * simulator rejects becomes a skipped candidate with their message. */
-static void evaluate(search_state *st, const search_config *cf, search_candidate *c, sched_t *s)
+/* Per-stage recompute of schedule s: a stage recomputes when its device is
+ * among the first rc_devices. */
+static void fill_rc_stage(search_config *cf, const sched_t *s)
+{
+    for (int i = 0; i < s->n_stages && i < SEARCH_MAX_STAGES; i++)
+        cf->rc_stage[i] = s->stage_device[i] < cf->rc_devices;
+    cf->copt.recompute_stage = cf->rc_stage;
+    cf->copt.recompute = cf->rc_devices > 0;
+}
+
+/* Costs s under cf's options (with split layers, or the rule's when NULL). */
+static int cost_sched(const search_state *st, search_config *cf, const int *layers, sched_t *s, zb_err *err)
+{
+    if (s->n_stages > SEARCH_MAX_STAGES)
+        return zb_fail(err, "%d virtual stages exceed the search's %d", s->n_stages, SEARCH_MAX_STAGES);
+    fill_rc_stage(cf, s);
+    cost_options co = cf->copt;
+    co.layers = layers;
+    return cost_fill_sched(&cf->model, &st->o->gpu, &co, s, err);
+}
+
+/* Data-parallel sync of each device's gradients and parameters, ZeRO-1
+ * style: reduce-scatter of the fp32 gradients (overlapped with the last
+ * micro-batch's backward on the device) and all-gather of the bf16
+ * parameters (overlapped with the first micro-batch's forward), ring
+ * algorithm over the NVLink domain or, when the group spans nodes, over
+ * the inter-node link.  Returns the exposed ms of device d. */
+static double dp_exposed_ms(const search_state *st, const sched_t *s, const double *params, int d)
+{
+    if (st->dp <= 1)
+        return 0;
+    const zb_gpu *g = &st->o->gpu;
+    double bw = st->dp_intra ? g->link_bw : gpu_inter_node_bw(g);
+    double lat = st->dp_intra ? g->link_latency : gpu_inter_node_latency(g);
+    double ring = (double)(st->dp - 1) / st->dp;
+    double t_rs = 1e3 * (ring * 4 * params[d] / bw + (st->dp - 1) * lat);
+    double t_ag = 1e3 * (ring * 2 * params[d] / bw + (st->dp - 1) * lat);
+    double back = 0, fwd = 0;
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stage_device[i] == d) {
+            back += s->cost[i].t_b + s->cost[i].t_w;
+            fwd += s->cost[i].t_f;
+        }
+    return fmax(0, t_rs - back) + fmax(0, t_ag - fwd);
+}
+
+/* Parameters held by each device of s (per the cost model's split). */
+static int device_params(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
+                         double *params, zb_err *err)
+{
+    int S = s->n_stages;
+    cost_stage *cs = malloc(sizeof *cs * (size_t)S);
+    if (!cs)
+        return zb_fail(err, "out of memory");
+    fill_rc_stage(cf, s);
+    cost_options co = cf->copt;
+    co.layers = layers;
+    int same = s->stage_device[0] == s->stage_device[S - 1];
+    if (cost_stages(&cf->model, &st->o->gpu, &co, S, same, cs, err) < 0) {
+        free(cs);
+        return -1;
+    }
+    for (int d = 0; d < s->n_devices; d++)
+        params[d] = 0;
+    for (int i = 0; i < S; i++)
+        params[s->stage_device[i]] += cs[i].params;
+    free(cs);
+    return 0;
+}
+
+/* Simulates s (already costed) and fills c's figures; 0 or -1 with err. */
+static int measure(const search_state *st, search_config *cf, const int *layers, search_candidate *c,
+                   const sched_t *s, zb_err *err)
 {
     const search_options *o = st->o;
-    zb_err e2 = { { 0 } };
-    if (cost_fill_sched(&cf->model, &o->gpu, &cf->copt, s, &e2) < 0 || sched_validate(s, &e2) < 0) {
-        skip(c, e2.msg);
-        sched_free(s);
-        return;
-    }
     sim_result sr;
     memset(&sr, 0, sizeof sr);
-    if (sim_run(s, &sr, &e2) < 0) {
-        skip(c, e2.msg);
+    double *params = malloc(sizeof *params * (size_t)s->n_devices);
+    if (!params)
+        return zb_fail(err, "out of memory");
+    if (sim_run(s, &sr, err) < 0 || (st->dp > 1 && device_params(st, cf, layers, s, params, err) < 0)) {
         sim_result_free(&sr);
-        sched_free(s);
-        return;
+        free(params);
+        return -1;
     }
-    double peak = -1;
+    double peak = -1, t = 0, bmax = 0, bsum = 0;
     for (int d = 0; d < s->n_devices; d++) {
         double v = s->mem_static[d] + sr.dev[d].peak_mem;
         if (v > peak) {
@@ -158,19 +242,34 @@ static void evaluate(search_state *st, const search_config *cf, search_candidate
             c->peak_device = d;
             c->static_bytes = s->mem_static[d];
         }
+        double span = sr.dev[d].span + dp_exposed_ms(st, s, params, d);
+        if (span > t)
+            t = span;
+        bmax = fmax(bmax, sr.dev[d].busy);
+        bsum += sr.dev[d].busy;
     }
+    free(params);
     c->peak_bytes = peak;
     c->iter_ms = sr.makespan;
     c->cost_ms = sr.cost;
+    c->time_ms = t;
+    c->dp_ms = t - sr.cost > 0 ? t - sr.cost : 0;
+    c->busy_max_ms = bmax;
+    c->busy_mean_ms = bsum / s->n_devices;
     c->bubble_rate = sr.bubble_rate;
-    double iter_s = sr.makespan * 1e-3;
+    double iter_s = t * 1e-3;
     double tokens = (double)o->global_batch * cf->model.seq_len;
-    c->tokens_per_s = iter_s > 0 ? tokens / iter_s / o->n_devices : 0;
-    double flops = cf->m * cost_model_flops(&cf->model, &cf->copt);
-    c->mfu = iter_s > 0 ? flops / (iter_s * o->n_devices * o->gpu.peak_flops) : 0;
+    int gpus = st->pp * st->dp;
+    c->tokens_per_s = iter_s > 0 ? tokens / iter_s / gpus : 0;
+    cost_options plain = cf->copt;
+    plain.recompute = 0;
+    plain.recompute_stage = NULL;
+    double flops = (double)o->global_batch / cf->b * cost_model_flops(&cf->model, &plain);
+    c->mfu = iter_s > 0 ? flops / (iter_s * gpus * o->gpu.peak_flops) : 0;
     sim_result_free(&sr);
     if (peak <= o->mem_bytes) {
         c->status = SEARCH_FIT;
+        c->note[0] = '\0';
     } else {
         c->status = SEARCH_OOM;
         snprintf(c->note, sizeof c->note,
@@ -178,44 +277,70 @@ static void evaluate(search_state *st, const search_config *cf, search_candidate
                  peak / 1e9, c->peak_device, c->static_bytes / 1e9, (peak - c->static_bytes) / 1e9,
                  o->mem_bytes / 1e9);
     }
+    return 0;
+}
+
+/* Costs, validates and simulates c's schedule s (taking ownership of s),
+ * then fills c's figures.  A schedule the cost model, validator or
+ * simulator rejects becomes a skipped candidate with their message. */
+static void evaluate(search_state *st, search_config *cf, search_candidate *c, sched_t *s, const int *layers)
+{
+    zb_err e2 = { { 0 } };
+    int S = s->n_stages;
+    c->n_stages = S;
+    c->layers = malloc(sizeof *c->layers * (size_t)S);
+    cost_options co = cf->copt;
+    co.layers = layers;
+    c->split_tuned = layers != NULL;
+    if (!c->layers || cost_sched(st, cf, layers, s, &e2) < 0 ||
+        cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) < 0 ||
+        sched_validate(s, &e2) < 0 || measure(st, cf, layers, c, s, &e2) < 0) {
+        skip(c, e2.msg[0] ? e2.msg : "out of memory");
+        sched_free(s);
+        return;
+    }
     c->sched = s;
 }
 
-/* The cost options of every candidate with this recompute setting. */
-static void cost_options_for(const search_options *o, int recompute, cost_options *c)
+/* The cost options of every candidate of this search. */
+static void cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c)
 {
     cost_options_default(c);
-    c->recompute = recompute;
-    c->split = o->split;
+    c->split = split;
     c->flash_attention = o->flash_attention;
-    c->zero1_dp = o->zero1_dp;
+    c->zero1_dp = o->zero1_dp * (st ? st->dp : 1);
     c->profile = o->profile;
+    c->loss = o->loss;
+    c->devices_per_node = st ? st->devices_per_node : 0;
 }
 
 /* Builds a config's cost templates and uniform generator parameters. */
-static int config_init(search_state *st, search_config *cf, int b, int recompute, zb_err *err)
+static int config_init(search_state *st, search_config *cf, int b, int rc_devices, cost_split split, zb_err *err)
 {
     const search_options *o = st->o;
     memset(cf, 0, sizeof *cf);
     cf->model = o->model;
     cf->model.micro_batch = b;
     cf->b = b;
-    cf->m = o->global_batch / b;
-    cf->recompute = recompute;
-    cost_options_for(o, recompute, &cf->copt);
-    int p = o->n_devices;
+    cf->m = o->global_batch / st->dp / b;
+    cf->rc_devices = rc_devices;
+    cost_options_for(o, st, split, &cf->copt);
+    cf->rc_stage = calloc(SEARCH_MAX_STAGES, 1);
+    if (!cf->rc_stage)
+        return zb_fail(err, "out of memory");
+    int p = st->pp;
     cf->plain = sched_new(p, cf->m, p);
     if (!cf->plain)
         return zb_fail(err, "out of memory");
     sched_place_interleaved(cf->plain);
-    if (cost_fill_sched(&cf->model, &o->gpu, &cf->copt, cf->plain, err) < 0)
+    if (cost_sched(st, cf, NULL, cf->plain, err) < 0)
         return -1;
-    if (2 * p <= cf->model.n_layers + 2) {
+    if (p > 1 && 2 * p <= cf->model.n_layers + 2) {
         cf->vshape = sched_new(p, cf->m, 2 * p);
         if (!cf->vshape)
             return zb_fail(err, "out of memory");
         sched_place_v(cf->vshape);
-        if (cost_fill_sched(&cf->model, &o->gpu, &cf->copt, cf->vshape, err) < 0)
+        if (cost_sched(st, cf, NULL, cf->vshape, err) < 0)
             return -1;
     }
     /* Uniform parameters: mean times, the memory deltas of the stage that
@@ -235,10 +360,17 @@ static int config_init(search_state *st, search_config *cf, int b, int recompute
         if (c->d_f > cf->plain->cost[big].d_f)
             big = i;
     }
+    /* Generators need positive times; a head-only fused stage has no W. */
+    gp->t_w = fmax(gp->t_w, 1e-6 * (gp->t_f + gp->t_b));
     gp->t_comm = cf->plain->t_comm;
     gp->m_f = cf->plain->cost[big].d_f;
     gp->m_b = cf->plain->cost[big].d_b;
     gp->m_w = cf->plain->cost[big].d_w;
+    if (!(gp->m_b <= 0) || !(gp->m_w <= 0)) {
+        /* Recompute makes dB positive; generators only need the order. */
+        gp->m_b = -gp->m_f / 2;
+        gp->m_w = -gp->m_f / 2;
+    }
     gp->time_limit = o->ilp_time_limit;
     return 0;
 }
@@ -247,11 +379,22 @@ static void config_free(search_config *cf)
 {
     sched_free(cf->plain);
     sched_free(cf->vshape);
+    free(cf->rc_stage);
+    cf->plain = cf->vshape = NULL;
+    cf->rc_stage = NULL;
 }
 
-/* Runs one generator-built family. */
+/* Runs one generator-built family (layers: an explicit split, or NULL). */
+static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
+                         int chunks, double *limit, const int *layers, zb_err *err);
 static int run_gen(search_state *st, search_config *cf, const char *label, const char *kind,
                    int chunks, double *limit, zb_err *err)
+{
+    return run_gen_split(st, cf, label, kind, chunks, limit, NULL, err);
+}
+
+static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
+                         int chunks, double *limit, const int *layers, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, kind, chunks, err);
     if (!c)
@@ -267,27 +410,24 @@ static int run_gen(search_state *st, search_config *cf, const char *label, const
     else if (fn(&gp, &s, &e2) < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, layers);
     tick(st);
     return 0;
 }
 
-/* Runs a solver taking gen_params (the V family). */
-static int run_solver(search_state *st, search_config *cf, const char *label, gen_fn fn,
-                      double *limit, zb_err *err)
+/* Runs a V solver on the V placement's per-stage costs and limits. */
+static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, const int *layers,
+                        const char *label, const double *limit, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, label, 2, err);
     if (!c)
         return -1;
-    gen_params gp = cf->gp;
-    gp.chunks = 2;
-    gp.mem_limit = limit;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (fn(&gp, &s, &e2) < 0)
+    if (solver_v_costs(label, vt, limit, &s, &e2) < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, layers);
     tick(st);
     return 0;
 }
@@ -299,7 +439,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     search_candidate *c = new_candidate(st, cf, label, family, 1, err);
     if (!c)
         return -1;
-    solver_problem pr = { .p = st->o->n_devices, .m = cf->m, .cost = cf->plain->cost,
+    solver_problem pr = { .p = st->pp, .m = cf->m, .cost = cf->plain->cost,
                           .t_comm = cf->plain->t_comm, .limit = limit };
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
@@ -308,7 +448,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     if (rc < 0)
         skip(c, e2.msg);
     else
-        evaluate(st, cf, c, s);
+        evaluate(st, cf, c, s, NULL);
     tick(st);
     return 0;
 }
@@ -326,10 +466,53 @@ static double headroom(const search_options *o, const sched_t *s, double *limit)
     return least;
 }
 
+/* The interleaved zero-bubble kind joins the families when its generator
+ * is linked in (gen_lookup finds it); until then it is not listed. */
+#define INTERLEAVED_ZB_KIND "interleaved-zb"
+
+/* The V family on the light-ends split (see run_config). */
+static int run_v_light(search_state *st, search_config *cf, double *limit, zb_err *err)
+{
+    int p = st->pp, S = 2 * p, L = cf->model.n_layers;
+    if (S - 2 > L)
+        return 0;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *vt = sched_new(p, cf->m, S);
+    int rc = -1;
+    if (!layers || !vt) {
+        zb_fail(err, "out of memory");
+        goto out;
+    }
+    layers[0] = layers[S - 1] = 0;
+    for (int i = 1; i < S - 1; i++)
+        layers[i] = L / (S - 2) + (S - 1 - i <= L % (S - 2)); /* remainder to the later stages */
+    sched_place_v(vt);
+    zb_err e2 = { { 0 } };
+    if (cost_sched(st, cf, layers, vt, &e2) < 0) {
+        rc = 0; /* this split does not apply; the others stand */
+        goto out;
+    }
+    headroom(st->o, vt, limit);
+    for (int d = 0; d < p; d++)
+        if (limit[d] < 0)
+            limit[d] = 0;
+    if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, err) < 0)
+        goto out;
+    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
+        if (run_v_solver(st, cf, vt, layers, vf[i], limit, err) < 0)
+            goto out;
+    rc = 0;
+out:
+    free(layers);
+    sched_free(vt);
+    return rc;
+}
+
 static int run_config(search_state *st, search_config *cf, zb_err *err)
 {
     const search_options *o = st->o;
-    int p = o->n_devices;
+    int p = st->pp;
     double *limit = malloc(sizeof *limit * (size_t)p);
     if (!limit)
         return zb_fail(err, "out of memory");
@@ -337,12 +520,37 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
 
     if (run_gen(st, cf, "1f1b", "1f1b", 1, NULL, err) < 0)
         goto out;
-    int vmax = (cf->model.n_layers + 2) / p;
+    int vmax = p > 1 ? (cf->model.n_layers + 2) / p : 1;
+    int izb = gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
         snprintf(label, sizeof label, "interleaved v=%d", v);
         if (run_gen(st, cf, label, "interleaved", v, NULL, err) < 0)
             goto out;
+        if (izb) {
+            /* Its own memory rule, then its memory-limited variant at the
+             * largest limit that fits (memory minus each device's static
+             * memory on the interleaved placement, in the deltas' bytes). */
+            snprintf(label, sizeof label, "interleaved-zb v=%d", v);
+            if (run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, err) < 0)
+                goto out;
+            sched_t *it = sched_new(p, cf->m, v * p);
+            zb_err e2 = { { 0 } };
+            if (!it) {
+                zb_fail(err, "out of memory");
+                goto out;
+            }
+            sched_place_interleaved(it);
+            int ok = cost_sched(st, cf, NULL, it, &e2) == 0 && headroom(o, it, limit) > 0;
+            sched_free(it);
+            snprintf(label, sizeof label, "interleaved-zb v=%d max", v);
+            if (ok && run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, limit, err) < 0)
+                goto out;
+        }
+    }
+    if (p == 1) { /* one device: every family is the same sequence */
+        rc = 0;
+        goto out;
     }
     if (run_gen(st, cf, "zb-h1", "zb-h1", 1, NULL, err) < 0 ||
         run_gen(st, cf, "zb-h2", "zb-h2", 1, NULL, err) < 0)
@@ -384,41 +592,23 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         tick(st);
     } else {
         headroom(o, cf->vshape, limit);
-        /* Limits for the solvers in the units of the generators' deltas
-         * (bytes); a device whose static memory already exceeds the limit
-         * gets 0 and the solver reports it. */
+        /* A device whose static memory already exceeds the limit gets 0
+         * and the solver reports it. */
         for (int d = 0; d < p; d++)
             if (limit[d] < 0)
                 limit[d] = 0;
-        const v_family vf[] = {
-            { "v-min", solver_v_min }, { "v-half", solver_v_half }, { "v-zb", solver_v_zb },
-        };
         if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, err) < 0)
             goto out;
-        /* The V solvers see the V placement's uniform costs. */
-        gen_params saved = cf->gp;
-        int big = 0;
-        for (int i = 0; i < 2 * p; i++)
-            if (cf->vshape->cost[i].d_f > cf->vshape->cost[big].d_f)
-                big = i;
-        cf->gp.m_f = cf->vshape->cost[big].d_f;
-        cf->gp.m_b = cf->vshape->cost[big].d_b;
-        cf->gp.m_w = cf->vshape->cost[big].d_w;
-        double tf = 0, tb = 0, tw = 0;
-        for (int i = 0; i < 2 * p; i++) {
-            tf += cf->vshape->cost[i].t_f / (2 * p);
-            tb += cf->vshape->cost[i].t_b / (2 * p);
-            tw += cf->vshape->cost[i].t_w / (2 * p);
-        }
-        cf->gp.t_f = tf;
-        cf->gp.t_b = tb;
-        cf->gp.t_w = tw;
+        static const char *const vf[] = { "v-min", "v-half", "v-zb" };
         for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-            if (run_solver(st, cf, vf[i].name, vf[i].fn, limit, err) < 0) {
-                cf->gp = saved;
+            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, err) < 0)
                 goto out;
-            }
-        cf->gp = saved;
+        /* The V puts the embedding and the head on device 0.  When that
+         * is what overflows, the "light ends" split gives stages 0 and
+         * 2p-1 no transformer layer, so device 0 holds only the two
+         * vocabulary matrices and their activations. */
+        if (o->split_search && cf->copt.split == o->split && run_v_light(st, cf, limit, err) < 0)
+            goto out;
     }
     rc = 0;
 out:
@@ -433,24 +623,21 @@ static long time_bucket(double ms)
     return ms > 0 ? (long)floor(log(ms) / log(SEARCH_TIME_RESOLUTION)) : 0;
 }
 
-/* Ranking: fits by iteration time (to SEARCH_TIME_RESOLUTION), then peak,
- * then exact time; then OOM by peak; then skipped in enumeration order
- * (stable through the insertion sort). */
-static int rank_cmp(const void *pa, const void *pb)
+/* Ranking: fits by the realised time (to SEARCH_TIME_RESOLUTION), then
+ * peak, then exact time; then OOM by peak; then skipped in enumeration
+ * order (stable through the merge sort). */
+static int rank_cmp(const search_candidate *a, const search_candidate *b)
 {
-    const search_candidate *a = pa, *b = pb;
     if (a->status != b->status)
         return a->status < b->status ? -1 : 1;
     if (a->status == SEARCH_FIT) {
-        long ta = time_bucket(a->iter_ms), tb = time_bucket(b->iter_ms);
+        long ta = time_bucket(a->time_ms), tb = time_bucket(b->time_ms);
         if (ta != tb)
             return ta < tb ? -1 : 1;
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
-        if (a->iter_ms != b->iter_ms)
-            return a->iter_ms < b->iter_ms ? -1 : 1;
-        if (a->peak_bytes != b->peak_bytes)
-            return a->peak_bytes < b->peak_bytes ? -1 : 1;
+        if (a->time_ms != b->time_ms)
+            return a->time_ms < b->time_ms ? -1 : 1;
     } else if (a->status == SEARCH_OOM) {
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
@@ -458,20 +645,48 @@ static int rank_cmp(const void *pa, const void *pb)
     return 0;
 }
 
-/* Sorts (insertion sort: stable, and a few hundred candidates at most),
- * counts the fits, finds the smallest peak, and frees every schedule except
- * those of the first SEARCH_KEEP fits and of the smallest-peak candidate. */
-static void rank(search_result *r)
+/* Stable merge sort of c[0..n) (thousands of candidates). */
+static int sort_candidates(search_candidate *c, int n)
 {
-    for (int i = 1; i < r->n; i++) {
-        search_candidate tmp = r->c[i];
-        int j = i - 1;
-        while (j >= 0 && rank_cmp(&r->c[j], &tmp) > 0) {
-            r->c[j + 1] = r->c[j];
-            j--;
+    if (n < 2)
+        return 0;
+    search_candidate *tmp = malloc(sizeof *tmp * (size_t)n);
+    if (!tmp)
+        return -1;
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                tmp[k++] = rank_cmp(&c[j], &c[i]) < 0 ? c[j++] : c[i++];
+            while (i < mid)
+                tmp[k++] = c[i++];
+            while (j < hi)
+                tmp[k++] = c[j++];
         }
-        r->c[j + 1] = tmp;
+        memcpy(c, tmp, sizeof *c * (size_t)n);
     }
+    free(tmp);
+    return 0;
+}
+
+/* 1 when c is the first (best-ranked) of its label and depth among r->c[0..i). */
+static int first_of_label(const search_result *r, int i)
+{
+    for (int k = 0; k < i; k++)
+        if (r->c[k].status == r->c[i].status && r->c[k].pp == r->c[i].pp && !strcmp(r->c[k].label, r->c[i].label))
+            return 0;
+    return 1;
+}
+
+/* Sorts, counts the fits, finds the smallest peak, and frees every
+ * schedule except those of the first SEARCH_KEEP fits, of the
+ * smallest-peak candidate and of each label's best (fit, or smallest-peak
+ * OOM), which the split search starts from. */
+static int rank(search_result *r)
+{
+    if (sort_candidates(r->c, r->n) < 0)
+        return -1;
     r->n_fit = 0;
     r->min_peak_bytes = 0;
     r->min_peak_index = -1;
@@ -487,12 +702,16 @@ static void rank(search_result *r)
     }
     for (int i = 0; i < r->n; i++) {
         search_candidate *c = &r->c[i];
-        int keep = (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index;
-        if (c->sched && !keep) {
+        if (!c->sched)
+            continue;
+        int keep = (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index ||
+                   (c->status != SEARCH_SKIPPED && first_of_label(r, i));
+        if (!keep) {
             sched_free(c->sched);
             c->sched = NULL;
         }
     }
+    return 0;
 }
 
 static int check_options(const search_options *o, zb_err *err)
@@ -501,15 +720,21 @@ static int check_options(const search_options *o, zb_err *err)
         return -1;
     if (!(o->mem_bytes > 0))
         return zb_fail(err, "the memory limit must be positive");
-    if (o->n_devices < 1 || o->n_devices > 1024)
+    if (o->n_gpus < 1 || o->n_gpus > 65536)
+        return zb_fail(err, "the number of GPUs must be 1..65536, got %d", o->n_gpus);
+    if (o->n_devices < 0 || o->n_devices > 1024)
         return zb_fail(err, "the number of pipeline devices must be 1..1024, got %d", o->n_devices);
+    if (o->n_devices > 0 && o->n_gpus % o->n_devices != 0)
+        return zb_fail(err, "%d pipeline devices do not divide %d GPUs", o->n_devices, o->n_gpus);
+    if (o->nodes < 0 || (o->nodes > 0 && o->n_gpus % o->nodes != 0))
+        return zb_fail(err, "%d nodes do not divide %d GPUs", o->nodes, o->n_gpus);
     if (o->global_batch < 1)
         return zb_fail(err, "the global batch must be positive, got %d", o->global_batch);
     if (o->n_devices > o->model.n_layers + 2)
         return zb_fail(err, "%d devices need at least %d layers; model '%s' has %d",
                        o->n_devices, o->n_devices - 2, o->model.name, o->model.n_layers);
     if (o->recompute < -1 || o->recompute > 1)
-        return zb_fail(err, "recompute must be -1 (both), 0 or 1");
+        return zb_fail(err, "recompute must be -1 (search), 0 or 1");
     if (o->zero1_dp < 1)
         return zb_fail(err, "the ZeRO-1 degree must be >= 1");
     if (o->max_micro_batch < 1)
@@ -520,18 +745,18 @@ static int check_options(const search_options *o, zb_err *err)
 }
 
 /* Micro-batch sizes tried: powers of two and the model's own b, each
- * dividing the global batch and at most max_micro_batch.  Returns count. */
-static int micro_batch_sizes(const search_options *o, int *sizes, int cap)
+ * dividing the per-replica batch and at most max_micro_batch. */
+static int micro_batch_sizes(const search_options *o, int batch, int *sizes, int cap)
 {
     int n = 0;
-    for (int b = 1; b <= o->max_micro_batch && b <= o->global_batch && n < cap; b *= 2)
-        if (o->global_batch % b == 0)
+    for (int b = 1; b <= o->max_micro_batch && b <= batch && n < cap; b *= 2)
+        if (batch % b == 0)
             sizes[n++] = b;
     int own = o->model.micro_batch;
     int have = 0;
     for (int i = 0; i < n; i++)
         have |= sizes[i] == own;
-    if (!have && n < cap && own <= o->global_batch && o->global_batch % own == 0 && own <= o->max_micro_batch) {
+    if (!have && n < cap && own <= batch && batch % own == 0 && own <= o->max_micro_batch) {
         int i = n++;
         while (i > 0 && sizes[i - 1] > own) {
             sizes[i] = sizes[i - 1];
@@ -547,16 +772,20 @@ static int run_ilp(search_state *st, zb_err *err)
 {
     const search_options *o = st->o;
     search_result *r = st->r;
-    rank(r);
-    int done = 0;
-    int n_seen = 0;
+    if (rank(r) < 0)
+        return zb_fail(err, "out of memory");
+    int done = 0, n_seen = 0;
     int seen_b[64], seen_rc[64];
     int n_fit = r->n_fit;
-    double *limit = malloc(sizeof *limit * (size_t)o->n_devices);
+    double *limit = malloc(sizeof *limit * (size_t)st->pp);
     if (!limit)
         return zb_fail(err, "out of memory");
     for (int i = 0; i < n_fit && done < o->ilp_top && n_seen < 64; i++) {
-        int b = r->c[i].micro_batch, rc = r->c[i].recompute, dup = 0;
+        const search_candidate *c = &r->c[i];
+        if (c->pp != st->pp || c->split_tuned)
+            continue;
+        int b = c->micro_batch, rc = c->rc_devices, dup = 0;
+        cost_split split = c->split;
         for (int k = 0; k < n_seen; k++)
             dup |= seen_b[k] == b && seen_rc[k] == rc;
         if (dup)
@@ -564,7 +793,7 @@ static int run_ilp(search_state *st, zb_err *err)
         seen_b[n_seen] = b;
         seen_rc[n_seen++] = rc;
         search_config cf;
-        if (config_init(st, &cf, b, rc, err) < 0) {
+        if (config_init(st, &cf, b, rc, split, err) < 0) {
             config_free(&cf);
             free(limit);
             return -1;
@@ -582,6 +811,227 @@ static int run_ilp(search_state *st, zb_err *err)
     return 0;
 }
 
+/* --- the layer-split local search ----------------------------------------- */
+
+/* Lexicographic objective: memory excess over the limit first, then the
+ * ranked time.  Returns 1 when (ea, ta) is better than (eb, tb). */
+static int better(double ea, double ta, double eb, double tb)
+{
+    if (ea > 0 || eb > 0)
+        return ea < eb * (1 - 1e-9) - 1e-3;
+    return ta * SEARCH_TIME_RESOLUTION < tb;
+}
+
+/* Moves single layers between neighbouring virtual stages of candidate
+ * src's schedule (its op order kept) while that helps; appends the result
+ * as a new candidate when it differs.  At most max_evals simulations. */
+static int tune_split(search_state *st, int src_index, int max_evals, zb_err *err)
+{
+    const search_options *o = st->o;
+    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
+    if (!src.sched || !src.layers)
+        return 0;
+    search_config cf;
+    if (config_init(st, &cf, src.micro_batch, src.rc_devices, src.split, err) < 0) {
+        config_free(&cf);
+        return -1;
+    }
+    int S = src.n_stages, rc = -1;
+    int *cur = malloc(sizeof *cur * (size_t)S), *best = malloc(sizeof *best * (size_t)S);
+    sched_t *s = sched_clone(src.sched);
+    search_candidate trial;
+    memset(&trial, 0, sizeof trial);
+    if (!cur || !best || !s) {
+        zb_fail(err, "out of memory");
+        goto out;
+    }
+    memcpy(best, src.layers, sizeof *best * (size_t)S);
+    double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = src.time_ms;
+    int evals = 0, improved = 1, moved = 0;
+    while (improved && evals < max_evals) {
+        improved = 0;
+        for (int i = 0; i + 1 < S && evals < max_evals; i++) {
+            for (int dir = 0; dir < 2 && evals < max_evals; dir++) {
+                int from = dir ? i + 1 : i, to = dir ? i : i + 1;
+                int min_from = (from == 0 || from == S - 1) ? 0 : 1;
+                if (best[from] <= min_from)
+                    continue;
+                memcpy(cur, best, sizeof *cur * (size_t)S);
+                cur[from]--;
+                cur[to]++;
+                zb_err e2 = { { 0 } };
+                evals++;
+                if (cost_sched(st, &cf, cur, s, &e2) < 0 || measure(st, &cf, cur, &trial, s, &e2) < 0)
+                    continue;
+                double ex = fmax(0, trial.peak_bytes - o->mem_bytes);
+                if (better(ex, trial.time_ms, best_ex, best_t)) {
+                    memcpy(best, cur, sizeof *best * (size_t)S);
+                    best_ex = ex;
+                    best_t = trial.time_ms;
+                    improved = moved = 1;
+                }
+            }
+        }
+    }
+    rc = 0;
+    if (!moved)
+        goto out;
+    search_candidate *c = new_candidate(st, &cf, src.label, src.family, src.chunks, err);
+    if (!c) {
+        rc = -1;
+        goto out;
+    }
+    c->split_tuned = 1;
+    c->n_stages = S;
+    c->layers = best;
+    best = NULL;
+    zb_err e2 = { { 0 } };
+    if (cost_sched(st, &cf, c->layers, s, &e2) < 0 || measure(st, &cf, c->layers, c, s, &e2) < 0) {
+        skip(c, e2.msg);
+    } else {
+        c->sched = s;
+        s = NULL;
+    }
+    tick(st);
+out:
+    free(cur);
+    free(best);
+    sched_free(s);
+    config_free(&cf);
+    return rc;
+}
+
+/* The split search for depth st->pp: each label's best candidate of this
+ * depth (a fit, or the smallest OOM when the label has none). */
+static int tune_depth(search_state *st, zb_err *err)
+{
+    search_result *r = st->r;
+    if (rank(r) < 0)
+        return zb_fail(err, "out of memory");
+    int n = r->n;
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
+    if (!pick)
+        return zb_fail(err, "out of memory");
+    int n_pick = 0;
+    for (int i = 0; i < n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n_pick && !dup; k++)
+            dup = !strcmp(r->c[pick[k]].label, c->label);
+        /* A fitting label is tuned from its fastest; others from their
+         * smallest peak (OOM candidates sort by peak). */
+        if (!dup)
+            pick[n_pick++] = i;
+    }
+    int rc = 0;
+    for (int k = 0; k < n_pick && rc == 0; k++)
+        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
+    free(pick);
+    return rc;
+}
+
+/* Every config of pipeline depth st->pp. */
+static int run_depth(search_state *st, zb_err *err)
+{
+    const search_options *o = st->o;
+    int sizes[32];
+    int batch = o->global_batch / st->dp;
+    int n_sizes = micro_batch_sizes(o, batch, sizes, 32);
+    int p = st->pp;
+    int rc_list[4], n_rc = 0;
+    if (o->recompute <= 0)
+        rc_list[n_rc++] = 0;
+    if (o->recompute != 0)
+        rc_list[n_rc++] = p;
+    /* First k devices recompute: they hold the most micro-batches in
+     * flight.  Every k for p <= 8; k = p/8, 2p/8, ..., 7p/8 beyond. */
+    int partial[8], n_partial = 0;
+    if (o->recompute < 0)
+        for (int q = 1; q <= 7; q++) {
+            int k = p <= 8 ? q : (p * q + 4) / 8;
+            if (k > 0 && k < p && (n_partial == 0 || partial[n_partial - 1] != k))
+                partial[n_partial++] = k;
+        }
+    cost_split splits[2] = { o->split, o->split == COST_SPLIT_BALANCED ? COST_SPLIT_PAPER : COST_SPLIT_BALANCED };
+    int n_splits = o->split_search ? 2 : 1;
+    for (int i = 0; i < n_sizes; i++) {
+        for (int si = 0; si < n_splits; si++) {
+            for (int ri = 0; ri < n_rc + n_partial; ri++) {
+                int k = ri < n_rc ? rc_list[ri] : partial[ri - n_rc];
+                search_config cf;
+                if (config_init(st, &cf, sizes[i], k, splits[si], err) < 0 || run_config(st, &cf, err) < 0) {
+                    config_free(&cf);
+                    return -1;
+                }
+                config_free(&cf);
+            }
+            /* Drop schedules early so memory stays bounded. */
+            if (rank(st->r) < 0)
+                return zb_fail(err, "out of memory");
+        }
+    }
+    if (o->split_search && tune_depth(st, err) < 0)
+        return -1;
+    if (o->ilp && run_ilp(st, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Sets st's depth p, width N/p and how they map onto nodes: a
+ * data-parallel group takes consecutive GPUs (its gradient traffic is the
+ * largest), so pipeline neighbours are dp GPUs apart. */
+static void set_depth(search_state *st, int p)
+{
+    const search_options *o = st->o;
+    st->pp = p;
+    st->dp = o->n_gpus / p;
+    int per_node = o->nodes > 0 ? o->n_gpus / o->nodes : gpu_per_node(&o->gpu);
+    if (per_node < 1)
+        per_node = 1;
+    st->dp_intra = st->dp <= per_node;
+    st->devices_per_node = st->dp >= per_node ? 1 : per_node / st->dp;
+}
+
+/* The baseline: plain 1F1B, b=1, recompute on every stage, the default
+ * split, on the deepest pipeline that --gpus alone used to mean. */
+static int run_baseline(search_state *st, int p, zb_err *err)
+{
+    search_result *r = st->r;
+    set_depth(st, p);
+    search_config cf;
+    search_candidate *c = &r->baseline;
+    memset(c, 0, sizeof *c);
+    snprintf(c->label, sizeof c->label, "1f1b");
+    snprintf(c->family, sizeof c->family, "1f1b");
+    if (st->o->global_batch % st->dp != 0) {
+        skip(c, "the global batch does not divide over the replicas");
+        return 0;
+    }
+    if (config_init(st, &cf, 1, p, st->o->split, err) < 0) {
+        config_free(&cf);
+        return -1;
+    }
+    c->chunks = 1;
+    c->micro_batch = 1;
+    c->n_micro = cf.m;
+    c->rc_devices = p;
+    c->recompute = 1;
+    c->pp = st->pp;
+    c->dp = st->dp;
+    c->split = st->o->split;
+    gen_params gp = cf.gp;
+    sched_t *s = NULL;
+    zb_err e2 = { { 0 } };
+    if (gen_1f1b(&gp, &s, &e2) < 0)
+        skip(c, e2.msg);
+    else
+        evaluate(st, &cf, c, s, NULL);
+    config_free(&cf);
+    return 0;
+}
+
 int search_run(const search_options *o, search_result *r, zb_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -589,34 +1039,60 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
     if (check_options(o, err) < 0)
         return -1;
     search_state st = { .o = o, .r = r };
-    int sizes[32];
-    int n_sizes = micro_batch_sizes(o, sizes, 32);
-    if (n_sizes == 0)
-        return zb_fail(err, "no micro-batch size up to %d divides the global batch %d",
-                       o->max_micro_batch, o->global_batch);
-    int rc_lo = o->recompute < 0 ? 0 : o->recompute, rc_hi = o->recompute < 0 ? 1 : o->recompute;
-    int per_config = 1 + ((o->model.n_layers + 2) / o->n_devices - 1) + 2 + N_ZB_AUTO + 4;
-    st.total = n_sizes * (rc_hi - rc_lo + 1) * per_config + (o->ilp ? o->ilp_top : 0);
-
-    for (int i = 0; i < n_sizes; i++) {
-        for (int rc = rc_lo; rc <= rc_hi; rc++) {
-            search_config cf;
-            if (config_init(&st, &cf, sizes[i], rc, err) < 0 || run_config(&st, &cf, err) < 0) {
-                config_free(&cf);
-                search_result_free(r);
-                return -1;
-            }
-            config_free(&cf);
-            /* Drop schedules early so memory stays bounded. */
-            rank(r);
+    int depths[64], n_depths = 0;
+    if (o->n_devices > 0) {
+        depths[n_depths++] = o->n_devices;
+    } else {
+        for (int p = 1; p <= o->n_gpus && n_depths < 64; p++)
+            if (o->n_gpus % p == 0 && p <= o->model.n_layers + 2 && o->global_batch % (o->n_gpus / p) == 0)
+                depths[n_depths++] = p;
+        if (n_depths == 0)
+            return zb_fail(err, "no pipeline depth divides %d GPUs with the global batch %d divisible by the replicas "
+                           "and at most %d stages", o->n_gpus, o->global_batch, o->model.n_layers + 2);
+    }
+    int any_sizes = 0;
+    for (int i = 0; i < n_depths; i++) {
+        int sizes[32];
+        any_sizes |= micro_batch_sizes(o, o->global_batch / (o->n_gpus / depths[i]), sizes, 32) > 0;
+    }
+    if (!any_sizes)
+        return zb_fail(err, "no micro-batch size up to %d divides the batch of a replica",
+                       o->max_micro_batch);
+    st.total = n_depths * 200;
+    for (int i = 0; i < n_depths; i++) {
+        set_depth(&st, depths[i]);
+        if (run_depth(&st, err) < 0) {
+            search_result_free(r);
+            return -1;
         }
     }
-    if (o->ilp && run_ilp(&st, err) < 0) {
+    /* Baseline on the deepest depth tried (what --gpus N alone meant). */
+    if (run_baseline(&st, depths[n_depths - 1], err) < 0) {
         search_result_free(r);
         return -1;
     }
-    rank(r);
+    if (rank(r) < 0) {
+        search_result_free(r);
+        return zb_fail(err, "out of memory");
+    }
+    double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
+    r->baseline.speedup = base > 0 ? 1 : 0;
+    for (int i = 0; i < r->n; i++)
+        r->c[i].speedup = base > 0 && r->c[i].status != SEARCH_SKIPPED ? base / r->c[i].time_ms : 0;
     return 0;
+}
+
+void search_explain(const search_candidate *c, search_why *w)
+{
+    memset(w, 0, sizeof *w);
+    w->work_bound_ms = c->busy_mean_ms;
+    w->imbalance_bound_ms = c->busy_max_ms;
+    w->time_ms = c->time_ms;
+    if (c->time_ms > 0) {
+        w->bubble_share = (c->time_ms - c->busy_max_ms) / c->time_ms;
+        w->imbalance_share = (c->busy_max_ms - c->busy_mean_ms) / c->time_ms;
+        w->idle_share = (c->time_ms - c->busy_mean_ms) / c->time_ms;
+    }
 }
 
 /* --- the schedule file's annotations --------------------------------------- */
@@ -651,28 +1127,19 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
     zb_model m = o->model;
     m.micro_batch = c->micro_batch;
     int S = s->n_stages, p = s->n_devices;
-    int *split = malloc(sizeof *split * (size_t)S);
+    if (!c->layers || c->n_stages != S)
+        return zb_fail(err, "candidate '%s' has no layer split to write", c->label);
     double *v = malloc(sizeof *v * (size_t)(S > p ? S : p));
     double *dev_peak = malloc(sizeof *dev_peak * (size_t)p);
-    if (!split || !v || !dev_peak) {
-        free(split);
+    if (!v || !dev_peak) {
         free(v);
         free(dev_peak);
         return zb_fail(err, "out of memory");
-    }
-    cost_options copt;
-    cost_options_for(o, c->recompute, &copt);
-    if (cost_split_layers(&m, &o->gpu, &copt, S, split, err) < 0) {
-        free(split);
-        free(v);
-        free(dev_peak);
-        return -1;
     }
     sim_result sr;
     memset(&sr, 0, sizeof sr);
     if (sim_run(s, &sr, err) < 0) {
         sim_result_free(&sr);
-        free(split);
         free(v);
         free(dev_peak);
         return -1;
@@ -688,8 +1155,10 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
     bad |= !pred || !plan;
     if (!bad) {
         bad |= !cJSON_AddStringToObject(pred, "cost_source", o->profile ? "profile" : "flops");
+        bad |= !cJSON_AddNumberToObject(pred, "time_ms", c->time_ms);
         bad |= !cJSON_AddNumberToObject(pred, "iteration_ms", c->iter_ms);
         bad |= !cJSON_AddNumberToObject(pred, "cost_ms", c->cost_ms);
+        bad |= !cJSON_AddNumberToObject(pred, "dp_sync_ms", c->dp_ms);
         bad |= !cJSON_AddNumberToObject(pred, "bubble_rate", c->bubble_rate);
         bad |= !cJSON_AddNumberToObject(pred, "tokens_per_s_per_gpu", c->tokens_per_s);
         bad |= !cJSON_AddNumberToObject(pred, "mfu", c->mfu);
@@ -710,13 +1179,27 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !cJSON_AddNumberToObject(plan, "micro_batch", c->micro_batch);
         bad |= !cJSON_AddNumberToObject(plan, "n_micro", c->n_micro);
         bad |= !cJSON_AddNumberToObject(plan, "global_batch", o->global_batch);
+        bad |= !cJSON_AddNumberToObject(plan, "pipeline_parallel", c->pp);
+        bad |= !cJSON_AddNumberToObject(plan, "data_parallel", c->dp);
         bad |= !cJSON_AddBoolToObject(plan, "recompute", c->recompute);
+        cJSON *rs = cJSON_CreateArray();
+        bad |= !rs;
+        for (int i = 0; rs && i < S; i++) {
+            cJSON *b = cJSON_CreateBool(s->stage_device[i] < c->rc_devices);
+            bad |= !b;
+            if (b)
+                cJSON_AddItemToArray(rs, b);
+        }
+        if (rs)
+            cJSON_AddItemToObject(plan, "recompute_stages", rs);
         bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
-        bad |= !cJSON_AddStringToObject(plan, "split", o->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
-        bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp);
+        bad |= !cJSON_AddStringToObject(plan, "loss", o->loss == COST_LOSS_FUSED ? "fused" : "plain");
+        bad |= !cJSON_AddStringToObject(plan, "split", c->split_tuned ? "searched"
+                                                       : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
+        bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp * c->dp);
         bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
         for (int i = 0; i < S; i++)
-            v[i] = split[i];
+            v[i] = c->layers[i];
         a = number_array(v, S);
         bad |= !a;
         if (a)
@@ -732,7 +1215,6 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
     }
     cJSON_Delete(pred);
     cJSON_Delete(plan);
-    free(split);
     free(v);
     free(dev_peak);
     if (bad)

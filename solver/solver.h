@@ -26,6 +26,17 @@ int solver_v_half(const gen_params *p, sched_t **out, zb_err *err);
 int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err);
 int solver_ilp(const gen_params *p, sched_t **out, zb_err *err);
 
+/* The V family on per-stage costs: tmpl is a V placement (2p stages,
+ * device d holds d and 2p-1-d) with every stage's times and memory
+ * deltas and no ops; variant is "v-min", "v-half" or "v-zb".  Each
+ * device's limit is the variant's micro-batch count times one micro-batch
+ * of its own two stages, capped by mem_limit[d] (bytes, may be NULL).
+ * Candidates: the greedy list scheduler on the real costs, and the
+ * handcrafted, adaptive (v-zb) and pattern (v-min, v-half) orders built
+ * on uniform costs and re-costed; the fastest that fits every device wins.
+ * Returns 0 with *out (caller frees), or -1 with err set. */
+int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_limit, sched_t **out, zb_err *err);
+
 /* A one-stage-per-device pipeline with per-stage costs: the input of the
  * zb-auto heuristic and of the ILP. */
 typedef struct solver_problem {

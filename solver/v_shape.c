@@ -119,7 +119,7 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     int p = t->n_devices, m = t->n_micro;
     int n_st = t->n_stages == 2 * p ? 2 : 1;               /* V pair, or one stage */
     int st[2] = { d, n_st == 2 ? 2 * p - 1 - d : d };      /* first and second chunk */
-    double now = r->t_dev[d], df = t->cost[st[0]].d_f;
+    double now = r->t_dev[d], df0 = t->cost[st[0]].d_f, df1 = t->cost[st[1]].d_f;
     double next_arrival = INFINITY;
     v_choice c = { INFINITY, -1, -1 };
     /* B: the second chunk first (its B comes first in the backward pass). */
@@ -143,7 +143,9 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
         double rt = ready_time(r, OP_F, s, r->nf[s]);
         if (isnan(rt))
             continue;
-        double need = x == 0 && n_st == 2 ? r->mem[d] + df * (k->reserve_all ? r->resv[d] + 2 : 2)
+        /* A first-chunk F keeps room for its own second-chunk F (and,
+         * with reserve_all, for those of the others in between). */
+        double need = x == 0 && n_st == 2 ? r->mem[d] + df0 + df1 * (k->reserve_all ? r->resv[d] + 1 : 1)
                                           : r->mem[d] + t->cost[s].d_f;
         if (need > r->limit[d] + 1e-9 * fmax(1, fabs(r->limit[d]))) {
             blocked = 1;
@@ -470,4 +472,171 @@ int solver_v_half(const gen_params *p, sched_t **out, zb_err *err)
 int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err)
 {
     return v_solve(p, V_ZB, out, err);
+}
+
+/* Copies tmpl's per-stage costs and t_comm onto s (same shape and
+ * placement), then evaluates it; returns 0 and fills *cost when every
+ * device's peak stays within limit, 1 when it does not fit, -1 on error. */
+static int recost_fits(const sched_t *tmpl, sched_t *s, const double *limit, double *cost)
+{
+    int p = tmpl->n_devices;
+    memcpy(s->cost, tmpl->cost, sizeof *s->cost * (size_t)tmpl->n_stages);
+    s->t_comm = tmpl->t_comm;
+    double *peaks = malloc(sizeof(double) * (size_t)p);
+    solver_eval_result ev;
+    zb_err e2;
+    if (!peaks || solver_eval(s, &ev, peaks, &e2) != 0) {
+        free(peaks);
+        return -1;
+    }
+    int fits = 1;
+    for (int d = 0; d < p; d++)
+        fits &= peaks[d] <= limit[d] + 1e-9 * fmax(1, fabs(limit[d]));
+    free(peaks);
+    *cost = ev.cost;
+    return fits ? 0 : 1;
+}
+
+int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_limit, sched_t **out, zb_err *err)
+{
+    static const char *const names[] = { "v-min", "v-half", "v-zb" };
+    int vi = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(variant, names[i]))
+            vi = i;
+    if (vi < 0)
+        return zb_fail(err, "unknown V variant '%s' (v-min, v-half, v-zb)", variant);
+    int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
+    if (p < 1 || m < 1 || S != 2 * p)
+        return zb_fail(err, "%s needs a V placement of 2p stages (got p=%d, %d stages)", names[vi], p, S);
+    for (int d = 0; d < p; d++)
+        if (tmpl->stage_device[d] != d || tmpl->stage_device[S - 1 - d] != d)
+            return zb_fail(err, "%s needs the V placement (device d holds stages d and 2p-1-d)", names[vi]);
+    for (int i = 0; i < S; i++) {
+        const stage_cost *c = &tmpl->cost[i];
+        if (!(c->t_f >= 0 && c->t_b >= 0 && c->t_w >= 0) || !isfinite(c->t_f + c->t_b + c->t_w) || !(c->d_f > 0)
+            || !isfinite(c->d_f + c->d_b + c->d_w))
+            return zb_fail(err, "%s: stage %d needs F, B, W times >= 0 and dF > 0", names[vi], i);
+    }
+    int mbs = vi == V_ZB ? p : vi == V_HALF ? (p + 2) / 2 : (p + 4) / 3;
+    double *limit = malloc(sizeof(double) * (size_t)p);
+    double *ulimit = malloc(sizeof(double) * (size_t)p);
+    sched_t *utmpl = sched_new(p, m, S), *best = NULL, *cand = NULL;
+    int rc = -1;
+    if (!limit || !ulimit || !utmpl) {
+        zb_fail(err, "out of memory building a V schedule");
+        goto out;
+    }
+    /* Per device: mbs whole-model micro-batches of its own two stages. */
+    for (int d = 0; d < p; d++) {
+        const stage_cost *a = &tmpl->cost[d], *b = &tmpl->cost[S - 1 - d];
+        double one = fmax(a->d_f, a->d_f + a->d_b) + fmax(b->d_f, b->d_f + b->d_b);
+        limit[d] = mbs * one;
+        if (mem_limit) {
+            if (!(mem_limit[d] >= one)) {
+                zb_fail(err, "device %d: memory limit %g is below one micro-batch's activation on its two stages (%g)",
+                        d, mem_limit[d], one);
+                goto out;
+            }
+            limit[d] = fmin(limit[d], mem_limit[d]);
+        }
+        /* The same limit in uniform units (one chunk F = 1) for the
+         * orders built from uniform costs. */
+        ulimit[d] = 2.0 * limit[d] / one;
+    }
+    double best_cost = INFINITY;
+    const char *method = "V-shape greedy on per-stage costs";
+    int bits = 0;
+    if (solver_greedy_list(tmpl, limit, &best, &best_cost, &bits, err) != 0)
+        goto out;
+    {
+        double c;
+        int fit = recost_fits(tmpl, best, limit, &c);
+        if (fit < 0) {
+            zb_fail(err, "out of memory building a V schedule");
+            goto out;
+        }
+        if (fit > 0)
+            best_cost = INFINITY; /* recompute's positive dB may overshoot */
+    }
+    /* Orders from uniform costs (mean times, unit memory), re-costed with
+     * the real per-stage figures and kept when they fit and are faster. */
+    double tf = 0, tb = 0, tw = 0;
+    for (int i = 0; i < S; i++) {
+        tf += tmpl->cost[i].t_f / S;
+        tb += tmpl->cost[i].t_b / S;
+        tw += tmpl->cost[i].t_w / S;
+    }
+    tw = fmax(tw, 1e-6 * (tf + tb));
+    sched_place_v(utmpl);
+    sched_set_costs(utmpl, tf, tb, tw, tmpl->t_comm);
+    sched_set_mem(utmpl, 1, -0.5, -0.5);
+    for (int which = 0; which < 3; which++) {
+        zb_err e2;
+        double acost;
+        cand = NULL;
+        const char *how = NULL;
+        if (which == 0) {
+            gen_params hp;
+            gen_params_default(&hp);
+            hp.stages = p;
+            hp.microbatches = m;
+            hp.chunks = 2;
+            hp.t_f = tf;
+            hp.t_b = tb;
+            hp.t_w = tw;
+            hp.t_comm = tmpl->t_comm;
+            hp.m_f = 1;
+            hp.m_b = hp.m_w = -0.5;
+            if (gen_zb_v(&hp, &cand, &e2) != 0)
+                cand = NULL;
+            how = "handcrafted ZB-V order re-costed per stage";
+        } else if (which == 1 && vi == V_ZB) {
+            if (v_adaptive_sched(utmpl, ulimit, &cand, &acost, &e2) != 0)
+                cand = NULL;
+            how = "the ZB authors' adaptive V-ZB order re-costed per stage";
+        } else if (which == 2 && vi != V_ZB) {
+            if (v_pattern_sched(utmpl, vi == V_HALF, &cand) != 0)
+                cand = NULL;
+            how = "the paper's stable V pattern re-costed per stage";
+        }
+        if (!cand)
+            continue;
+        double c;
+        if (recost_fits(tmpl, cand, limit, &c) == 0 && c < best_cost) {
+            sched_free(best);
+            best = cand;
+            cand = NULL;
+            best_cost = c;
+            method = how;
+        }
+        sched_free(cand);
+        cand = NULL;
+    }
+    if (!isfinite(best_cost)) {
+        zb_fail(err, "%s: no V order fits the per-device limits", names[vi]);
+        goto out;
+    }
+    snprintf(best->name, sizeof best->name, "%s", names[vi]);
+    cJSON_Delete(best->meta);
+    best->meta = cJSON_CreateObject();
+    cJSON *o = best->meta ? cJSON_AddObjectToObject(best->meta, "solver") : NULL;
+    if (!o || !cJSON_AddStringToObject(o, "method", method) || !cJSON_AddNumberToObject(o, "cost", best_cost)
+        || !cJSON_AddNumberToObject(o, "limit_microbatches", mbs)) {
+        zb_fail(err, "out of memory building a V schedule");
+        goto out;
+    }
+    free(best->mem_limit);
+    best->mem_limit = limit;
+    limit = NULL;
+    *out = best;
+    best = NULL;
+    rc = 0;
+out:
+    sched_free(best);
+    sched_free(cand);
+    sched_free(utmpl);
+    free(limit);
+    free(ulimit);
+    return rc;
 }

@@ -143,6 +143,22 @@ double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o)
     return bytes / g->link_bw + g->link_latency;
 }
 
+double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o, int d1, int d2)
+{
+    if (d1 == d2)
+        return 0;
+    int per = o->devices_per_node;
+    if (per <= 0 || d1 / per == d2 / per || (o->profile && o->profile->t_comm >= 0))
+        return cost_t_comm(m, g, o);
+    double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model;
+    return bytes / gpu_inter_node_bw(g) + gpu_inter_node_latency(g);
+}
+
+int cost_stage_recomputes(const cost_options *o, int i)
+{
+    return o->recompute_stage ? o->recompute_stage[i] != 0 : o->recompute != 0;
+}
+
 /* Parameters of one transformer layer. */
 static double layer_params(const zb_model *m)
 {
@@ -188,11 +204,18 @@ static void estimate_layer(const zb_model *m, const cost_options *o, cost_part *
 
     double proj = 2 * t * h * h * (2 + 2 * kvr);          /* Q, K, V, O */
     double mlp = 2 * t * h * f * (m->swiglu ? 3 : 2);       /* up(, gate), down */
-    double attn = 4 * t * s * h;                            /* QK^T and AV */
-    l->f_flops = proj + mlp + attn;
-    l->b_flops = proj + mlp + 2 * attn;
+    double attn = 4 * t * s * h;                            /* QK^T and AV, every (query, key) pair */
+    /* Causal flash attention skips the blocks above the diagonal, about
+     * half of the pairs, and its backward does 2.5x its forward's work
+     * (FlashAttention-2, Dao 2023, section 3 and its benchmark's FLOP
+     * counter).  Without flash the masked s x s matmuls run in full. */
+    double attn_f = o->flash_attention ? 0.5 * attn : attn;
+    double attn_b = o->flash_attention ? 2.5 * attn_f : 2 * attn;
+    l->f_flops = proj + mlp + attn_f;
+    l->b_flops = proj + mlp + attn_b;
     l->w_flops = proj + mlp;
-    l->useful_flops = l->f_flops + l->b_flops + l->w_flops;
+    /* MFU counts attention non-causally, as Megatron and PaLM do. */
+    l->useful_flops = 3 * (proj + mlp) + 3 * attn;
 
     /* M_B: what F keeps for B (Korthikanti et al. 2022, Table 1 of ZB). */
     double attn_keep = e * t * h        /* norm input */
@@ -231,27 +254,46 @@ static void estimate_embedding(const zb_model *m, cost_part *p)
     p->params = embedding_params(m);
 }
 
-static void estimate_head(const zb_model *m, cost_part *p)
+/* The LM head and its loss per micro-batch; docs/cost-model.md derives
+ * both loss kinds. */
+static void estimate_head(const zb_model *m, const cost_options *o, cost_part *p)
 {
     double e = zb_dtype_bytes(m->dtype), t = (double)m->seq_len * m->micro_batch;
     double h = m->d_model, v = m->vocab;
     memset(p, 0, sizeof *p);
-    p->f_flops = p->b_flops = p->w_flops = 2 * t * h * v;
     p->useful_flops = 6 * t * h * v;
+    p->params = head_params(m);
+    if (o->loss == COST_LOSS_FUSED) {
+        /* Liger-Kernel's fused linear cross-entropy: F walks the tokens in
+         * chunks of about t*h/V, computes the chunk's logits, loss, logit
+         * gradient, input gradient and weight gradient, and keeps only the
+         * input gradient (and the final-norm input) for B.  No W is left. */
+        p->f_flops = 6 * t * h * v;
+        p->m_b = 2 * e * t * h;               /* final-norm input, stored input gradient */
+        p->m_w = 0;
+        double chunk = ceil(t / ceil(v / h));
+        p->transient = 2 * 4 * chunk * v;     /* one chunk's fp32 logits and their gradient */
+        return;
+    }
+    p->f_flops = p->b_flops = p->w_flops = 2 * t * h * v;
     p->m_b = 2 * e * t * h          /* final-norm input, head input */
            + e * t * v              /* logits */
            + 4 * t * v;             /* fp32 log-softmax kept for the loss backward */
     p->m_w = e * t * h + e * t * v; /* head input + gradient of the logits */
     p->transient = 4 * t * v;       /* fp32 upcast of the logits inside the loss */
-    p->params = head_params(m);
+    /* Memory-bound softmax cross-entropy: F reads e*V, writes and re-reads
+     * 4*V per token; B reads 4*V and writes e*V. */
+    p->hbm_f = t * v * (e + 8);
+    p->hbm_b = t * v * (e + 4);
 }
 
 static void set_times(cost_part *p, const zb_gpu *g)
 {
     double rate = g->peak_flops * g->efficiency;
-    p->t_f = p->f_flops / rate;
-    p->t_b = p->b_flops / rate;
-    p->t_w = p->w_flops / rate;
+    double bw = g->hbm_bw > 0 ? g->hbm_bw : INFINITY;
+    p->t_f = p->f_flops / rate + p->hbm_f / bw;
+    p->t_b = p->b_flops / rate + p->hbm_b / bw;
+    p->t_w = p->w_flops / (g->peak_flops * gpu_w_efficiency(g));
 }
 
 /* Replaces times and activation memory with a profile's, scaled from its
@@ -271,7 +313,7 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
     memset(layer, 0, sizeof *layer);
     estimate_layer(m, o, layer);
     estimate_embedding(m, embedding);
-    estimate_head(m, head);
+    estimate_head(m, o, head);
     set_times(layer, g);
     set_times(embedding, g);
     set_times(head, g);
@@ -305,6 +347,18 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
 int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
                       int *layers, zb_err *err)
 {
+    if (o->layers) {
+        long total = 0;
+        for (int i = 0; i < n_stages; i++) {
+            if (o->layers[i] < 0 || (o->layers[i] == 0 && i > 0 && i < n_stages - 1))
+                return zb_fail(err, "layer split: stage %d has %d layers", i, o->layers[i]);
+            layers[i] = o->layers[i];
+            total += o->layers[i];
+        }
+        if (total != m->n_layers)
+            return zb_fail(err, "layer split: %ld layers over the stages, model has %d", total, m->n_layers);
+        return 0;
+    }
     if (o->split != COST_SPLIT_BALANCED)
         return cost_layer_split(m->n_layers, n_stages, layers, err);
     cost_part layer, emb, head;
@@ -334,9 +388,18 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
 {
     if (model_check(m, err) < 0)
         return -1;
-    cost_part layer, emb, head;
+    cost_part layer, emb, head, layer_rc[2];
     if (cost_parts(m, g, o, &layer, &emb, &head, err) < 0)
         return -1;
+    /* The layer with recompute off and on, for per-stage recompute. */
+    for (int rc = 0; rc < 2; rc++) {
+        cost_options one = *o;
+        one.recompute = rc;
+        one.recompute_stage = NULL;
+        cost_part e2, h2;
+        if (cost_parts(m, g, &one, &layer_rc[rc], &e2, &h2, err) < 0)
+            return -1;
+    }
     int *split = malloc(sizeof *split * (size_t)n_stages);
     if (!split)
         return zb_fail(err, "out of memory");
@@ -355,7 +418,7 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
         st->first_layer = first;
         st->n_layers = split[i];
         first += split[i];
-        add_part(st, &layer, split[i]);
+        add_part(st, &layer_rc[cost_stage_recomputes(o, i)], split[i]);
         st->static_bytes = split[i] * static_per_layer;
         if (i == 0) {
             st->has_embedding = 1;
@@ -401,13 +464,15 @@ int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, s
     }
     for (int i = 0; i < S; i++) {
         stage_cost *c = &s->cost[i];
-        c->t_f = st[i].t_f * 1e3;
-        c->t_b = st[i].t_b * 1e3;
+        int d = s->stage_device[i];
+        double send_f = i + 1 < S ? cost_t_transfer(m, g, o, d, s->stage_device[i + 1]) : 0;
+        double send_b = i > 0 ? cost_t_transfer(m, g, o, d, s->stage_device[i - 1]) : 0;
+        c->t_f = (st[i].t_f + send_f) * 1e3;
+        c->t_b = (st[i].t_b + send_b) * 1e3;
         c->t_w = st[i].t_w * 1e3;
         c->d_f = st[i].m_b;
         c->d_b = st[i].m_w - st[i].m_b;
         c->d_w = -st[i].m_w;
-        int d = s->stage_device[i];
         stat[d] += st[i].static_bytes;
         if (st[i].transient > trans[d])
             trans[d] = st[i].transient;
@@ -426,7 +491,7 @@ int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, s
     }
     for (int d = 0; d < s->n_devices; d++)
         s->mem_static[d] = stat[d] + trans[d] + reserve;
-    s->t_comm = cost_t_comm(m, g, o) * 1e3;
+    s->t_comm = 0; /* blocking transfers are inside the ops */
     strcpy(s->time_unit, "ms");
     strcpy(s->mem_unit, "bytes");
     free(st);
@@ -442,7 +507,7 @@ double cost_model_flops(const zb_model *m, const cost_options *o)
     plain.recompute = 0;
     cost_part layer, head, emb;
     estimate_layer(m, &plain, &layer);
-    estimate_head(m, &head);
+    estimate_head(m, &plain, &head);
     estimate_embedding(m, &emb);
     return m->n_layers * layer.useful_flops + head.useful_flops;
 }

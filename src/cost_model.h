@@ -30,8 +30,18 @@ typedef enum cost_split {
     COST_SPLIT_BALANCED = 1, /* smallest largest stage time, embedding and head weighted by their time */
 } cost_split;
 
+/* How the LM head computes its loss (cost_options.loss). */
+typedef enum cost_loss {
+    COST_LOSS_PLAIN = 0, /* logits materialised (bf16), fp32 log-softmax kept for the backward */
+    COST_LOSS_FUSED = 1, /* fused linear + cross-entropy in token chunks (Liger-Kernel): no logits kept */
+} cost_loss;
+
 typedef struct cost_options {
     int recompute;             /* 1: full per-layer activation recompute (checkpoint layer inputs) */
+    const unsigned char *recompute_stage; /* [n_stages] per-virtual-stage recompute (overrides recompute), or NULL */
+    const int *layers;         /* [n_stages] explicit layer split (sums to n_layers), or NULL: the split rule */
+    cost_loss loss;            /* loss kernel; default COST_LOSS_PLAIN */
+    int devices_per_node;      /* consecutive pipeline devices sharing a node's fast link; 0: all */
     cost_split split;          /* layer split; default COST_SPLIT_PAPER */
     int flash_attention;       /* 1: attention scores never stored (flash attention); default 1 */
     int zero1_dp;              /* data-parallel replicas sharing optimizer state (ZeRO-1); 1 = none */
@@ -49,6 +59,7 @@ typedef struct cost_part {
     double m_w;                       /* bytes B leaves allocated until W */
     double transient;                 /* largest short-lived allocation inside one op, bytes */
     double params;                    /* parameters held */
+    double hbm_f, hbm_b;              /* bytes of memory-bound traffic in F and B (loss, unfused softmax); timed at hbm_bw */
 } cost_part;
 
 /* One virtual stage. */
@@ -66,7 +77,7 @@ typedef struct cost_stage {
 } cost_stage;
 
 /* Defaults: no recompute, the paper's split, flash attention on, no ZeRO,
- * COST_RESERVE_BYTES, no profile. */
+ * COST_RESERVE_BYTES, no profile, plain loss, one node. */
 void cost_options_default(cost_options *o);
 
 /* Splits n_layers transformer layers over n_stages virtual stages in model
@@ -102,8 +113,17 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
 /* Bytes of static state (weights, gradients, optimizer) per parameter. */
 double cost_bytes_per_param(const zb_model *m, const cost_options *o);
 
-/* Seconds to send one activation (or its gradient) between stages. */
+/* Seconds to send one activation (or its gradient) between stages over
+ * the intra-node link (the profile's t_comm when it has one). */
 double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o);
+
+/* Seconds one transfer between pipeline devices d1 != d2 occupies both:
+ * latency + bytes / bandwidth of the intra- or inter-node link
+ * (o->devices_per_node); 0 when d1 == d2. */
+double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o, int d1, int d2);
+
+/* Whether virtual stage i recomputes under o. */
+int cost_stage_recomputes(const cost_options *o, int i);
 
 /* Fills stage[n_stages] for a pipeline of n_stages virtual stages.  When
  * the embedding is tied and first_last_same_device is 0 the last stage holds
@@ -112,7 +132,12 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
                 int first_last_same_device, cost_stage *stage, zb_err *err);
 
 /* Sets s's per-stage costs (ms) and memory deltas (bytes: dF = m_b,
- * dB = m_w - m_b, dW = -m_w), t_comm (ms), and mem_static per device
+ * dB = m_w - m_b, dW = -m_w), and mem_static per device.  Transfers are
+ * blocking (Megatron's P2P, the zero-bubble runtime): each F whose next
+ * stage sits on another device, and each B whose previous stage does,
+ * carries one cost_t_transfer, so interleaving pays per virtual-stage
+ * boundary and the V turn pays nothing; t_comm is then 0 (the data has
+ * arrived when the op ends).  Per device:
  * (bytes: static state of its stages + the largest transient + reserve),
  * for whatever placement s has (every stage must be placed).  Sets
  * time_unit "ms" and mem_unit "bytes".  Returns 0 or -1 with err set. */

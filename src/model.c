@@ -46,13 +46,15 @@ static const zb_model model_presets[] = {
 };
 
 /* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
- * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction;
- * efficiency for A100 calibrated on the zero-bubble paper's Table 9, the
- * others assumed (docs/cost-model.md). */
+ * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction
+ * (A100: bandwidth and latency fitted to the zero-bubble paper's measured
+ * T_comm, Table 9); F/B and W efficiency for A100 calibrated on Table 9's
+ * T_F and T_W, the others assumed; HBM bandwidth from the datasheets; 8
+ * GPUs per node, inter-node bandwidth per GPU (docs/cost-model.md). */
 static const zb_gpu gpu_presets[] = {
-    { "A100-80G", 312e12, 81920.0 * 1048576.0, 300e9, 10e-6, 0.55 },
-    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50 },
-    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50 },
+    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0 },
 };
 
 #define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])
@@ -303,7 +305,8 @@ cJSON *model_to_json(const zb_model *m)
 int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
 {
     static const char *const keys[] = {
-        "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency", NULL
+        "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency",
+        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", NULL
     };
     if (!cJSON_IsObject(obj))
         return zb_fail(err, "a GPU must be a JSON object");
@@ -326,8 +329,15 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
         json_double(obj, "mem_bytes", 0, &r.mem_bytes, err) < 0 ||
         json_double(obj, "link_bw", 0, &r.link_bw, err) < 0 ||
         json_double(obj, "link_latency", 0, &r.link_latency, err) < 0 ||
-        json_double(obj, "efficiency", 0, &r.efficiency, err) < 0)
+        json_double(obj, "efficiency", 0, &r.efficiency, err) < 0 ||
+        json_double(obj, "w_efficiency", 0, &r.w_efficiency, err) < 0 ||
+        json_double(obj, "hbm_bw", 0, &r.hbm_bw, err) < 0 ||
+        json_int(obj, "gpus_per_node", 0, 1 << 16, &r.gpus_per_node, NULL, err) < 0 ||
+        json_double(obj, "inter_node_bw", 0, &r.inter_node_bw, err) < 0 ||
+        json_double(obj, "inter_node_latency", 0, &r.inter_node_latency, err) < 0)
         return -1;
+    if (!(r.w_efficiency >= 0 && r.w_efficiency <= 1))
+        return zb_fail(err, "\"w_efficiency\" must be in (0, 1] (or 0 for efficiency)");
     if (!(r.peak_flops > 0) || !(r.mem_bytes > 0) || !(r.link_bw > 0))
         return zb_fail(err, "a GPU needs positive peak_flops, mem_bytes and link_bw");
     if (!(r.efficiency > 0 && r.efficiency <= 1))
@@ -346,7 +356,12 @@ cJSON *gpu_to_json(const zb_gpu *g)
              cJSON_AddNumberToObject(o, "mem_bytes", g->mem_bytes) &&
              cJSON_AddNumberToObject(o, "link_bw", g->link_bw) &&
              cJSON_AddNumberToObject(o, "link_latency", g->link_latency) &&
-             cJSON_AddNumberToObject(o, "efficiency", g->efficiency);
+             cJSON_AddNumberToObject(o, "efficiency", g->efficiency) &&
+             cJSON_AddNumberToObject(o, "w_efficiency", g->w_efficiency) &&
+             cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw) &&
+             cJSON_AddNumberToObject(o, "gpus_per_node", g->gpus_per_node) &&
+             cJSON_AddNumberToObject(o, "inter_node_bw", g->inter_node_bw) &&
+             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -400,4 +415,24 @@ int gpu_load(const char *arg, zb_gpu *g, zb_err *err)
     int rc = gpu_from_json(root, g, err);
     cJSON_Delete(root);
     return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
+}
+
+double gpu_w_efficiency(const zb_gpu *g)
+{
+    return g->w_efficiency > 0 ? g->w_efficiency : g->efficiency;
+}
+
+int gpu_per_node(const zb_gpu *g)
+{
+    return g->gpus_per_node > 0 ? g->gpus_per_node : 8;
+}
+
+double gpu_inter_node_bw(const zb_gpu *g)
+{
+    return g->inter_node_bw > 0 ? g->inter_node_bw : 50e9;
+}
+
+double gpu_inter_node_latency(const zb_gpu *g)
+{
+    return g->inter_node_latency > 0 ? g->inter_node_latency : g->link_latency;
 }

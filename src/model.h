@@ -41,6 +41,12 @@ typedef struct zb_gpu {
     double link_bw;        /* bytes/s between pipeline neighbours */
     double link_latency;   /* seconds per transfer */
     double efficiency;     /* achieved fraction of peak for matmuls */
+    /* --- link topology and calibration (docs/cost-model.md); 0 = derived default --- */
+    double w_efficiency;   /* achieved fraction of peak for W's weight-gradient matmuls (0: efficiency) */
+    double hbm_bw;         /* device memory bandwidth, bytes/s, for memory-bound ops (loss) */
+    int gpus_per_node;     /* GPUs sharing the fast link (NVLink domain); 0: 8 */
+    double inter_node_bw;  /* bytes/s per GPU between nodes (e.g. 50e9 for 400 Gb/s IB); 0: 50e9 */
+    double inter_node_latency; /* seconds per transfer between nodes; 0: link_latency */
 } zb_gpu;
 
 /* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",
@@ -55,6 +61,13 @@ int model_load(const char *arg, zb_model *m, zb_err *err);
 /* Checks a model's fields (positive sizes, heads divide d_model, kv heads
  * divide heads).  Returns 0 or -1 with err naming the field. */
 int model_check(const zb_model *m, zb_err *err);
+
+/* Derived link figures of g with its defaults applied: W efficiency,
+ * GPUs per node, inter-node bandwidth and latency (docs/cost-model.md). */
+double gpu_w_efficiency(const zb_gpu *g);
+int gpu_per_node(const zb_gpu *g);
+double gpu_inter_node_bw(const zb_gpu *g);
+double gpu_inter_node_latency(const zb_gpu *g);
 
 /* Finds a GPU preset ("A100-80G", "H100-80G", "H200-141G"). */
 int gpu_preset(const char *name, zb_gpu *g, zb_err *err);

@@ -36,15 +36,23 @@ static void usage(FILE *out)
         "                        1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b\n"
         "                        intellect-1-10b tiny shakespeare-char\n"
         "  --gpu G               A100-80G, H100-80G (default), H200-141G, or a JSON file\n"
-        "  --gpus N, --stages N  pipeline devices (default 8)\n"
+        "  --gpus N              GPUs of the job (default 8): every pipeline depth p\n"
+        "                        dividing N is tried, with N/p data-parallel replicas\n"
+        "                        sharing optimizer state (ZeRO-1)\n"
+        "  --stages N            fix the pipeline depth (N/p replicas when --gpus is larger)\n"
+        "  --nodes N             nodes the GPUs span (default: GPUs / the GPU file's\n"
+        "                        gpus_per_node); links across nodes use inter_node_bw\n"
+        "  --loss plain|fused    loss kernel: logits kept (default) or fused linear\n"
+        "                        cross-entropy in token chunks (Liger-Kernel)\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
         "  --profile FILE        measured per-op times/memory instead of the FLOP estimate\n"
-        "  --recompute on|off|both\n"
-        "                        activation recompute settings tried (default both)\n"
+        "  --recompute on|off|search\n"
+        "                        activation recompute: everywhere, nowhere, or searched\n"
+        "                        over off / the first k devices / all (default search)\n"
         "  --no-flash            assume attention scores are stored (no flash attention)\n"
-        "  --split balanced|paper\n"
-        "                        layers per stage: balance stage times counting the\n"
-        "                        embedding and head (default), or the paper's rule\n"
+        "  --split search|balanced|paper\n"
+        "                        layers per stage: both rules and a local search that\n"
+        "                        moves single layers (default), or one rule only\n"
         "  --zero1 N             shard optimizer state over N data-parallel replicas\n"
         "  --max-micro-batch N   largest micro-batch size tried (default 64)\n"
         "  --ilp                 also run the ILP on the best 3 configurations\n"
@@ -86,19 +94,74 @@ static const char *status_name(search_status s)
     return s == SEARCH_FIT ? "fit" : s == SEARCH_OOM ? "oom" : "skipped";
 }
 
+/* "0-3" for the first k of p devices, "on", "off". */
+static const char *rc_text(const search_candidate *c, char *buf, size_t len)
+{
+    if (c->rc_devices <= 0)
+        return "off";
+    if (c->rc_devices >= c->pp)
+        return "on";
+    snprintf(buf, len, "0-%d", c->rc_devices - 1);
+    return buf;
+}
+
+static void print_why(const search_result *r)
+{
+    const search_candidate *w = &r->c[0];
+    search_why y;
+    search_explain(w, &y);
+    printf("why: the winner takes %.1f ms per iteration (%s, pp=%d x dp=%d, b=%d).\n", y.time_ms, w->label, w->pp,
+           w->dp, w->micro_batch);
+    printf("  work bound      %10.1f ms  total compute / devices\n", y.work_bound_ms);
+    printf("  imbalance bound %10.1f ms  busiest device's compute\n", y.imbalance_bound_ms);
+    printf("  winner          %10.1f ms  schedule bubble %.1f%%, imbalance %.1f%%, total idle %.1f%%",
+           y.time_ms, 100 * y.bubble_share, 100 * y.imbalance_share, 100 * y.idle_share);
+    if (w->dp_ms > 0)
+        printf(", of which data-parallel sync %.1f ms", w->dp_ms);
+    printf("\n");
+    if (r->baseline.status != SEARCH_SKIPPED && r->baseline.time_ms > 0)
+        printf("  baseline        %10.1f ms  plain 1F1B, b=1, recompute everywhere, pp=%d: winner %.3fx faster%s\n",
+               r->baseline.time_ms, r->baseline.pp, w->speedup,
+               r->baseline.status == SEARCH_OOM ? " (the baseline itself does not fit)" : "");
+    /* Which pipeline depth wins: the best of each other depth, and for a
+     * depth where nothing fits, its smallest peak. */
+    int shown = 0;
+    for (int i = 0; i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp == w->pp || c->status == SEARCH_SKIPPED)
+            continue;
+        int first = 1;
+        for (int k = 0; k < i && first; k++)
+            first = r->c[k].status == SEARCH_SKIPPED || r->c[k].pp != c->pp;
+        if (!first)
+            continue;
+        if (!shown++)
+            printf("  other pipeline depths:\n");
+        if (c->status == SEARCH_FIT)
+            printf("    pp=%d x dp=%d: best %s %.1f ms (%.0f tok/s/GPU, %.0f ms exposed sync), %.3fx the winner's time\n",
+                   c->pp, c->dp, c->label, c->time_ms, c->tokens_per_s, c->dp_ms, c->time_ms / w->time_ms);
+        else /* OOM candidates sort by peak: this is the depth's smallest */
+            printf("    pp=%d x dp=%d: nothing fits; the smallest peak is %.2f GB (%s, b=%d)\n", c->pp, c->dp,
+                   c->peak_bytes / 1e9, c->label, c->micro_batch);
+    }
+}
+
 static void print_table(const search_options *o, const search_result *r, int rows, int verbose)
 {
     printf("model %s, %s, %d GPUs, global batch %d, memory limit %.1f GB per GPU\n",
-           o->model.name, o->gpu.name, o->n_devices, o->global_batch, o->mem_bytes / 1e9);
+           o->model.name, o->gpu.name, o->n_gpus, o->global_batch, o->mem_bytes / 1e9);
     if (r->n_fit > 0 && rows > 0)
-        printf("%-4s %-18s %4s %5s %-3s %13s %10s %11s %7s %6s\n", "rank", "schedule", "b", "m", "rc",
-               "peak GB (dev)", "iter ms", "tok/s/GPU", "bubble", "MFU");
+        printf("%-4s %-20s %5s %4s %5s %-4s %13s %10s %10s %10s %6s %6s %6s\n", "rank", "schedule", "pp*dp", "b", "m",
+               "rc", "peak GB (dev)", "time ms", "makespan", "tok/s/GPU", "bubble", "MFU", "speed");
     int shown = 0;
     for (int i = 0; i < r->n_fit && shown < rows; i++, shown++) {
         const search_candidate *c = &r->c[i];
-        printf("%-4d %-18s %4d %5d %-3s %8.2f (%2d) %10.1f %11.0f %7.4f %5.1f%%\n", i + 1, c->label,
-               c->micro_batch, c->n_micro, c->recompute ? "on" : "off", c->peak_bytes / 1e9,
-               c->peak_device, c->iter_ms, c->tokens_per_s, c->bubble_rate, 100 * c->mfu);
+        char rcb[16], ppdp[16], label[48];
+        snprintf(ppdp, sizeof ppdp, "%dx%d", c->pp, c->dp);
+        snprintf(label, sizeof label, "%s%s", c->label, c->split_tuned ? " *" : c->split == COST_SPLIT_PAPER ? " P" : "");
+        printf("%-4d %-20s %5s %4d %5d %-4s %8.2f (%2d) %10.1f %10.1f %10.0f %6.4f %5.1f%% %5.3fx\n", i + 1, label,
+               ppdp, c->micro_batch, c->n_micro, rc_text(c, rcb, sizeof rcb), c->peak_bytes / 1e9, c->peak_device,
+               c->time_ms, c->iter_ms, c->tokens_per_s, c->bubble_rate, 100 * c->mfu, c->speedup);
     }
     if (r->n_fit > shown)
         printf("... %d more that fit (--top N shows more)\n", r->n_fit - shown);
@@ -110,13 +173,59 @@ static void print_table(const search_options *o, const search_result *r, int row
             n_skip++;
     printf("%d candidates fit, %d exceed the limit, %d could not be built%s\n", r->n_fit, n_oom, n_skip,
            verbose || !(n_oom + n_skip) ? "" : " (-v lists them)");
+    if (r->n_fit > 0 && rows > 0) {
+        printf("time = largest per-device span (+ exposed data-parallel sync), what the runtime realises;\n"
+               "makespan = first start to last end; P = paper split, * = split found by the local search\n");
+        print_why(r);
+    }
     if (!verbose)
         return;
     for (int i = r->n_fit; i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        printf("  %-7s %-18s b=%-3d m=%-4d rc=%-3s %s\n", status_name(c->status), c->label, c->micro_batch,
-               c->n_micro, c->recompute ? "on" : "off", c->note);
+        char rcb[16];
+        printf("  %-7s %-18s pp=%-3d b=%-3d m=%-4d rc=%-4s %s\n", status_name(c->status), c->label, c->pp,
+               c->micro_batch, c->n_micro, rc_text(c, rcb, sizeof rcb), c->note);
     }
+}
+
+/* One candidate as a JSON object (NULL when memory runs out). */
+static cJSON *candidate_json(const search_candidate *c)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
+    cJSON_AddStringToObject(j, "schedule", c->label);
+    cJSON_AddStringToObject(j, "family", c->family);
+    cJSON_AddStringToObject(j, "status", status_name(c->status));
+    cJSON_AddNumberToObject(j, "chunks", c->chunks);
+    cJSON_AddNumberToObject(j, "pipeline_parallel", c->pp);
+    cJSON_AddNumberToObject(j, "data_parallel", c->dp);
+    cJSON_AddNumberToObject(j, "micro_batch", c->micro_batch);
+    cJSON_AddNumberToObject(j, "n_micro", c->n_micro);
+    cJSON_AddBoolToObject(j, "recompute", c->recompute);
+    cJSON_AddNumberToObject(j, "recompute_devices", c->rc_devices);
+    cJSON_AddStringToObject(j, "split", c->split_tuned ? "searched" : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
+    if (c->layers) {
+        cJSON *a = cJSON_AddArrayToObject(j, "layers_per_stage");
+        for (int i = 0; a && i < c->n_stages; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(c->layers[i]));
+    }
+    if (c->status != SEARCH_SKIPPED) {
+        cJSON_AddNumberToObject(j, "peak_bytes", c->peak_bytes);
+        cJSON_AddNumberToObject(j, "peak_device", c->peak_device);
+        cJSON_AddNumberToObject(j, "static_bytes", c->static_bytes);
+        cJSON_AddNumberToObject(j, "time_ms", c->time_ms);
+        cJSON_AddNumberToObject(j, "iteration_ms", c->iter_ms);
+        cJSON_AddNumberToObject(j, "cost_ms", c->cost_ms);
+        cJSON_AddNumberToObject(j, "dp_sync_ms", c->dp_ms);
+        cJSON_AddNumberToObject(j, "bubble_rate", c->bubble_rate);
+        cJSON_AddNumberToObject(j, "tokens_per_s_per_gpu", c->tokens_per_s);
+        cJSON_AddNumberToObject(j, "mfu", c->mfu);
+        cJSON_AddNumberToObject(j, "speedup", c->speedup);
+    }
+    if (c->note[0])
+        cJSON_AddStringToObject(j, "note", c->note);
+    return j;
 }
 
 static int print_json(const search_options *o, const search_result *r)
@@ -132,36 +241,60 @@ static int print_json(const search_options *o, const search_result *r)
     cJSON_AddItemToObject(root, "model", model_to_json(&o->model));
     cJSON_AddItemToObject(root, "hardware", gpu_to_json(&o->gpu));
     cJSON_AddNumberToObject(root, "mem_limit_bytes", o->mem_bytes);
-    cJSON_AddNumberToObject(root, "n_devices", o->n_devices);
+    cJSON_AddNumberToObject(root, "n_gpus", o->n_gpus);
+    if (o->n_devices > 0)
+        cJSON_AddNumberToObject(root, "n_devices", o->n_devices);
     cJSON_AddNumberToObject(root, "global_batch", o->global_batch);
     cJSON_AddNumberToObject(root, "n_fit", r->n_fit);
     if (r->min_peak_index >= 0)
         cJSON_AddNumberToObject(root, "min_peak_bytes", r->min_peak_bytes);
-    for (int i = 0; i < r->n; i++) {
+    cJSON *base = candidate_json(&r->baseline);
+    if (base)
+        cJSON_AddItemToObject(root, "baseline", base);
+    if (r->n_fit > 0) {
+        search_why y;
+        search_explain(&r->c[0], &y);
+        cJSON *w = cJSON_AddObjectToObject(root, "why");
+        if (w) {
+            cJSON_AddNumberToObject(w, "work_bound_ms", y.work_bound_ms);
+            cJSON_AddNumberToObject(w, "imbalance_bound_ms", y.imbalance_bound_ms);
+            cJSON_AddNumberToObject(w, "winner_ms", y.time_ms);
+            cJSON_AddNumberToObject(w, "bubble_share", y.bubble_share);
+            cJSON_AddNumberToObject(w, "imbalance_share", y.imbalance_share);
+            cJSON_AddNumberToObject(w, "idle_share", y.idle_share);
+            cJSON_AddNumberToObject(w, "dp_sync_ms", r->c[0].dp_ms);
+            cJSON_AddNumberToObject(w, "speedup", r->c[0].speedup);
+        }
+    }
+    /* Per pipeline depth: its best fit (time) or its smallest peak. */
+    cJSON *depths = cJSON_AddArrayToObject(root, "depths");
+    for (int i = 0; depths && i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        cJSON *j = cJSON_CreateObject();
+        if (c->status == SEARCH_SKIPPED)
+            continue;
+        int first = 1;
+        for (int k = 0; k < i && first; k++)
+            first = r->c[k].status == SEARCH_SKIPPED || r->c[k].pp != c->pp;
+        if (!first)
+            continue;
+        cJSON *d = cJSON_CreateObject();
+        if (!d)
+            break;
+        cJSON_AddItemToArray(depths, d);
+        cJSON_AddNumberToObject(d, "pipeline_parallel", c->pp);
+        cJSON_AddNumberToObject(d, "data_parallel", c->dp);
+        cJSON_AddBoolToObject(d, "fits", c->status == SEARCH_FIT);
+        cJSON_AddStringToObject(d, "schedule", c->label);
+        cJSON_AddNumberToObject(d, c->status == SEARCH_FIT ? "time_ms" : "min_peak_bytes",
+                                c->status == SEARCH_FIT ? c->time_ms : c->peak_bytes);
+        if (c->status == SEARCH_FIT)
+            cJSON_AddNumberToObject(d, "tokens_per_s_per_gpu", c->tokens_per_s);
+    }
+    for (int i = 0; i < r->n; i++) {
+        cJSON *j = candidate_json(&r->c[i]);
         if (!j)
             break;
         cJSON_AddItemToArray(list, j);
-        cJSON_AddStringToObject(j, "schedule", c->label);
-        cJSON_AddStringToObject(j, "family", c->family);
-        cJSON_AddStringToObject(j, "status", status_name(c->status));
-        cJSON_AddNumberToObject(j, "chunks", c->chunks);
-        cJSON_AddNumberToObject(j, "micro_batch", c->micro_batch);
-        cJSON_AddNumberToObject(j, "n_micro", c->n_micro);
-        cJSON_AddBoolToObject(j, "recompute", c->recompute);
-        if (c->status != SEARCH_SKIPPED) {
-            cJSON_AddNumberToObject(j, "peak_bytes", c->peak_bytes);
-            cJSON_AddNumberToObject(j, "peak_device", c->peak_device);
-            cJSON_AddNumberToObject(j, "static_bytes", c->static_bytes);
-            cJSON_AddNumberToObject(j, "iteration_ms", c->iter_ms);
-            cJSON_AddNumberToObject(j, "cost_ms", c->cost_ms);
-            cJSON_AddNumberToObject(j, "bubble_rate", c->bubble_rate);
-            cJSON_AddNumberToObject(j, "tokens_per_s_per_gpu", c->tokens_per_s);
-            cJSON_AddNumberToObject(j, "mfu", c->mfu);
-        }
-        if (c->note[0])
-            cJSON_AddStringToObject(j, "note", c->note);
     }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -174,7 +307,7 @@ static int print_json(const search_options *o, const search_result *r)
 
 enum {
     OPT_MEM = 1000, OPT_MODEL, OPT_GPU, OPT_GPUS, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE,
-    OPT_NO_FLASH, OPT_SPLIT, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
+    OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES, OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
 };
 
 int cmd_search(int argc, char **argv)
@@ -184,7 +317,9 @@ int cmd_search(int argc, char **argv)
         { "model", required_argument, NULL, OPT_MODEL },
         { "gpu", required_argument, NULL, OPT_GPU },
         { "gpus", required_argument, NULL, OPT_GPUS },
-        { "stages", required_argument, NULL, OPT_GPUS },
+        { "stages", required_argument, NULL, OPT_STAGES },
+        { "nodes", required_argument, NULL, OPT_NODES },
+        { "loss", required_argument, NULL, OPT_LOSS },
         { "global-batch", required_argument, NULL, OPT_GLOBAL_BATCH },
         { "profile", required_argument, NULL, OPT_PROFILE },
         { "recompute", required_argument, NULL, OPT_RECOMPUTE },
@@ -207,7 +342,7 @@ int cmd_search(int argc, char **argv)
     search_options_default(&o);
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
     const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
-    int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0;
+    int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0;
     long rows = DEFAULT_ROWS, num;
     zb_err err = { { 0 } };
     zb_profile profile;
@@ -236,12 +371,29 @@ int cmd_search(int argc, char **argv)
                 return cli_usage("search", "--gpu: %s", err.msg);
             break;
         case OPT_GPUS:
-            if (cli_parse_int("--gpus", optarg, 1, 1024, &num, &err) < 0)
+            if (cli_parse_int("--gpus", optarg, 1, 65536, &num, &err) < 0)
                 return cli_usage("search", "%s", err.msg);
-            if (gpus_seen && num != o.n_devices)
-                return cli_usage("search", "--gpus and --stages disagree (%d vs %ld)", o.n_devices, num);
-            o.n_devices = (int)num;
+            o.n_gpus = (int)num;
             gpus_seen = 1;
+            break;
+        case OPT_STAGES:
+            if (cli_parse_int("--stages", optarg, 1, 1024, &num, &err) < 0)
+                return cli_usage("search", "%s", err.msg);
+            o.n_devices = (int)num;
+            stages_seen = 1;
+            break;
+        case OPT_NODES:
+            if (cli_parse_int("--nodes", optarg, 1, 65536, &num, &err) < 0)
+                return cli_usage("search", "%s", err.msg);
+            o.nodes = (int)num;
+            break;
+        case OPT_LOSS:
+            if (!strcmp(optarg, "plain"))
+                o.loss = COST_LOSS_PLAIN;
+            else if (!strcmp(optarg, "fused"))
+                o.loss = COST_LOSS_FUSED;
+            else
+                return cli_usage("search", "--loss: '%s' is not plain or fused", optarg);
             break;
         case OPT_GLOBAL_BATCH:
             if (cli_parse_int("--global-batch", optarg, 1, 1 << 24, &num, &err) < 0)
@@ -256,21 +408,24 @@ int cmd_search(int argc, char **argv)
                 o.recompute = 1;
             else if (!strcmp(optarg, "off"))
                 o.recompute = 0;
-            else if (!strcmp(optarg, "both"))
+            else if (!strcmp(optarg, "search") || !strcmp(optarg, "both"))
                 o.recompute = -1;
             else
-                return cli_usage("search", "--recompute: '%s' is not on, off or both", optarg);
+                return cli_usage("search", "--recompute: '%s' is not on, off or search", optarg);
             break;
         case OPT_NO_FLASH:
             o.flash_attention = 0;
             break;
         case OPT_SPLIT:
+            o.split_search = 0;
             if (!strcmp(optarg, "balanced"))
                 o.split = COST_SPLIT_BALANCED;
             else if (!strcmp(optarg, "paper"))
                 o.split = COST_SPLIT_PAPER;
+            else if (!strcmp(optarg, "search"))
+                o.split = COST_SPLIT_BALANCED, o.split_search = 1;
             else
-                return cli_usage("search", "--split: '%s' is not balanced or paper", optarg);
+                return cli_usage("search", "--split: '%s' is not search, balanced or paper", optarg);
             break;
         case OPT_ZERO1:
             if (cli_parse_int("--zero1", optarg, 1, 1 << 20, &num, &err) < 0)
@@ -323,6 +478,12 @@ int cmd_search(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage("search", "unexpected argument '%s'", argv[optind]);
+    if (stages_seen && !gpus_seen)
+        o.n_gpus = o.n_devices;
+    if (stages_seen && o.n_gpus % o.n_devices != 0)
+        return cli_usage("search", "--stages %d does not divide --gpus %d", o.n_devices, o.n_gpus);
+    if (o.nodes > 0 && o.n_gpus % o.nodes != 0)
+        return cli_usage("search", "--nodes %d does not divide --gpus %d", o.nodes, o.n_gpus);
     if (!have_mem)
         return cli_usage("search", "--mem SIZE is required (memory per GPU, e.g. --mem 40G)");
     if (json && output && !strcmp(output, "-"))
@@ -371,8 +532,10 @@ int cmd_search(int argc, char **argv)
             (svg && viz_render_svg_file(best->sched, svg, &err) < 0)) {
             status = cli_fail(&err);
         } else if (!json && strcmp(output, "-") != 0) {
-            printf("best: %s, b=%d, m=%d, recompute %s -> %s%s%s\n", best->label, best->micro_batch,
-                   best->n_micro, best->recompute ? "on" : "off", output, svg ? ", " : "", svg ? svg : "");
+            char rcb[16];
+            printf("best: %s, pp=%d x dp=%d, b=%d, m=%d, recompute %s -> %s%s%s\n", best->label, best->pp, best->dp,
+                   best->micro_batch, best->n_micro, rc_text(best, rcb, sizeof rcb), output, svg ? ", " : "",
+                   svg ? svg : "");
         }
     }
     search_result_free(&r);

@@ -179,9 +179,18 @@ START_TEST(test_memory_by_hand_1_5b)
     ck_assert_double_eq(s->cost[3].d_f, 3708813312.0);
     ck_assert_double_eq(s->cost[3].d_b, 1358954496.0 - 3708813312.0);
     ck_assert_double_eq(s->cost[3].d_w, -1358954496.0);
-    /* Activation of one micro-batch between stages: 2*sbh bytes over
-     * 300 GB/s plus 10 us. */
-    ck_assert_double_eq_tol(s->t_comm, (2.0 * 6144 * 2304 / 300e9 + 10e-6) * 1e3, 1e-12);
+    /* Transfers block both ends (issue 10): one activation of 2*sbh bytes
+     * over the A100's calibrated 80 GB/s plus 0.25 ms is inside every F
+     * that sends to the next device, not in t_comm. */
+    double xfer = 2.0 * 6144 * 2304 / 80e9 + 250e-6;
+    ck_assert_double_eq(s->t_comm, 0);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 3, 4), xfer, 1e-15);
+    cost_stage cs[8];
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 8, 0, cs, &err), 0);
+    ck_assert_double_eq_tol(s->cost[3].t_f, (cs[3].t_f + xfer) * 1e3, 1e-9);
+    ck_assert_double_eq_tol(s->cost[3].t_b, (cs[3].t_b + xfer) * 1e3, 1e-9);
+    ck_assert_double_eq_tol(s->cost[7].t_f, cs[7].t_f * 1e3, 1e-9); /* the last stage sends no F */
+    ck_assert_double_eq_tol(s->cost[0].t_b, cs[0].t_b * 1e3, 1e-9); /* the first sends no B */
     sched_free(s);
 }
 END_TEST
@@ -190,10 +199,14 @@ START_TEST(test_table1_time_identities)
 {
     const char *names[] = { "1.5B", "6.2B", "llama3-8b", "shakespeare-char" };
     zb_gpu g = gpu("H100-80G");
+    /* Table 1's identities hold for its FLOP counts: non-causal attention
+     * (no flash) and one efficiency for every matmul. */
+    g.w_efficiency = g.efficiency;
     for (int i = 0; i < 4; i++) {
         zb_model m = preset(names[i]);
         cost_options o;
         cost_options_default(&o);
+        o.flash_attention = 0;
         cost_part l, e, h;
         zb_err err = { { 0 } };
         ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &h, &err), 0);
@@ -201,8 +214,14 @@ START_TEST(test_table1_time_identities)
         ck_assert_double_eq_tol(l.t_b + l.t_w, 2 * l.t_f, 1e-12 * l.t_f);
         ck_assert(l.t_w < l.t_f && l.t_f < l.t_b);
         ck_assert(l.m_w < l.m_b);
-        /* The head's three matmuls cost the same. */
-        ck_assert_double_eq_tol(h.t_f, h.t_w, 1e-15);
+        /* The head's three matmuls have the same FLOPs; F and B add the
+         * plain loss's memory-bound passes over the logits. */
+        ck_assert_double_eq(h.f_flops, h.w_flops);
+        ck_assert_double_eq(h.b_flops, h.w_flops);
+        double rate = g.peak_flops * g.efficiency;
+        ck_assert_double_eq_tol(h.t_f, h.f_flops / rate + h.hbm_f / g.hbm_bw, 1e-15);
+        ck_assert_double_eq_tol(h.t_b, h.b_flops / rate + h.hbm_b / g.hbm_bw, 1e-15);
+        ck_assert(h.hbm_f > 0 && h.hbm_b > 0);
         /* Recompute runs F again inside B and keeps only the layer input. */
         cost_options r = o;
         r.recompute = 1;
@@ -222,14 +241,22 @@ START_TEST(test_table1_time_identities)
     zb_err err = { { 0 } };
     ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &h, &err), 0);
     double sbh = 1024.0 * 3 * 4096;
-    ck_assert_double_eq(l.f_flops, sbh * (24 * 4096.0 + 4 * 1024));
-    ck_assert_double_eq(l.b_flops, sbh * (24 * 4096.0 + 8 * 1024));
+    /* With flash attention (the default) attention is causal: half of
+     * 4sbh.s in F and 2.5 times that in B (FlashAttention-2). */
+    ck_assert_double_eq(l.f_flops, sbh * (24 * 4096.0 + 2 * 1024));
+    ck_assert_double_eq(l.b_flops, sbh * (24 * 4096.0 + 5 * 1024));
     ck_assert_double_eq(l.w_flops, sbh * (24 * 4096.0));
-    /* Flash attention drops the 5as term of M_B. */
+    /* MFU keeps the non-causal convention: 3 x (24h + 4s) sbh. */
+    ck_assert_double_eq(l.useful_flops, 3 * sbh * (24 * 4096.0 + 4 * 1024));
+    /* Without flash the masked matmuls run in full: Table 1 exactly. */
     cost_options nf = o;
     nf.flash_attention = 0;
     cost_part l2;
     ck_assert_int_eq(cost_parts(&m, &g, &nf, &l2, &e, &h, &err), 0);
+    ck_assert_double_eq(l2.f_flops, sbh * (24 * 4096.0 + 4 * 1024));
+    ck_assert_double_eq(l2.b_flops, sbh * (24 * 4096.0 + 8 * 1024));
+    ck_assert_double_eq(l2.useful_flops, l.useful_flops);
+    /* Flash attention drops the 5as term of M_B. */
     ck_assert_double_eq(l2.m_b, 1024.0 * 3 * (34 * 4096.0 + 5 * 32 * 1024));
     ck_assert_double_eq(l.m_b, 1024.0 * 3 * 34 * 4096 + 4.0 * 32 * 1024 * 3);
 }
@@ -239,8 +266,8 @@ START_TEST(test_table9_calibration)
 {
     /* Paper Table 9: 6.2B, p=8, A100: T_F = 29.7 ms per stage of 4 layers;
      * 14.6B, p=16: 11.3 ms (3 layers); 28.3B, p=32: 10.4 ms (2 layers). */
-    struct { const char *name; int p; double t_f_ms; } rows[] = {
-        { "6.2B", 8, 29.718 }, { "14.6B", 16, 11.347 }, { "28.3B", 32, 10.419 },
+    struct { const char *name; int p; double t_f_ms, t_w_ms; } rows[] = {
+        { "6.2B", 8, 29.718, 19.927 }, { "14.6B", 16, 11.347, 8.132 }, { "28.3B", 32, 10.419, 7.715 },
     };
     zb_gpu g = gpu("A100-80G");
     for (int i = 0; i < 3; i++) {
@@ -253,6 +280,13 @@ START_TEST(test_table9_calibration)
         double t = st[1].t_f * 1e3;
         ck_assert_msg(fabs(t - rows[i].t_f_ms) / rows[i].t_f_ms < 0.15,
                       "%s: estimated T_F %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_f_ms);
+        /* W's weight-gradient matmuls run at the calibrated w_efficiency
+         * (the paper ran without flash attention). */
+        o.flash_attention = 0;
+        ck_assert_int_eq(cost_stages(&m, &g, &o, rows[i].p, 0, st, &err), 0);
+        t = st[1].t_w * 1e3;
+        ck_assert_msg(fabs(t - rows[i].t_w_ms) / rows[i].t_w_ms < 0.10,
+                      "%s: estimated T_W %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_w_ms);
     }
 }
 END_TEST
@@ -315,8 +349,12 @@ START_TEST(test_fill_v_placement)
         const cost_stage *a = &st[d], *b = &st[15 - d];
         double transient = fmax(a->transient, b->transient);
         ck_assert_double_eq_tol(s->mem_static[d], a->static_bytes + b->static_bytes + transient + 3e9, 1);
-        ck_assert_double_eq(s->cost[15 - d].t_f, b->t_f * 1e3);
+        /* Stage 15-d sends its F output to device d-1; the last does not. */
+        double send = d > 0 ? cost_t_transfer(&m, &g, &o, d, d - 1) : 0;
+        ck_assert_double_eq_tol(s->cost[15 - d].t_f, (b->t_f + send) * 1e3, 1e-9);
     }
+    /* The V turn (stage 7 to 8, both on device 7) costs no transfer. */
+    ck_assert_double_eq_tol(s->cost[7].t_f, st[7].t_f * 1e3, 1e-9);
     /* Tied: device 0's static has the matrix once (embedding + head norm). */
     double vh = 50304.0 * 2304;
     ck_assert_double_eq_tol(st[15].params - st[15].n_layers * 63730944.0, 2 * 2304, 1e-6);
@@ -346,11 +384,13 @@ START_TEST(test_profile_overrides)
     zb_err err = { { 0 } };
     ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), 0);
     /* tiny: 4 layers over 2 stages -> [2, 2]. */
-    ck_assert_double_eq_tol(s->cost[0].t_f, 2 * (2 * 1e-3 + 1e-5) * 1e3, 1e-9);
+    /* F of stage 0 carries one transfer, the profile's t_comm scaled. */
+    ck_assert_double_eq_tol(s->cost[0].t_f, (2 * (2 * 1e-3 + 1e-5) + 2 * 1e-5) * 1e3, 1e-9);
     ck_assert_double_eq_tol(s->cost[1].t_w, 2 * (2 * 5e-4 + 3e-4) * 1e3, 1e-9);
     ck_assert_double_eq(s->cost[1].d_f, 2 * (2 * 1000.0 + 5000));
     ck_assert_double_eq(s->cost[1].d_w, -2 * (2 * 400.0 + 2000));
-    ck_assert_double_eq_tol(s->t_comm, 2 * 1e-5 * 1e3, 1e-12);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 0, 1), 2 * 1e-5, 1e-15);
+    ck_assert_double_eq(s->t_comm, 0);
     ck_assert(s->mem_static[0] > 1e6 && s->mem_static[0] < 1e6 + 1e7);
 
     /* A profile at another sequence length does not apply. */
@@ -358,6 +398,99 @@ START_TEST(test_profile_overrides)
     ck_assert_int_eq(cost_fill_sched(&m, &g, &o, s, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "seq_len"));
     sched_free(s);
+}
+END_TEST
+
+START_TEST(test_loss_kinds)
+{
+    /* Llama 3 8B, b=1: the plain loss keeps bf16 logits and the fp32
+     * log-softmax; the fused one (Liger) keeps two t x h tensors, does all
+     * 6thV FLOPs in F and leaves no W. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    cost_part l, e, plain, fused;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &plain, &err), 0);
+    o.loss = COST_LOSS_FUSED;
+    ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &fused, &err), 0);
+    double t = 8192, h = 4096, v = 128256;
+    ck_assert_double_eq(plain.m_b, 2 * 2 * t * h + 2 * t * v + 4 * t * v);
+    ck_assert_double_eq(plain.hbm_f, t * v * 10);
+    ck_assert_double_eq(plain.hbm_b, t * v * 6);
+    ck_assert_double_eq_tol(plain.t_f - plain.f_flops / (g.peak_flops * g.efficiency), t * v * 10 / 3.35e12, 1e-12);
+    ck_assert_double_eq(fused.m_b, 2 * 2 * t * h);
+    ck_assert_double_eq(fused.m_w, 0);
+    ck_assert_double_eq(fused.f_flops, 6 * t * h * v);
+    ck_assert_double_eq(fused.b_flops + fused.w_flops, 0);
+    ck_assert_double_eq(fused.useful_flops, plain.useful_flops);
+    /* chunk = ceil(t / ceil(V/h)) = ceil(8192 / 32) = 256 tokens. */
+    ck_assert_double_eq(fused.transient, 2 * 4 * 256 * v);
+    ck_assert(fused.transient < plain.transient / 10);
+}
+END_TEST
+
+START_TEST(test_recompute_per_stage)
+{
+    /* The first two of four stages recompute: their M_B is the layer input
+     * only and their B reruns F; the others keep everything. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o, all;
+    cost_options_default(&o);
+    cost_options_default(&all);
+    all.recompute = 1;
+    unsigned char rc[4] = { 1, 1, 0, 0 };
+    o.recompute_stage = rc;
+    cost_stage st[4], ref_on[4], ref_off[4];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 4, 0, st, &err), 0);
+    ck_assert_int_eq(cost_stages(&m, &g, &all, 4, 0, ref_on, &err), 0);
+    cost_options off;
+    cost_options_default(&off);
+    ck_assert_int_eq(cost_stages(&m, &g, &off, 4, 0, ref_off, &err), 0);
+    for (int i = 0; i < 4; i++) {
+        const cost_stage *ref = rc[i] ? &ref_on[i] : &ref_off[i];
+        ck_assert_double_eq(st[i].m_b, ref->m_b);
+        ck_assert_double_eq(st[i].t_b, ref->t_b);
+        ck_assert_double_eq(st[i].transient, ref->transient);
+        ck_assert_int_eq(cost_stage_recomputes(&o, i), rc[i]);
+    }
+    ck_assert(st[0].m_b < ref_off[0].m_b && st[3].m_b > ref_on[3].m_b);
+}
+END_TEST
+
+START_TEST(test_explicit_split_and_nodes)
+{
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options o;
+    cost_options_default(&o);
+    int layers[4] = { 10, 8, 8, 6 };
+    o.layers = layers;
+    int out[4];
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), 0);
+    ck_assert_int_eq(out[0], 10);
+    ck_assert_int_eq(out[3], 6);
+    int bad[4] = { 10, 8, 8, 5 }; /* 31 of 32 layers */
+    o.layers = bad;
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "32"));
+    int empty_middle[4] = { 16, 0, 8, 8 };
+    o.layers = empty_middle;
+    ck_assert_int_eq(cost_split_layers(&m, &g, &o, 4, out, &err), -1);
+    /* Transfers: free on one device, NVLink inside a node, the slower
+     * inter-node link across (2 pipeline devices per node here). */
+    o.layers = NULL;
+    o.devices_per_node = 2;
+    double bytes = 2.0 * 8192 * 4096;
+    ck_assert_double_eq(cost_t_transfer(&m, &g, &o, 3, 3), 0);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 0, 1), bytes / 450e9 + 10e-6, 1e-15);
+    ck_assert_double_eq_tol(cost_t_transfer(&m, &g, &o, 1, 2), bytes / 50e9 + 10e-6, 1e-15);
+    ck_assert_double_eq(gpu_inter_node_bw(&g), 50e9);
+    ck_assert_int_eq(gpu_per_node(&g), 8);
 }
 END_TEST
 
@@ -393,6 +526,9 @@ int main(void)
     tcase_add_test(tc, test_fill_v_placement);
     tcase_add_test(tc, test_profile_overrides);
     tcase_add_test(tc, test_head_memory_shows);
+    tcase_add_test(tc, test_loss_kinds);
+    tcase_add_test(tc, test_recompute_per_stage);
+    tcase_add_test(tc, test_explicit_split_and_nodes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -126,6 +126,22 @@ START_TEST(test_gpu_json)
     write_file(path, "{\"base\": \"H100-80G\", \"efficiency\": 1.5}");
     ck_assert_int_eq(gpu_load(path, &g, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "efficiency"));
+    /* Node topology and calibration fields (issue 10), with round trip. */
+    write_file(path, "{\"base\": \"H100-80G\", \"gpus_per_node\": 4, \"inter_node_bw\": 25e9, "
+                     "\"w_efficiency\": 0.6, \"hbm_bw\": 3e12}");
+    ck_assert_msg(gpu_load(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(gpu_per_node(&g), 4);
+    ck_assert_double_eq(gpu_inter_node_bw(&g), 25e9);
+    ck_assert_double_eq(gpu_w_efficiency(&g), 0.6);
+    cJSON *j = gpu_to_json(&g);
+    zb_gpu back;
+    ck_assert_int_eq(gpu_from_json(j, &back, &err), 0);
+    cJSON_Delete(j);
+    ck_assert_int_eq(back.gpus_per_node, 4);
+    ck_assert_double_eq(back.hbm_bw, 3e12);
+    write_file(path, "{\"base\": \"H100-80G\", \"w_efficiency\": 2}");
+    ck_assert_int_eq(gpu_load(path, &g, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "w_efficiency"));
     unlink(path);
 }
 END_TEST
