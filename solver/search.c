@@ -34,6 +34,7 @@
 
 #include "schedules/gen.h"
 #include "solver/solver.h"
+#include "src/cost_vocab.h"
 #include "src/sim.h"
 #include "src/validate.h"
 
@@ -63,6 +64,7 @@ void search_options_default(search_options *o)
     o->max_micro_batch = 64;
     o->ilp_top = 3;
     o->ilp_time_limit = 10;
+    o->vocab = 1;
 }
 
 void search_result_free(search_result *r)
@@ -915,7 +917,7 @@ static int tune_depth(search_state *st, zb_err *err)
     int n_pick = 0;
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched)
+        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched || c->vocab)
             continue;
         int dup = 0;
         for (int k = 0; k < n_pick && !dup; k++)
@@ -928,6 +930,100 @@ static int tune_depth(search_state *st, zb_err *err)
     int rc = 0;
     for (int k = 0; k < n_pick && rc == 0; k++)
         rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
+    free(pick);
+    return rc;
+}
+
+/* --- vocabulary parallelism ---------------------------------------------- */
+
+/* The vocabulary-parallel version of candidate src (its op order kept):
+ * the layers split evenly (the head no longer weighs on the last stage),
+ * the head and embedding sharded over the devices (src/cost_vocab.h), the
+ * S and T passes inserted (gen_vocab_insert), measured like any other
+ * candidate and appended as "<label> +vocab-N". */
+static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
+{
+    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
+    search_config cf;
+    if (config_init(st, &cf, src.micro_batch, src.rc_devices, src.split, err) < 0) {
+        config_free(&cf);
+        return -1;
+    }
+    int S = src.n_stages, rc = -1;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src.sched), *v = NULL;
+    char label[40];
+    snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
+    search_candidate *c = NULL;
+    if (!layers || !s) {
+        zb_fail(err, "out of memory");
+        goto out;
+    }
+    if (!(c = new_candidate(st, &cf, label, src.family, src.chunks, err)))
+        goto out;
+    c->vocab = variant;
+    c->n_stages = S;
+    zb_err e2 = { { 0 } };
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.variant = variant;
+    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        cost_sched(st, &cf, layers, s, &e2) < 0) {
+        skip(c, e2.msg);
+        goto done;
+    }
+    cost_options co = cf.copt; /* as cost_sched left it: this schedule's recompute */
+    co.layers = layers;
+    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+        skip(c, e2.msg);
+        goto done;
+    }
+    sched_vocab pv = s->vocab;
+    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    if (gen_vocab_insert(s, &pv, &v, &e2) < 0 || measure(st, &cf, layers, c, v, &e2) < 0) {
+        skip(c, e2.msg);
+        goto done;
+    }
+    c->layers = layers;
+    layers = NULL;
+    c->sched = v;
+    v = NULL;
+done:
+    tick(st);
+    rc = 0;
+out:
+    free(layers);
+    sched_free(s);
+    sched_free(v);
+    config_free(&cf);
+    return rc;
+}
+
+/* Each label's best candidate of depth st->pp (as the split search picks
+ * them, its tuned versions included), in both variants. */
+static int vocab_depth(search_state *st, zb_err *err)
+{
+    search_result *r = st->r;
+    if (rank(r) < 0)
+        return zb_fail(err, "out of memory");
+    int n = r->n, n_pick = 0;
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
+    if (!pick)
+        return zb_fail(err, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n_pick && !dup; k++)
+            dup = !strcmp(r->c[pick[k]].label, c->label);
+        if (!dup)
+            pick[n_pick++] = i;
+    }
+    int rc = 0;
+    for (int k = 0; k < n_pick && rc == 0; k++)
+        for (int variant = 1; variant <= 2 && rc == 0; variant++)
+            rc = vocab_candidate(st, pick[k], variant, err);
     free(pick);
     return rc;
 }
@@ -973,6 +1069,8 @@ static int run_depth(search_state *st, zb_err *err)
         }
     }
     if (o->split_search && tune_depth(st, err) < 0)
+        return -1;
+    if (o->vocab && vocab_depth(st, err) < 0)
         return -1;
     if (o->ilp && run_ilp(st, err) < 0)
         return -1;
@@ -1175,6 +1273,9 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
 
         bad |= !cJSON_AddStringToObject(plan, "schedule", c->label);
         bad |= !cJSON_AddStringToObject(plan, "family", c->family);
+        bad |= !cJSON_AddStringToObject(plan, "vocab", c->vocab ? "parallel" : "plain");
+        if (c->vocab)
+            bad |= !cJSON_AddNumberToObject(plan, "vocab_variant", c->vocab);
         bad |= !cJSON_AddNumberToObject(plan, "chunks", c->chunks);
         bad |= !cJSON_AddNumberToObject(plan, "micro_batch", c->micro_batch);
         bad |= !cJSON_AddNumberToObject(plan, "n_micro", c->n_micro);
