@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/sim.h"
 #include "src/validate.h"
 
 /* State of the placement walk. */
@@ -64,7 +65,10 @@ typedef struct vwalk {
     double *c_end[2];    /* [m] end of barrier C0(j) / C1(j), NAN until complete */
     double *last[2];     /* [m] latest end of S(j) / T(j) so far */
     int *count[2];       /* [m] devices that have run S(j) / T(j) */
-    int *pos;            /* [p] next base op of each device */
+    int *pos;            /* [p] first base op of each device not yet run */
+    uint8_t **taken;     /* [p][n_ops] base op already run ahead of its turn */
+    int *ahead;          /* [p] ops run ahead of pos, not yet passed by it */
+    int lookahead;       /* how many F ops may run ahead of a blocked backward */
     int *next_s;         /* [p] next micro-batch whose S the device runs */
     int *next_t;         /* [p] next micro-batch whose T the device runs */
     double *free_at;     /* [p] time the device finishes its last committed op */
@@ -73,6 +77,7 @@ typedef struct vwalk {
 /* A device's candidate for its next slot. */
 typedef struct vcand {
     int kind;     /* op_kind, or -1 when the device can start nothing yet */
+    int index;    /* lane index of a base op, -1 for a pass */
     int stage;    /* stage of a base op; shard (= device) of a pass */
     int mb;       /* micro-batch */
     double start; /* when it would start */
@@ -150,13 +155,13 @@ static vcand choose(const vwalk *w, int d)
     const sched_vocab *v = &w->out->vocab;
     double f = w->free_at[d];
     vcand best = { .kind = -1 };
-    vcand c[3];
+    vcand c[4]; /* S, next base op, a forward ahead, T */
     int n = 0;
     int js = w->next_s[d], jt = w->next_t[d];
     int last_dev = s->stage_device[w->S - 1];
     if (js < w->m && !isnan(w->f_end[(long)(w->S - 1) * w->m + js])) {
         double r = arrive(w, w->f_end[(long)(w->S - 1) * w->m + js], last_dev, d);
-        c[n++] = (vcand){ OP_S, d, js, fmax(f, r), 0 };
+        c[n++] = (vcand){ OP_S, -1, d, js, fmax(f, r), 0 };
     }
     int base_left = w->pos[d] < s->dev[d].n_ops;
     double base_start = NAN;
@@ -165,7 +170,21 @@ static vcand choose(const vwalk *w, int d)
         double r = base_ready_strict(w, op, d);
         if (!isnan(r)) {
             base_start = fmax(f, r);
-            c[n++] = (vcand){ op.kind, op.stage, op.mb, base_start, 2 };
+            c[n++] = (vcand){ op.kind, w->pos[d], op.stage, op.mb, base_start, 2 };
+        }
+        /* The paper's extra warm-up: while the next backward waits (for a
+         * barrier, or for the stage after it), the lane's next forward may
+         * go first, at most `lookahead` of them at a time. */
+        if (op.kind != OP_F && w->ahead[d] < w->lookahead) {
+            int i = w->pos[d] + 1;
+            while (i < s->dev[d].n_ops && (s->dev[d].ops[i].kind != OP_F || w->taken[d][i]))
+                i++;
+            if (i < s->dev[d].n_ops) {
+                sched_op fo = s->dev[d].ops[i];
+                double rf = base_ready_strict(w, fo, d);
+                if (!isnan(rf) && (isnan(base_start) || fmax(f, rf) < base_start))
+                    c[n++] = (vcand){ OP_F, i, fo.stage, fo.mb, fmax(f, rf), 2 };
+            }
         }
     }
     if (jt < js && !isnan(w->c_end[0][jt])) {
@@ -183,7 +202,7 @@ static vcand choose(const vwalk *w, int d)
         }
         /* Otherwise T only fills a device that has nothing else known. */
         if (rank == 1 || n == 0)
-            c[n++] = (vcand){ OP_T, d, jt, st, rank };
+            c[n++] = (vcand){ OP_T, -1, d, jt, st, rank };
     }
     for (int i = 0; i < n; i++) {
         /* A rank-1 T runs first even when S could start at the same time
@@ -227,8 +246,16 @@ static int commit(vwalk *w, int d, vcand c)
         w->f_end[cell] = end;
     else if (c.kind == OP_B || c.kind == OP_BW)
         w->b_end[cell] = end;
+    if (c.index != w->pos[d]) { /* a forward run ahead of its turn */
+        w->taken[d][c.index] = 1;
+        w->ahead[d]++;
+        return 0;
+    }
     w->pos[d]++;
-    (void)s;
+    while (w->pos[d] < s->dev[d].n_ops && w->taken[d][w->pos[d]]) {
+        w->pos[d]++;
+        w->ahead[d]--;
+    }
     return 0;
 }
 
@@ -241,6 +268,11 @@ static void vwalk_free(vwalk *w)
         free(w->last[k]);
         free(w->count[k]);
     }
+    if (w->taken)
+        for (int d = 0; d < w->p; d++)
+            free(w->taken[d]);
+    free(w->taken);
+    free(w->ahead);
     free(w->pos);
     free(w->next_s);
     free(w->next_t);
@@ -293,15 +325,12 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
     return 0;
 }
 
-int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
+/* One placement with the given lookahead; base is valid and plain. */
+static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
+                        zb_err *err)
 {
-    if (gen_vocab_check(v, err) != 0)
-        return -1;
-    if (sched_has_vocab(base))
-        return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
-    if (sched_validate(base, err) != 0)
-        return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
-    vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages };
+    vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
+                .lookahead = lookahead };
     size_t cells = (size_t)w.S * (size_t)w.m, m = (size_t)w.m, p = (size_t)w.p;
     w.out = empty_like(base, v);
     w.f_end = malloc(cells * sizeof(double));
@@ -315,9 +344,17 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
     w.next_s = calloc(p, sizeof(int));
     w.next_t = calloc(p, sizeof(int));
     w.free_at = calloc(p, sizeof(double));
+    w.ahead = calloc(p, sizeof(int));
+    w.taken = calloc(p, sizeof *w.taken);
     int rc = -1;
+    for (int d = 0; w.taken && d < w.p; d++)
+        if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1))) {
+            zb_fail(err, "out of memory inserting vocabulary passes");
+            goto out;
+        }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
-        !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at) {
+        !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
+        !w.ahead || !w.taken) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -356,4 +393,49 @@ out:
     sched_free(w.out);
     vwalk_free(&w);
     return rc;
+}
+
+int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
+                           zb_err *err)
+{
+    if (gen_vocab_check(v, err) != 0)
+        return -1;
+    if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
+        return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
+                       GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
+    if (sched_has_vocab(base))
+        return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
+    if (sched_validate(base, err) != 0)
+        return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
+    return insert_ahead(base, v, lookahead, out, err);
+}
+
+int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
+{
+    sched_t *best = NULL;
+    double best_cost = INFINITY;
+    for (int k = 0; k <= GEN_VOCAB_MAX_LOOKAHEAD; k++) {
+        sched_t *s = NULL;
+        if (gen_vocab_insert_ahead(base, v, k, &s, err) != 0) {
+            sched_free(best);
+            return -1;
+        }
+        sim_result r;
+        if (sim_run(s, &r, err) != 0) {
+            sched_free(s);
+            sched_free(best);
+            return -1;
+        }
+        /* Lower lookahead wins ties: it holds fewer micro-batches. */
+        if (r.cost < best_cost * (1 - 1e-9)) {
+            sched_free(best);
+            best = s;
+            best_cost = r.cost;
+        } else {
+            sched_free(s);
+        }
+        sim_result_free(&r);
+    }
+    *out = best;
+    return 0;
 }

@@ -936,67 +936,123 @@ static int tune_depth(search_state *st, zb_err *err)
 
 /* --- vocabulary parallelism ---------------------------------------------- */
 
-/* The vocabulary-parallel version of candidate src (its op order kept):
- * the layers split evenly (the head no longer weighs on the last stage),
- * the head and embedding sharded over the devices (src/cost_vocab.h), the
- * S and T passes inserted (gen_vocab_insert), measured like any other
- * candidate and appended as "<label> +vocab-N". */
-static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
+/* Builds, costs and measures the vocabulary-parallel version of src's
+ * schedule under config cf into the zeroed candidate c (layers split
+ * evenly: the head no longer weighs on the last stage).  On success c owns
+ * its layers and schedule; failures leave c skipped with the reason. */
+static void vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
+                        search_candidate *c)
 {
-    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
-    search_config cf;
-    if (config_init(st, &cf, src.micro_batch, src.rc_devices, src.split, err) < 0) {
-        config_free(&cf);
-        return -1;
-    }
-    int S = src.n_stages, rc = -1;
+    int S = src->n_stages;
     int *layers = malloc(sizeof *layers * (size_t)S);
-    sched_t *s = sched_clone(src.sched), *v = NULL;
-    char label[40];
-    snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
-    search_candidate *c = NULL;
-    if (!layers || !s) {
-        zb_fail(err, "out of memory");
-        goto out;
-    }
-    if (!(c = new_candidate(st, &cf, label, src.family, src.chunks, err)))
-        goto out;
-    c->vocab = variant;
-    c->n_stages = S;
+    sched_t *s = sched_clone(src->sched), *v = NULL;
     zb_err e2 = { { 0 } };
     cost_vocab_options vo;
     cost_vocab_options_default(&vo);
     vo.variant = variant;
-    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
-        cost_sched(st, &cf, layers, s, &e2) < 0) {
-        skip(c, e2.msg);
-        goto done;
+    c->vocab = variant;
+    c->n_stages = S;
+    if (!layers || !s) {
+        skip(c, "out of memory");
+        goto out;
     }
-    cost_options co = cf.copt; /* as cost_sched left it: this schedule's recompute */
-    co.layers = layers;
-    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+    if (cost_layer_split_balanced(cf->model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        cost_sched(st, cf, layers, s, &e2) < 0) {
         skip(c, e2.msg);
-        goto done;
+        goto out;
+    }
+    cost_options co = cf->copt; /* as cost_sched left it: this schedule's recompute */
+    co.layers = layers;
+    if (cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+        skip(c, e2.msg);
+        goto out;
     }
     sched_vocab pv = s->vocab;
     sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
-    if (gen_vocab_insert(s, &pv, &v, &e2) < 0 || measure(st, &cf, layers, c, v, &e2) < 0) {
+    if (gen_vocab_insert(s, &pv, &v, &e2) < 0 || measure(st, cf, layers, c, v, &e2) < 0) {
         skip(c, e2.msg);
-        goto done;
+        goto out;
     }
     c->layers = layers;
     layers = NULL;
     c->sched = v;
     v = NULL;
-done:
-    tick(st);
-    rc = 0;
 out:
     free(layers);
     sched_free(s);
     sched_free(v);
+}
+
+/* The vocabulary-parallel version of candidate src (its op order kept),
+ * appended as "<label> +vocab-N".  The passes and the even split move
+ * memory between devices, so src's recompute setting may no longer fit:
+ * recompute on the first k devices is tried from src's k up to all of
+ * them, and the first that fits (the fastest of those, as recompute only
+ * adds time) is kept, or the last that did not. */
+static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
+{
+    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
+    search_candidate best;
+    memset(&best, 0, sizeof best);
+    best.status = SEARCH_SKIPPED;
+    search_config keep_cf;
+    memset(&keep_cf, 0, sizeof keep_cf);
+    for (int k = src.rc_devices; k <= st->pp; k++) {
+        search_config cf;
+        if (config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
+            config_free(&cf);
+            sched_free(best.sched);
+            free(best.layers);
+            return -1;
+        }
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        vocab_build(st, &cf, &src, variant, &trial);
+        config_free(&cf);
+        if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
+            sched_free(best.sched);
+            free(best.layers);
+            best = trial;
+            best.rc_devices = k;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (best.status == SEARCH_FIT)
+            break;
+    }
+    search_config cf;
+    if (config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {
+        config_free(&cf);
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    char label[40];
+    snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
+    search_candidate *c = new_candidate(st, &cf, label, src.family, src.chunks, err);
     config_free(&cf);
-    return rc;
+    if (!c) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    search_candidate base = *c; /* identity fields from new_candidate */
+    *c = best;
+    memcpy(c->label, base.label, sizeof c->label);
+    memcpy(c->family, base.family, sizeof c->family);
+    c->chunks = base.chunks;
+    c->micro_batch = base.micro_batch;
+    c->n_micro = base.n_micro;
+    c->rc_devices = base.rc_devices;
+    c->recompute = base.recompute;
+    c->pp = base.pp;
+    c->dp = base.dp;
+    c->split = base.split;
+    c->split_tuned = 0;
+    tick(st);
+    return 0;
 }
 
 /* Each label's best candidate of depth st->pp (as the split search picks
