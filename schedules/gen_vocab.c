@@ -159,7 +159,9 @@ static vcand choose(const vwalk *w, int d)
     int n = 0;
     int js = w->next_s[d], jt = w->next_t[d];
     int last_dev = s->stage_device[w->S - 1];
-    if (js < w->m && !isnan(w->f_end[(long)(w->S - 1) * w->m + js])) {
+    /* At most two micro-batches of logits wait on a device: S of j+2
+     * waits for T of j (the paper runs T of j-1 right before S of j). */
+    if (js < w->m && js - jt < 2 && !isnan(w->f_end[(long)(w->S - 1) * w->m + js])) {
         double r = arrive(w, w->f_end[(long)(w->S - 1) * w->m + js], last_dev, d);
         c[n++] = (vcand){ OP_S, -1, d, js, fmax(f, r), 0 };
     }
