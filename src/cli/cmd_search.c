@@ -44,6 +44,9 @@ static void usage(FILE *out)
         "                        gpus_per_node); links across nodes use inter_node_bw\n"
         "  --loss plain|fused    loss kernel: logits kept (default) or fused linear\n"
         "                        cross-entropy in token chunks (Liger-Kernel)\n"
+        "  --vocab plain|parallel  parallel (default): also plans with the output layer and\n"
+        "                        embedding split over the pipeline devices (Vocab-1/2,\n"
+        "                        docs/vocab-parallel.md); plain: the head on the last stage only\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
         "  --profile FILE        measured per-op times/memory instead of the FLOP estimate\n"
         "  --recompute on|off|search\n"
@@ -308,6 +311,7 @@ static int print_json(const search_options *o, const search_result *r)
 enum {
     OPT_MEM = 1000, OPT_MODEL, OPT_GPU, OPT_GPUS, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE,
     OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES, OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
+    OPT_VOCAB = 1100,
 };
 
 int cmd_search(int argc, char **argv)
@@ -320,6 +324,7 @@ int cmd_search(int argc, char **argv)
         { "stages", required_argument, NULL, OPT_STAGES },
         { "nodes", required_argument, NULL, OPT_NODES },
         { "loss", required_argument, NULL, OPT_LOSS },
+        { "vocab", required_argument, NULL, OPT_VOCAB },
         { "global-batch", required_argument, NULL, OPT_GLOBAL_BATCH },
         { "profile", required_argument, NULL, OPT_PROFILE },
         { "recompute", required_argument, NULL, OPT_RECOMPUTE },
@@ -394,6 +399,14 @@ int cmd_search(int argc, char **argv)
                 o.loss = COST_LOSS_FUSED;
             else
                 return cli_usage("search", "--loss: '%s' is not plain or fused", optarg);
+            break;
+        case OPT_VOCAB:
+            if (!strcmp(optarg, "plain"))
+                o.vocab = 0;
+            else if (!strcmp(optarg, "parallel"))
+                o.vocab = 1;
+            else
+                return cli_usage("search", "--vocab: '%s' is not plain or parallel", optarg);
             break;
         case OPT_GLOBAL_BATCH:
             if (cli_parse_int("--global-batch", optarg, 1, 1 << 24, &num, &err) < 0)
