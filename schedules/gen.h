@@ -78,6 +78,13 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
 int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
                            zb_err *err);
 
+/* gen_vocab_insert_ahead with the hold rule on (hold = 1) or off: with it,
+ * a device whose S becomes ready before its next base op would end waits
+ * for that S instead (its barrier gates the last stage).  gen_vocab_insert
+ * tries both for every lookahead. */
+int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                          sched_t **out, zb_err *err);
+
 /* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
  * "zb-h1", "zb-h2", "zb-v", "interleaved-zb"); NULL when unknown. */
 gen_fn gen_lookup(const char *kind);

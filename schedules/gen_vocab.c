@@ -69,6 +69,8 @@ typedef struct vwalk {
     uint8_t **taken;     /* [p][n_ops] base op already run ahead of its turn */
     int *ahead;          /* [p] ops run ahead of pos, not yet passed by it */
     int lookahead;       /* how many F ops may run ahead of a blocked backward */
+    int hold;            /* 1: a device waits for an S that becomes ready before its
+                          * next base op would end, instead of starting that op */
     int *next_s;         /* [p] next micro-batch whose S the device runs */
     int *next_t;         /* [p] next micro-batch whose T the device runs */
     double *free_at;     /* [p] time the device finishes its last committed op */
@@ -219,6 +221,14 @@ static vcand choose(const vwalk *w, int d)
     for (int i = 0; i < n; i++)
         if (c[i].kind == OP_T && c[i].rank == 1 && best.kind != OP_T && c[i].start <= best.start)
             best = c[i];
+    /* Hold: the barrier waits for this device's S, and the last stage for
+     * the barrier; idling until S is ready costs this device less than
+     * making every device wait a whole op for it. */
+    if (w->hold && best.kind >= 0 && !OP_IS_VOCAB(best.kind) && n > 0 && c[0].kind == OP_S) {
+        sched_op bo = { (uint8_t)best.kind, best.stage, best.mb };
+        if (c[0].start < best.start + sched_op_time(w->out, bo))
+            best = c[0];
+    }
     return best;
 }
 
@@ -328,11 +338,11 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
 }
 
 /* One placement with the given lookahead; base is valid and plain. */
-static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
-                        zb_err *err)
+static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                        sched_t **out, zb_err *err)
 {
     vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
-                .lookahead = lookahead };
+                .lookahead = lookahead, .hold = hold };
     size_t cells = (size_t)w.S * (size_t)w.m, m = (size_t)w.m, p = (size_t)w.p;
     w.out = empty_like(base, v);
     w.f_end = malloc(cells * sizeof(double));
@@ -400,6 +410,12 @@ out:
 int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
                            zb_err *err)
 {
+    return gen_vocab_insert_with(base, v, lookahead, 0, out, err);
+}
+
+int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                          sched_t **out, zb_err *err)
+{
     if (gen_vocab_check(v, err) != 0)
         return -1;
     if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
@@ -409,16 +425,17 @@ int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookah
         return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
     if (sched_validate(base, err) != 0)
         return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
-    return insert_ahead(base, v, lookahead, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, out, err);
 }
 
 int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
 {
     sched_t *best = NULL;
     double best_cost = INFINITY;
-    for (int k = 0; k <= GEN_VOCAB_MAX_LOOKAHEAD; k++) {
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        int k = q / 2, hold = q % 2;
         sched_t *s = NULL;
-        if (gen_vocab_insert_ahead(base, v, k, &s, err) != 0) {
+        if (gen_vocab_insert_with(base, v, k, hold, &s, err) != 0) {
             sched_free(best);
             return -1;
         }
@@ -428,7 +445,8 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
             sched_free(best);
             return -1;
         }
-        /* Lower lookahead wins ties: it holds fewer micro-batches. */
+        /* Lower lookahead wins ties: it holds fewer micro-batches; then
+         * no hold. */
         if (r.cost < best_cost * (1 - 1e-9)) {
             sched_free(best);
             best = s;

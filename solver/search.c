@@ -936,6 +936,37 @@ static int tune_depth(search_state *st, zb_err *err)
 
 /* --- vocabulary parallelism ---------------------------------------------- */
 
+/* zb-auto plans its order for the memory it is given; the plain plan's
+ * order spent every byte the head and embedding no longer use, and none on
+ * the passes.  So a zb-auto plan is planned again on the vocabulary
+ * layout's own stage costs, with the largest limit that leaves room for
+ * two logits shards (the passes' bound per device), and its order replaces
+ * s's lanes.  s is priced by cost_vocab_fill_sched. */
+static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
+{
+    int p = s->n_devices;
+    double *limit = malloc(sizeof *limit * (size_t)p);
+    if (!limit)
+        return zb_fail(err, "out of memory");
+    for (int d = 0; d < p; d++)
+        limit[d] = fmax(0, st->o->mem_bytes - s->mem_static[d] - 2 * s->vocab.d_s);
+    solver_problem pr = { .p = p, .m = s->n_micro, .cost = s->cost, .t_comm = s->t_comm, .limit = limit };
+    sched_t *ns = NULL;
+    int rc = solver_zb_auto_costs(&pr, &ns, NULL, err);
+    free(limit);
+    if (rc < 0)
+        return -1;
+    if (ns->n_devices != p) {
+        sched_free(ns);
+        return zb_fail(err, "zb-auto returned %d devices for %d", ns->n_devices, p);
+    }
+    sched_lane *tmp = s->dev; /* take its lanes, keep s's header */
+    s->dev = ns->dev;
+    ns->dev = tmp;
+    sched_free(ns);
+    return 0;
+}
+
 /* Builds, costs and measures the vocabulary-parallel version of src's
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
@@ -967,12 +998,39 @@ static void vocab_build(search_state *st, search_config *cf, const search_candid
         skip(c, e2.msg);
         goto out;
     }
-    sched_vocab pv = s->vocab;
-    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
-    if (gen_vocab_insert(s, &pv, &v, &e2) < 0 || measure(st, cf, layers, c, v, &e2) < 0) {
+    if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
         skip(c, e2.msg);
         goto out;
     }
+    sched_vocab pv = s->vocab;
+    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    /* Each lookahead (forwards run ahead of a waiting backward) holds
+     * more micro-batches, with and without the hold rule: keep the
+     * fastest that fits, else the smallest. */
+    search_candidate keep = *c;
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        sched_t *vk = NULL;
+        search_candidate trial = *c;
+        if (gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2) < 0 ||
+            measure(st, cf, layers, &trial, vk, &e2) < 0) {
+            sched_free(vk);
+            sched_free(v);
+            skip(c, e2.msg);
+            goto out;
+        }
+        int better = !v || (trial.status == SEARCH_FIT && (keep.status != SEARCH_FIT ||
+                                                           trial.time_ms * SEARCH_TIME_RESOLUTION < keep.time_ms)) ||
+                     (trial.status != SEARCH_FIT && keep.status != SEARCH_FIT &&
+                      trial.peak_bytes < keep.peak_bytes);
+        if (better) {
+            sched_free(v);
+            v = vk;
+            keep = trial;
+        } else {
+            sched_free(vk);
+        }
+    }
+    *c = keep;
     c->layers = layers;
     layers = NULL;
     c->sched = v;
