@@ -12,6 +12,7 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,30 +169,57 @@ static int vocab_option(int c, const char *arg, gen_vocab_args *va, zb_err *err)
 static int vocab_insert_fits(const sched_t *base, const sched_vocab *v, const char *kind,
                              const double *limit, sched_t **out, zb_err *err)
 {
-    sched_t *vs = NULL;
-    if (gen_vocab_insert(base, v, &vs, err) != 0)
-        return zb_wrap(err, "%s: ", kind);
-    int rc = 0;
-    if (limit) {
+    if (!limit) { /* no limit: the fastest placement */
+        if (gen_vocab_insert(base, v, out, err) != 0)
+            return zb_wrap(err, "%s: ", kind);
+        return 0;
+    }
+    /* Under a limit: the fastest of the placements (lookahead, hold) that
+     * fits, since each lookahead holds more micro-batches. */
+    sched_t *best = NULL;
+    double best_cost = INFINITY, least_over = INFINITY;
+    int over_dev = 0;
+    double over_peak = 0;
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        sched_t *vs = NULL;
+        if (gen_vocab_insert_with(base, v, q / 2, q % 2, &vs, err) != 0) {
+            sched_free(best);
+            return zb_wrap(err, "%s: ", kind);
+        }
         sim_result r;
         if (sim_run(vs, &r, err) != 0) {
             sched_free(vs);
+            sched_free(best);
             return -1;
         }
-        for (int d = 0; d < vs->n_devices && rc == 0; d++)
-            if (r.dev[d].peak_mem > limit[d] * (1 + 1e-9)) {
-                zb_fail(err, "%s with --vocab parallel needs %.6g on device %d, over its memory "
-                        "limit %.6g (each S pass holds --ms until its T)",
-                        kind, r.dev[d].peak_mem, d, limit[d]);
-                rc = 1;
+        double over = -INFINITY;
+        int dev = 0;
+        for (int d = 0; d < vs->n_devices; d++)
+            if (r.dev[d].peak_mem - limit[d] > over) {
+                over = r.dev[d].peak_mem - limit[d];
+                dev = d;
             }
+        if (over <= 1e-9 * fabs(limit[dev]) && r.cost < best_cost * (1 - 1e-9)) {
+            sched_free(best);
+            best = vs;
+            best_cost = r.cost;
+            vs = NULL;
+        } else if (over > 1e-9 * fabs(limit[dev]) && over < least_over) {
+            least_over = over;
+            over_dev = dev;
+            over_peak = r.dev[dev].peak_mem;
+        }
+        sched_free(vs);
         sim_result_free(&r);
     }
-    if (rc)
-        sched_free(vs);
-    else
-        *out = vs;
-    return rc;
+    if (!best) {
+        zb_fail(err, "%s with --vocab parallel needs %.6g on device %d, over its memory "
+                "limit %.6g (each S pass holds --ms until its T)",
+                kind, over_peak, over_dev, limit[over_dev]);
+        return 1;
+    }
+    *out = best;
+    return 0;
 }
 
 /* --vocab parallel: replaces *s with the schedule plus its passes.  A
