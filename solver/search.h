@@ -12,7 +12,9 @@
  * v-zb), puts the cost model's per-stage times and memory on it
  * (src/cost_model.h), simulates it (src/sim.h) and compares the peak of
  * static + activation memory on its fullest device with the limit.  The
- * best few of each family then get a local search over the layer split.
+ * best few of each family then get a local search over the layer split,
+ * and (search_options.vocab) each label's best per depth gets
+ * vocabulary-parallel versions (docs/vocab-parallel.md).
  * Candidates that fit are ranked by the time the runtime realises: the
  * largest per-device span (the paper's cost; the runtime steps each
  * device's optimizer when its own ops are done) plus the exposed

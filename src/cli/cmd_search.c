@@ -199,6 +199,7 @@ static cJSON *candidate_json(const search_candidate *c)
         return NULL;
     cJSON_AddStringToObject(j, "schedule", c->label);
     cJSON_AddStringToObject(j, "family", c->family);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab); /* 0 plain, 1 or 2: Vocab-1/2 */
     cJSON_AddStringToObject(j, "status", status_name(c->status));
     cJSON_AddNumberToObject(j, "chunks", c->chunks);
     cJSON_AddNumberToObject(j, "pipeline_parallel", c->pp);
