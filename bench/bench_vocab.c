@@ -95,6 +95,7 @@ static int default_job(void)
 {
     search_options o;
     search_options_default(&o);
+    o.vocab = 1; /* as `zbsched search` runs it */
     search_result r;
     zb_err err = { "" };
     double t0 = cpu_ms();

@@ -93,8 +93,9 @@ static double arrive(const vwalk *w, double end, int from_dev, int to_dev)
     return from_dev == to_dev ? end : end + w->base->t_comm;
 }
 
-/* When the inputs of base op `op` on device d arrive, or NAN while one is
- * not committed yet. */
+/* When the inputs of base op `op` on device d arrive.  Only meaningful
+ * once they are all committed (fmax would skip a NAN): base_ready_strict
+ * checks that first. */
 static double base_ready(const vwalk *w, sched_op op, int d)
 {
     const sched_t *s = w->base;
@@ -120,10 +121,10 @@ static double base_ready(const vwalk *w, sched_op op, int d)
     case OP_T:
         return NAN; /* not base ops */
     }
-    return t; /* fmax ignores one NAN, so check the parts */
+    return t;
 }
 
-/* base_ready, but NAN when any input is missing (fmax drops NANs). */
+/* base_ready, or NAN while any input of op is not committed yet. */
 static double base_ready_strict(const vwalk *w, sched_op op, int d)
 {
     long cell = (long)op.stage * w->m + op.mb;
@@ -265,7 +266,7 @@ static int commit(vwalk *w, int d, vcand c)
         w->ahead[d]++;
         return 0;
     }
-    w->pos[d]++;
+    w->pos[d]++; /* then past forwards already run ahead */
     while (w->pos[d] < s->dev[d].n_ops && w->taken[d][w->pos[d]]) {
         w->pos[d]++;
         w->ahead[d]--;

@@ -64,7 +64,7 @@ void search_options_default(search_options *o)
     o->max_micro_batch = 64;
     o->ilp_top = 3;
     o->ilp_time_limit = 10;
-    o->vocab = 1;
+    o->vocab = 0; /* the CLI turns it on (zbsched search --vocab parallel, its default) */
 }
 
 void search_result_free(search_result *r)
@@ -1044,9 +1044,10 @@ out:
 /* The vocabulary-parallel version of candidate src (its op order kept),
  * appended as "<label> +vocab-N".  The passes and the even split move
  * memory between devices, so src's recompute setting may no longer fit:
- * recompute on the first k devices is tried from src's k up to all of
- * them, and the first that fits (the fastest of those, as recompute only
- * adds time) is kept, or the last that did not. */
+ * recompute on the first k devices is tried from src's k towards all of
+ * them, halving the distance each time (k, (k+p)/2, ..., p), and the first
+ * that fits (the fastest of those, as recompute only adds time) is kept,
+ * or the last that did not. */
 static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
 {
     search_candidate src = st->r->c[src_index]; /* copy: the array may move */
@@ -1055,7 +1056,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     best.status = SEARCH_SKIPPED;
     search_config keep_cf;
     memset(&keep_cf, 0, sizeof keep_cf);
-    for (int k = src.rc_devices; k <= st->pp; k++) {
+    /* k, then halfway to all, ...: a few settings, not every k. */
+    for (int k = src.rc_devices; k <= st->pp; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
         search_config cf;
         if (config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
             config_free(&cf);

@@ -54,10 +54,10 @@ typedef struct search_options {
     cost_split split;          /* layer split; default COST_SPLIT_BALANCED */
     int zero1_dp;              /* extra ZeRO-1 degree beyond the data-parallel split; 1 = none */
     int max_micro_batch;       /* largest b tried (default 64) */
-    int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md): 0 plain plans
-                                * only; 1 (default) also each label's best of every depth with
-                                * the output layer and embedding split over the devices,
-                                * Vocab-1 and Vocab-2 */
+    int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md): 0 (library
+                                * default) plain plans only; 1 (the CLI's default) also each
+                                * label's best of every depth with the output layer and
+                                * embedding split over the devices, Vocab-1 and Vocab-2 */
     int ilp;                   /* 1: also run the ILP on the best few plain-placement configs */
     int ilp_top;               /* how many configs the ILP refines (default 3) */
     double ilp_time_limit;     /* seconds per ILP run (default 10) */

@@ -346,6 +346,7 @@ int cmd_search(int argc, char **argv)
     };
     search_options o;
     search_options_default(&o);
+    o.vocab = 1; /* --vocab parallel is the command's default */
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
     const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
     int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0;

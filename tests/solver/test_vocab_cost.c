@@ -173,6 +173,7 @@ START_TEST(search_candidates)
     o.global_batch = 16;
     o.mem_bytes = 20e9;
     o.split_search = 0;
+    o.vocab = 1;
     search_result r;
     zb_err err = { "" };
     ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
