@@ -148,6 +148,27 @@ START_TEST(renderers_mark_passes)
 }
 END_TEST
 
+/* search: --vocab is checked, and --vocab plain ranks no vocabulary plan
+ * while the default does (1.5B on 4 GPUs: about a second). */
+START_TEST(search_flag)
+{
+    static const char job[] = "search --mem 20G --model 1.5B --gpus 4 --stages 4 --global-batch 16 "
+                              "--split balanced --top 400 -o s.json";
+    char args[256];
+    snprintf(args, sizeof args, "%s --vocab wide", job);
+    ck_assert(run(args) != 0);
+    cli_assert_one_line(err_buf, "--vocab: 'wide' is not plain or parallel");
+    snprintf(args, sizeof args, "%s --vocab plain", job);
+    ck_assert_msg(run(args) == 0, "%s", err_buf);
+    ck_assert_ptr_null(strstr(out_buf, "+vocab-"));
+    ck_assert_msg(run(job) == 0, "%s", err_buf);
+    ck_assert_ptr_nonnull(strstr(out_buf, "+vocab-"));
+    char *plan = slurp("s.json");
+    ck_assert_ptr_nonnull(strstr(plan, "\"vocab\":"));
+    free(plan);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("vocab_cli");
@@ -158,6 +179,7 @@ int main(void)
     tcase_add_test(tc, gen_bad_flags);
     tcase_add_test(tc, refused_by_export_and_run);
     tcase_add_test(tc, renderers_mark_passes);
+    tcase_add_test(tc, search_flag);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
