@@ -283,6 +283,9 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
      * refuse it here, whoever the caller is. */
     if (sched_validate(s, err) != 0)
         return zb_wrap(err, "schedule: ");
+    if (sched_has_vocab(s))
+        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) are not executed by this "
+                       "runtime yet; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
@@ -732,6 +735,12 @@ static void run_job(worker *w, int phases)
                 act_put(t, dx);
             break;
         }
+        case OP_S:
+        case OP_T:
+            /* trainer_create refuses vocabulary-parallel schedules */
+            assert(0 && "vocabulary pass in the CPU executor");
+            rc = zb_fail(&w->err, "vocabulary passes are not executed by this runtime");
+            break;
         }
         if (t->opts.record_times)
             note_activations(t, w->dev);
@@ -1298,6 +1307,9 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
                 acc[5]++;
                 break;
             }
+            case OP_S:
+            case OP_T:
+                break; /* never in a trained schedule */
             }
         }
     }

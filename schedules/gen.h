@@ -53,6 +53,38 @@ int gen_zb_v(const gen_params *p, sched_t **out, zb_err *err);
  * device's limit, or -1 when none does. */
 int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err);
 
+/* Vocabulary parallelism (docs/vocab-parallel.md).  gen_vocab_check
+ * checks v: variant 1 or 2, finite non-negative times, finite memory
+ * deltas.  gen_vocab_insert returns in *out (caller frees) a copy of base
+ * (any valid schedule without vocabulary passes: every handcrafted kind,
+ * zb-auto, the V family, the ILP's answer) with v set and one S and one T
+ * pass per device and micro-batch inserted between its ops.  Passes go where the schedule's own
+ * costs say they start first (list scheduling; see gen_vocab.c); a
+ * device may run up to GEN_VOCAB_MAX_LOOKAHEAD forwards ahead of a waiting
+ * backward, so base ops need not keep their order exactly.  The
+ * name gets "+vocab-N".  Returns 0, or -1 with err set (base invalid or
+ * already vocabulary-parallel, v out of range, out of memory). */
+int gen_vocab_check(const sched_vocab *v, zb_err *err);
+int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err);
+
+/* Largest lookahead gen_vocab_insert tries. */
+#define GEN_VOCAB_MAX_LOOKAHEAD 2
+
+/* gen_vocab_insert with a fixed lookahead k (0..GEN_VOCAB_MAX_LOOKAHEAD):
+ * while a device's next backward waits, up to k of its later forwards may
+ * run ahead of their turn (the paper's extra warm-up micro-batches; k
+ * more activations in flight).  gen_vocab_insert tries every k and keeps
+ * the one the simulator finds fastest (the smaller k on ties). */
+int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
+                           zb_err *err);
+
+/* gen_vocab_insert_ahead with the hold rule on (hold = 1) or off: with it,
+ * a device whose S becomes ready before its next base op would end waits
+ * for that S instead (its barrier gates the last stage).  gen_vocab_insert
+ * tries both for every lookahead. */
+int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                          sched_t **out, zb_err *err);
+
 /* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
  * "zb-h1", "zb-h2", "zb-v", "interleaved-zb"); NULL when unknown. */
 gen_fn gen_lookup(const char *kind);

@@ -30,6 +30,8 @@ static long slot(const sched_t *s, int stage, int mb)
 
 int solver_eval(const sched_t *s, solver_eval_result *r, double *dev_peak, zb_err *err)
 {
+    if (sched_has_vocab(s)) /* barriers: only the simulator times them */
+        return zb_fail(err, "solver_eval: vocabulary-parallel schedules are timed by sim_run");
     long n = (long)s->n_stages * s->n_micro;
     /* end_f / end_b: end of F and of B-or-BW per (stage, mb); NAN while not run */
     double *end_f = malloc(sizeof(double) * (size_t)n);

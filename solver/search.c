@@ -34,6 +34,7 @@
 
 #include "schedules/gen.h"
 #include "solver/solver.h"
+#include "src/cost_vocab.h"
 #include "src/sim.h"
 #include "src/validate.h"
 
@@ -85,6 +86,7 @@ void search_options_default(search_options *o)
     o->max_micro_batch = 64;
     o->ilp_top = 3;
     o->ilp_time_limit = 10;
+    o->vocab = 0; /* the CLI turns it on (zbsched search --vocab parallel, its default) */
 }
 
 void search_result_free(search_result *r)
@@ -963,7 +965,7 @@ static int tune_depth(search_state *st, zb_err *err)
     int n_pick = 0;
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched)
+        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched || c->vocab)
             continue;
         int dup = 0;
         for (int k = 0; k < n_pick && !dup; k++)
@@ -976,6 +978,216 @@ static int tune_depth(search_state *st, zb_err *err)
     int rc = 0;
     for (int k = 0; k < n_pick && rc == 0; k++)
         rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
+    free(pick);
+    return rc;
+}
+
+/* --- vocabulary parallelism ---------------------------------------------- */
+
+/* zb-auto plans its order for the memory it is given; the plain plan's
+ * order spent every byte the head and embedding no longer use, and none on
+ * the passes.  So a zb-auto plan is planned again on the vocabulary
+ * layout's own stage costs, with the largest limit that leaves room for
+ * two logits shards (the passes' bound per device), and its order replaces
+ * s's lanes.  s is priced by cost_vocab_fill_sched. */
+static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
+{
+    int p = s->n_devices;
+    double *limit = malloc(sizeof *limit * (size_t)p);
+    if (!limit)
+        return zb_fail(err, "out of memory");
+    for (int d = 0; d < p; d++)
+        limit[d] = fmax(0, st->o->mem_bytes - s->mem_static[d] - 2 * s->vocab.d_s);
+    solver_problem pr = { .p = p, .m = s->n_micro, .cost = s->cost, .t_comm = s->t_comm, .limit = limit };
+    sched_t *ns = NULL;
+    int rc = solver_zb_auto_costs(&pr, &ns, NULL, err);
+    free(limit);
+    if (rc < 0)
+        return -1;
+    if (ns->n_devices != p) {
+        sched_free(ns);
+        return zb_fail(err, "zb-auto returned %d devices for %d", ns->n_devices, p);
+    }
+    sched_lane *tmp = s->dev; /* take its lanes, keep s's header */
+    s->dev = ns->dev;
+    ns->dev = tmp;
+    sched_free(ns);
+    return 0;
+}
+
+/* Builds, costs and measures the vocabulary-parallel version of src's
+ * schedule under config cf into the zeroed candidate c (layers split
+ * evenly: the head no longer weighs on the last stage).  On success c owns
+ * its layers and schedule; failures leave c skipped with the reason. */
+static void vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
+                        search_candidate *c)
+{
+    int S = src->n_stages;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src->sched), *v = NULL;
+    zb_err e2 = { { 0 } };
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.variant = variant;
+    c->vocab = variant;
+    c->n_stages = S;
+    if (!layers || !s) {
+        skip(c, "out of memory");
+        goto out;
+    }
+    if (cost_layer_split_balanced(cf->model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        cost_sched(st, cf, layers, s, &e2) < 0) {
+        skip(c, e2.msg);
+        goto out;
+    }
+    cost_options co = cf->copt; /* as cost_sched left it: this schedule's recompute */
+    co.layers = layers;
+    if (cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+        skip(c, e2.msg);
+        goto out;
+    }
+    if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
+        skip(c, e2.msg);
+        goto out;
+    }
+    sched_vocab pv = s->vocab;
+    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    /* Each lookahead (forwards run ahead of a waiting backward) holds
+     * more micro-batches, with and without the hold rule: keep the
+     * fastest that fits, else the smallest. */
+    search_candidate keep = *c;
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        sched_t *vk = NULL;
+        search_candidate trial = *c;
+        if (gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2) < 0 ||
+            measure(st, cf, layers, &trial, vk, &e2) < 0) {
+            sched_free(vk);
+            sched_free(v);
+            skip(c, e2.msg);
+            goto out;
+        }
+        int better = !v || (trial.status == SEARCH_FIT && (keep.status != SEARCH_FIT ||
+                                                           trial.time_ms * SEARCH_TIME_RESOLUTION < keep.time_ms)) ||
+                     (trial.status != SEARCH_FIT && keep.status != SEARCH_FIT &&
+                      trial.peak_bytes < keep.peak_bytes);
+        if (better) {
+            sched_free(v);
+            v = vk;
+            keep = trial;
+        } else {
+            sched_free(vk);
+        }
+    }
+    *c = keep;
+    c->layers = layers;
+    layers = NULL;
+    c->sched = v;
+    v = NULL;
+out:
+    free(layers);
+    sched_free(s);
+    sched_free(v);
+}
+
+/* The vocabulary-parallel version of candidate src (its op order kept),
+ * appended as "<label> +vocab-N".  The passes and the even split move
+ * memory between devices, so src's recompute setting may no longer fit:
+ * recompute on the first k devices is tried from src's k towards all of
+ * them, halving the distance each time (k, (k+p)/2, ..., p), and the first
+ * that fits (the fastest of those, as recompute only adds time) is kept,
+ * or the last that did not. */
+static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
+{
+    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
+    search_candidate best;
+    memset(&best, 0, sizeof best);
+    best.status = SEARCH_SKIPPED;
+    search_config keep_cf;
+    memset(&keep_cf, 0, sizeof keep_cf);
+    /* k, then halfway to all, ...: a few settings, not every k. */
+    for (int k = src.rc_devices; k <= st->pp; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
+        search_config cf;
+        if (config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
+            config_free(&cf);
+            sched_free(best.sched);
+            free(best.layers);
+            return -1;
+        }
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        vocab_build(st, &cf, &src, variant, &trial);
+        config_free(&cf);
+        if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
+            sched_free(best.sched);
+            free(best.layers);
+            best = trial;
+            best.rc_devices = k;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (best.status == SEARCH_FIT)
+            break;
+    }
+    search_config cf;
+    if (config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {
+        config_free(&cf);
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    char label[40];
+    snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
+    search_candidate *c = new_candidate(st, &cf, label, src.family, src.chunks, err);
+    config_free(&cf);
+    if (!c) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    search_candidate base = *c; /* identity fields from new_candidate */
+    *c = best;
+    memcpy(c->label, base.label, sizeof c->label);
+    memcpy(c->family, base.family, sizeof c->family);
+    c->chunks = base.chunks;
+    c->micro_batch = base.micro_batch;
+    c->n_micro = base.n_micro;
+    c->rc_devices = base.rc_devices;
+    c->recompute = base.recompute;
+    c->pp = base.pp;
+    c->dp = base.dp;
+    c->split = base.split;
+    c->split_tuned = 0;
+    tick(st);
+    return 0;
+}
+
+/* Each label's best candidate of depth st->pp (as the split search picks
+ * them, its tuned versions included), in both variants. */
+static int vocab_depth(search_state *st, zb_err *err)
+{
+    search_result *r = st->r;
+    if (rank(r) < 0)
+        return zb_fail(err, "out of memory");
+    int n = r->n, n_pick = 0;
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
+    if (!pick)
+        return zb_fail(err, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n_pick && !dup; k++)
+            dup = !strcmp(r->c[pick[k]].label, c->label);
+        if (!dup)
+            pick[n_pick++] = i;
+    }
+    int rc = 0;
+    for (int k = 0; k < n_pick && rc == 0; k++)
+        for (int variant = 1; variant <= 2 && rc == 0; variant++)
+            rc = vocab_candidate(st, pick[k], variant, err);
     free(pick);
     return rc;
 }
@@ -1021,6 +1233,8 @@ static int run_depth(search_state *st, zb_err *err)
         }
     }
     if (o->split_search && tune_depth(st, err) < 0)
+        return -1;
+    if (o->vocab && vocab_depth(st, err) < 0)
         return -1;
     if (o->ilp && run_ilp(st, err) < 0)
         return -1;
@@ -1297,6 +1511,9 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
 
         bad |= !cJSON_AddStringToObject(plan, "schedule", c->label);
         bad |= !cJSON_AddStringToObject(plan, "family", c->family);
+        bad |= !cJSON_AddStringToObject(plan, "vocab", c->vocab ? "parallel" : "plain");
+        if (c->vocab)
+            bad |= !cJSON_AddNumberToObject(plan, "vocab_variant", c->vocab);
         bad |= !cJSON_AddNumberToObject(plan, "chunks", c->chunks);
         bad |= !cJSON_AddNumberToObject(plan, "micro_batch", c->micro_batch);
         bad |= !cJSON_AddNumberToObject(plan, "n_micro", c->n_micro);

@@ -12,7 +12,9 @@
  * v-zb), puts the cost model's per-stage times and memory on it
  * (src/cost_model.h), simulates it (src/sim.h) and compares the peak of
  * static + activation memory on its fullest device with the limit.  The
- * best few of each family then get a local search over the layer split.
+ * best few of each family then get a local search over the layer split,
+ * and (search_options.vocab) each label's best per depth gets
+ * vocabulary-parallel versions (docs/vocab-parallel.md).
  * Candidates that fit are ranked by the time the runtime realises: the
  * largest per-device span (the paper's cost; the runtime steps each
  * device's optimizer when its own ops are done) plus the exposed
@@ -52,6 +54,10 @@ typedef struct search_options {
     cost_split split;          /* layer split; default COST_SPLIT_BALANCED */
     int zero1_dp;              /* extra ZeRO-1 degree beyond the data-parallel split; 1 = none */
     int max_micro_batch;       /* largest b tried (default 64) */
+    int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md): 0 (library
+                                * default) plain plans only; 1 (the CLI's default) also each
+                                * label's best of every depth with the output layer and
+                                * embedding split over the devices, Vocab-1 and Vocab-2 */
     int ilp;                   /* 1: also run the ILP on the best few plain-placement configs */
     int ilp_top;               /* how many configs the ILP refines (default 3) */
     double ilp_time_limit;     /* seconds per ILP run (default 10) */
@@ -81,6 +87,7 @@ typedef struct search_candidate {
     int pp, dp;            /* pipeline depth, data-parallel width */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */
+    int vocab;             /* 0 plain; 1 or 2: vocabulary-parallel plan (Vocab-1, Vocab-2) */
     int n_stages;          /* virtual stages */
     int *layers;           /* [n_stages] transformer layers per virtual stage; owned */
     search_status status;  /* fit, out of memory, or skipped */

@@ -83,6 +83,7 @@ sched_t *sched_clone(const sched_t *s)
     c->mem_static = dup_array(s->mem_static, sizeof(double) * (size_t)s->n_devices, &failed);
     memcpy(c->time_unit, s->time_unit, sizeof c->time_unit);
     memcpy(c->mem_unit, s->mem_unit, sizeof c->mem_unit);
+    c->vocab = s->vocab;
     for (int d = 0; d < s->n_devices && !failed; d++) {
         const sched_lane *src = &s->dev[d];
         sched_lane *dst = &c->dev[d];
@@ -126,9 +127,10 @@ static int lane_grow(sched_lane *l)
 int sched_push(sched_t *s, int dev, op_kind kind, int stage, int mb)
 {
     assert(dev >= 0 && dev < s->n_devices);
-    assert(stage >= 0 && stage < s->n_stages);
+    assert(OP_IS_VOCAB(kind) || (stage >= 0 && stage < s->n_stages));
     assert(mb >= 0 && mb < s->n_micro);
-    assert(kind >= OP_F && kind <= OP_BW);
+    assert(kind >= OP_F && kind <= OP_T);
+    assert(!OP_IS_VOCAB(kind) || stage == dev); /* shard d lives on device d */
     sched_lane *l = &s->dev[dev];
     if (l->n_ops == l->cap && lane_grow(l) != 0)
         return -1;
@@ -189,14 +191,41 @@ void sched_set_mem(sched_t *s, double d_f, double d_b, double d_w)
     }
 }
 
+void sched_set_vocab(sched_t *s, sched_vocab_variant variant, double t_s, double t_t,
+                     double d_s, double d_t, double t_c0, double t_c1)
+{
+    assert(variant >= SCHED_VOCAB_NONE && variant <= SCHED_VOCAB_2);
+    memset(&s->vocab, 0, sizeof s->vocab);
+    s->vocab.variant = variant;
+    if (variant == SCHED_VOCAB_NONE)
+        return;
+    s->vocab.t_s = t_s;
+    s->vocab.t_t = t_t;
+    s->vocab.d_s = d_s;
+    s->vocab.d_t = d_t;
+    s->vocab.t_c0 = t_c0;
+    s->vocab.t_c1 = variant == SCHED_VOCAB_2 ? t_c1 : 0;
+}
+
+int sched_has_vocab(const sched_t *s)
+{
+    return s->vocab.variant != SCHED_VOCAB_NONE;
+}
+
 double sched_op_time(const sched_t *s, sched_op op)
 {
+    if (op.kind == OP_S)
+        return s->vocab.t_s;
+    if (op.kind == OP_T)
+        return s->vocab.t_t;
     const stage_cost *c = &s->cost[op.stage];
     switch ((op_kind)op.kind) {
     case OP_F: return c->t_f;
     case OP_B: return c->t_b;
     case OP_W: return c->t_w;
     case OP_BW: return c->t_b + c->t_w;
+    case OP_S:
+    case OP_T: break; /* handled above */
     }
     assert(0 && "bad op kind");
     return 0;
@@ -204,12 +233,18 @@ double sched_op_time(const sched_t *s, sched_op op)
 
 double sched_op_mem(const sched_t *s, sched_op op)
 {
+    if (op.kind == OP_S)
+        return s->vocab.d_s;
+    if (op.kind == OP_T)
+        return s->vocab.d_t;
     const stage_cost *c = &s->cost[op.stage];
     switch ((op_kind)op.kind) {
     case OP_F: return c->d_f;
     case OP_B: return c->d_b;
     case OP_W: return c->d_w;
     case OP_BW: return c->d_b + c->d_w;
+    case OP_S:
+    case OP_T: break; /* handled above */
     }
     assert(0 && "bad op kind");
     return 0;
@@ -225,7 +260,7 @@ long sched_op_count(const sched_t *s)
 
 const char *op_kind_name(op_kind k)
 {
-    static const char *const names[OP_KIND_COUNT] = { "F", "B", "W", "BW" };
+    static const char *const names[OP_KIND_COUNT] = { "F", "B", "W", "BW", "S", "T" };
     assert(k >= 0 && k < OP_KIND_COUNT);
     return names[k];
 }
@@ -236,6 +271,8 @@ int op_kind_parse(const char *str, size_t len)
     if (len == 1 && str[0] == 'B') return OP_B;
     if (len == 1 && str[0] == 'W') return OP_W;
     if (len == 2 && str[0] == 'B' && str[1] == 'W') return OP_BW;
+    if (len == 1 && str[0] == 'S') return OP_S;
+    if (len == 1 && str[0] == 'T') return OP_T;
     return -1;
 }
 

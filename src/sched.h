@@ -39,13 +39,24 @@ typedef enum op_kind {
     OP_B = 1,  /* backward, input gradient only */
     OP_W = 2,  /* backward, weight gradient only */
     OP_BW = 3, /* backward, input and weight gradients fused */
+    OP_S = 4,  /* vocabulary parallelism: S pass of one output-layer shard */
+    OP_T = 5,  /* vocabulary parallelism: T pass of one output-layer shard */
 } op_kind;
 
-#define OP_KIND_COUNT 4
+/* Kinds of the plain pipeline (F, B, W, BW): per stage and micro-batch. */
+#define OP_PIPE_KIND_COUNT 4
+/* Every kind, the vocabulary passes included. */
+#define OP_KIND_COUNT 6
+
+/* Whether k is one of the vocabulary passes (S, T).  Their sched_op.stage
+ * holds the vocabulary shard, which is the device that runs it, not a
+ * virtual stage (docs/vocab-parallel.md). */
+#define OP_IS_VOCAB(k) ((k) == OP_S || (k) == OP_T)
 
 typedef struct sched_op {
     uint8_t kind;  /* an op_kind */
-    int32_t stage; /* virtual stage, 0..n_stages-1, in model order */
+    int32_t stage; /* virtual stage, 0..n_stages-1, in model order; for S and T
+                    * the vocabulary shard 0..n_devices-1 (= its device) */
     int32_t mb;    /* micro-batch, 0..n_micro-1 */
 } sched_op;
 
@@ -53,6 +64,30 @@ typedef struct stage_cost {
     double t_f, t_b, t_w; /* time of one F, B, W op on this stage */
     double d_f, d_b, d_w; /* activation memory delta of one F, B, W op */
 } stage_cost;
+
+/* Vocabulary parallelism (Yeung, Qi et al. 2024; docs/vocab-parallel.md).
+ * When variant is not SCHED_VOCAB_NONE the output layer (head, softmax,
+ * loss) is not part of stage S-1: it is split into p vocabulary shards,
+ * shard d on device d, and each device runs one S and one T pass per
+ * micro-batch.  The softmax's cross-shard reductions are all-reduce
+ * barriers over all devices, run on a side stream (they hold no lane):
+ *   Vocab-1: S(*,j) -> C0(j) -> T(*,j) and B(S-1,j);
+ *   Vocab-2: S(*,j) -> C0(j) -> T(*,j) -> C1(j) -> B(S-1,j).
+ * S(d,j) also waits for F(S-1,j)'s output, broadcast from its device. */
+typedef enum sched_vocab_variant {
+    SCHED_VOCAB_NONE = 0, /* head and loss inside stage S-1 (format version 1) */
+    SCHED_VOCAB_1 = 1,    /* one barrier per micro-batch (input gradient fused into S) */
+    SCHED_VOCAB_2 = 2,    /* two barriers per micro-batch (input gradient in T) */
+} sched_vocab_variant;
+
+typedef struct sched_vocab {
+    int variant;       /* a sched_vocab_variant */
+    double t_s, t_t;   /* time of one S / T pass of one shard */
+    double d_s, d_t;   /* memory delta of one S / T pass (S keeps the shard's
+                        * logits or their gradient until T frees them) */
+    double t_c0, t_c1; /* duration of barrier C0 / C1 (all-reduce over all
+                        * devices); t_c1 unused by Vocab-1 */
+} sched_vocab;
 
 typedef struct sched_lane {
     int n_ops;     /* ops in execution order on this device */
@@ -74,6 +109,7 @@ typedef struct sched_t {
     double *mem_static;   /* [n_devices] static memory (params, optimizer), or NULL */
     char time_unit[16];   /* "units", "ms", "us", "s" */
     char mem_unit[16];    /* "units" or "bytes" */
+    sched_vocab vocab;    /* vocabulary parallelism; variant NONE when off */
     sched_lane *dev;      /* [n_devices] ordered ops of each device */
     cJSON *meta;          /* owned object of preserved top-level extras ("solver",
                            * "model", "hardware", "predicted", ...), or NULL */
@@ -110,17 +146,26 @@ void sched_set_mem(sched_t *s, double d_f, double d_b, double d_w);
  * 0 or -1 when memory runs out. */
 int sched_lane_alloc_times(sched_t *s, int dev);
 
-/* Time and memory delta of one op on its stage (BW = B + W). */
+/* Turns vocabulary parallelism on (variant 1 or 2) with these costs, or
+ * off (SCHED_VOCAB_NONE, costs ignored).  Ops are not touched. */
+void sched_set_vocab(sched_t *s, sched_vocab_variant variant, double t_s, double t_t,
+                     double d_s, double d_t, double t_c0, double t_c1);
+
+/* Whether s uses vocabulary parallelism (its variant is not NONE). */
+int sched_has_vocab(const sched_t *s);
+
+/* Time and memory delta of one op on its stage (BW = B + W; S and T from
+ * s->vocab). */
 double sched_op_time(const sched_t *s, sched_op op);
 double sched_op_mem(const sched_t *s, sched_op op);
 
 /* Total ops over all devices. */
 long sched_op_count(const sched_t *s);
 
-/* "F", "B", "W", "BW". */
+/* "F", "B", "W", "BW", "S", "T". */
 const char *op_kind_name(op_kind k);
 
-/* Parses "F", "B", "W", "BW"; returns the kind or -1. */
+/* Parses "F", "B", "W", "BW", "S", "T"; returns the kind or -1. */
 int op_kind_parse(const char *str, size_t len);
 
 /* The number of virtual stages on device dev. */

@@ -212,6 +212,8 @@ static int parse_op_token(const char *tok, int *kind, int *mb, int *stage)
     switch (*p) {
     case 'F': *kind = OP_F; p++; break;
     case 'W': *kind = OP_W; p++; break;
+    case 'S': *kind = OP_S; p++; break; /* vocabulary passes (version 2) */
+    case 'T': *kind = OP_T; p++; break;
     case 'B':
         p++;
         if (*p == 'W') {
@@ -233,6 +235,19 @@ static int parse_op_token(const char *tok, int *kind, int *mb, int *stage)
             return -1;
     }
     return *p == '\0' ? 0 : -1;
+}
+
+/* A vocabulary pass token (S3, T3) is only meaningful in a version-2 file
+ * with a "vocab" object, and names no stage: its shard is its device. */
+static int vocab_op_check(const sched_t *s, int d, int i, const char *tok, int stage, zb_err *err)
+{
+    if (!sched_has_vocab(s))
+        return zb_fail(err, "device %d, op %d (%s): vocabulary passes S and T need version 2 "
+                       "and a \"vocab\" object", d, i, tok);
+    if (stage >= 0)
+        return zb_fail(err, "device %d, op %d (%s): S and T name no stage (their shard is the "
+                       "device)", d, i, tok);
+    return 0;
 }
 
 static int load_ops(sched_t *s, const cJSON *ops, zb_err *err)
@@ -271,7 +286,7 @@ static int load_ops(sched_t *s, const cJSON *ops, zb_err *err)
                 char quoted[40 * 4 + 1];
                 size_t n = strlen(t->valuestring);
                 zb_escape_bytes(quoted, sizeof quoted, t->valuestring, n > 40 ? 40 : n);
-                rc = zb_fail(err, "device %d, op %d: bad op token '%s' (expected F, B, W or BW, "
+                rc = zb_fail(err, "device %d, op %d: bad op token '%s' (expected F, B, W, BW, S or T, "
                              "a micro-batch, optionally @stage: F3, BW3@5)", d, i, quoted);
                 break;
             }
@@ -280,7 +295,11 @@ static int load_ops(sched_t *s, const cJSON *ops, zb_err *err)
                              d, i, t->valuestring, mb, s->n_micro - 1);
                 break;
             }
-            if (stage < 0) {
+            if (OP_IS_VOCAB(kind)) {
+                if ((rc = vocab_op_check(s, d, i, t->valuestring, stage, err)))
+                    break;
+                stage = d; /* shard d lives on device d */
+            } else if (stage < 0) {
                 if (only[d] < 0) {
                     rc = zb_fail(err, "device %d, op %d (%s): the device holds %s stage, so the op "
                                  "must name one (%s@STAGE)", d, i, t->valuestring,
@@ -380,6 +399,48 @@ static int load_memory(sched_t *s, const cJSON *mem, zb_err *err)
     return 0;
 }
 
+/* Version 2's "vocab" object: {"variant": 1|2, "S": t, "T": t, "C0": t,
+ * "C1": t, "memory": {"S": d, "T": d}}.  Times are not negative; C1 is
+ * required by Vocab-2 only and memory defaults to 0 (docs/schedule-format.md). */
+static int load_vocab(sched_t *s, const cJSON *v, zb_err *err)
+{
+    if (!cJSON_IsObject(v))
+        return zb_fail(err, "vocab must be an object with variant, S, T and C0");
+    long variant;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(v, "variant");
+    if (!it)
+        return zb_fail(err, "vocab.variant is missing (1 or 2)");
+    if (get_int(it, "vocab.variant", 1, 2, &variant, err))
+        return -1;
+    static const char *const time_keys[4] = { "S", "T", "C0", "C1" };
+    double t[4] = { 0, 0, 0, 0 }, mem[2] = { 0, 0 };
+    for (int k = 0; k < 4; k++) {
+        char what[32];
+        snprintf(what, sizeof what, "vocab.%s", time_keys[k]);
+        it = cJSON_GetObjectItemCaseSensitive(v, time_keys[k]);
+        if (!it) {
+            if (k < 3 || variant == 2)
+                return zb_fail(err, "%s is missing", what);
+            continue;
+        }
+        if (get_double(it, what, 1, &t[k], err))
+            return -1;
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(v, "memory");
+    if (m) {
+        if (!cJSON_IsObject(m))
+            return zb_fail(err, "vocab.memory must be an object with S and T");
+        if ((it = cJSON_GetObjectItemCaseSensitive(m, "S")) &&
+            get_double(it, "vocab.memory.S", 0, &mem[0], err))
+            return -1;
+        if ((it = cJSON_GetObjectItemCaseSensitive(m, "T")) &&
+            get_double(it, "vocab.memory.T", 0, &mem[1], err))
+            return -1;
+    }
+    sched_set_vocab(s, (sched_vocab_variant)variant, t[0], t[1], mem[0], mem[1], t[2], t[3]);
+    return 0;
+}
+
 /* The top-level fields the format defines; anything else goes to meta. */
 enum {
     K_FORMAT, K_VERSION, K_NAME, K_DEVICES, K_MICRO, K_STAGES, K_PLACEMENT,
@@ -414,9 +475,24 @@ static int load_doc(const cJSON *root, sched_t **out, zb_err *err)
         return zb_fail(err, "version is missing");
     if (get_int(f[K_VERSION], "version", LONG_MIN, LONG_MAX, &version, err))
         return -1;
-    if (version != SCHED_FORMAT_VERSION)
-        return zb_fail(err, "unsupported version %ld (this build reads version %d)",
-                       version, SCHED_FORMAT_VERSION);
+    if (version != SCHED_FORMAT_VERSION && version != SCHED_FORMAT_VERSION_VOCAB)
+        return zb_fail(err, "unsupported version %ld (this build reads versions %d and %d)",
+                       version, SCHED_FORMAT_VERSION, SCHED_FORMAT_VERSION_VOCAB);
+    /* Version 2 adds "vocab" (vocabulary parallelism); in a version-1 file
+     * a "vocab" field is nobody's and stays in meta, as it always did. */
+    const cJSON *vocab = NULL;
+    if (version == SCHED_FORMAT_VERSION_VOCAB) {
+        int n_vocab = 0;
+        cJSON_ArrayForEach(it, root)
+            if (!strcmp(it->string, "vocab")) {
+                vocab = it;
+                n_vocab++;
+            }
+        if (n_vocab > 1)
+            return zb_fail(err, "field 'vocab' appears twice");
+        if (!vocab)
+            return zb_fail(err, "version 2 needs a \"vocab\" object (vocabulary parallelism)");
+    }
     if (!f[K_DEVICES] || !f[K_MICRO] || !f[K_STAGES] || !f[K_PLACEMENT] || !f[K_COSTS] || !f[K_OPS])
         return zb_fail(err, "missing field '%s'",
                        !f[K_DEVICES] ? "devices" : !f[K_MICRO] ? "microbatches" :
@@ -454,6 +530,8 @@ static int load_doc(const cJSON *root, sched_t **out, zb_err *err)
         goto fail;
     if (f[K_MEMORY] && load_memory(s, f[K_MEMORY], err))
         goto fail;
+    if (vocab && load_vocab(s, vocab, err))
+        goto fail;
     if (load_ops(s, f[K_OPS], err))
         goto fail;
     if (f[K_TIMES] && load_times(s, f[K_TIMES], err))
@@ -462,7 +540,7 @@ static int load_doc(const cJSON *root, sched_t **out, zb_err *err)
         int k = 0;
         while (k < K_COUNT && strcmp(it->string, known_keys[k]))
             k++;
-        if (k < K_COUNT)
+        if (k < K_COUNT || it == vocab)
             continue;
         if (!s->meta && !(s->meta = cJSON_CreateObject()))
             goto oom;
@@ -660,11 +738,33 @@ static void sb_device_array(strbuf *b, const double *a, int n)
     sb_put(b, "]", 1);
 }
 
+/* The version-2 "vocab" line. */
+static void sb_vocab(strbuf *b, const sched_vocab *v)
+{
+    sb_printf(b, "  \"vocab\": {\"variant\": %d, \"S\": ", v->variant);
+    sb_double(b, v->t_s);
+    sb_puts(b, ", \"T\": ");
+    sb_double(b, v->t_t);
+    sb_puts(b, ", \"C0\": ");
+    sb_double(b, v->t_c0);
+    if (v->variant == SCHED_VOCAB_2) {
+        sb_puts(b, ", \"C1\": ");
+        sb_double(b, v->t_c1);
+    }
+    sb_puts(b, ", \"memory\": {\"S\": ");
+    sb_double(b, v->d_s);
+    sb_puts(b, ", \"T\": ");
+    sb_double(b, v->d_t);
+    sb_puts(b, "}},\n");
+}
+
 static void sb_op(strbuf *b, const sched_t *s, int dev_stages, sched_op op)
 {
     char tmp[40];
     int n;
-    if (dev_stages == 1)
+    if (OP_IS_VOCAB(op.kind)) /* S3, T3: the shard is the device */
+        n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
+    else if (dev_stages == 1)
         n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
     else
         n = snprintf(tmp, sizeof tmp, "\"%s%d@%d\"", op_kind_name((op_kind)op.kind),
@@ -676,8 +776,9 @@ static void sb_op(strbuf *b, const sched_t *s, int dev_stages, sched_op op)
 char *sched_to_string(const sched_t *s)
 {
     strbuf b = { 0 };
+    int vocab = sched_has_vocab(s); /* version 2 only when it is needed */
     sb_printf(&b, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"name\": ",
-              SCHED_FORMAT_NAME, SCHED_FORMAT_VERSION);
+              SCHED_FORMAT_NAME, vocab ? SCHED_FORMAT_VERSION_VOCAB : SCHED_FORMAT_VERSION);
     sb_string(&b, s->name);
     sb_printf(&b, ",\n  \"devices\": %d,\n  \"microbatches\": %d,\n  \"stages\": %d,\n  \"placement\": [",
               s->n_devices, s->n_micro, s->n_stages);
@@ -709,7 +810,10 @@ char *sched_to_string(const sched_t *s)
         sb_puts(&b, ", \"static\": ");
         sb_device_array(&b, s->mem_static, s->n_devices);
     }
-    sb_puts(&b, "},\n  \"ops\": [\n");
+    sb_puts(&b, "},\n");
+    if (vocab)
+        sb_vocab(&b, &s->vocab);
+    sb_puts(&b, "  \"ops\": [\n");
     int any_times = 0;
     for (int d = 0; d < s->n_devices; d++) {
         const sched_lane *l = &s->dev[d];
@@ -753,7 +857,7 @@ char *sched_to_string(const sched_t *s)
             int k = 0;
             while (k < K_COUNT && strcmp(it->string, known_keys[k]))
                 k++;
-            if (k < K_COUNT)
+            if (k < K_COUNT || (vocab && !strcmp(it->string, "vocab")))
                 continue; /* never let meta shadow a field of the format */
             char *json = cJSON_PrintUnformatted(it);
             if (!json) {

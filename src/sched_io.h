@@ -13,6 +13,9 @@
 
 #define SCHED_FORMAT_NAME "zbsched-schedule"
 #define SCHED_FORMAT_VERSION 1
+/* Written only by schedules with vocabulary parallelism (S, T ops and a
+ * "vocab" object); version-1 files still load. */
+#define SCHED_FORMAT_VERSION_VOCAB 2
 
 /* Parses a schedule document of len bytes (need not be NUL-terminated).
  * On success stores a new schedule in *out (caller frees) and returns 0;

@@ -9,6 +9,14 @@
  * end times instead of flags.  A blocked device is resumed only when an op
  * it may consume completes, so the walk is linear in the number of ops.
  *
+ * Vocabulary parallelism (sched.h): S(d,j) starts once F(S-1,j)'s output
+ * has arrived (T_comm when broadcast to another device); barrier C0(j) is
+ * an all-reduce over all devices that ends t_c0 after the last S(j) ends,
+ * C1(j) t_c1 after the last T(j).  T(d,j) waits for C0(j); the last
+ * stage's B/BW of j waits for C0(j) (Vocab-1) or C1(j) (Vocab-2).  The
+ * barriers run on a side stream, so they occupy no lane time; their end
+ * times are reported in sim_result for the renderers.
+ *
  * Memory is a per-device running sum of op deltas in execution order; the
  * peak is the largest prefix sum (counting from 0), which the time curve of
  * sim_mem_curve reproduces (a positive delta from the op's start, a negative
@@ -38,6 +46,10 @@ typedef struct sim_walk {
     uint8_t *done;   /* [S*m] DONE_F / DONE_B bits */
     double *f_end;   /* [S*m] end of F(s,j) once done */
     double *b_end;   /* [S*m] end of B(s,j) or BW(s,j) once done */
+    int *s_count;    /* [m] devices that have run S(j) (vocabulary parallelism) */
+    int *t_count;    /* [m] devices that have run T(j) */
+    double *s_last;  /* [m] latest end of S(j) so far */
+    double *t_last;  /* [m] latest end of T(j) so far */
     int *pos;        /* [p] next op of each device */
     uint8_t *queued; /* [p] device is on the ready stack */
     int *stack;      /* [p] devices that may be able to advance */
@@ -50,6 +62,16 @@ static double arrival(const sched_t *s, double end, int from, int to)
     return s->stage_device[from] == s->stage_device[to] ? end : end + s->t_comm;
 }
 
+/* Whether barrier C0 (pass OP_S) or C1 (OP_T) of micro-batch mb is done;
+ * stores its end in *end when it is. */
+static int barrier_end(const sim_walk *w, op_kind pass, int mb, double *end)
+{
+    if ((pass == OP_S ? w->s_count : w->t_count)[mb] < w->s->n_devices)
+        return 0;
+    *end = w->r->barrier[pass == OP_S ? 0 : 1][mb];
+    return 1;
+}
+
 /* When op's inputs are done, stores their arrival time in *ready and
  * returns 1; returns 0 while an input is missing. */
 static int inputs_ready(const sim_walk *w, sched_op op, double *ready)
@@ -58,6 +80,22 @@ static int inputs_ready(const sim_walk *w, sched_op op, double *ready)
     long cell = (long)op.stage * s->n_micro + op.mb;
     long next = cell + s->n_micro, prev = cell - s->n_micro;
     double t = 0;
+    if (op.kind == OP_S) {
+        long last = (long)(s->n_stages - 1) * s->n_micro + op.mb;
+        if (!(w->done[last] & DONE_F))
+            return 0;
+        /* The head's input is broadcast from the last stage's device. */
+        int from = s->stage_device[s->n_stages - 1];
+        *ready = w->f_end[last] + (from == op.stage ? 0 : s->t_comm);
+        return 1;
+    }
+    if (op.kind == OP_T)
+        return barrier_end(w, OP_S, op.mb, ready);
+    if ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1 && sched_has_vocab(s)) {
+        /* The reduced input gradient is on every device once the barrier ends. */
+        if (!barrier_end(w, s->vocab.variant == SCHED_VOCAB_2 ? OP_T : OP_S, op.mb, &t))
+            return 0;
+    }
     switch ((op_kind)op.kind) {
     case OP_F:
         if (op.stage > 0) {
@@ -70,7 +108,7 @@ static int inputs_ready(const sim_walk *w, sched_op op, double *ready)
     case OP_BW:
         if (!(w->done[cell] & DONE_F))
             return 0;
-        t = w->f_end[cell];
+        t = fmax(t, w->f_end[cell]);
         if (op.stage < s->n_stages - 1) {
             if (!(w->done[next] & DONE_B))
                 return 0;
@@ -82,6 +120,9 @@ static int inputs_ready(const sim_walk *w, sched_op op, double *ready)
             return 0;
         t = w->b_end[cell];
         break;
+    case OP_S:
+    case OP_T:
+        break; /* handled above */
     }
     *ready = t;
     return 1;
@@ -113,11 +154,25 @@ static long advance(sim_walk *w, int d)
         rd->start[i] = t0;
         rd->end[i] = t1;
         long cell = (long)op.stage * s->n_micro + op.mb;
-        if (op.kind == OP_F) {
+        if (OP_IS_VOCAB(op.kind)) {
+            int *count = op.kind == OP_S ? w->s_count : w->t_count;
+            double *last = op.kind == OP_S ? w->s_last : w->t_last;
+            last[op.mb] = fmax(last[op.mb], t1);
+            if (++count[op.mb] == s->n_devices) {
+                /* The barrier is complete: all-reduce after the last pass. */
+                int c = op.kind == OP_S ? 0 : 1;
+                w->r->barrier[c][op.mb] = last[op.mb] + (c == 0 ? s->vocab.t_c0 : s->vocab.t_c1);
+                for (int e = 0; e < s->n_devices; e++)
+                    wake(w, e);
+            }
+        } else if (op.kind == OP_F) {
             w->done[cell] |= DONE_F;
             w->f_end[cell] = t1;
             if (op.stage + 1 < s->n_stages)
                 wake(w, s->stage_device[op.stage + 1]);
+            if (op.stage == s->n_stages - 1 && sched_has_vocab(s))
+                for (int e = 0; e < s->n_devices; e++)
+                    wake(w, e); /* S(j) on every device */
         } else if (op.kind == OP_B || op.kind == OP_BW) {
             w->done[cell] |= DONE_B;
             w->b_end[cell] = t1;
@@ -184,6 +239,14 @@ static int result_alloc(const sched_t *s, sim_result *r, zb_err *err)
     if (!r->dev)
         return zb_fail(err, "out of memory simulating %ld ops", sched_op_count(s));
     r->n_devices = s->n_devices;
+    if (sched_has_vocab(s)) {
+        r->n_micro = s->n_micro;
+        for (int c = 0; c < 2; c++)
+            if (!(r->barrier[c] = calloc((size_t)s->n_micro, sizeof(double)))) {
+                sim_result_free(r);
+                return zb_fail(err, "out of memory simulating %ld ops", sched_op_count(s));
+            }
+    }
     for (int d = 0; d < s->n_devices; d++) {
         size_t n = (size_t)(s->dev[d].n_ops ? s->dev[d].n_ops : 1);
         r->dev[d].start = malloc(n * sizeof(double));
@@ -206,8 +269,9 @@ static int check_shape(const sched_t *s, zb_err *err)
     for (int d = 0; d < s->n_devices; d++)
         for (int i = 0; i < s->dev[d].n_ops; i++) {
             sched_op op = s->dev[d].ops[i];
-            if (op.kind >= OP_KIND_COUNT || op.stage < 0 || op.stage >= s->n_stages ||
-                op.mb < 0 || op.mb >= s->n_micro)
+            int stage_ok = OP_IS_VOCAB(op.kind) ? sched_has_vocab(s) && op.stage == d
+                                                : op.stage >= 0 && op.stage < s->n_stages;
+            if (op.kind >= OP_KIND_COUNT || !stage_ok || op.mb < 0 || op.mb >= s->n_micro)
                 return zb_fail(err, "simulate: device %d, op %d is out of range", d, i);
         }
     return 0;
@@ -228,8 +292,14 @@ int sim_run(const sched_t *s, sim_result *r, zb_err *err)
     w.pos = calloc(p, sizeof *w.pos);
     w.queued = calloc(p, 1);
     w.stack = malloc(p * sizeof *w.stack);
+    size_t m = (size_t)s->n_micro;
+    w.s_count = calloc(m, sizeof *w.s_count);
+    w.t_count = calloc(m, sizeof *w.t_count);
+    w.s_last = calloc(m, sizeof *w.s_last);
+    w.t_last = calloc(m, sizeof *w.t_last);
     int rc = 0;
-    if (!w.done || !w.f_end || !w.b_end || !w.pos || !w.queued || !w.stack) {
+    if (!w.done || !w.f_end || !w.b_end || !w.pos || !w.queued || !w.stack ||
+        !w.s_count || !w.t_count || !w.s_last || !w.t_last) {
         rc = zb_fail(err, "out of memory simulating %ld ops", sched_op_count(s));
         goto out;
     }
@@ -255,6 +325,10 @@ out:
     free(w.done);
     free(w.f_end);
     free(w.b_end);
+    free(w.s_count);
+    free(w.t_count);
+    free(w.s_last);
+    free(w.t_last);
     free(w.pos);
     free(w.queued);
     free(w.stack);
@@ -292,6 +366,8 @@ void sim_result_free(sim_result *r)
         }
         free(r->dev);
     }
+    free(r->barrier[0]);
+    free(r->barrier[1]);
     memset(r, 0, sizeof *r);
 }
 

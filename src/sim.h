@@ -38,6 +38,10 @@ typedef struct sim_result {
     double bubble_rate;  /* (cost - busy) / cost */
     double peak_mem;     /* largest per-device peak */
     int peak_device;     /* device with the largest peak */
+    int n_micro;         /* m when barrier is set, else 0 */
+    double *barrier[2];  /* vocabulary parallelism: [m] end of barrier C0(j) and
+                          * C1(j) (C1 all 0 for Vocab-1), or NULL when off
+                          * and for measured runs */
 } sim_result;
 
 /* Simulates a schedule that passed sched_validate.  Fills *r (caller frees

@@ -34,10 +34,21 @@
 
 /* The CSV letter of each op kind: our B is PyTorch's I (input gradient),
  * our fused BW is PyTorch's B (full backward). */
-static const char kind_letter[OP_KIND_COUNT] = { 'F', 'I', 'W', 'B' };
+static const char kind_letter[OP_PIPE_KIND_COUNT] = { 'F', 'I', 'W', 'B' };
+
+int torch_csv_check(const sched_t *s, zb_err *err)
+{
+    if (sched_has_vocab(s))
+        return zb_fail(err, "PyTorch's pipelining CSV cannot express vocabulary parallelism "
+                       "(S and T passes and their all-reduce barriers); export the "
+                       "--vocab plain schedule instead");
+    return 0;
+}
 
 char *torch_csv_write(const sched_t *s)
 {
+    if (sched_has_vocab(s)) /* torch_csv_check refuses these */
+        return NULL;
     size_t cap = 64, len = 0;
     for (int d = 0; d < s->n_devices; d++)
         cap += (size_t)s->dev[d].n_ops * 24 + 2;

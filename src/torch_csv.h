@@ -20,7 +20,13 @@
 
 #include "src/sched.h"
 
-/* Returns the CSV text of s (one row per device, "\n" line ends) as a
+/* Whether PyTorch's CSV can express s.  It cannot express vocabulary
+ * parallelism: its actions are per stage (F, I, W, B) and it has neither
+ * the S and T passes of the sharded output layer nor their all-reduce
+ * barriers.  Returns 0, or -1 with err saying so. */
+int torch_csv_check(const sched_t *s, zb_err *err);
+
+/* Returns the CSV text of s (which torch_csv_check accepts) (one row per device, "\n" line ends) as a
  * malloc'd NUL-terminated string (caller frees), or NULL when memory runs
  * out. */
 char *torch_csv_write(const sched_t *s);

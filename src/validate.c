@@ -22,6 +22,14 @@
  *      op wait only for its data dependencies, so the schedule is executable
  *      exactly when this walk finishes.
  *
+ * Vocabulary parallelism (sched.h, docs/vocab-parallel.md) adds per device
+ * and micro-batch one S and one T pass, and barriers that wait for every
+ * device: C0(j) is done when S(j) has run on all devices, C1(j) (Vocab-2)
+ * when T(j) has.  S(d,j) needs F(S-1,j); T(d,j) needs C0(j); the last
+ * stage's B or BW of micro-batch j needs C0(j) (Vocab-1) or C1(j)
+ * (Vocab-2).  A stuck op that waits on a barrier is reported with the
+ * first device whose pass the barrier still lacks.
+ *
  * The walk is event driven: a blocked device is woken only when an op it may
  * depend on completes (the consumers of an op are known: F(s,j) feeds
  * F(s+1,j) and B(s,j); B(s,j) feeds B(s-1,j) and W(s,j)), so the cost is
@@ -43,11 +51,15 @@ typedef struct op_tally {
     uint8_t n[OP_KIND_COUNT]; /* occurrences of each kind, saturating at 255 */
 } op_tally;
 
-/* "F3@2": kind, micro-batch, stage, as the file spells an op. */
+/* "F3@2": kind, micro-batch, stage, as the file spells an op; vocabulary
+ * passes as "S3" (their shard is the device, named by the caller). */
 static void op_label(sched_op op, char *buf, size_t len)
 {
     const char *k = op.kind < OP_KIND_COUNT ? op_kind_name((op_kind)op.kind) : "?";
-    snprintf(buf, len, "%s%d@%d", k, (int)op.mb, (int)op.stage);
+    if (OP_IS_VOCAB(op.kind))
+        snprintf(buf, len, "%s%d", k, (int)op.mb);
+    else
+        snprintf(buf, len, "%s%d@%d", k, (int)op.mb, (int)op.stage);
 }
 
 static int fail_at(zb_err *err, int dev, int pos, sched_op op, const char *what)
@@ -77,6 +89,22 @@ static int check_ops_in_range(const sched_t *s, zb_err *err)
             sched_op op = l->ops[i];
             if (op.kind >= OP_KIND_COUNT)
                 return fail_at(err, d, i, op, "unknown op kind");
+            if (OP_IS_VOCAB(op.kind)) {
+                if (!sched_has_vocab(s))
+                    return fail_at(err, d, i, op, "vocabulary pass in a schedule without "
+                                   "vocabulary parallelism");
+                if (op.stage != d) {
+                    snprintf(what, sizeof what, "vocabulary shard %d is not this device's (%d)",
+                             (int)op.stage, d);
+                    return fail_at(err, d, i, op, what);
+                }
+                if (op.mb < 0 || op.mb >= s->n_micro) {
+                    snprintf(what, sizeof what, "micro-batch %d out of range 0..%d",
+                             (int)op.mb, s->n_micro - 1);
+                    return fail_at(err, d, i, op, what);
+                }
+                continue;
+            }
             if (op.stage < 0 || op.stage >= s->n_stages) {
                 snprintf(what, sizeof what, "stage %d out of range 0..%d",
                          (int)op.stage, s->n_stages - 1);
@@ -124,6 +152,8 @@ static int check_complete(const sched_t *s, zb_err *err)
         const sched_lane *l = &s->dev[d];
         for (int i = 0; i < l->n_ops; i++) {
             sched_op op = l->ops[i];
+            if (OP_IS_VOCAB(op.kind))
+                continue; /* check_vocab_complete */
             op_tally *c = &t[(long)op.stage * s->n_micro + op.mb];
             if (c->n[op.kind]) {
                 rc = fail_at(err, d, i, op, "duplicate op");
@@ -158,22 +188,96 @@ static int check_complete(const sched_t *s, zb_err *err)
     return rc;
 }
 
+/* With vocabulary parallelism: every device runs exactly one S and one T
+ * per micro-batch, S before T (T waits for the barrier after all S). */
+static int check_vocab_complete(const sched_t *s, zb_err *err)
+{
+    if (!sched_has_vocab(s))
+        return 0;
+    size_t cells = (size_t)s->n_devices * (size_t)s->n_micro;
+    uint8_t *seen = calloc(cells, 1); /* bit 1: S seen, bit 2: T seen */
+    if (!seen)
+        return zb_fail(err, "out of memory validating %ld ops", sched_op_count(s));
+    int rc = 0;
+    for (int d = 0; d < s->n_devices && rc == 0; d++) {
+        const sched_lane *l = &s->dev[d];
+        for (int i = 0; i < l->n_ops; i++) {
+            sched_op op = l->ops[i];
+            if (!OP_IS_VOCAB(op.kind))
+                continue;
+            uint8_t bit = op.kind == OP_S ? 1 : 2;
+            uint8_t *c = &seen[(size_t)d * (size_t)s->n_micro + (size_t)op.mb];
+            if (*c & bit) {
+                rc = fail_at(err, d, i, op, "duplicate op");
+                break;
+            }
+            *c |= bit;
+        }
+    }
+    for (int d = 0; d < s->n_devices && rc == 0; d++)
+        for (int j = 0; j < s->n_micro; j++) {
+            uint8_t c = seen[(size_t)d * (size_t)s->n_micro + (size_t)j];
+            if (c != 3) {
+                rc = zb_fail(err, "device %d: missing vocabulary pass %s for micro-batch %d "
+                             "(every device runs one S and one T per micro-batch)",
+                             d, c & 1 ? "T" : "S", j);
+                break;
+            }
+        }
+    free(seen);
+    return rc;
+}
+
 /* State of the executability walk. */
 typedef struct walk {
     const sched_t *s;
     uint8_t *f_done;   /* [S*m] F(s,j) has run */
     uint8_t *b_done;   /* [S*m] B(s,j) or BW(s,j) has run */
+    uint8_t *s_done;   /* [p*m] S(d,j) has run (vocabulary parallelism only) */
+    uint8_t *t_done;   /* [p*m] T(d,j) has run */
+    int *s_count;      /* [m] devices that have run S(j): C0(j) done at p */
+    int *t_count;      /* [m] devices that have run T(j): C1(j) done at p */
     int *pos;          /* [p] next op of each device */
     uint8_t *queued;   /* [p] device is on the ready stack */
     int *stack;        /* [p] devices that may be able to advance */
     int n_stack;       /* entries in stack */
 } walk;
 
+/* Whether barrier C0 (kind OP_S) or C1 (OP_T) of micro-batch mb is done;
+ * when not, *need is the first device's pass it still lacks. */
+static int barrier_done(const walk *w, op_kind pass, int mb, sched_op *need)
+{
+    const sched_t *s = w->s;
+    const int *count = pass == OP_S ? w->s_count : w->t_count;
+    if (count[mb] == s->n_devices)
+        return 1;
+    const uint8_t *done = pass == OP_S ? w->s_done : w->t_done;
+    int d = 0;
+    while (d < s->n_devices && done[(long)d * s->n_micro + mb])
+        d++;
+    assert(d < s->n_devices);
+    *need = (sched_op){ (uint8_t)pass, d, mb };
+    return 0;
+}
+
 /* Whether op's inputs are done; when not, *need is the missing input. */
 static int op_ready(const walk *w, sched_op op, sched_op *need)
 {
     const sched_t *s = w->s;
     long cell = (long)op.stage * s->n_micro + op.mb;
+    if (op.kind == OP_S) {
+        long last = (long)(s->n_stages - 1) * s->n_micro + op.mb;
+        if (!w->f_done[last]) {
+            *need = (sched_op){ OP_F, s->n_stages - 1, op.mb };
+            return 0;
+        }
+        return 1;
+    }
+    if (op.kind == OP_T)
+        return barrier_done(w, OP_S, op.mb, need);
+    if ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1 && sched_has_vocab(s) &&
+        !barrier_done(w, s->vocab.variant == SCHED_VOCAB_2 ? OP_T : OP_S, op.mb, need))
+        return 0;
     switch ((op_kind)op.kind) {
     case OP_F:
         if (op.stage > 0 && !w->f_done[cell - s->n_micro]) {
@@ -198,6 +302,9 @@ static int op_ready(const walk *w, sched_op op, sched_op *need)
             return 0;
         }
         return 1;
+    case OP_S:
+    case OP_T:
+        break; /* handled above */
     }
     assert(0 && "bad op kind");
     return 0;
@@ -211,10 +318,26 @@ static void wake(walk *w, int dev)
     }
 }
 
+static void wake_all(walk *w)
+{
+    for (int d = 0; d < w->s->n_devices; d++)
+        wake(w, d);
+}
+
 /* Wakes the devices that may consume op. */
 static void wake_consumers(walk *w, sched_op op)
 {
     const sched_t *s = w->s;
+    if (OP_IS_VOCAB(op.kind)) {
+        /* A completed barrier may free T on every device and the last
+         * stage's backward: O(p) once per barrier. */
+        const int *count = op.kind == OP_S ? w->s_count : w->t_count;
+        if (count[op.mb] == s->n_devices)
+            wake_all(w);
+        return;
+    }
+    if (sched_has_vocab(s) && op.kind == OP_F && op.stage == s->n_stages - 1)
+        wake_all(w); /* S(j) runs on every device */
     wake(w, s->stage_device[op.stage]);
     if (op.kind == OP_F && op.stage + 1 < s->n_stages)
         wake(w, s->stage_device[op.stage + 1]);
@@ -222,14 +345,17 @@ static void wake_consumers(walk *w, sched_op op)
         wake(w, s->stage_device[op.stage - 1]);
 }
 
-/* Position of the op that provides `need` (an F or the B/BW of a cell). */
+/* Position of the op that provides `need` (an F, the B/BW of a cell, or a
+ * vocabulary pass of a device). */
 static int find_provider(const sched_t *s, sched_op need, int *pos)
 {
-    int d = s->stage_device[need.stage];
+    int d = OP_IS_VOCAB(need.kind) ? need.stage : s->stage_device[need.stage];
     const sched_lane *l = &s->dev[d];
     for (int i = 0; i < l->n_ops; i++) {
         sched_op o = l->ops[i];
-        int kind_ok = need.kind == OP_F ? o.kind == OP_F : (o.kind == OP_B || o.kind == OP_BW);
+        int kind_ok = need.kind == OP_F ? o.kind == OP_F :
+                      OP_IS_VOCAB(need.kind) ? o.kind == need.kind :
+                      (o.kind == OP_B || o.kind == OP_BW);
         if (kind_ok && o.stage == need.stage && o.mb == need.mb) {
             *pos = i;
             return d;
@@ -262,8 +388,10 @@ static int describe_stuck(const walk *w, int d, int pass, char *msg, size_t cap,
         snprintf(part, sizeof part, "device %d, op %d (%s) comes before %s (op %d) on the same device",
                  d, w->pos[d], lab, nlab, ppos);
     else
-        snprintf(part, sizeof part, "device %d, op %d (%s) waits for %s (device %d, op %d)",
-                 d, w->pos[d], lab, nlab, pdev, ppos);
+        snprintf(part, sizeof part, "device %d, op %d (%s) waits for %s (device %d, op %d)%s",
+                 d, w->pos[d], lab, nlab, pdev, ppos,
+                 need.kind == OP_S ? " through barrier C0" :
+                 need.kind == OP_T ? " through barrier C1" : "");
     int n = snprintf(msg + *used, cap - *used, "%s%s", *used ? "; " : "", part);
     if (n > 0 && (size_t)n < cap - *used)
         *used += (size_t)n;
@@ -299,8 +427,14 @@ static int check_executable(const sched_t *s, zb_err *err)
     w.pos = calloc(p, sizeof *w.pos);
     w.queued = calloc(p, 1);
     w.stack = malloc(p * sizeof *w.stack);
+    size_t m = (size_t)s->n_micro, vocab = sched_has_vocab(s) ? 1 : 0;
+    w.s_done = calloc(vocab * p * m + 1, 1);
+    w.t_done = calloc(vocab * p * m + 1, 1);
+    w.s_count = calloc(vocab * m + 1, sizeof *w.s_count);
+    w.t_count = calloc(vocab * m + 1, sizeof *w.t_count);
     int rc = 0;
-    if (!w.f_done || !w.b_done || !w.pos || !w.queued || !w.stack) {
+    if (!w.f_done || !w.b_done || !w.pos || !w.queued || !w.stack ||
+        !w.s_done || !w.t_done || !w.s_count || !w.t_count) {
         rc = zb_fail(err, "out of memory validating %ld ops", sched_op_count(s));
         goto out;
     }
@@ -316,10 +450,17 @@ static int check_executable(const sched_t *s, zb_err *err)
             if (!op_ready(&w, op, &need))
                 break;
             long cell = (long)op.stage * s->n_micro + op.mb;
-            if (op.kind == OP_F)
+            if (op.kind == OP_F) {
                 w.f_done[cell] = 1;
-            else if (op.kind == OP_B || op.kind == OP_BW)
+            } else if (op.kind == OP_B || op.kind == OP_BW) {
                 w.b_done[cell] = 1;
+            } else if (op.kind == OP_S) {
+                w.s_done[cell] = 1; /* cell = shard (device) * m + mb */
+                w.s_count[op.mb]++;
+            } else if (op.kind == OP_T) {
+                w.t_done[cell] = 1;
+                w.t_count[op.mb]++;
+            }
             w.pos[d]++;
             done++;
             wake_consumers(&w, op);
@@ -331,6 +472,10 @@ static int check_executable(const sched_t *s, zb_err *err)
 out:
     free(w.f_done);
     free(w.b_done);
+    free(w.s_done);
+    free(w.t_done);
+    free(w.s_count);
+    free(w.t_count);
     free(w.pos);
     free(w.queued);
     free(w.stack);
@@ -421,7 +566,7 @@ int sched_validate(const sched_t *s, zb_err *err)
     if (!s || s->n_devices <= 0 || s->n_micro <= 0 || s->n_stages <= 0)
         return zb_fail(err, "schedule has no devices, micro-batches or stages");
     if (sched_check_magnitudes(s, err) || check_placement(s, err) || check_ops_in_range(s, err) ||
-        check_complete(s, err) || check_executable(s, err))
+        check_complete(s, err) || check_vocab_complete(s, err) || check_executable(s, err))
         return -1;
     return 0;
 }

@@ -6,7 +6,10 @@
  * device.  Solid edges are data dependencies (F(s,j) -> F(s+1,j); the last
  * stage's F -> its B/BW; B/BW(s+1,j) -> B/BW(s,j); F(s,j) -> B/BW(s,j);
  * B(s,j) -> W(s,j)); dashed grey edges are the device's own order, which
- * binds as hard as data does.  The graph runs left to right so each
+ * binds as hard as data does.  With vocabulary parallelism the all-reduce
+ * barriers are violet ellipses outside the devices: F(S-1,j) -> S(d,j) ->
+ * C0 j -> T(d,j), and C0 j (Vocab-1) or C1 j, after every T(d,j)
+ * (Vocab-2), -> the last stage's B/BW of j.  The graph runs left to right so each
  * device's ops read like its timeline row.
  *
  * Critical path: with every op starting as soon as its predecessors allow
@@ -57,14 +60,22 @@ typedef struct dag_ops {
     long *first;       /* [n_devices] global index of each device's op 0 */
     int *dev;          /* [n] device of each op */
     int *pos;          /* [n] position in its lane */
-    long *by_key;      /* [4 * S * m] global index of (kind, stage, mb), or -1 */
+    long *by_key;      /* [kinds * max(S, p) * m] global index of (kind, stage or
+                        * shard, mb), or -1 */
     long *crit_pred;   /* [n] predecessor on the critical path, -1 at its start */
     unsigned char *on_crit; /* [n] 1 when on the critical path */
 } dag_ops;
 
+/* Rows per kind in by_key: stages, or vocabulary shards when there are
+ * more devices than stages. */
+static long dag_rows(const sched_t *s)
+{
+    return s->n_stages > s->n_devices ? s->n_stages : s->n_devices;
+}
+
 static long dag_key(const sched_t *s, int kind, int stage, int mb)
 {
-    return ((long)kind * s->n_stages + stage) * s->n_micro + mb;
+    return ((long)kind * dag_rows(s) + stage) * s->n_micro + mb;
 }
 
 static void dag_ops_free(dag_ops *o)
@@ -81,7 +92,7 @@ static int dag_ops_index(const sched_t *s, dag_ops *o, zb_err *err)
 {
     memset(o, 0, sizeof *o);
     o->n = sched_op_count(s);
-    size_t keys = (size_t)OP_KIND_COUNT * (size_t)s->n_stages * (size_t)s->n_micro;
+    size_t keys = (size_t)OP_KIND_COUNT * (size_t)dag_rows(s) * (size_t)s->n_micro;
     size_t n = (size_t)(o->n ? o->n : 1);
     o->first = malloc(sizeof *o->first * (size_t)s->n_devices);
     o->dev = malloc(sizeof *o->dev * n);
@@ -108,12 +119,45 @@ static int dag_ops_index(const sched_t *s, dag_ops *o, zb_err *err)
     return 0;
 }
 
-/* The data predecessors of op g (at most 2); returns how many. */
-static int dag_data_preds(const sched_t *s, const dag_ops *o, long g, long preds[2])
+/* The pass of kind `pass` (S or T) of micro-batch mb that ends last over
+ * all devices: the one a barrier waits for longest, or -1. */
+static long dag_last_pass(const sched_t *s, const dag_ops *o, const viz_times *t, int pass, int mb)
+{
+    long best = -1;
+    double best_end = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        long p = o->by_key[dag_key(s, pass, d, mb)];
+        if (p < 0)
+            continue;
+        double e = t->r.dev[o->dev[p]].end[o->pos[p]];
+        if (best < 0 || e > best_end) {
+            best = p;
+            best_end = e;
+        }
+    }
+    return best;
+}
+
+/* The data predecessors of op g (at most 2); returns how many.  A
+ * predecessor through a barrier is the pass that ended last. */
+static int dag_data_preds(const sched_t *s, const dag_ops *o, const viz_times *t, long g, long preds[2])
 {
     sched_op op = s->dev[o->dev[g]].ops[o->pos[g]];
     int n = 0;
     long p;
+    if (op.kind == OP_S) {
+        if ((p = o->by_key[dag_key(s, OP_F, s->n_stages - 1, op.mb)]) >= 0)
+            preds[n++] = p;
+        return n;
+    }
+    if (op.kind == OP_T) {
+        if ((p = dag_last_pass(s, o, t, OP_S, op.mb)) >= 0)
+            preds[n++] = p;
+        return n;
+    }
+    if ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1 && sched_has_vocab(s) &&
+        (p = dag_last_pass(s, o, t, s->vocab.variant == SCHED_VOCAB_2 ? OP_T : OP_S, op.mb)) >= 0)
+        preds[n++] = p;
     switch ((op_kind)op.kind) {
     case OP_F:
         if (op.stage > 0 && (p = o->by_key[dag_key(s, OP_F, op.stage - 1, op.mb)]) >= 0)
@@ -135,14 +179,21 @@ static int dag_data_preds(const sched_t *s, const dag_ops *o, long g, long preds
         if ((p = o->by_key[dag_key(s, OP_B, op.stage, op.mb)]) >= 0)
             preds[n++] = p;
         break;
+    case OP_S:
+    case OP_T:
+        break; /* handled above */
     }
     return n;
 }
 
 /* When the result of op `from` is available to the device of op `to`. */
-static double dag_ready(const sched_t *s, const dag_ops *o, const viz_times *t, long from, long to)
+static double dag_ready(const sched_t *s, const dag_ops *o, const viz_times *t, long from, long to,
+                        int via_lane)
 {
     double e = t->r.dev[o->dev[from]].end[o->pos[from]];
+    int kind = s->dev[o->dev[from]].ops[o->pos[from]].kind;
+    if (OP_IS_VOCAB(kind) && !via_lane) /* through barrier C0 or C1 */
+        return e + (kind == OP_S ? s->vocab.t_c0 : s->vocab.t_c1);
     return o->dev[from] == o->dev[to] ? e : e + s->t_comm;
 }
 
@@ -163,13 +214,13 @@ static void dag_critical(const sched_t *s, dag_ops *o, const viz_times *t)
     for (long g = last; g >= 0; g = o->crit_pred[g]) {
         o->on_crit[g] = 1;
         long preds[3];
-        int n = dag_data_preds(s, o, g, preds);
+        int n = dag_data_preds(s, o, t, g, preds), n_data = n;
         if (o->pos[g] > 0)
             preds[n++] = g - 1;
         long best = -1;
         double best_t = 0;
         for (int k = 0; k < n; k++) {
-            double r = dag_ready(s, o, t, preds[k], g);
+            double r = dag_ready(s, o, t, preds[k], g, k >= n_data);
             if (best < 0 || r > best_t) {
                 best = preds[k];
                 best_t = r;
@@ -241,6 +292,55 @@ static void dag_set(void *obj, const char *name, const char *value)
     agsafeset(obj, (char *)name, (char *)value, (char *)"");
 }
 
+/* The barrier nodes C0 j (and C1 j for Vocab-2), into *out[2m] (caller
+ * frees).  Returns 0 or -1 when memory runs out. */
+static int dag_barriers(const sched_t *s, Agraph_t *g, Agnode_t ***out)
+{
+    Agnode_t **b = calloc(2 * (size_t)s->n_micro, sizeof *b);
+    if (!b)
+        return -1;
+    char name[48];
+    for (int c = 0; c < 2; c++) {
+        if (c == 1 && s->vocab.variant != SCHED_VOCAB_2)
+            break;
+        for (int j = 0; j < s->n_micro; j++) {
+            snprintf(name, sizeof name, "C%d %d", c, j);
+            Agnode_t *n = b[c * s->n_micro + j] = agnode(g, name, 1);
+            dag_set(n, "shape", "ellipse");
+            dag_set(n, "style", "solid");
+            dag_set(n, "color", VIZ_BARRIER_STROKE);
+            dag_set(n, "fontcolor", VIZ_BARRIER_STROKE);
+            dag_set(n, "tooltip", c == 0 ? "barrier C0: all-reduce over all devices after every S"
+                                         : "barrier C1: all-reduce over all devices after every T");
+        }
+    }
+    *out = b;
+    return 0;
+}
+
+/* The edges of op gi that pass through a barrier: S -> C0, C0 -> T;
+ * Vocab-2 T -> C1; C0 or C1 -> the last stage's B/BW. */
+static void dag_barrier_edges(const sched_t *s, const dag_ops *o, Agraph_t *g, Agnode_t **node,
+                              Agnode_t **barrier, long gi)
+{
+    sched_op op = s->dev[o->dev[gi]].ops[o->pos[gi]];
+    Agnode_t *c0 = barrier[op.mb], *c1 = barrier[s->n_micro + op.mb];
+    Agedge_t *e = NULL;
+    if (op.kind == OP_S) {
+        e = agedge(g, node[gi], c0, NULL, 1);
+    } else if (op.kind == OP_T) {
+        e = agedge(g, c0, node[gi], NULL, 1);
+        if (c1) {
+            dag_set(e, "color", VIZ_BARRIER_STROKE);
+            e = agedge(g, node[gi], c1, NULL, 1);
+        }
+    } else if ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1) {
+        e = agedge(g, c1 ? c1 : c0, node[gi], NULL, 1);
+    }
+    if (e)
+        dag_set(e, "color", VIZ_BARRIER_STROKE);
+}
+
 static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
 {
     Agdisc_t disc = { &AgMemDisc, &dag_id_disc, &AgIoDisc };
@@ -301,19 +401,23 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
             long gi = o->first[d] + i;
             sched_op op = s->dev[d].ops[i];
             const char *kn = op_kind_name((op_kind)op.kind);
-            int chunk = t->stage_chunk[op.stage];
+            int vocab = OP_IS_VOCAB(op.kind);
+            int chunk = vocab ? 0 : t->stage_chunk[op.stage];
             viz_color col = viz_op_color((op_kind)op.kind, chunk, t->n_chunks);
             snprintf(name, sizeof name, "%s%d_s%d", kn, op.mb, op.stage);
             Agnode_t *n = node[gi] = agnode(c, name, 1);
-            if (t->n_chunks > 1)
+            if (vocab)
+                snprintf(text, sizeof text, "%s%d", kn, op.mb);
+            else if (t->n_chunks > 1)
                 snprintf(text, sizeof text, "%s%d s%d", kn, op.mb, op.stage);
             else
                 snprintf(text, sizeof text, "%s%d", kn, op.mb);
             dag_set(n, "label", text);
             dag_set(n, "fillcolor", col.fill);
             dag_set(n, "fontcolor", col.text);
-            snprintf(text, sizeof text, "%s%d stage %d on device %d: %.6g to %.6g", kn, op.mb,
-                     op.stage, d, t->r.dev[d].start[i], t->r.dev[d].end[i]);
+            snprintf(text, sizeof text, "%s%d %s %d on device %d: %.6g to %.6g", kn, op.mb,
+                     vocab ? "vocabulary shard" : "stage", op.stage, d,
+                     t->r.dev[d].start[i], t->r.dev[d].end[i]);
             dag_set(n, "tooltip", text);
             if (o->on_crit[gi]) {
                 dag_set(n, "color", "#d62728");
@@ -321,10 +425,21 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
             }
         }
     }
+    Agnode_t **barrier = NULL;
+    if (sched_has_vocab(s) && dag_barriers(s, g, &barrier) != 0) {
+        free(node);
+        agclose(g);
+        return NULL;
+    }
     for (long gi = 0; gi < o->n; gi++) {
         long preds[2];
-        int np = dag_data_preds(s, o, gi, preds);
+        int np = dag_data_preds(s, o, t, gi, preds);
+        if (barrier)
+            dag_barrier_edges(s, o, g, node, barrier, gi);
         for (int k = 0; k < np; k++) {
+            sched_op pop = s->dev[o->dev[preds[k]]].ops[o->pos[preds[k]]];
+            if (OP_IS_VOCAB(pop.kind))
+                continue; /* drawn through the barrier node */
             Agedge_t *e = agedge(g, node[preds[k]], node[gi], NULL, 1);
             if (o->crit_pred[gi] == preds[k] && o->on_crit[gi]) {
                 dag_set(e, "color", "#d62728");
@@ -344,6 +459,7 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
         }
     }
     free(node);
+    free(barrier);
     return g;
 }
 

@@ -21,6 +21,8 @@ static const rgb kind_base[] = {
     { 0x44, 0xD3, 0xDA }, /* B: the paper's teal */
     { 0x4C, 0xB8, 0x5C }, /* W: green */
     { 0xF2, 0x8E, 0x2B }, /* BW: orange, PyTorch's full backward */
+    { 0x8E, 0x5C, 0xD9 }, /* S: violet, vocabulary pass (output-layer shard) */
+    { 0xC2, 0x4F, 0xA8 }, /* T: plum, the vocabulary pass's backward */
 };
 _Static_assert(sizeof kind_base / sizeof kind_base[0] == OP_KIND_COUNT,
                "every op kind needs its own base colour");
@@ -54,7 +56,8 @@ viz_color viz_op_color(op_kind kind, int chunk, int n_chunks)
     assert(n_chunks >= 1 && chunk >= 0 && chunk < n_chunks);
     static const rgb black = { 0, 0, 0 }, white = { 255, 255, 255 };
     rgb base = kind_base[kind], c = base;
-    if (n_chunks > 1) {
+    /* Vocabulary passes belong to no chunk: one colour each. */
+    if (n_chunks > 1 && !OP_IS_VOCAB(kind)) {
         rgb dark = mix(base, black, 0.30), light = mix(base, white, 0.55);
         c = mix(dark, light, (double)chunk / (n_chunks - 1));
     }

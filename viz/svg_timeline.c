@@ -283,6 +283,7 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
     }
     static const char *const kind_text[] = {
         "F forward", "B input gradient", "W weight gradient", "BW full backward",
+        "S vocabulary pass (output shard)", "T vocabulary backward (output shard)",
     };
     _Static_assert(sizeof kind_text / sizeof kind_text[0] == OP_KIND_COUNT,
                    "every op kind needs a legend text");
@@ -293,17 +294,18 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
     for (int kind = 0; kind < OP_KIND_COUNT; kind++) {
         if (!present[kind])
             continue;
-        double w = 19.0 * n_chunks + 4 + 7.0 * (double)strlen(kind_text[kind]);
+        int swatches = OP_IS_VOCAB(kind) ? 1 : n_chunks; /* S, T: no chunks */
+        double w = 19.0 * swatches + 4 + 7.0 * (double)strlen(kind_text[kind]);
         if (x + w > right && x > L->plot_x) {
             x = L->plot_x;
             y += 20;
         }
-        for (int c = 0; c < n_chunks; c++) {
-            viz_color col = viz_op_color((op_kind)kind, c, n_chunks);
+        for (int c = 0; c < swatches; c++) {
+            viz_color col = viz_op_color((op_kind)kind, c, swatches);
             char num[16], cls[48];
             snprintf(num, sizeof num, "%d", c);
             snprintf(cls, sizeof cls, "key-%s chunk-%d", op_kind_name((op_kind)kind), c);
-            x = legend_swatch(b, x, y, cls, col.fill, col.text, n_chunks > 1 ? num : NULL) + 1;
+            x = legend_swatch(b, x, y, cls, col.fill, col.text, swatches > 1 ? num : NULL) + 1;
         }
         viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 4, y + 11, kind_text[kind]);
@@ -312,6 +314,23 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
     if (x + 52 > right && x > L->plot_x) {
         x = L->plot_x;
         y += 20;
+    }
+    if (present[OP_S] && n_src == 1 && src[0].t.r.barrier[0]) {
+        static const char text[] = "barrier C0/C1 ends (all-reduce)";
+        if (x + 22 + 7.0 * (sizeof text - 1) > right && x > L->plot_x) {
+            x = L->plot_x;
+            y += 20;
+        }
+        viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                       "stroke-width=\"1.5\" stroke-dasharray=\"2 2\"/>", x + 9, y, x + 9, y + 14,
+                       VIZ_BARRIER_STROKE);
+        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+                       x + 22, y + 11, text);
+        x += 22 + 7.0 * (sizeof text - 1) + 14;
+        if (x + 52 > right && x > L->plot_x) {
+            x = L->plot_x;
+            y += 20;
+        }
     }
     legend_swatch(b, x, y, "key-idle", VIZ_IDLE_FILL, NULL, NULL);
     viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">idle</text>\n",
@@ -347,6 +366,29 @@ static double tx(const tl_layout *L, const tl_src *src, double t)
     return L->plot_x + (t - src->t.t0) * src->scale;
 }
 
+/* Vocabulary parallelism: a dotted line across all lanes where each
+ * all-reduce barrier ends (simulated runs only; a trace has no barrier
+ * times). */
+static void draw_barriers(viz_buf *b, double y, double lanes_h, const tl_src *src, const tl_layout *L)
+{
+    const sim_result *r = &src->t.r;
+    if (!r->barrier[0])
+        return;
+    viz_buf_puts(b, "<g class=\"barriers\">\n");
+    for (int c = 0; c < 2; c++) {
+        if (c == 1 && src->s->vocab.variant != SCHED_VOCAB_2)
+            break;
+        for (int j = 0; j < r->n_micro; j++) {
+            double x = tx(L, src, r->barrier[c][j]);
+            viz_buf_printf(b, "<line class=\"barrier\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+                           "stroke=\"%s\" stroke-width=\"1\" stroke-dasharray=\"2 2\">"
+                           "<title>C%d of micro-batch %d ends: %.6g</title></line>\n",
+                           x, y, x, y + lanes_h, VIZ_BARRIER_STROKE, c, j, r->barrier[c][j]);
+        }
+    }
+    viz_buf_puts(b, "</g>\n");
+}
+
 /* Lanes of one schedule from y; returns the y below the last lane. */
 static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layout *L)
 {
@@ -375,7 +417,8 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
             sched_op op = l->ops[i];
             double a = t->r.dev[d].start[i], e = t->r.dev[d].end[i];
             double x0 = tx(L, src, a), w = (e - a) * src->scale;
-            int chunk = t->stage_chunk[op.stage];
+            int vocab = OP_IS_VOCAB(op.kind);
+            int chunk = vocab ? 0 : t->stage_chunk[op.stage];
             viz_color col = viz_op_color((op_kind)op.kind, chunk, t->n_chunks);
             const char *kn = op_kind_name((op_kind)op.kind);
             /* A white hairline separates back-to-back boxes; very thin boxes
@@ -383,8 +426,12 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
             viz_buf_printf(b, "<rect class=\"op op-%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"%s fill=\"%s\">",
                            kn, x0, ly, w, L->lane_h,
                            w >= 4 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "", col.fill);
-            viz_buf_printf(b, "<title>%s%d stage %d chunk %d: %.6g\xe2\x80\x93%.6g</title></rect>",
-                           kn, op.mb, op.stage, chunk, a, e);
+            if (vocab)
+                viz_buf_printf(b, "<title>%s%d vocabulary shard %d: %.6g\xe2\x80\x93%.6g</title></rect>",
+                               kn, op.mb, op.stage, a, e);
+            else
+                viz_buf_printf(b, "<title>%s%d stage %d chunk %d: %.6g\xe2\x80\x93%.6g</title></rect>",
+                               kn, op.mb, op.stage, chunk, a, e);
             if (L->op_font > 0) {
                 char num[16];
                 int n = snprintf(num, sizeof num, "%d", op.mb);
@@ -397,6 +444,7 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
         }
     }
     viz_buf_puts(b, "</g>\n");
+    draw_barriers(b, y, lanes_h, src, L);
     return y + lanes_h;
 }
 

@@ -55,6 +55,28 @@ static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, int d,
     return 0;
 }
 
+/* Vocabulary parallelism: the all-reduce barriers of device d on a thread
+ * of their own ("all-reduce", tid 1), as the side stream runs them: C0(j)
+ * and C1(j) each as a slice that ends when the simulator says it ends. */
+static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, int d, double k)
+{
+    if (!t->r.barrier[0])
+        return;
+    viz_buf_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
+                   "\"args\":{\"name\":\"all-reduce\"}}", d);
+    for (int c = 0; c < 2; c++) {
+        if (c == 1 && s->vocab.variant != SCHED_VOCAB_2)
+            break;
+        double dur = c == 0 ? s->vocab.t_c0 : s->vocab.t_c1;
+        for (int j = 0; j < t->r.n_micro; j++) {
+            double e = t->r.barrier[c][j];
+            viz_buf_printf(b, ",\n{\"name\":\"C%d %d\",\"cat\":\"barrier\",\"ph\":\"X\",\"pid\":%d,"
+                           "\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"barrier\":\"C%d\"}}",
+                           c, j, d, (e - dur - t->t0) * k, dur * k, j, c);
+        }
+    }
+}
+
 int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
 {
     viz_times t;
@@ -84,12 +106,20 @@ int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
             sched_op op = l->ops[i];
             const char *kn = op_kind_name((op_kind)op.kind);
             double a = t.r.dev[d].start[i], e = t.r.dev[d].end[i];
+            if (OP_IS_VOCAB(op.kind)) { /* a shard, not a stage or chunk */
+                viz_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
+                               "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"shard\":%d,"
+                               "\"kind\":\"%s\"}}",
+                               kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage, kn);
+                continue;
+            }
             viz_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
                            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"stage\":%d,\"chunk\":%d,"
                            "\"kind\":\"%s\"}}",
                            kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage,
                            t.stage_chunk[op.stage], kn);
         }
+        trace_barriers(&b, s, &t, d, k);
         if (trace_memory(&b, s, &t, d, k, err) != 0) {
             viz_buf_free(&b);
             viz_times_free(&t);

@@ -67,6 +67,8 @@ int cmd_export(int argc, char **argv)
     int rc = 0;
     if (sched_validate(s, &err)) {
         rc = cli_error("%s: invalid schedule: %s", path, err.msg);
+    } else if (torch_csv_check(s, &err)) {
+        rc = cli_error("%s: %s", path, err.msg);
     } else {
         char *csv = torch_csv_write(s);
         if (!csv)

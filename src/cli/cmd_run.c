@@ -751,6 +751,11 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
+    if (sched_has_vocab(s)) { /* before any data is read or the GPU touched */
+        cli_error("%s: vocabulary-parallel passes (S, T) are not executed by the runtime yet; "
+                  "generate the schedule with --vocab plain", a.file);
+        goto out;
+    }
     if ((rc = run_plan_resolve(a.file, s, a.model, a.batch, &setup)) != 0)
         goto out;
     rc = 1;

@@ -46,6 +46,10 @@ static void usage(FILE *out)
         "                        gpus_per_node); links across nodes use inter_node_bw\n"
         "  --loss plain|fused    loss kernel: logits kept (default) or fused linear\n"
         "                        cross-entropy in token chunks (Liger-Kernel)\n"
+        "  --vocab plain|parallel  plain (default): the head on the last stage only;\n"
+        "                        parallel: also plans with the output layer and embedding\n"
+        "                        split over the pipeline devices (Vocab-1/2,\n"
+        "                        docs/vocab-parallel.md; `run` cannot execute them yet)\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
         "  --profile FILE        measured per-op times/memory instead of the FLOP estimate\n"
         "  --recompute on|off|search\n"
@@ -191,6 +195,7 @@ static cJSON *candidate_json(const search_candidate *c)
         return NULL;
     cJSON_AddStringToObject(j, "schedule", c->label);
     cJSON_AddStringToObject(j, "family", c->family);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab); /* 0 plain, 1 or 2: Vocab-1/2 */
     cJSON_AddStringToObject(j, "status", status_name(c->status));
     cJSON_AddNumberToObject(j, "chunks", c->chunks);
     cJSON_AddNumberToObject(j, "pipeline_parallel", c->pp);
@@ -303,6 +308,7 @@ static int print_json(const search_options *o, const search_result *r)
 enum {
     OPT_MEM = 1000, OPT_MODEL, OPT_GPU, OPT_GPUS, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE,
     OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES, OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
+    OPT_VOCAB = 1100,
 };
 
 /* One line on where the memory layers went, from the plan search_annotate
@@ -335,6 +341,7 @@ int cmd_search(int argc, char **argv)
         { "stages", required_argument, NULL, OPT_STAGES },
         { "nodes", required_argument, NULL, OPT_NODES },
         { "loss", required_argument, NULL, OPT_LOSS },
+        { "vocab", required_argument, NULL, OPT_VOCAB },
         { "global-batch", required_argument, NULL, OPT_GLOBAL_BATCH },
         { "profile", required_argument, NULL, OPT_PROFILE },
         { "recompute", required_argument, NULL, OPT_RECOMPUTE },
@@ -356,6 +363,10 @@ int cmd_search(int argc, char **argv)
     };
     search_options o;
     search_options_default(&o);
+    /* Plain by default: `run` cannot execute vocabulary passes yet, so the
+     * default answer must be a plan it can train (and the search stays
+     * under a second); --vocab parallel ranks those plans too. */
+    o.vocab = 0;
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
     const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
     int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0, quiet = 0;
@@ -410,6 +421,14 @@ int cmd_search(int argc, char **argv)
                 o.loss = COST_LOSS_FUSED;
             else
                 return cli_usage("search", "--loss: '%s' is not plain or fused", optarg);
+            break;
+        case OPT_VOCAB:
+            if (!strcmp(optarg, "plain"))
+                o.vocab = 0;
+            else if (!strcmp(optarg, "parallel"))
+                o.vocab = 1;
+            else
+                return cli_usage("search", "--vocab: '%s' is not plain or parallel", optarg);
             break;
         case OPT_GLOBAL_BATCH:
             if (cli_parse_int("--global-batch", optarg, 1, 1 << 24, &num, &err) < 0)

@@ -136,7 +136,8 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad_cases[] = {
-    { "\"version\": 1", "\"version\": 2", "unsupported version 2" },
+    { "\"version\": 1", "\"version\": 3", "unsupported version 3" },
+    { "\"version\": 1", "\"version\": 2", "version 2 needs a \"vocab\" object" },
     { "\"version\": 1", "\"version\": \"1\"", "version must be a number" },
     { "\"version\": 1,", "", "version is missing" },
     { "zbsched-schedule", "other", "not a schedule file" },

@@ -3,7 +3,7 @@
  * computes, at the (p, m) shapes of issue 10: (4, 8), (4, 16), (8, 16),
  * two chunks per device.
  *
- * tests/gen/torch/*.csv were written by tools/torch/dump_orders.py from
+ * The CSV files in tests/gen/torch/ were written by tools/torch/dump_orders.py from
  * torch.distributed.pipelining's own order code (torch 2.15), so these
  * tests are an independent check that needs no PyTorch at run time:
  *

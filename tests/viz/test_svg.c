@@ -255,8 +255,11 @@ static void parse_colours(const char *svg, colour_map *cm)
         size_t kn = strlen(op_kind_name(kind));
         ck_assert_msg(!strncmp(title, op_kind_name(kind), kn), "box of kind %s titled %.20s",
                       op_kind_name(kind), title);
-        int mb, stage, chunk;
-        ck_assert_int_eq(sscanf(title + kn, "%d stage %d chunk %d:", &mb, &stage, &chunk), 3);
+        int mb, stage, chunk = 0;
+        if (OP_IS_VOCAB(kind)) /* a vocabulary shard, no chunk */
+            ck_assert_int_eq(sscanf(title + kn, "%d vocabulary shard %d:", &mb, &stage), 2);
+        else
+            ck_assert_int_eq(sscanf(title + kn, "%d stage %d chunk %d:", &mb, &stage, &chunk), 3);
         ck_assert(chunk >= 0 && chunk < MAX_CHUNKS);
         ck_assert_msg(cm->key[kind][chunk][0], "no legend swatch for %s chunk %d", op_kind_name(kind), chunk);
         ck_assert_msg(!strcmp(fill, cm->key[kind][chunk]), "%s%d stage %d drawn %s, legend says %s",
@@ -279,19 +282,21 @@ static long colour_dist2(const char *a, const char *b)
 
 /* Every swatch of a picture is a different colour, none is the idle grey,
  * and two kinds on the same chunk differ clearly (at least 32 apart in
- * RGB; the palette's closest pair, F and B on the lightest chunk, is 41). */
+ * RGB; the palette's closest pair, F and B on the lightest chunk, is 41).
+ * The vocabulary passes (S, T) belong to no chunk: one colour each, so
+ * only their chunk 0 counts. */
 static void check_distinct(const colour_map *cm, int n_chunks)
 {
     for (int k = 0; k < OP_KIND_COUNT; k++)
         for (int c = 0; c < n_chunks; c++) {
             const char *a = cm->key[k][c];
-            if (!a[0])
+            if (!a[0] || (OP_IS_VOCAB(k) && c > 0))
                 continue;
             ck_assert_str_ne(a, cm->idle);
             for (int k2 = 0; k2 < OP_KIND_COUNT; k2++)
                 for (int c2 = 0; c2 < n_chunks; c2++) {
                     const char *b = cm->key[k2][c2];
-                    if (!b[0] || (k2 == k && c2 == c))
+                    if (!b[0] || (k2 == k && c2 == c) || (OP_IS_VOCAB(k2) && c2 > 0))
                         continue;
                     ck_assert_msg(strcmp(a, b) != 0, "%s chunk %d and %s chunk %d share %s",
                                   op_kind_name(k), c, op_kind_name(k2), c2, a);
@@ -302,8 +307,9 @@ static void check_distinct(const colour_map *cm, int n_chunks)
         }
 }
 
-/* Every op kind gets its own colour, the one its legend swatch shows:
- * pictures with all four kinds, on one chunk per device and on two (V). */
+/* Every pipeline op kind gets its own colour, the one its legend swatch
+ * shows: pictures with all four kinds, on one chunk per device and on two
+ * (V).  The vocabulary passes are checked in tests/core/test_vocab.c. */
 START_TEST(each_kind_has_its_legend_colour)
 {
     sched_t *plain = fixture_zb_h1(4, 8), *v = fixture_v(2, 4);
@@ -322,8 +328,8 @@ START_TEST(each_kind_has_its_legend_colour)
         ck_assert(tu_xml_valid(svg, n));
         colour_map cm;
         parse_colours(svg, &cm);
-        ck_assert_int_eq(cm.n_keys, OP_KIND_COUNT * n_chunks);
-        for (int k = 0; k < OP_KIND_COUNT; k++) {
+        ck_assert_int_eq(cm.n_keys, OP_PIPE_KIND_COUNT * n_chunks);
+        for (int k = 0; k < OP_PIPE_KIND_COUNT; k++) {
             ck_assert_msg(want[k] > 0, "fixture %d lacks %s", i, op_kind_name(k));
             ck_assert_int_eq(cm.ops[k], want[k]);
             for (int c = 0; c < n_chunks; c++)
@@ -341,7 +347,7 @@ START_TEST(each_kind_has_its_legend_colour)
     ck_assert_int_eq(viz_svg_compare(plain, "predicted", meas, "measured", &svg, &n, &err), 0);
     colour_map cm;
     parse_colours(svg, &cm);
-    ck_assert_int_eq(cm.n_keys, OP_KIND_COUNT);
+    ck_assert_int_eq(cm.n_keys, OP_PIPE_KIND_COUNT);
     ck_assert_int_eq(cm.ops[OP_W], 2 * 16);
     free(svg);
     sched_free(meas);
@@ -353,6 +359,37 @@ END_TEST
 /* The palette itself, for every kind (including any added later) and up to
  * MAX_CHUNKS chunks: all colours of one picture are distinct, and kinds on
  * the same chunk stay clearly apart. */
+/* The vocabulary passes get their own colours too, each the one its
+ * legend swatch shows, distinct from every pipeline kind's: p=2, m=1,
+ * device 0 F0 S0 T0 BW0, device 1 F0 S0 BW0 T0 (Vocab-1). */
+START_TEST(vocab_passes_have_their_legend_colour)
+{
+    sched_t *s = sched_new(2, 1, 2);
+    ck_assert_ptr_nonnull(s);
+    sched_place_interleaved(s);
+    sched_set_costs(s, 1, 1, 1, 0.1);
+    sched_set_vocab(s, SCHED_VOCAB_1, 0.5, 0.5, 1, -1, 0.25, 0.125);
+    static const struct { int dev, kind, stage; } ops[] = {
+        { 0, OP_F, 0 }, { 0, OP_S, 0 }, { 0, OP_T, 0 }, { 0, OP_BW, 0 },
+        { 1, OP_F, 1 }, { 1, OP_S, 1 }, { 1, OP_BW, 1 }, { 1, OP_T, 1 },
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        ck_assert_int_eq(sched_push(s, ops[i].dev, (op_kind)ops[i].kind, ops[i].stage, 0), 0);
+    size_t n;
+    char *svg = render(s, &n);
+    ck_assert(tu_xml_valid(svg, n));
+    colour_map cm;
+    parse_colours(svg, &cm); /* every box's fill equals its kind's swatch */
+    ck_assert_int_eq(cm.ops[OP_S], 2);
+    ck_assert_int_eq(cm.ops[OP_T], 2);
+    ck_assert_str_eq(cm.key[OP_S][0], viz_op_color(OP_S, 0, 1).fill);
+    ck_assert_str_eq(cm.key[OP_T][0], viz_op_color(OP_T, 0, 1).fill);
+    check_distinct(&cm, 1);
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(palette_kinds_distinct)
 {
     for (int n_chunks = 1; n_chunks <= MAX_CHUNKS; n_chunks++) {
@@ -559,6 +596,7 @@ int main(void)
     tcase_add_test(tc, chunks_are_shaded);
     tcase_add_test(tc, each_kind_has_its_legend_colour);
     tcase_add_test(tc, palette_kinds_distinct);
+    tcase_add_test(tc, vocab_passes_have_their_legend_colour);
     tcase_add_test(tc, memory_limit_drawn_or_stated);
     tcase_add_test(tc, measured_times_are_used);
     tcase_add_test(tc, compare_on_one_scale);

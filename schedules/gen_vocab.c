@@ -1,0 +1,464 @@
+/*
+ * gen_vocab.c: vocabulary parallelism for any schedule (gen.h,
+ * gen_vocab_insert; design in docs/vocab-parallel.md).
+ *
+ * Vocabulary parallelism (Yeung, Qi et al., "Balancing Pipeline
+ * Parallelism with Vocabulary Parallelism", 2024) takes the output layer
+ * off the last stage and splits it over all p devices by vocabulary.  Each
+ * device then runs, per micro-batch j, an S pass (its logits shard, local
+ * softmax statistics and, in Vocab-1, its share of the input gradient) and
+ * a T pass (its shard's weight gradient; in Vocab-2 also its share of the
+ * input gradient).  All-reduce barriers join the shards: C0(j) after every
+ * S(j), and in Vocab-2 C1(j) after every T(j).  The last stage's backward
+ * of j waits for the barrier that delivers the input gradient.
+ *
+ * Placement.  The paper derives, for 1F1B, where each device's S and T go
+ * from the measured F and B times (its vocab_parallel_schedule.py walks a
+ * small state machine over the ranks), so that the S passes of micro-batch
+ * j are done on every device just as the last stage finishes F(j), and T
+ * of j-1 runs right before S of j.  We need the same for every kind (GPipe,
+ * 1F1B, interleaved, ZB-H1/H2, ZB-V, the solvers' outputs), so instead of
+ * one state machine per kind we place the passes by list scheduling under
+ * the schedule's own costs:
+ *
+ *   - the base ops keep their order on every device (the kind's character,
+ *     and its validity, are untouched);
+ *   - a pass is inserted at an op boundary of its device: the simulation
+ *     walks all devices in global time order and each device, when it
+ *     becomes free, takes whichever of (its next S, its next T, its next
+ *     base op) can start first, ties broken S first (the barriers gate the
+ *     last stage, so S is on the critical path), then base op, then T;
+ *   - in Vocab-2, T is on the critical path too (C1 gates the last stage's
+ *     backward), so T ties before base ops; in Vocab-1, T is placed where it
+ *     fits or right before the next S (the paper's "T of j-1, then S of j"),
+ *     so at most two micro-batches of logits wait on a device.
+ *
+ * Committing ops in order of their start time makes every decision on
+ * complete information: an op that could still make a pass ready earlier
+ * would have to end before the committed start, so it was already
+ * committed.  A device never blocks on a pass (passes wait only on
+ * F(S-1,j) and barriers, never on its own later ops), so the result is
+ * deadlock-free whenever the base schedule is; gen_vocab_insert still
+ * validates its output.
+ *
+ * Cost: O(p) per committed op (each step scans all devices), and
+ * gen_vocab_insert places six times (three lookaheads, hold on and off).
+ * Measured (bench/bench_vocab.c, 2-core VM, CPU time): one placement into
+ * 1F1B takes 0.6 ms at p=8, m=64 (2,048 ops out) and 0.49 s at p=64,
+ * m=1024 (262,144 ops); all six take 3.3 ms and 2.5 s.
+ */
+#include "schedules/gen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/sim.h"
+#include "src/validate.h"
+
+/* State of the placement walk. */
+typedef struct vwalk {
+    const sched_t *base; /* the schedule without passes (read only) */
+    sched_t *out;        /* the result being built: base's header, new lanes */
+    int p, m, S;         /* devices, micro-batches, stages */
+    double *f_end;       /* [S*m] end of F(s,j), NAN until committed */
+    double *b_end;       /* [S*m] end of B/BW(s,j), NAN until committed */
+    double *c_end[2];    /* [m] end of barrier C0(j) / C1(j), NAN until complete */
+    double *last[2];     /* [m] latest end of S(j) / T(j) so far */
+    int *count[2];       /* [m] devices that have run S(j) / T(j) */
+    int *pos;            /* [p] first base op of each device not yet run */
+    uint8_t **taken;     /* [p][n_ops] base op already run ahead of its turn */
+    int *ahead;          /* [p] ops run ahead of pos, not yet passed by it */
+    int lookahead;       /* how many F ops may run ahead of a blocked backward */
+    int hold;            /* 1: a device waits for an S that becomes ready before its
+                          * next base op would end, instead of starting that op */
+    int *next_s;         /* [p] next micro-batch whose S the device runs */
+    int *next_t;         /* [p] next micro-batch whose T the device runs */
+    double *free_at;     /* [p] time the device finishes its last committed op */
+} vwalk;
+
+/* A device's candidate for its next slot. */
+typedef struct vcand {
+    int kind;     /* op_kind, or -1 when the device can start nothing yet */
+    int index;    /* lane index of a base op, -1 for a pass */
+    int stage;    /* stage of a base op; shard (= device) of a pass */
+    int mb;       /* micro-batch */
+    double start; /* when it would start */
+    int rank;     /* tie rank: lower wins at equal start */
+} vcand;
+
+static double arrive(const vwalk *w, double end, int from_dev, int to_dev)
+{
+    return from_dev == to_dev ? end : end + w->base->t_comm;
+}
+
+/* When the inputs of base op `op` on device d arrive.  Only meaningful
+ * once they are all committed (fmax would skip a NAN): base_ready_strict
+ * checks that first. */
+static double base_ready(const vwalk *w, sched_op op, int d)
+{
+    const sched_t *s = w->base;
+    long cell = (long)op.stage * w->m + op.mb;
+    double t = 0;
+    switch ((op_kind)op.kind) {
+    case OP_F:
+        if (op.stage > 0)
+            t = arrive(w, w->f_end[cell - w->m], s->stage_device[op.stage - 1], d);
+        break;
+    case OP_B:
+    case OP_BW:
+        t = w->f_end[cell];
+        if (op.stage < w->S - 1)
+            t = fmax(t, arrive(w, w->b_end[cell + w->m], s->stage_device[op.stage + 1], d));
+        else /* the last stage's gradient comes through a barrier */
+            t = fmax(t, w->c_end[w->out->vocab.variant == SCHED_VOCAB_2 ? 1 : 0][op.mb]);
+        break;
+    case OP_W:
+        t = w->b_end[cell];
+        break;
+    case OP_S:
+    case OP_T:
+        return NAN; /* not base ops */
+    }
+    return t;
+}
+
+/* base_ready, or NAN while any input of op is not committed yet. */
+static double base_ready_strict(const vwalk *w, sched_op op, int d)
+{
+    long cell = (long)op.stage * w->m + op.mb;
+    switch ((op_kind)op.kind) {
+    case OP_F:
+        if (op.stage > 0 && isnan(w->f_end[cell - w->m]))
+            return NAN;
+        break;
+    case OP_B:
+    case OP_BW:
+        if (isnan(w->f_end[cell]))
+            return NAN;
+        if (op.stage < w->S - 1 && isnan(w->b_end[cell + w->m]))
+            return NAN;
+        if (op.stage == w->S - 1 &&
+            isnan(w->c_end[w->out->vocab.variant == SCHED_VOCAB_2 ? 1 : 0][op.mb]))
+            return NAN;
+        break;
+    case OP_W:
+        if (isnan(w->b_end[cell]))
+            return NAN;
+        break;
+    default:
+        return NAN;
+    }
+    return base_ready(w, op, d);
+}
+
+/* Device d's best next op under the policy in the file comment. */
+static vcand choose(const vwalk *w, int d)
+{
+    const sched_t *s = w->base;
+    const sched_vocab *v = &w->out->vocab;
+    double f = w->free_at[d];
+    vcand best = { .kind = -1 };
+    vcand c[4]; /* S, next base op, a forward ahead, T */
+    int n = 0;
+    int js = w->next_s[d], jt = w->next_t[d];
+    int last_dev = s->stage_device[w->S - 1];
+    /* At most two micro-batches of logits wait on a device: S of j+2
+     * waits for T of j (the paper runs T of j-1 right before S of j). */
+    if (js < w->m && js - jt < 2 && !isnan(w->f_end[(long)(w->S - 1) * w->m + js])) {
+        double r = arrive(w, w->f_end[(long)(w->S - 1) * w->m + js], last_dev, d);
+        c[n++] = (vcand){ OP_S, -1, d, js, fmax(f, r), 0 };
+    }
+    int base_left = w->pos[d] < s->dev[d].n_ops;
+    double base_start = NAN;
+    if (base_left) {
+        sched_op op = s->dev[d].ops[w->pos[d]];
+        double r = base_ready_strict(w, op, d);
+        if (!isnan(r)) {
+            base_start = fmax(f, r);
+            c[n++] = (vcand){ op.kind, w->pos[d], op.stage, op.mb, base_start, 2 };
+        }
+        /* The paper's extra warm-up: while the next backward waits (for a
+         * barrier, or for the stage after it), the lane's next forward may
+         * go first, at most `lookahead` of them at a time. */
+        if (op.kind != OP_F && w->ahead[d] < w->lookahead) {
+            int i = w->pos[d] + 1;
+            while (i < s->dev[d].n_ops && (s->dev[d].ops[i].kind != OP_F || w->taken[d][i]))
+                i++;
+            if (i < s->dev[d].n_ops) {
+                sched_op fo = s->dev[d].ops[i];
+                double rf = base_ready_strict(w, fo, d);
+                if (!isnan(rf) && (isnan(base_start) || fmax(f, rf) < base_start))
+                    c[n++] = (vcand){ OP_F, i, fo.stage, fo.mb, fmax(f, rf), 2 };
+            }
+        }
+    }
+    if (jt < js && !isnan(w->c_end[0][jt])) {
+        double st = fmax(f, w->c_end[0][jt]);
+        int rank = 3;
+        if (v->variant == SCHED_VOCAB_2) {
+            rank = 1; /* C1 gates the last stage: T is urgent */
+        } else {
+            /* Vocab-1: T of j before S of j+1 (bounded backlog), when the
+             * lane has nothing else left, or in a gap that it fits. */
+            int s_next_ready = n > 0 && c[0].kind == OP_S;
+            if ((s_next_ready && c[0].start <= st) || !base_left ||
+                (!isnan(base_start) && st + v->t_t <= base_start) || js - jt >= 2)
+                rank = 1;
+        }
+        /* Otherwise T only fills a device that has nothing else known. */
+        if (rank == 1 || n == 0)
+            c[n++] = (vcand){ OP_T, -1, d, jt, st, rank };
+    }
+    for (int i = 0; i < n; i++) {
+        /* A rank-1 T runs first even when S could start at the same time
+         * (T of j-1 then S of j, as the paper fuses them). */
+        if (best.kind < 0 || c[i].start < best.start ||
+            (c[i].start == best.start && c[i].rank < best.rank))
+            best = c[i];
+    }
+    /* A T that must run (rank 1) and is ready no later than the others
+     * goes first even if another op could start a hair earlier on a free
+     * device: it is due now. */
+    for (int i = 0; i < n; i++)
+        if (c[i].kind == OP_T && c[i].rank == 1 && best.kind != OP_T && c[i].start <= best.start)
+            best = c[i];
+    /* Hold: the barrier waits for this device's S, and the last stage for
+     * the barrier; idling until S is ready costs this device less than
+     * making every device wait a whole op for it. */
+    if (w->hold && best.kind >= 0 && !OP_IS_VOCAB(best.kind) && n > 0 && c[0].kind == OP_S) {
+        sched_op bo = { (uint8_t)best.kind, best.stage, best.mb };
+        if (c[0].start < best.start + sched_op_time(w->out, bo))
+            best = c[0];
+    }
+    return best;
+}
+
+/* Commits candidate c on device d. */
+static int commit(vwalk *w, int d, vcand c)
+{
+    const sched_t *s = w->base;
+    const sched_vocab *v = &w->out->vocab;
+    sched_op op = { (uint8_t)c.kind, c.stage, c.mb };
+    double end = c.start + sched_op_time(w->out, op);
+    if (sched_push(w->out, d, (op_kind)c.kind, c.stage, c.mb) != 0)
+        return -1;
+    w->free_at[d] = end;
+    if (OP_IS_VOCAB(c.kind)) {
+        int k = c.kind == OP_S ? 0 : 1;
+        if (k == 0)
+            w->next_s[d]++;
+        else
+            w->next_t[d]++;
+        w->last[k][c.mb] = fmax(w->last[k][c.mb], end);
+        if (++w->count[k][c.mb] == w->p)
+            w->c_end[k][c.mb] = w->last[k][c.mb] + (k == 0 ? v->t_c0 : v->t_c1);
+        return 0;
+    }
+    long cell = (long)c.stage * w->m + c.mb;
+    if (c.kind == OP_F)
+        w->f_end[cell] = end;
+    else if (c.kind == OP_B || c.kind == OP_BW)
+        w->b_end[cell] = end;
+    if (c.index != w->pos[d]) { /* a forward run ahead of its turn */
+        w->taken[d][c.index] = 1;
+        w->ahead[d]++;
+        return 0;
+    }
+    w->pos[d]++; /* then past forwards already run ahead */
+    while (w->pos[d] < s->dev[d].n_ops && w->taken[d][w->pos[d]]) {
+        w->pos[d]++;
+        w->ahead[d]--;
+    }
+    return 0;
+}
+
+static void vwalk_free(vwalk *w)
+{
+    free(w->f_end);
+    free(w->b_end);
+    for (int k = 0; k < 2; k++) {
+        free(w->c_end[k]);
+        free(w->last[k]);
+        free(w->count[k]);
+    }
+    if (w->taken)
+        for (int d = 0; d < w->p; d++)
+            free(w->taken[d]);
+    free(w->taken);
+    free(w->ahead);
+    free(w->pos);
+    free(w->next_s);
+    free(w->next_t);
+    free(w->free_at);
+}
+
+/* A copy of base's header (placement, costs, memory, meta) with empty
+ * lanes and vocabulary parallelism v on. */
+static sched_t *empty_like(const sched_t *base, const sched_vocab *v)
+{
+    sched_t *o = sched_new(base->n_devices, base->n_micro, base->n_stages);
+    if (!o)
+        return NULL;
+    memcpy(o->stage_device, base->stage_device, sizeof *o->stage_device * (size_t)base->n_stages);
+    memcpy(o->cost, base->cost, sizeof *o->cost * (size_t)base->n_stages);
+    o->t_comm = base->t_comm;
+    memcpy(o->time_unit, base->time_unit, sizeof o->time_unit);
+    memcpy(o->mem_unit, base->mem_unit, sizeof o->mem_unit);
+    size_t pb = sizeof(double) * (size_t)base->n_devices;
+    if ((base->mem_limit && !(o->mem_limit = malloc(pb))) ||
+        (base->mem_static && !(o->mem_static = malloc(pb))) ||
+        (base->meta && !(o->meta = cJSON_Duplicate(base->meta, 1)))) {
+        sched_free(o);
+        return NULL;
+    }
+    if (base->mem_limit)
+        memcpy(o->mem_limit, base->mem_limit, pb);
+    if (base->mem_static)
+        memcpy(o->mem_static, base->mem_static, pb);
+    /* "1f1b" becomes "1f1b+vocab-1" when the name has room. */
+    int n = snprintf(o->name, sizeof o->name, "%s+vocab-%d", base->name, v->variant);
+    if (n < 0 || (size_t)n >= sizeof o->name)
+        memcpy(o->name, base->name, sizeof o->name);
+    sched_set_vocab(o, (sched_vocab_variant)v->variant, v->t_s, v->t_t, v->d_s, v->d_t, v->t_c0,
+                    v->t_c1);
+    return o;
+}
+
+int gen_vocab_check(const sched_vocab *v, zb_err *err)
+{
+    if (v->variant != SCHED_VOCAB_1 && v->variant != SCHED_VOCAB_2)
+        return zb_fail(err, "vocabulary parallelism: variant must be 1 or 2, got %d", v->variant);
+    const double t[4] = { v->t_s, v->t_t, v->t_c0, v->t_c1 };
+    static const char *const name[4] = { "S time", "T time", "C0 time", "C1 time" };
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(t[i]) || t[i] < 0)
+            return zb_fail(err, "vocabulary parallelism: %s must be finite and not negative", name[i]);
+    if (!isfinite(v->d_s) || !isfinite(v->d_t))
+        return zb_fail(err, "vocabulary parallelism: memory deltas must be finite");
+    return 0;
+}
+
+/* One placement with the given lookahead; base is valid and plain. */
+static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                        sched_t **out, zb_err *err)
+{
+    vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
+                .lookahead = lookahead, .hold = hold };
+    size_t cells = (size_t)w.S * (size_t)w.m, m = (size_t)w.m, p = (size_t)w.p;
+    w.out = empty_like(base, v);
+    w.f_end = malloc(cells * sizeof(double));
+    w.b_end = malloc(cells * sizeof(double));
+    for (int k = 0; k < 2; k++) {
+        w.c_end[k] = malloc(m * sizeof(double));
+        w.last[k] = calloc(m, sizeof(double));
+        w.count[k] = calloc(m, sizeof(int));
+    }
+    w.pos = calloc(p, sizeof(int));
+    w.next_s = calloc(p, sizeof(int));
+    w.next_t = calloc(p, sizeof(int));
+    w.free_at = calloc(p, sizeof(double));
+    w.ahead = calloc(p, sizeof(int));
+    w.taken = calloc(p, sizeof *w.taken);
+    int rc = -1;
+    for (int d = 0; w.taken && d < w.p; d++)
+        if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1))) {
+            zb_fail(err, "out of memory inserting vocabulary passes");
+            goto out;
+        }
+    if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
+        !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
+        !w.ahead || !w.taken) {
+        zb_fail(err, "out of memory inserting vocabulary passes");
+        goto out;
+    }
+    for (size_t i = 0; i < cells; i++)
+        w.f_end[i] = w.b_end[i] = NAN;
+    for (size_t j = 0; j < m; j++)
+        w.c_end[0][j] = w.c_end[1][j] = NAN;
+    long total = sched_op_count(base) + 2L * w.p * w.m;
+    for (long done = 0; done < total; done++) {
+        int best_d = -1;
+        vcand best = { .kind = -1 };
+        for (int d = 0; d < w.p; d++) {
+            vcand c = choose(&w, d);
+            if (c.kind >= 0 && (best_d < 0 || c.start < best.start)) {
+                best = c;
+                best_d = d;
+            }
+        }
+        if (best_d < 0) {
+            zb_fail(err, "vocabulary parallelism: placement stuck after %ld of %ld ops", done, total);
+            goto out;
+        }
+        if (commit(&w, best_d, best) != 0) {
+            zb_fail(err, "out of memory inserting vocabulary passes");
+            goto out;
+        }
+    }
+    if (sched_validate(w.out, err) != 0) {
+        zb_wrap(err, "vocabulary parallelism: placement gave an invalid schedule: ");
+        goto out;
+    }
+    *out = w.out;
+    w.out = NULL;
+    rc = 0;
+out:
+    sched_free(w.out);
+    vwalk_free(&w);
+    return rc;
+}
+
+int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, sched_t **out,
+                           zb_err *err)
+{
+    return gen_vocab_insert_with(base, v, lookahead, 0, out, err);
+}
+
+int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                          sched_t **out, zb_err *err)
+{
+    if (gen_vocab_check(v, err) != 0)
+        return -1;
+    if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
+        return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
+                       GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
+    if (sched_has_vocab(base))
+        return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
+    if (sched_validate(base, err) != 0)
+        return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
+    return insert_ahead(base, v, lookahead, hold != 0, out, err);
+}
+
+int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
+{
+    sched_t *best = NULL;
+    double best_cost = INFINITY;
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        int k = q / 2, hold = q % 2;
+        sched_t *s = NULL;
+        if (gen_vocab_insert_with(base, v, k, hold, &s, err) != 0) {
+            sched_free(best);
+            return -1;
+        }
+        sim_result r;
+        if (sim_run(s, &r, err) != 0) {
+            sched_free(s);
+            sched_free(best);
+            return -1;
+        }
+        /* Lower lookahead wins ties: it holds fewer micro-batches; then
+         * no hold. */
+        if (r.cost < best_cost * (1 - 1e-9)) {
+            sched_free(best);
+            best = s;
+            best_cost = r.cost;
+        } else {
+            sched_free(s);
+        }
+        sim_result_free(&r);
+    }
+    *out = best;
+    return 0;
+}
