@@ -8,6 +8,9 @@
  * note the step, and let the outer optimizer sync when it is due.  The
  * sync mode has its own loop (run_sync): backward on every replica, one
  * gradient all-reduce, apply on every replica, check they still agree.
+ * Both loops check every replica's step against the divergence rule
+ * (island_check_step) before anything else uses it, so a diverged run
+ * stops at the step where it diverged instead of training to the end.
  */
 #include "runtime/outer/islands.h"
 
@@ -131,10 +134,51 @@ static int check_opts(const islands_opts *io, zb_err *err)
 
 typedef struct island_set {
     trainer **t;   /* [cap] trainer of each outer replica id, NULL once gone */
+    long *streak;  /* [cap] consecutive skipped steps of each replica */
     int cap;       /* allocated ids */
     float **ptr;   /* [n_seg] scratch: segment pointers of one replica */
     seg_layout l;  /* the segment layout (same for every replica) */
 } island_set;
+
+/* Grows is->t and is->streak to hold at least `need` ids (new slots
+ * empty).  Returns 0 or -1 with err set. */
+static int island_slots(island_set *is, int need, zb_err *err)
+{
+    if (need <= is->cap)
+        return 0;
+    int cap = need + 8;
+    trainer **nt = realloc(is->t, (size_t)cap * sizeof *nt);
+    if (!nt)
+        return zb_fail(err, "islands: out of memory");
+    is->t = nt;
+    long *ns = realloc(is->streak, (size_t)cap * sizeof *ns);
+    if (!ns)
+        return zb_fail(err, "islands: out of memory");
+    is->streak = ns;
+    memset(nt + is->cap, 0, (size_t)(cap - is->cap) * sizeof *nt);
+    memset(ns + is->cap, 0, (size_t)(cap - is->cap) * sizeof *ns);
+    is->cap = cap;
+    return 0;
+}
+
+/* The divergence rule (islands.h) for replica id after a step of its
+ * that returned `loss` and moved its skipped-step counter from
+ * skipped_before; step is 0-based.  Returns 0 to go on, or -1 with err
+ * naming the step, the replica and why. */
+static int island_check_step(island_set *is, int id, long step, double loss,
+                             long skipped_before, const islands_opts *io, zb_err *err)
+{
+    if (!isfinite(loss))
+        return zb_fail(err, "step %ld: replica %d: the training loss is %s (diverged; try a lower "
+                       "--lr or --outer-lr)", step + 1, id, isnan(loss) ? "NaN" : "infinite");
+    long skipped = trainer_get_stats(is->t[id])->skipped_steps;
+    is->streak[id] = skipped > skipped_before ? is->streak[id] + 1 : 0;
+    if (io->max_skipped > 0 && is->streak[id] >= io->max_skipped)
+        return zb_fail(err, "step %ld: replica %d: diverged: %ld steps in a row were skipped because "
+                       "the gradient was not finite (loss %.4g; try a lower --lr, or raise "
+                       "--max-skipped)", step + 1, id, is->streak[id], loss);
+    return 0;
+}
 
 static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_model *m,
                       const zb_data *d, const trainer_opts *base, uint64_t stream, zb_err *err)
@@ -159,26 +203,17 @@ static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_mod
             trainer_free(t);
             return -1;
         }
-        if (id >= is->cap) {
-            int cap = id + 8;
-            trainer **nt = realloc(is->t, (size_t)cap * sizeof *nt);
-            if (!nt) {
-                trainer_free(t);
-                return zb_fail(err, "islands: out of memory");
-            }
-            memset(nt + is->cap, 0, (size_t)(cap - is->cap) * sizeof *nt);
-            is->t = nt;
-            is->cap = cap;
+        if (island_slots(is, id + 1, err)) {
+            trainer_free(t);
+            return -1;
         }
         is->t[id] = t;
     } else {
         /* The first trainer only fixes the layout for outer_new. */
-        is->t = calloc(8, sizeof *is->t);
-        if (!is->t) {
+        if (island_slots(is, 8, err)) {
             trainer_free(t);
-            return zb_fail(err, "islands: out of memory");
+            return -1;
         }
-        is->cap = 8;
         is->t[0] = t;
     }
     return 0;
@@ -189,6 +224,7 @@ static void island_set_free(island_set *is)
     for (int i = 0; i < is->cap; i++)
         trainer_free(is->t[i]);
     free(is->t);
+    free(is->streak);
     free(is->ptr);
     seg_layout_free(&is->l);
 }
@@ -243,16 +279,9 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
             opts.data_stream = (uint64_t)r;
             if ((rc = trainer_create(s, m, d, &opts, &t, err)) != 0)
                 break;
-            if (r >= is.cap) { /* island_add's first call made 8 slots */
-                trainer **nt = realloc(is.t, (size_t)(r + 8) * sizeof *nt);
-                if (!nt) {
-                    trainer_free(t);
-                    rc = zb_fail(err, "islands: out of memory");
-                    break;
-                }
-                memset(nt + is.cap, 0, (size_t)(r + 8 - is.cap) * sizeof *nt);
-                is.t = nt;
-                is.cap = r + 8;
+            if ((rc = island_slots(&is, r + 1, err)) != 0) {
+                trainer_free(t);
+                break;
             }
             is.t[r] = t;
         }
@@ -265,13 +294,17 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
         else
             assert(id == r); /* ids are handed out in order from 0 */
     }
+    double *loss = malloc((size_t)io->replicas * sizeof *loss);
+    long *skipped_before = malloc((size_t)io->replicas * sizeof *skipped_before);
+    if (rc == 0 && (!loss || !skipped_before))
+        rc = zb_fail(err, "islands: out of memory");
     for (long step = 0; step < io->steps && rc == 0; step++) {
         double sum = 0.0;
         for (int r = 0; r < io->replicas && rc == 0; r++) {
-            double loss;
-            if ((rc = trainer_backward(is.t[r], &loss, err)) != 0)
+            skipped_before[r] = trainer_get_stats(is.t[r])->skipped_steps;
+            if ((rc = trainer_backward(is.t[r], &loss[r], err)) != 0)
                 break;
-            sum += loss;
+            sum += loss[r];
             res->tokens += trainer_get_stats(is.t[r])->tokens_per_step;
         }
         if (rc)
@@ -281,6 +314,9 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
             break;
         for (int r = 0; r < io->replicas && rc == 0; r++)
             rc = trainer_apply(is.t[r], err);
+        /* After the apply, which is where a step is skipped. */
+        for (int r = 0; r < io->replicas && rc == 0; r++)
+            rc = island_check_step(&is, r, step, loss[r], skipped_before[r], io, err);
         if (rc)
             break;
         if (!replicas_identical(&is, 0)) {
@@ -295,6 +331,8 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
     res->final_replicas = io->replicas;
     res->outer_steps = outer_step_count(o);
     res->bytes_sent = outer_traffic(o)->bytes_sent;
+    free(loss);
+    free(skipped_before);
     free(gptr);
     outer_free(o);
     island_set_free(&is);
@@ -347,7 +385,10 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             if (!is.t[id] || !outer_replica_trains(o, id))
                 continue;
             double loss;
+            long skipped_before = trainer_get_stats(is.t[id])->skipped_steps;
             if ((rc = trainer_step(is.t[id], &loss, err)) != 0)
+                break;
+            if ((rc = island_check_step(&is, id, step, loss, skipped_before, io, err)) != 0)
                 break;
             outer_note_step(o, id);
             sum += loss;

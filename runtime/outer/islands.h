@@ -57,6 +57,9 @@ typedef struct islands_opts {
     int eval_every;              /* > 0: validation loss every this many steps */
     const islands_event *events; /* [n_events] sorted by step, or NULL */
     int n_events;                /* elastic events */
+    long max_skipped;            /* > 0: a replica with this many consecutive
+                                    steps skipped (gradient not finite) stops
+                                    the run; 0: never */
 } islands_opts;
 
 typedef struct islands_result {
@@ -83,7 +86,14 @@ void islands_opts_default(islands_opts *o);
  * evaluates the result.  Fills *res (free with islands_result_free).
  * Returns 0, or -1 with err set (invalid options, a trainer failure, a
  * non-finite DiLoCo pseudo-gradient, an event naming an absent replica,
- * sync replicas that diverged, which would be a bug). */
+ * sync replicas that diverged, which would be a bug).
+ *
+ * Divergence stops the run at once, the rule of the single-trainer `run`:
+ * a replica whose training loss is not finite, or (io->max_skipped > 0)
+ * whose last io->max_skipped steps were all skipped for a gradient that
+ * was not finite, fails the call right after that step with err naming
+ * the 1-based step, the replica id and why ("step 2: replica 1: the
+ * training loss is NaN ..."); no later step or outer sync runs. */
 int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                 const trainer_opts *base, const islands_opts *io,
                 islands_result *res, zb_err *err);

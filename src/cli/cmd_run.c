@@ -493,6 +493,7 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     islands_result r;
     a->isl.steps = a->steps;
     a->isl.eval_every = (int)a->eval_every;
+    a->isl.max_skipped = a->max_skipped;
     if (!a->quiet)
         fprintf(stderr, "zbsched run: %d replicas of %s, outer %s, all-reduce %s, H=%d, %ld steps\n",
                 a->isl.replicas, s->name[0] ? s->name : a->file, outer_kind_name(a->isl.outer.kind),
@@ -501,12 +502,11 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
         zb_wrap(&err, "%s: ", a->file);
         return cli_fail(&err);
     }
-    /* The replicas' mean loss of a step is not finite when a replica
-     * diverged (its steps are then skipped and the outer step may hide it
-     * in the final model): the run failed, whatever the final loss says.
-     * islands_run runs to its end; the step named is the first bad one.
-     * (A step is also NaN when no replica trained, which only replica
-     * events cause; the command line has none.) */
+    /* islands_run stops at the first step where a replica's loss is not
+     * finite or --max-skipped of its steps in a row were skipped, and its
+     * error names the step and the replica.  This check stays as a guard:
+     * a step's mean is also NaN when no replica trained, which only
+     * replica events cause (the command line has none). */
     for (long i = 0; i < r.steps; i++)
         if (!isfinite(r.loss[i])) {
             double bad = r.loss[i];

@@ -5,7 +5,8 @@
  * quarter, runs are deterministic, the sync baseline counts a gradient
  * all-reduce per step (K real replicas; K = 1 is a plain trainer bit for
  * bit), a replica leaving and one joining mid-run leave a
- * working model, and training lowers the loss.
+ * working model, training lowers the loss, and a diverged run stops at
+ * the step where it diverged, naming the replica.
  */
 #include <check.h>
 #include <math.h>
@@ -215,6 +216,38 @@ START_TEST(elastic_replica_leaves_and_joins)
 }
 END_TEST
 
+/* A huge learning rate: every outer optimizer stops at the first step
+ * whose loss is not finite, long before the (absurdly many) steps asked
+ * for, and names the step and the replica; a run that went on to the end
+ * would time the test out.  (The skipped-steps rule is tested through
+ * the CLI, tests/runtime/test_run_inputs.c: this narrow model goes
+ * straight to a NaN loss.) */
+START_TEST(diverged_run_stops_at_once)
+{
+    fixture f;
+    fixture_init(&f);
+    f.topts.adamw.lr = 1e30f;
+    const outer_kind kinds[] = { OUTER_DILOCO, OUTER_AEDIT, OUTER_SYNC };
+    for (int i = 0; i < 3; i++) {
+        islands_opts io;
+        islands_opts_default(&io);
+        io.replicas = 2;
+        io.steps = 1000000;
+        outer_config_default(&io.outer, kinds[i]);
+        io.max_skipped = 5;
+        islands_result r;
+        zb_err err = { "" };
+        ck_assert_int_eq(islands_run(f.s, &f.m, f.d, &f.topts, &io, &r, &err), -1);
+        ck_assert_msg(strncmp(err.msg, "step ", 5) == 0 &&
+                      strstr(err.msg, ": replica 0: the training loss is NaN (diverged") != NULL,
+                      "%s", err.msg);
+        ck_assert_ptr_null(strchr(err.msg, '\n'));
+        ck_assert_ptr_null(r.loss); /* freed on failure */
+    }
+    fixture_free(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("outer_islands");
@@ -225,6 +258,7 @@ int main(void)
     tcase_add_test(tc, sync_baseline_counts_gradient_allreduce);
     tcase_add_test(tc, sync_runs_real_replicas);
     tcase_add_test(tc, elastic_replica_leaves_and_joins);
+    tcase_add_test(tc, diverged_run_stops_at_once);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -97,6 +97,18 @@ START_TEST(diverged_islands_fail)
                 "--eval-windows 2 --json -q");
     expect_failure(rc, "the training loss is NaN");
     ck_assert_ptr_null(strstr(out_text, "null"));
+    /* The run stops at the step that diverged, naming the replica: 100000
+     * steps would not finish inside the 20 s timeout (exit 124). */
+    rc = cli_run(tmpdir, "timeout 20",
+                 "run s.json --data text.txt --steps 100000 --replicas 2 --outer a-edit --lr 1e30 "
+                 "--eval-windows 2 -q", out_text, sizeof out_text, err_text, sizeof err_text);
+    expect_failure(rc, "s.json: step 2: replica 0: the training loss is NaN (diverged");
+    /* --max-skipped applies to every replica as it does to one trainer. */
+    rc = cli_run(tmpdir, "timeout 20",
+                 "run s.json --data text.txt --steps 100000 --replicas 2 --outer diloco --lr 1e6 "
+                 "--max-skipped 2 --eval-windows 2 -q", out_text, sizeof out_text, err_text,
+                 sizeof err_text);
+    expect_failure(rc, ": replica 0: diverged: 2 steps in a row were skipped");
 }
 END_TEST
 
