@@ -153,10 +153,12 @@ int eplb_policy_parse(const char *name, eplb_policy *out, zb_err *err);
 /* Parses a load matrix from text: a JSON array of per-layer arrays of
  * numbers, or CSV (one layer per line, numbers separated by commas; blank
  * lines ignored).  The format is told by the first non-blank character
- * ('[' is JSON).  Every row must have the same, non-zero length.  Stores a
- * malloc'd row-major matrix in *weight (caller frees) with its shape and
- * returns 0, or -1 with err naming the row and column of the first problem
- * (not a number, not finite, negative, ragged rows, empty). */
+ * ('[' or '{' is JSON, which must be an array).  Every row must have the
+ * same, non-zero length.  Stores a malloc'd row-major matrix in *weight
+ * (caller frees) with its shape and returns 0, or -1 with err naming the
+ * row and column of the first problem (not a number, not finite, negative,
+ * ragged rows, empty), or the JSON problem (text after the array, a NUL in
+ * a string, a key twice) or a NUL byte in a CSV. */
 int eplb_parse_weights(const char *text, size_t len, double **weight, int *n_layers,
                        int *n_experts, zb_err *err);
 

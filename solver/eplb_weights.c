@@ -7,14 +7,26 @@
  * (json.dumps(t.tolist())) or a spreadsheet-style CSV.  Both are small (a
  * DeepSeek-V3 matrix is 61 x 256 numbers, ~100 KB), so the whole text is
  * parsed in memory.  The first non-blank character picks the format: '['
- * is JSON, anything else CSV.
+ * (or '{', so that an object gets a JSON message) is JSON, anything else
+ * CSV.
  *
  * Every problem is reported with its 0-based layer (row) and expert
  * (column), so a user can find the bad cell: a cell that is not a number,
  * a load that is negative or not finite (NaN, inf, or a JSON number too
  * large for a double), rows of different lengths, no rows at all.
+ *
+ * The JSON goes through the checks every zbsched JSON reader shares
+ * (src/input.h): no NUL inside a string, no key twice in an object, and
+ * nothing but blanks after the document (cJSON would stop at the end of
+ * the array and silently ignore the rest).  A NUL byte anywhere in a CSV
+ * is refused too, as strtod would stop at it and read "4\0junk" as 4, and
+ * a cell quoted in a message has its non-printable bytes escaped, so a
+ * binary file puts no raw bytes on the terminal.  The caller caps the
+ * input's size (zb_read_capped).
  */
 #include "solver/eplb.h"
+
+#include "src/input.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -36,11 +48,21 @@ static int check_load(double v, int row, int col, zb_err *err)
 static int parse_json(const char *text, size_t len, double **weight, int *n_layers,
                       int *n_experts, zb_err *err)
 {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root)
         return zb_fail(err, "not valid JSON (expected an array of per-layer arrays of loads)");
     int rc = -1, rows = cJSON_GetArraySize(root), cols = 0;
     double *w = NULL;
+    size_t at = (size_t)(end - text);
+    while (at < len && isspace((unsigned char)text[at]))
+        at++;
+    if (at < len) {
+        zb_fail(err, "not valid JSON: unexpected text after the array at byte %zu", at);
+        goto out;
+    }
+    if (zb_json_check_strings(text, len, err) || zb_json_check_duplicates(root, err))
+        goto out;
     if (!cJSON_IsArray(root) || rows == 0) {
         zb_fail(err, "expected a non-empty array of per-layer arrays of loads");
         goto out;
@@ -122,8 +144,11 @@ static int parse_cell(const char *p, const char *end, int row, int col, double *
     char *stop;
     errno = 0;
     double v = strtod(buf, &stop);
-    if (*stop != '\0')
-        return zb_fail(err, "layer %d, expert %d: '%s' is not a number", row, col, buf);
+    if (*stop != '\0') {
+        char shown[sizeof buf * 4];
+        return zb_fail(err, "layer %d, expert %d: '%s' is not a number", row, col,
+                       zb_escape_bytes(shown, sizeof shown, buf, n));
+    }
     if (errno == ERANGE && fabs(v) > 1)
         return zb_fail(err, "layer %d, expert %d: load is not finite", row, col);
     if (check_load(v, row, col, err))
@@ -139,6 +164,13 @@ static int parse_csv(const char *text, size_t len, double **weight, int *n_layer
     int rows = 0, cols = 0;
     size_t cap = 0;
     double *w = NULL;
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        int line = 1;
+        for (const char *p = text; p < nul; p++)
+            line += *p == '\n';
+        return zb_fail(err, "line %d: a NUL byte (not a text file?)", line);
+    }
     for (const char *line = text; line < end;) {
         const char *eol = memchr(line, '\n', (size_t)(end - line));
         if (!eol)
@@ -208,7 +240,7 @@ int eplb_parse_weights(const char *text, size_t len, double **weight, int *n_lay
         i++;
     if (i == len)
         return zb_fail(err, "no loads: the input is empty");
-    if (text[i] == '[')
+    if (text[i] == '[' || text[i] == '{')
         return parse_json(text, len, weight, n_layers, n_experts, err);
     return parse_csv(text, len, weight, n_layers, n_experts, err);
 }

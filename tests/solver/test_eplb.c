@@ -540,6 +540,32 @@ START_TEST(parse_weights)
                       bad[i].want);
         ck_assert_ptr_null(w);
     }
+    /* What every JSON reader refuses (src/input.h), and a NUL byte in a
+     * CSV; the texts may hold NUL bytes, so their length is the literal's. */
+#define TEXT(s) s, sizeof(s) - 1
+    struct {
+        const char *text;
+        size_t len;
+        const char *want;
+    } shared[] = {
+        { TEXT("[[1,2],[3,4]] junk"), "unexpected text after the array" },
+        { TEXT("[[1,2],[3,4]]\0[[9]]"), "unexpected text after the array" },
+        { TEXT("[[1,2],[3,\"a\\u0000\"]]"), "NUL character" },
+        { TEXT("[[1,2],[3,\"a\0b\"]]"), "NUL character" },
+        { TEXT("{\"a\":[1],\"a\":[2]}"), "'a' appears twice" },
+        { TEXT("[[1,2],[{\"k\":1,\"k\":2},4]]"), "'k' appears twice" },
+        { TEXT("{\"a\":[1]}"), "non-empty array" },
+        { TEXT("1,2\n3,4\0junk\n"), "line 2: a NUL byte" },
+        { TEXT("1,2\n3,\001\002x\n"), "layer 1, expert 1: '\\x01\\x02x' is not a number" },
+    };
+#undef TEXT
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+        w = NULL;
+        ck_assert_int_eq(eplb_parse_weights(shared[i].text, shared[i].len, &w, &L, &E, &err), -1);
+        ck_assert_msg(strstr(err.msg, shared[i].want), "shared case %zu: '%s' lacks '%s'", i,
+                      err.msg, shared[i].want);
+        ck_assert_ptr_null(w);
+    }
 }
 END_TEST
 
@@ -716,6 +742,44 @@ START_TEST(cli_bad_input)
 }
 END_TEST
 
+/* The weights file is read under the input cap every reader shares
+ * (src/input.h), a regular file measured first, an endless device
+ * refused once past the cap; a binary CSV's bytes reach stderr escaped. */
+START_TEST(cli_input_cap_and_binary)
+{
+    write_file("w.json", README_JSON);
+    const char *args = "--replicas 16 --groups 4 --nodes 2 --gpus 8 -o out.json";
+    char line[1024];
+    snprintf(line, sizeof line, "eplb w.json %s", args);
+    int rc = cli_run(tmpdir, "env ZBSCHED_MAX_INPUT=50", line, out_buf, sizeof out_buf, err_buf,
+                     sizeof err_buf);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, err_buf);
+    cli_assert_one_line(err_buf, "'w.json' is larger than the input limit");
+    snprintf(line, sizeof line, "eplb /dev/zero %s", args);
+    rc = cli_run(tmpdir, "timeout 20 env ZBSCHED_MAX_INPUT=1MB", line, out_buf, sizeof out_buf,
+                 err_buf, sizeof err_buf);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, err_buf);
+    cli_assert_one_line(err_buf, "'/dev/zero' is larger than the input limit");
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s/out.json", tmpdir);
+    cli_assert_no_file(out_path);
+
+    char path[600];
+    snprintf(path, sizeof path, "%s/bin.csv", tmpdir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs("1,2\n\x1b[31m,\xff\n", f);
+    fclose(f);
+    snprintf(line, sizeof line, "eplb bin.csv %s", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
+    cli_assert_one_line(err_buf, "bin.csv: layer 1, expert 0: '\\x1b[31m' is not a number");
+    for (const char *p = err_buf; *p; p++)
+        ck_assert_msg(*p == '\n' || (*p >= 0x20 && *p < 0x7f), "raw byte 0x%02x on stderr",
+                      (unsigned char)*p);
+    cli_assert_no_file(out_path);
+}
+END_TEST
+
 static Suite *eplb_suite(void)
 {
     Suite *s = suite_create("eplb");
@@ -734,6 +798,7 @@ static Suite *eplb_suite(void)
     tcase_add_test(cli, cli_table_json_csv);
     tcase_add_test(cli, cli_svg);
     tcase_add_test(cli, cli_bad_input);
+    tcase_add_test(cli, cli_input_cap_and_binary);
     suite_add_tcase(s, cli);
     return s;
 }
