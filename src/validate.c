@@ -509,6 +509,22 @@ static int check_value(double v, int nonneg, const char *what, int stage, zb_err
     return 0;
 }
 
+/* One vocabulary-parallelism field (format version 2): the rule of
+ * check_value, named by its key in the file ("vocab.S"). */
+static int check_vocab_value(double v, int nonneg, const char *what, zb_err *err)
+{
+    if (!isfinite(v))
+        return zb_fail(err, "%s is not a finite number", what);
+    if (nonneg && v < 0)
+        return zb_fail(err, "%s is negative (%g)", what, v);
+    if (fabs(v) > SCHED_MAX_TOTAL)
+        return zb_fail(err, "%s is %g, above the limit of %g", what, v, SCHED_MAX_TOTAL);
+    if (v != 0 && fabs(v) < SCHED_MIN_NONZERO)
+        return zb_fail(err, "%s is %g: a nonzero value must be at least %g in magnitude", what, v,
+                       SCHED_MIN_NONZERO);
+    return 0;
+}
+
 int sched_check_magnitudes(const sched_t *s, zb_err *err)
 {
     if (!isfinite(s->t_comm) || s->t_comm < 0 || s->t_comm > SCHED_MAX_TOTAL)
@@ -523,9 +539,20 @@ int sched_check_magnitudes(const sched_t *s, zb_err *err)
             check_value(c->d_b, 0, "memory.B", st, err) || check_value(c->d_w, 0, "memory.W", st, err))
             return -1;
     }
+    /* Vocabulary parallelism: the S/T pass times and memory deltas are
+     * costs like F/B/W (the loops below add them per S/T op), and each
+     * micro-batch's barriers C0 and C1 add their time to the span. */
+    const sched_vocab *v = &s->vocab;
+    int vocab = sched_has_vocab(s);
+    if (vocab && (check_vocab_value(v->t_s, 1, "vocab.S", err) || check_vocab_value(v->t_t, 1, "vocab.T", err) ||
+                  check_vocab_value(v->t_c0, 1, "vocab.C0", err) ||
+                  check_vocab_value(v->t_c1, 1, "vocab.C1", err) ||
+                  check_vocab_value(v->d_s, 0, "vocab.memory.S", err) ||
+                  check_vocab_value(v->d_t, 0, "vocab.memory.T", err)))
+        return -1;
     /* Each value is at most 1e30, so these sums of at most ~1e9 terms
      * cannot overflow a double before the comparison. */
-    double time = 0, mem = 0;
+    double time = vocab ? (double)s->n_micro * (v->t_c0 + v->t_c1) : 0, mem = 0;
     for (int d = 0; d < s->n_devices; d++) {
         const sched_lane *l = &s->dev[d];
         for (int i = 0; i < l->n_ops; i++) {

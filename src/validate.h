@@ -35,7 +35,10 @@
 /* Checks that every cost, memory delta, limit and static size is finite
  * (times, limits and static sizes also non-negative), that nonzero ones
  * are at least SCHED_MIN_NONZERO in magnitude, and that the totals
- * stay at or below SCHED_MAX_TOTAL.  Returns 0, or -1 with err naming the
+ * stay at or below SCHED_MAX_TOTAL.  A vocabulary-parallel schedule's S/T
+ * times, memory deltas and barrier times (sched_vocab) count as costs:
+ * the same rules per value, the S/T ops and every micro-batch's barriers
+ * in the time total.  Returns 0, or -1 with err naming the
  * field.  sched_validate runs it first. */
 int sched_check_magnitudes(const sched_t *s, zb_err *err);
 

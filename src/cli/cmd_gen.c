@@ -155,6 +155,12 @@ static int vocab_option(int c, const char *arg, gen_vocab_args *va, zb_err *err)
             return -1;
         if (c != OPT_MS && x < 0)
             return zb_fail(err, "%s: %s must not be negative", name, arg);
+        /* The magnitude rules of every cost flag (cli_costs.c, validate.h). */
+        if (x != 0 && fabs(x) < SCHED_MIN_NONZERO)
+            return zb_fail(err, "%s: %s is too small (use 0, or at least %g)", name, arg,
+                           SCHED_MIN_NONZERO);
+        if (fabs(x) > SCHED_MAX_TOTAL)
+            return zb_fail(err, "%s: %s is too large (at most %g)", name, arg, SCHED_MAX_TOTAL);
         double *dst[] = { &va->v.t_s, &va->v.t_t, &va->v.t_c0, &va->v.t_c1, &va->v.d_s };
         *dst[c - OPT_TS] = x;
         return 1;
@@ -235,6 +241,17 @@ static int apply_vocab(sched_t **s, gen_vocab_args *va, gen_fn fn, const gen_par
 {
     va->v.d_t = -va->v.d_s; /* T frees what S took */
     int p = (*s)->n_devices;
+    /* The passes' totals, told per flag before any placement: every device
+     * runs S and T for every micro-batch, and each micro-batch waits on its
+     * barriers (the validator checks them again with the base costs). */
+    double m = (*s)->n_micro;
+    if (!((va->v.t_s + va->v.t_t) * p * m + (va->v.t_c0 + va->v.t_c1) * m <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the vocabulary passes and barriers of %d devices x %.0f micro-batches "
+                       "add up to more than %g: use smaller --ts/--tt/--tc0/--tc1", p, m,
+                       SCHED_MAX_TOTAL);
+    if (!(2 * fabs(va->v.d_s) * p * m <= SCHED_MAX_TOTAL))
+        return zb_fail(err, "the vocabulary memory deltas of %d devices x %.0f micro-batches add "
+                       "up to more than %g: use a smaller --ms", p, m, SCHED_MAX_TOTAL);
     double *limit = NULL;
     if ((*s)->mem_limit) {
         if (!(limit = malloc(sizeof *limit * (size_t)p)))

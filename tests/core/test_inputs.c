@@ -7,7 +7,8 @@
  * up as exit 124 instead of a stuck suite).
  *
  * Covered: costs whose totals overflow (gen flags, import flags, loaded
- * files; simulate, render SVG, --compare and trace), the ILP's size cap and
+ * files; simulate, render SVG, --compare and trace), the same for the
+ * vocabulary-parallel passes and barriers (version 2), the ILP's size cap and
  * time limit, input size caps, and the small parser defects (NUL inside a
  * JSON string, raw bytes from a binary CSV, blank CSV lines, booleans and
  * duplicate keys in model/GPU files, out-of-range GPU efficiency, the
@@ -154,6 +155,66 @@ START_TEST(loaded_costs_whose_totals_overflow)
     write_sched_with_f("tiny.json", "1e-320");
     rc = zb("render tiny.json -o t.svg");
     EXPECT_CLEAN_FAILURE(rc, "at least", "t.svg");
+}
+END_TEST
+
+/* Vocabulary parallelism (format version 2): the S/T pass times, their
+ * memory and the barrier times are costs like F/B/W, in flags and files.
+ * The fixture is zb-h1 with passes, whose vocab object reads
+ * {"variant": 1, "S": 0.5, "T": 0.5, "C0": 0, "memory": {"S": 1, "T": -1}}. */
+static void write_vocab_with(const char *name, const char *from, const char *to)
+{
+    /* C1 is Vocab-2's barrier (Vocab-1 ignores it): that one edits a Vocab-2 file. */
+    ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 4 --vocab parallel --vocab-variant %d -o vbase.json",
+                        strstr(from, "C1") ? 2 : 1), 0);
+    sh("sed '/\"vocab\"/s/%s/%s/' vbase.json > %s && ! cmp -s vbase.json %s", from, to, name, name);
+}
+
+START_TEST(vocab_costs_are_checked_like_costs)
+{
+    int rc = zb("gen zb-h1 -p 2 -m 4 --vocab parallel --ts 1e300 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--ts: 1e300 is too large", "s.json");
+    rc = zb("gen zb-h1 -p 2 -m 4 --vocab parallel --tt 1e-300 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tt: 1e-300 is too small", "s.json");
+    rc = zb("gen zb-h1 -p 2 -m 4 --vocab parallel --tc0 1e31 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tc0: 1e31 is too large", "s.json");
+    rc = zb("gen zb-h1 -p 2 -m 4 --vocab parallel --vocab-variant 2 --tc1 1e-40 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--tc1: 1e-40 is too small", "s.json");
+    rc = zb("gen zb-h1 -p 2 -m 4 --vocab parallel --ms -1e300 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "--ms: -1e300 is too large", "s.json");
+    /* Each flag within bounds, the barriers of 64 micro-batches not. */
+    rc = zb("gen zb-h1 -p 2 -m 64 --vocab parallel --tc0 1e29 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "use smaller --ts/--tt/--tc0/--tc1", "s.json");
+    rc = zb("gen zb-h1 -p 2 -m 64 --vocab parallel --ms 1e29 -o s.json");
+    EXPECT_CLEAN_FAILURE(rc, "use a smaller --ms", "s.json");
+
+    /* The same values in a file: refused on load by every command. */
+    write_vocab_with("c0.json", "\"C0\": 0,", "\"C0\": 1e300,");
+    rc = zb("simulate c0.json");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.C0 is 1e+300, above the limit", NULL);
+    rc = zb("render c0.json -o c0.svg");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.C0", "c0.svg");
+    write_vocab_with("c1.json", "\"C1\": 0", "\"C1\": 1e-300");
+    rc = zb("simulate c1.json");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.C1 is 1e-300: a nonzero value must be at least", NULL);
+    write_vocab_with("ts.json", "\"S\": 0.5,", "\"S\": 1e-300,");
+    rc = zb("render ts.json --format trace -o ts.trace");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.S is 1e-300", "ts.trace");
+    write_vocab_with("tt.json", "\"T\": 0.5,", "\"T\": 2e30,");
+    rc = zb("simulate --json tt.json");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.T is 2e+30, above the limit", NULL);
+    write_vocab_with("ms.json", "\"S\": 1,", "\"S\": 1e-300,");
+    rc = zb("simulate ms.json");
+    EXPECT_CLEAN_FAILURE(rc, "vocab.memory.S is 1e-300", NULL);
+    /* Each barrier within bounds, their sum over the micro-batches not. */
+    write_vocab_with("sum.json", "\"C0\": 0,", "\"C0\": 9e29,");
+    rc = zb("simulate sum.json");
+    EXPECT_CLEAN_FAILURE(rc, "add up to", NULL);
+    /* Large but bounded barriers still work, every figure finite. */
+    write_vocab_with("ok.json", "\"C0\": 0,", "\"C0\": 1e20,");
+    ck_assert_int_eq(zb("simulate ok.json"), 0);
+    ck_assert_ptr_null(strstr(out_text, "inf"));
+    ck_assert_ptr_null(strstr(out_text, "nan"));
 }
 END_TEST
 
@@ -362,6 +423,7 @@ int main(void)
     tcase_add_test(tc, gen_flags_whose_totals_overflow);
     tcase_add_test(tc, import_flags_whose_totals_overflow);
     tcase_add_test(tc, loaded_costs_whose_totals_overflow);
+    tcase_add_test(tc, vocab_costs_are_checked_like_costs);
     tcase_add_test(tc, endless_and_oversized_inputs);
     tcase_add_test(tc, run_data_without_end);
     tcase_add_test(tc, nul_inside_json_strings);
