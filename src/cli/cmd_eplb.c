@@ -13,9 +13,14 @@
  * worst before.
  *
  * Every document is built in memory before anything is written, and files
- * go through zb_write_atomic, so bad input never leaves a partial file; when
- * the SVG cannot be written after the -o file was, the -o file is removed,
- * so a failed command leaves no output at all.
+ * go through zb_write_atomic, so bad input never leaves a partial file.
+ * Both output paths are checked before the weights are read (outfile.h's
+ * rules, and neither may be the weights file itself).  When the SVG cannot
+ * be written after the -o file was (a full disk), the -o file is removed
+ * if it is a plain file this command wrote, so a failed command leaves no
+ * output; a FIFO, a device or a symlink given as -o is never unlinked (the
+ * link would vanish, and `-o /dev/null` run as root would remove the
+ * machine's /dev/null).
  * The JSON is printed with a plain buffer rather than cJSON: at DeepSeek-V3
  * scale log2phy alone is ~100,000 numbers, and cJSON's number printing
  * (print, then re-parse to check the round trip) would dominate the run.
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "solver/eplb.h"
@@ -291,6 +297,11 @@ int cmd_eplb(int argc, char **argv)
     if (svg_layer >= 0 && !svg_path)
         return cli_usage("eplb", "--svg-layer goes with --svg");
     const char *path = argv[optind];
+    if (out_path && svg_path && !strcmp(out_path, svg_path) && strcmp(out_path, "-"))
+        return cli_usage("eplb", "-o and --svg name the same file '%s'", out_path);
+    if ((out_path && cli_check_output(out_path, path)) ||
+        (svg_path && cli_check_output(svg_path, path)))
+        return 1;
 
     char *text = NULL;
     size_t text_len = 0;
@@ -347,8 +358,10 @@ int cmd_eplb(int argc, char **argv)
         goto out;
     }
     if (svg_path && zb_write_atomic(svg_path, svg, svg_len, &err)) {
-        /* All or nothing: a failed command leaves neither file. */
-        if (out_path && strcmp(out_path, "-"))
+        /* All or nothing: a failed command leaves neither file, but only
+         * a plain file is removed (lstat: a symlink is not followed). */
+        struct stat st;
+        if (out_path && strcmp(out_path, "-") && lstat(out_path, &st) == 0 && S_ISREG(st.st_mode))
             unlink(out_path);
         rc = cli_fail(&err);
         goto out;

@@ -780,6 +780,52 @@ START_TEST(cli_input_cap_and_binary)
 }
 END_TEST
 
+/* Output paths: checked before any work (an output naming the weights
+ * would destroy them), and when the SVG fails late (here: written to
+ * /dev/full, a character device, so ENOSPC after the -o file was
+ * written) only a plain -o file is removed, never a symlink. */
+START_TEST(cli_output_paths)
+{
+    write_file("w.json", README_JSON);
+    const char *args = "--replicas 16 --groups 4 --nodes 2 --gpus 8";
+    char line[1024], path[600];
+    snprintf(line, sizeof line, "eplb w.json %s -o w.json", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
+    cli_assert_one_line(err_buf, "w.json");
+    snprintf(line, sizeof line, "eplb ./w.json %s --svg w.json", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
+    cli_assert_one_line(err_buf, "w.json");
+    snprintf(path, sizeof path, "%s/w.json", tmpdir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char head[8] = "";
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    fclose(f);
+    ck_assert_str_eq(head, "[[90,13"); /* the weights are intact */
+    snprintf(line, sizeof line, "eplb w.json %s -o same.out --svg same.out", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 2);
+    cli_assert_one_line(err_buf, "name the same file");
+
+    struct stat st;
+    if (stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode))
+        return; /* no /dev/full here: the late failure cannot be caused */
+    write_file("real.json", "old");
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "ln -s real.json '%s/link.json'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(line, sizeof line, "eplb w.json %s -o link.json --svg /dev/full", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
+    cli_assert_one_line(err_buf, "/dev/full");
+    snprintf(path, sizeof path, "%s/link.json", tmpdir);
+    ck_assert_msg(lstat(path, &st) == 0 && S_ISLNK(st.st_mode), "the -o symlink was removed");
+    /* A plain -o file is still removed: nothing is left of a failed run. */
+    snprintf(line, sizeof line, "eplb w.json %s -o plain.json --svg /dev/full", args);
+    ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
+    snprintf(path, sizeof path, "%s/plain.json", tmpdir);
+    cli_assert_no_file(path);
+}
+END_TEST
+
 static Suite *eplb_suite(void)
 {
     Suite *s = suite_create("eplb");
@@ -799,6 +845,7 @@ static Suite *eplb_suite(void)
     tcase_add_test(cli, cli_svg);
     tcase_add_test(cli, cli_bad_input);
     tcase_add_test(cli, cli_input_cap_and_binary);
+    tcase_add_test(cli, cli_output_paths);
     suite_add_tcase(s, cli);
     return s;
 }
