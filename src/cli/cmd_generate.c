@@ -15,6 +15,7 @@
  */
 #include "src/cli/cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,12 +53,18 @@ static void usage(FILE *out)
         "  -h, --help             this text\n");
 }
 
-/* Streams one token's bytes to stdout. */
+/* Streams one token's bytes to stdout.  ctx is an int that keeps the
+ * errno of the first failed write (0 while all went out): main's final
+ * flush check would see only the stream's error flag, and by then errno
+ * belongs to a later call (isatty), so the message would name the wrong
+ * cause. */
 static void emit_stdout(void *ctx, const char *bytes, size_t n)
 {
-    (void)ctx;
-    fwrite(bytes, 1, n, stdout);
-    fflush(stdout);
+    int *write_errno = ctx;
+    if (*write_errno)
+        return; /* nothing more gets out; the command fails at the end */
+    if (fwrite(bytes, 1, n, stdout) != n || fflush(stdout) != 0)
+        *write_errno = errno ? errno : EIO;
 }
 
 /* Collects the tokens' bytes for --json. */
@@ -186,9 +193,12 @@ int cmd_generate(int argc, char **argv)
     gen_result res;
     if (!json) {
         /* an empty prompt starts from "\n" (gen_run), which is printed too */
+        int write_errno = 0;
         if (o.n_tokens + start_len <= (size_t)gen_model_config(g)->seq_len)
-            emit_stdout(NULL, start, start_len);
-        rc = gen_run(g, prompt, prompt_len, &o, emit_stdout, NULL, &res, &err);
+            emit_stdout(&write_errno, start, start_len);
+        rc = gen_run(g, prompt, prompt_len, &o, emit_stdout, &write_errno, &res, &err);
+        if (rc == 0 && write_errno)
+            rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
         if (rc == 0 && isatty(STDOUT_FILENO))
             fputc('\n', stdout);
     } else {

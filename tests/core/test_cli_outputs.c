@@ -287,6 +287,25 @@ START_TEST(stdout_write_errors_fail)
     assert_stdout_error_reported("profile --reps 1 -q");
     assert_stdout_error_reported("help");
     assert_stdout_error_reported("--version");
+    /* eplb's table and JSON, generate's stream and JSON */
+    FILE *w = fopen(at("w.json"), "w");
+    ck_assert_ptr_nonnull(w);
+    fputs("[[90,132,40,61],[20,107,104,64]]", w);
+    fclose(w);
+    snprintf(a, sizeof a, "eplb %s --replicas 4 --groups 2 --nodes 1 --gpus 2", at("w.json"));
+    assert_stdout_error_reported(a);
+    ck_assert_ptr_nonnull(strstr(err_text, "No space left on device"));
+    snprintf(a, sizeof a, "eplb %s --replicas 4 --groups 2 --nodes 1 --gpus 2 --json", at("w.json"));
+    assert_stdout_error_reported(a);
+    snprintf(a, sizeof a, "run %s --steps 1 -q --eval-windows 1 --checkpoint %s", at("s.json"),
+             at("gen_ck"));
+    ck_assert_int_eq(zb("%s", a), 0);
+    snprintf(a, sizeof a, "generate --checkpoint %s -n 20 -q", at("gen_ck"));
+    assert_stdout_error_reported(a);
+    /* the cause of the first failed write, not a later call's errno */
+    ck_assert_msg(strstr(err_text, "No space left on device") != NULL, "%s", err_text);
+    snprintf(a, sizeof a, "generate --checkpoint %s -n 20 -q --json", at("gen_ck"));
+    assert_stdout_error_reported(a);
     assert_stdout_error_reported("run --help");
     /* the same commands into a working stdout succeed */
     snprintf(a, sizeof a, "simulate %s --json", at("s.json"));

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "solver/eplb.h"
@@ -781,9 +782,9 @@ START_TEST(cli_input_cap_and_binary)
 END_TEST
 
 /* Output paths: checked before any work (an output naming the weights
- * would destroy them), and when the SVG fails late (here: written to
- * /dev/full, a character device, so ENOSPC after the -o file was
- * written) only a plain -o file is removed, never a symlink. */
+ * would destroy them), and when the SVG fails late (here: written to a
+ * full device made in the test's directory, so ENOSPC after the -o file
+ * was written) only a plain -o file is removed, never a symlink. */
 START_TEST(cli_output_paths)
 {
     write_file("w.json", README_JSON);
@@ -806,20 +807,23 @@ START_TEST(cli_output_paths)
     ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 2);
     cli_assert_one_line(err_buf, "name the same file");
 
+    /* A full device (major 1, minor 7) made here, never /dev's own. */
     struct stat st;
-    if (stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode))
-        return; /* no /dev/full here: the late failure cannot be caused */
+    char full[600];
+    snprintf(full, sizeof full, "%s/full", tmpdir);
+    if (mknod(full, S_IFCHR | 0666, makedev(1, 7)) != 0)
+        return; /* not root: the late failure cannot be caused */
     write_file("real.json", "old");
     char cmd[800];
     snprintf(cmd, sizeof cmd, "ln -s real.json '%s/link.json'", tmpdir);
     ck_assert_int_eq(system(cmd), 0);
-    snprintf(line, sizeof line, "eplb w.json %s -o link.json --svg /dev/full", args);
+    snprintf(line, sizeof line, "eplb w.json %s -o link.json --svg full", args);
     ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
-    cli_assert_one_line(err_buf, "/dev/full");
+    cli_assert_one_line(err_buf, "No space left on device");
     snprintf(path, sizeof path, "%s/link.json", tmpdir);
     ck_assert_msg(lstat(path, &st) == 0 && S_ISLNK(st.st_mode), "the -o symlink was removed");
     /* A plain -o file is still removed: nothing is left of a failed run. */
-    snprintf(line, sizeof line, "eplb w.json %s -o plain.json --svg /dev/full", args);
+    snprintf(line, sizeof line, "eplb w.json %s -o plain.json --svg full", args);
     ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 1);
     snprintf(path, sizeof path, "%s/plain.json", tmpdir);
     cli_assert_no_file(path);
