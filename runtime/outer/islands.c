@@ -180,6 +180,19 @@ static int island_check_step(island_set *is, int id, long step, double loss,
     return 0;
 }
 
+/* An evaluation during the run (after 0-based step `step`) under the same
+ * rule: a validation loss that is not finite stops the run there, as in
+ * the single-trainer `run`.  Returns 0, or -1 with err set. */
+static int island_check_eval(trainer *t, long step, double *val_loss, zb_err *err)
+{
+    if (trainer_eval(t, val_loss, err) != 0)
+        return -1;
+    if (!isfinite(*val_loss))
+        return zb_fail(err, "step %ld: the validation loss is not finite (diverged; try a lower "
+                       "--lr or --outer-lr)", step + 1);
+    return 0;
+}
+
 static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_model *m,
                       const zb_data *d, const trainer_opts *base, uint64_t stream, zb_err *err)
 {
@@ -324,7 +337,7 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
             break;
         }
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0)
-            rc = trainer_eval(is.t[0], &res->val_loss[step], err);
+            rc = island_check_eval(is.t[0], step, &res->val_loss[step], err);
     }
     if (rc == 0)
         rc = trainer_eval(is.t[0], &res->final_val_loss, err);
@@ -407,7 +420,7 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
             int first;
             outer_replicas(o, &first);
-            rc = trainer_eval(is.t[first], &res->val_loss[step], err);
+            rc = island_check_eval(is.t[first], step, &res->val_loss[step], err);
         }
     }
     /* Finish with the synchronized model when inner steps are pending. */

@@ -93,7 +93,9 @@ void islands_opts_default(islands_opts *o);
  * whose last io->max_skipped steps were all skipped for a gradient that
  * was not finite, fails the call right after that step with err naming
  * the 1-based step, the replica id and why ("step 2: replica 1: the
- * training loss is NaN ..."); no later step or outer sync runs. */
+ * training loss is NaN ..."); no later step or outer sync runs.  An
+ * evaluation (io->eval_every) whose loss is not finite stops it the same
+ * way ("step 4: the validation loss is not finite ..."). */
 int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                 const trainer_opts *base, const islands_opts *io,
                 islands_result *res, zb_err *err);

@@ -109,6 +109,13 @@ START_TEST(diverged_islands_fail)
                  "--max-skipped 2 --eval-windows 2 -q", out_text, sizeof out_text, err_text,
                  sizeof err_text);
     expect_failure(rc, ": replica 0: diverged: 2 steps in a row were skipped");
+    /* An outer step that blows the weights up shows first in the
+     * evaluation right after it (step 2 here), which stops the run too. */
+    rc = cli_run(tmpdir, "timeout 20",
+                 "run s.json --data text.txt --steps 100000 --replicas 2 --outer diloco "
+                 "--inner-steps 2 --outer-lr 1e30 --eval-every 2 --eval-windows 2 -q", out_text,
+                 sizeof out_text, err_text, sizeof err_text);
+    expect_failure(rc, "s.json: step 2: the validation loss is not finite");
 }
 END_TEST
 
