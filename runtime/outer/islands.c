@@ -418,9 +418,13 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             res->skipped += info.skipped_segments;
         }
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
-            int first;
-            outer_replicas(o, &first);
-            rc = island_check_eval(is.t[first], step, &res->val_loss[step], err);
+            /* outer_replicas writes every present id: room for all of them
+             * (a single int here overflowed the stack with K >= 2). */
+            int n = outer_replicas(o, NULL);
+            assert(n > 0); /* the last replica can never leave */
+            int ids[n];
+            outer_replicas(o, ids);
+            rc = island_check_eval(is.t[ids[0]], step, &res->val_loss[step], err);
         }
     }
     /* Finish with the synchronized model when inner steps are pending. */
