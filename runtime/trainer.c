@@ -43,11 +43,14 @@
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/team.h"
 #include "runtime/channel.h"
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
@@ -71,6 +74,8 @@ typedef struct stage_rt {
     double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
     llama_saved **saved;   /* [m] per micro-batch saved state (F -> B -> W) */
     float **w_scratch;     /* [m] weight gradients of W ops run ahead of order */
+    float **w_free;        /* [m] spare scratch buffers for w_scratch (reused) */
+    int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
 } stage_rt;
@@ -83,12 +88,12 @@ enum {
     PHASE_STEP = 2, /* the post-validated optimizer step (trainer_apply) */
 };
 
-/* One worker's identity and outcome. */
+/* One worker's identity and outcome.  Workers live as long as the
+ * trainer (started by the first step) and wait between jobs. */
 typedef struct worker {
     struct trainer *t; /* the trainer */
     int dev;           /* device index = lane */
-    int phases;        /* PHASE_* bits to run */
-    int failed;        /* 1 when this worker stopped on an error */
+    int failed;        /* 1 when this worker stopped on an error (last job) */
     zb_err err;        /* its message */
 } worker;
 
@@ -119,7 +124,22 @@ struct trainer {
     int pending;           /* 1 between trainer_backward and trainer_apply */
     double pending_loss;   /* mean loss of the pending step's backward */
     long rollbacks_step;   /* rollbacks in the running step (workers add under lock) */
-    pthread_mutex_t mu;    /* guards rollbacks_step */
+    pthread_mutex_t mu;    /* guards rollbacks_step and the activation pool */
+    float **act_pool;      /* [act_pool_cap] spare activation/gradient buffers */
+    int act_pool_n;        /* buffers in act_pool */
+    int act_pool_cap;      /* its capacity */
+    int threads;           /* kernel threads per device (team size) */
+    kern_team **team;      /* [p] each device's team, NULL until the first step */
+    worker *w;             /* [p] the persistent workers */
+    pthread_t *tid;        /* [p] their threads */
+    int n_started;         /* workers running (0 until the first step) */
+    pthread_mutex_t wmu;   /* guards the job fields below */
+    pthread_cond_t wgo;    /* broadcast when a job is posted or on stop */
+    pthread_cond_t wdone;  /* signalled when the last worker finishes a job */
+    unsigned long wgen;    /* job generation */
+    int wphases;           /* PHASE_* bits of the current job */
+    int wpending;          /* workers still running the current job */
+    int wstop;             /* 1: workers exit */
     trainer_stats stats;   /* progress */
 };
 
@@ -133,6 +153,21 @@ void trainer_opts_default(trainer_opts *o)
     o->sync_optimizer = 0;
     o->eval_windows = 16;
     o->record_times = 0;
+    o->threads = 0;
+}
+
+int trainer_default_threads(int n_devices)
+{
+    int cores = 0;
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        cores = CPU_COUNT(&set);
+#endif
+    if (cores <= 0)
+        cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int n = n_devices > 0 ? cores / n_devices : cores;
+    return n < 1 ? 1 : n;
 }
 
 static double ms_since(const struct timespec *t0)
@@ -157,6 +192,10 @@ static void stage_free(stage_rt *r, int n_micro)
     if (r->w_scratch)
         for (int j = 0; j < n_micro; j++)
             free(r->w_scratch[j]);
+    if (r->w_free)
+        for (int j = 0; j < r->n_w_free; j++)
+            free(r->w_free[j]);
+    free(r->w_free);
     free(r->saved);
     free(r->w_scratch);
     free(r->params);
@@ -170,10 +209,22 @@ static void stage_free(stage_rt *r, int n_micro)
     llama_stage_free(&r->layout);
 }
 
+static void workers_stop(trainer *t);
+
 void trainer_free(trainer *t)
 {
     if (!t)
         return;
+    workers_stop(t);
+    if (t->team)
+        for (int d = 0; d < t->n_devices; d++)
+            kern_team_free(t->team[d]);
+    free(t->team);
+    free(t->w);
+    free(t->tid);
+    for (int i = 0; i < t->act_pool_n; i++)
+        free(t->act_pool[i]);
+    free(t->act_pool);
     if (t->st)
         for (int s = 0; s < t->n_stages; s++)
             stage_free(&t->st[s], t->n_micro);
@@ -194,6 +245,9 @@ void trainer_free(trainer *t)
     free(t->mb_loss);
     sched_free(t->sched);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->wmu);
+    pthread_cond_destroy(&t->wgo);
+    pthread_cond_destroy(&t->wdone);
     free(t);
 }
 
@@ -221,6 +275,9 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         return zb_fail(err, "out of memory");
     }
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->wmu, NULL);
+    pthread_cond_init(&t->wgo, NULL);
+    pthread_cond_init(&t->wdone, NULL);
     t->model = *m;
     t->model.vocab = d->vocab;
     if (opts->batch_size > 0)
@@ -247,7 +304,14 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->op_start = calloc((size_t)t->n_devices, sizeof *t->op_start);
     t->op_end = calloc((size_t)t->n_devices, sizeof *t->op_end);
     t->op_mid = calloc((size_t)t->n_devices, sizeof *t->op_mid);
-    int oom = !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
+    t->threads = opts->threads > 0 ? opts->threads : trainer_default_threads(t->n_devices);
+    t->team = calloc((size_t)t->n_devices, sizeof *t->team);
+    t->w = calloc((size_t)t->n_devices, sizeof *t->w);
+    t->tid = calloc((size_t)t->n_devices, sizeof *t->tid);
+    t->act_pool_cap = 2 * t->n_stages * t->n_micro + 4;
+    t->act_pool = calloc((size_t)t->act_pool_cap, sizeof *t->act_pool);
+    int oom = !t->team || !t->w || !t->tid || !t->act_pool;
+    oom = oom || !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
               || !t->op_mid || chan_init(&t->chan, t->n_stages, t->n_micro) != 0;
     for (int dv = 0; dv < t->n_devices && !oom; dv++) {
         size_t n = (size_t)(s->dev[dv].n_ops ? s->dev[dv].n_ops : 1);
@@ -282,7 +346,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
         r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);
         r->w_scratch = calloc((size_t)t->n_micro, sizeof *r->w_scratch);
-        oom = !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
+        r->w_free = calloc((size_t)t->n_micro, sizeof *r->w_free);
+        oom = !r->w_free || !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
             oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch));
@@ -301,6 +366,56 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
 }
 
 /* ---- the worker: one device's ops ------------------------------------- */
+
+/* An activation- or gradient-sized buffer (act_floats) from the trainer's
+ * pool, malloc'd only while the pool has not yet reached the step's
+ * high-water mark; NULL when memory runs out. */
+static float *act_get(trainer *t)
+{
+    float *p = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (t->act_pool_n > 0)
+        p = t->act_pool[--t->act_pool_n];
+    pthread_mutex_unlock(&t->mu);
+    return p ? p : malloc(sizeof(float) * (t->act_floats ? t->act_floats : 1));
+}
+
+/* Returns a buffer of act_get to the pool (NULL is fine); frees it when
+ * the pool is full. */
+static void act_put(trainer *t, float *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&t->mu);
+    if (t->act_pool_n < t->act_pool_cap) {
+        t->act_pool[t->act_pool_n++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&t->mu);
+    free(p);
+}
+
+/* A zeroed weight-gradient scratch of stage r (only its device's worker,
+ * or the main thread between steps, touches r's spares). */
+static float *w_scratch_get(stage_rt *r)
+{
+    if (r->n_w_free == 0)
+        return alloc_floats(r->n_params);
+    float *p = r->w_free[--r->n_w_free];
+    llama_grads_zero(&r->layout, p);
+    return p;
+}
+
+/* Keeps a scratch of w_scratch_get for the next W that runs ahead. */
+static void w_scratch_put(trainer *t, stage_rt *r, float *p)
+{
+    if (!p)
+        return;
+    if (r->n_w_free < t->n_micro)
+        r->w_free[r->n_w_free++] = p;
+    else
+        free(p);
+}
 
 /* Each op function receives its input first and then stamps *start (when
  * not NULL), so that a measured op starts when its compute starts, as in
@@ -327,17 +442,17 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     }
     stamp(t, start);
     float *out = NULL;
-    if (!last && !(out = malloc(sizeof(float) * t->act_floats))) {
-        free(in);
+    if (!last && !(out = act_get(t))) {
+        act_put(t, in);
         return zb_fail(err, "out of memory for an activation");
     }
     float loss = 0;
     int rc = llama_stage_forward(&r->layout, r->params, s == 0 ? t->x + tok * (size_t)j : NULL,
                                  in, last ? t->y + tok * (size_t)j : NULL, r->saved[j],
                                  out, &loss, NULL, err);
-    free(in);
+    act_put(t, in);
     if (rc != 0) {
-        free(out);
+        act_put(t, out);
         return zb_wrap(err, "F of stage %d, micro-batch %d: ", s, j);
     }
     stamp(t, end);
@@ -364,15 +479,15 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
     }
     stamp(t, start);
     float *dx = NULL;
-    if (s > 0 && !(dx = malloc(sizeof(float) * t->act_floats))) {
-        free(dy);
+    if (s > 0 && !(dx = act_get(t))) {
+        act_put(t, dy);
         return zb_fail(err, "out of memory for a gradient");
     }
     int rc = llama_stage_backward_b(&r->layout, r->params, r->saved[j], 1.0f / (float)t->n_micro,
                                     dy, dx, err);
-    free(dy);
+    act_put(t, dy);
     if (rc != 0) {
-        free(dx);
+        act_put(t, dx);
         return zb_wrap(err, "B of stage %d, micro-batch %d: ", s, j);
     }
     stamp(t, end);
@@ -395,17 +510,17 @@ static int op_backward_w(trainer *t, int s, int j, zb_err *err)
         r->next_w++;
         while (r->next_w < t->n_micro && r->w_scratch[r->next_w]) {
             llama_grads_add(&r->layout, r->grads, r->w_scratch[r->next_w]);
-            free(r->w_scratch[r->next_w]);
+            w_scratch_put(t, r, r->w_scratch[r->next_w]);
             r->w_scratch[r->next_w] = NULL;
             r->next_w++;
         }
     } else {
         assert(j > r->next_w);
-        float *scratch = alloc_floats(r->n_params);
+        float *scratch = w_scratch_get(r);
         if (!scratch)
             return zb_fail(err, "out of memory for a weight-gradient scratch");
         if (llama_stage_backward_w(&r->layout, r->saved[j], scratch, err) != 0) {
-            free(scratch);
+            w_scratch_put(t, r, scratch);
             return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
         }
         r->w_scratch[j] = scratch;
@@ -505,13 +620,13 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
     return 0;
 }
 
-static void *worker_main(void *arg)
+/* One job of worker w: its lane's ops and/or its optimizer step. */
+static void run_job(worker *w, int phases)
 {
-    worker *w = arg;
     trainer *t = w->t;
     const sched_lane *lane = &t->sched->dev[w->dev];
     int rc = 0;
-    int n_ops = (w->phases & PHASE_OPS) ? lane->n_ops : 0;
+    int n_ops = (phases & PHASE_OPS) ? lane->n_ops : 0;
     for (int k = 0; k < n_ops && rc == 0; k++) {
         sched_op op = lane->ops[k];
         double *start = t->opts.record_times ? &t->op_start[w->dev][k] : NULL;
@@ -538,18 +653,82 @@ static void *worker_main(void *arg)
             if (rc == 0 && op.stage > 0)
                 chan_send(&t->chan, CHAN_GRAD, op.stage - 1, op.mb, dx, 0);
             else
-                free(dx);
+                act_put(t, dx);
             break;
         }
         }
     }
-    if (rc == 0 && (w->phases & PHASE_STEP) && !t->opts.sync_optimizer)
+    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w->dev, &w->err);
     if (rc != 0) {
         w->failed = 1;
         chan_abort(&t->chan);
     }
+}
+
+/* A persistent worker: binds its device's team, then runs one job per
+ * generation until told to stop. */
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    trainer *t = w->t;
+    kern_team_bind(t->team[w->dev]);
+    unsigned long seen = 0;
+    pthread_mutex_lock(&t->wmu);
+    for (;;) {
+        while (!t->wstop && t->wgen == seen)
+            pthread_cond_wait(&t->wgo, &t->wmu);
+        if (t->wstop)
+            break;
+        seen = t->wgen;
+        int phases = t->wphases;
+        pthread_mutex_unlock(&t->wmu);
+        w->failed = 0;
+        w->err.msg[0] = '\0';
+        run_job(w, phases);
+        pthread_mutex_lock(&t->wmu);
+        if (--t->wpending == 0)
+            pthread_cond_signal(&t->wdone);
+    }
+    pthread_mutex_unlock(&t->wmu);
+    kern_team_bind(NULL);
     return NULL;
+}
+
+/* Starts the teams and the workers (first step only).  0, or -1 with err
+ * set, leaving none running. */
+static int workers_start(trainer *t, zb_err *err)
+{
+    if (t->n_started == t->n_devices)
+        return 0;
+    for (int d = 0; d < t->n_devices; d++)
+        if (!t->team[d] && kern_team_create(t->threads, &t->team[d]) != 0)
+            return zb_fail(err, "cannot start %d kernel threads for device %d", t->threads, d);
+    for (int d = 0; d < t->n_devices; d++) {
+        t->w[d].t = t;
+        t->w[d].dev = d;
+        if (pthread_create(&t->tid[d], NULL, worker_main, &t->w[d]) != 0) {
+            workers_stop(t);
+            return zb_fail(err, "cannot start the worker thread of device %d", d);
+        }
+        t->n_started++;
+    }
+    return 0;
+}
+
+/* Stops and joins the workers that run; idempotent. */
+static void workers_stop(trainer *t)
+{
+    if (t->n_started == 0)
+        return;
+    pthread_mutex_lock(&t->wmu);
+    t->wstop = 1;
+    pthread_cond_broadcast(&t->wgo);
+    pthread_mutex_unlock(&t->wmu);
+    for (int d = 0; d < t->n_started; d++)
+        pthread_join(t->tid[d], NULL);
+    t->n_started = 0;
+    t->wstop = 0;
 }
 
 /* The reference path: the full norm first, then every stage steps. */
@@ -574,7 +753,7 @@ static void reset_step_state(trainer *t)
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
         for (int j = 0; j < t->n_micro; j++) {
-            free(r->w_scratch[j]);
+            w_scratch_put(t, r, r->w_scratch[j]);
             r->w_scratch[j] = NULL;
             if (llama_saved_bytes(r->saved[j]) > 0) {
                 llama_saved_free(r->saved[j]);
@@ -609,51 +788,40 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
 }
 
-/* Runs one worker per device with the given PHASE_* bits and joins them.
- * Returns 0, or -1 with err set (the first-hand failure) after resetting
- * the per-step buffers. */
+/* Runs one job of every device's worker with the given PHASE_* bits and
+ * waits for all of them.  Returns 0, or -1 with err set (the first-hand
+ * failure) after resetting the per-step buffers. */
 static int run_workers(trainer *t, int phases, zb_err *err)
 {
-    worker *w = calloc((size_t)t->n_devices, sizeof *w);
-    pthread_t *tid = calloc((size_t)t->n_devices, sizeof *tid);
-    if (!w || !tid) {
-        free(w);
-        free(tid);
+    if (workers_start(t, err) != 0) {
         reset_step_state(t);
-        return zb_fail(err, "out of memory");
+        return -1;
     }
-    int started = 0, failed = 0;
-    for (int d = 0; d < t->n_devices; d++) {
-        w[d].t = t;
-        w[d].dev = d;
-        w[d].phases = phases;
-        if (pthread_create(&tid[d], NULL, worker_main, &w[d]) != 0) {
-            chan_abort(&t->chan);
-            zb_fail(err, "cannot start the worker thread of device %d", d);
-            failed = 1;
-            break;
-        }
-        started++;
-    }
-    for (int d = 0; d < started; d++)
-        pthread_join(tid[d], NULL);
+    pthread_mutex_lock(&t->wmu);
+    t->wphases = phases;
+    t->wpending = t->n_devices;
+    t->wgen++;
+    pthread_cond_broadcast(&t->wgo);
+    while (t->wpending > 0)
+        pthread_cond_wait(&t->wdone, &t->wmu);
+    pthread_mutex_unlock(&t->wmu);
     /* Report the worker that failed first-hand, not the ones that only saw
      * the channel abort it caused. */
-    for (int d = 0; d < started && !failed; d++) {
+    worker *w = t->w;
+    int failed = 0;
+    for (int d = 0; d < t->n_devices && !failed; d++) {
         if (w[d].failed && strcmp(w[d].err.msg, "aborted") != 0) {
             zb_fail(err, "device %d: %s", d, w[d].err.msg);
             failed = 1;
         }
     }
     if (!failed)
-        for (int d = 0; d < started; d++)
+        for (int d = 0; d < t->n_devices; d++)
             if (w[d].failed) {
                 zb_fail(err, "device %d: %s", d, w[d].err.msg);
                 failed = 1;
                 break;
             }
-    free(w);
-    free(tid);
     if (failed) {
         reset_step_state(t);
         return -1;
@@ -747,6 +915,12 @@ int trainer_pending(const trainer *t)
 
 int trainer_eval(trainer *t, double *val_loss, zb_err *err)
 {
+    /* The workers are idle between steps: the calling thread borrows
+     * device 0's team for the forward passes. */
+    if (workers_start(t, err) != 0)
+        return -1;
+    kern_team *prev = kern_team_current();
+    kern_team_bind(t->team[0]);
     int B = t->batch;
     int n_batches = (t->opts.eval_windows + B - 1) / B;
     int n_total = n_batches * B;
@@ -786,6 +960,7 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
     free(y);
     free(a);
     free(b);
+    kern_team_bind(prev);
     if (rc != 0)
         return -1;
     *val_loss = sum / n_batches;
@@ -793,6 +968,11 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
 }
 
 /* ---- accessors ---------------------------------------------------------- */
+
+int trainer_threads(const trainer *t)
+{
+    return t->threads;
+}
 
 int trainer_stage_count(const trainer *t)
 {

@@ -10,7 +10,7 @@
  *
  *   1. the calling thread draws m micro-batches of batch_size windows from
  *      the trainer's seeded generator, in micro-batch order;
- *   2. one pthread per device runs that device's ops in the file's order
+ *   2. one worker thread per device runs that device's ops in the file's order
  *      (F, B, W; BW = B then W); activations and gradients travel between
  *      stages through an in-process channel keyed by (kind, stage,
  *      micro-batch) whose receives block (channel.h);
@@ -42,10 +42,15 @@
  * schedule runs W in, and the norm is a sequential sum of per-tensor sums
  * in model order, which no split or schedule changes.
  *
- * Threading: trainer functions are called from one thread at a time; the
- * trainer creates and joins its own workers inside trainer_step.  Different
- * trainers (K replicas of an outer optimizer) may step concurrently from
- * different threads.
+ * Threading: trainer functions are called from one thread at a time.  The
+ * first step starts one persistent worker per device, each with a team of
+ * opts.threads kernel threads (kernels/cpu/team.h: GEMM row blocks and
+ * attention sequences shared out, the same bits at any team size); they
+ * sleep between steps and stop in trainer_free.  A step allocates nothing
+ * once the first one has run: activation and gradient messages come from a
+ * pool, out-of-order W results from per-stage spares, kernel scratch is
+ * per thread.  Different trainers (K replicas of an outer optimizer) may
+ * step concurrently from different threads.
  *
  * Expected workload: the `tiny` and `shakespeare-char` presets, p <= 8
  * devices on a small CPU, steps of tens of milliseconds to seconds.
@@ -72,6 +77,9 @@ typedef struct trainer_opts {
     int sync_optimizer;   /* 1: synchronous global-norm clip; 0: post-validation */
     int eval_windows;     /* validation windows scored by trainer_eval (> 0) */
     int record_times;     /* 1: record each op's start/end (trainer_trace) */
+    int threads;          /* kernel threads per device (its team, kernels/cpu/
+                           * team.h); <= 0: trainer_default_threads(p).  The
+                           * results are the same bits at every value */
 } trainer_opts;
 
 /* Progress counters, updated by trainer_step. */
@@ -88,8 +96,12 @@ typedef struct trainer_stats {
 
 /* Fills o with defaults: seed 1, stream 0, model batch size, nanoGPT's
  * AdamW settings (adamw_config_default), post-validation, 16 eval windows,
- * no time recording. */
+ * no time recording, default threads. */
 void trainer_opts_default(trainer_opts *o);
+
+/* Kernel threads per device when opts.threads is not set: the CPUs this
+ * process may run on (sched_getaffinity) divided by n_devices, at least 1. */
+int trainer_default_threads(int n_devices);
 
 typedef struct trainer trainer;
 
@@ -99,7 +111,8 @@ typedef struct trainer trainer;
  * outlive the trainer; its context must equal model->seq_len.  Fails (-1,
  * err set, *out untouched) when the schedule has more virtual stages than
  * the model has layers, when a size is invalid, or memory runs out.
- * Calls kernels_init_threads(1) (process-wide single-threaded BLAS). */
+ * Calls kernels_init_threads(1) (process-wide single-threaded BLAS; the
+ * trainer's parallelism is its own per-device teams). */
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
                    const trainer_opts *opts, trainer **out, zb_err *err);
 
@@ -144,6 +157,9 @@ int trainer_pending(const trainer *t);
  * the current parameters, forward only.  Does not touch the training
  * generator.  Returns 0 or -1 with err set. */
 int trainer_eval(trainer *t, double *val_loss, zb_err *err);
+
+/* Kernel threads per device this trainer uses (opts.threads or the default). */
+int trainer_threads(const trainer *t);
 
 /* Number of virtual stages (the schedule's S). */
 int trainer_stage_count(const trainer *t);

@@ -22,11 +22,16 @@ void kernels_init_threads(int n);
 /* The number of BLAS threads currently configured. */
 int kernels_threads(void);
 
+/* Rows of C per BLAS call (see kernels.c): results depend on it, not on
+ * the number of threads. */
+#define KERN_GEMM_BLOCK_ROWS 64
+
 /* C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, where op(A) is
  * [M,K] (A stored [M,K] with leading dimension lda, or [K,M] when trans_a),
  * op(B) is [K,N] (B stored [K,N] with ldb, or [N,K] when trans_b), C has
  * leading dimension ldc.  Deterministic for fixed arguments when BLAS runs
- * single-threaded. */
+ * single-threaded, whatever team the calling thread has (team.h): the row
+ * blocks are shared out over the team, each one BLAS call. */
 void kern_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta,
                float *C, int ldc);

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/team.h"
 
 /* ---------------------------------------------------------------------- */
 /* Parameter layout                                                        */
@@ -681,15 +682,12 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
     size_t Nd = (size_t)N * d;
     b_scratch s;
-    s.nd = malloc(sizeof(float) * Nd);
-    s.att = malloc(sizeof(float) * (size_t)N * st->q_dim);
-    s.ffb = malloc(sizeof(float) * (size_t)N * m->d_ff);
-    if (!s.nd || !s.att || !s.ffb || acquire_phase(sv, PH_B_KEEP) != 0) {
-        free(s.nd);
-        free(s.att);
-        free(s.ffb);
+    /* per-thread scratch, kept across calls (team.h) */
+    s.nd = kern_scratch(KERN_SCRATCH_B_ND, sizeof(float) * Nd);
+    s.att = kern_scratch(KERN_SCRATCH_B_ATT, sizeof(float) * (size_t)N * st->q_dim);
+    s.ffb = kern_scratch(KERN_SCRATCH_B_FF, sizeof(float) * (size_t)N * m->d_ff);
+    if (!s.nd || !s.att || !s.ffb || acquire_phase(sv, PH_B_KEEP) != 0)
         return zb_fail(err, "backward B: out of memory for gradients");
-    }
 
     /* gradient of the stream leaving the last layer (or entering the head) */
     float *dx_emb = st->has_embedding ? (float *)ESLOT(sv, ES_DX) : dx_out;
@@ -712,9 +710,6 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
         float *dx = i > 0 ? LSLOT(sv, i - 1, LS_DOUT) : dx_emb;
         rc = layer_backward_b(st, params, sv, i, dx, &s);
     }
-    free(s.nd);
-    free(s.att);
-    free(s.ffb);
     if (rc != 0) {
         release_phase(sv, PH_B_KEEP);
         return zb_fail(err, "backward B: out of memory for attention scratch");
@@ -745,7 +740,7 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
             biggest = st->tensors[t].count;
     /* dW of this micro-batch lands here (written, beta 0), then is added
      * into grads: the result does not depend on grads' prior contents */
-    float *tmp = malloc(sizeof(float) * (biggest > 0 ? biggest : 1));
+    float *tmp = kern_scratch(KERN_SCRATCH_W_TMP, sizeof(float) * (biggest > 0 ? biggest : 1));
     if (!tmp)
         return zb_fail(err, "backward W: out of memory for a %zu-float "
                        "temporary", biggest);
@@ -800,7 +795,6 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
         for (size_t j = 0; j < ten->count; j++)
             g[j] = g[j] + tmp[j];
     }
-    free(tmp);
     release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
     assert(sv->bytes == 0);
     sv->state = 0;

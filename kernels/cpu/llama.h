@@ -66,7 +66,9 @@
  *      reduction order depends on thread count.  Several executor threads
  *      may then call these functions concurrently on different stages /
  *      micro-batches; nothing here has global mutable state (scratch is
- *      malloc'd per call).
+ *      per thread, team.h).  A thread may own a team (kern_team_bind):
+ *      GEMMs and attention then share their work over it with the same
+ *      bits as alone, so results do not depend on --threads either.
  *   2. Forward and B of a micro-batch are pure functions of (params, input,
  *      saved): their results do not depend on what else ran in between.
  *   3. W computes this micro-batch's weight gradient dW_mb into a private

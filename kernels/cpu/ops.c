@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/team.h"
 
 void kern_embedding_forward(float *out, const int32_t *tokens, const float *E,
                             int N, int d)
@@ -164,44 +165,65 @@ static void attention_probs(float *P, const float *qh, int qld,
     }
 }
 
+/* The arguments of one attention call, shared by its chunks of sequences. */
+typedef struct attn_job {
+    float *o, *lse, *dq, *dk, *dv;             /* outputs (forward: o, lse) */
+    const float *q, *k, *v, *o_in, *do_, *lse_in; /* inputs */
+    int T, nh, nkv, hd;                        /* shapes */
+    int failed;                                /* 1 when a chunk had no scratch */
+} attn_job;
+
+/* Forward of sequences [b0, b1): each its own rows of o and lse. */
+static void attention_forward_seqs(void *p, int b0, int b1)
+{
+    attn_job *j = p;
+    int T = j->T, nh = j->nh, hd = j->hd, qd = nh * hd, kvd = j->nkv * hd, rep = nh / j->nkv;
+    float *P = kern_scratch(KERN_SCRATCH_ATTN, sizeof(float) * (size_t)T * T);
+    if (!P) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int b = b0; b < b1; b++) {
+        for (int h = 0; h < nh; h++) {
+            int g = h / rep;
+            const float *qh = j->q + (size_t)b * T * qd + h * hd;
+            const float *kg = j->k + (size_t)b * T * kvd + g * hd;
+            const float *vg = j->v + (size_t)b * T * kvd + g * hd;
+            float *oh = j->o + (size_t)b * T * qd + h * hd;
+            attention_probs(P, qh, qd, kg, kvd, T, hd,
+                            j->lse + ((size_t)b * nh + h) * T, NULL);
+            kern_gemm(0, 0, T, hd, T, 1.0f, P, T, vg, kvd, 0.0f, oh, qd);
+        }
+    }
+}
+
 int kern_attention_forward(float *o, float *lse, const float *q,
                            const float *k, const float *v, int B, int T,
                            int nh, int nkv, int hd)
 {
     assert(nh % nkv == 0);
-    int qd = nh * hd, kvd = nkv * hd, rep = nh / nkv;
-    float *P = malloc(sizeof(float) * (size_t)T * T);
-    if (!P)
-        return -1;
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < nh; h++) {
-            int g = h / rep;
-            const float *qh = q + (size_t)b * T * qd + h * hd;
-            const float *kg = k + (size_t)b * T * kvd + g * hd;
-            const float *vg = v + (size_t)b * T * kvd + g * hd;
-            float *oh = o + (size_t)b * T * qd + h * hd;
-            attention_probs(P, qh, qd, kg, kvd, T, hd,
-                            lse + ((size_t)b * nh + h) * T, NULL);
-            kern_gemm(0, 0, T, hd, T, 1.0f, P, T, vg, kvd, 0.0f, oh, qd);
-        }
-    }
-    free(P);
-    return 0;
+    attn_job j = { .o = o, .lse = lse, .q = q, .k = k, .v = v, .T = T, .nh = nh, .nkv = nkv,
+                   .hd = hd };
+    /* sequences are independent: the split changes no result */
+    kern_parallel(B, 1, attention_forward_seqs, &j);
+    return j.failed ? -1 : 0;
 }
 
-int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
-                            const float *q, const float *k, const float *v,
-                            const float *o, const float *lse, int B, int T,
-                            int nh, int nkv, int hd)
+/* Backward of sequences [b0, b1): each its own rows of dq, dk, dv. */
+static void attention_backward_seqs(void *p, int b0, int b1)
 {
-    assert(nh % nkv == 0);
-    int qd = nh * hd, kvd = nkv * hd, rep = nh / nkv;
+    attn_job *j = p;
+    int T = j->T, nh = j->nh, hd = j->hd, qd = nh * hd, kvd = j->nkv * hd, rep = nh / j->nkv;
+    const float *q = j->q, *k = j->k, *v = j->v, *o = j->o_in, *do_ = j->do_;
+    float *dq = j->dq, *dk = j->dk, *dv = j->dv;
     float scale = 1.0f / sqrtf((float)hd);
-    float *P = malloc(sizeof(float) * (size_t)T * T * 2);
-    if (!P)
-        return -1;
+    float *P = kern_scratch(KERN_SCRATCH_ATTN, sizeof(float) * (size_t)T * T * 2);
+    if (!P) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     float *dS = P + (size_t)T * T;
-    for (int b = 0; b < B; b++) {
+    for (int b = b0; b < b1; b++) {
         for (int h = 0; h < nh; h++) {
             int g = h / rep;
             /* the first query head of a group writes its KV head's grads,
@@ -210,7 +232,7 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
             size_t qoff = (size_t)b * T * qd + h * hd;
             size_t kvoff = (size_t)b * T * kvd + g * hd;
             attention_probs(P, q + qoff, qd, k + kvoff, kvd, T, hd, NULL,
-                            lse + ((size_t)b * nh + h) * T);
+                            j->lse_in + ((size_t)b * nh + h) * T);
             /* dv_g (+)= Pᵀ · dO_h */
             kern_gemm(1, 0, T, hd, T, 1.0f, P, T, do_ + qoff, qd, beta,
                       dv + kvoff, kvd);
@@ -225,11 +247,11 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
                     D += (double)dor[c] * or_[c];
                 float Df = (float)D;
                 float *ds = dS + (size_t)i * T;
-                const float *p = P + (size_t)i * T;
-                for (int j = 0; j <= i; j++)
-                    ds[j] = p[j] * (ds[j] - Df);
-                for (int j = i + 1; j < T; j++)
-                    ds[j] = 0.0f;
+                const float *pr = P + (size_t)i * T;
+                for (int jj = 0; jj <= i; jj++)
+                    ds[jj] = pr[jj] * (ds[jj] - Df);
+                for (int jj = i + 1; jj < T; jj++)
+                    ds[jj] = 0.0f;
             }
             /* dq_h = scale · dS · k_g ;  dk_g (+)= scale · dSᵀ · q_h */
             kern_gemm(0, 0, T, hd, T, scale, dS, T, k + kvoff, kvd, 0.0f,
@@ -238,8 +260,18 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
                       dk + kvoff, kvd);
         }
     }
-    free(P);
-    return 0;
+}
+
+int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
+                            const float *q, const float *k, const float *v,
+                            const float *o, const float *lse, int B, int T,
+                            int nh, int nkv, int hd)
+{
+    assert(nh % nkv == 0);
+    attn_job j = { .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o_in = o,
+                   .do_ = do_, .lse_in = lse, .T = T, .nh = nh, .nkv = nkv, .hd = hd };
+    kern_parallel(B, 1, attention_backward_seqs, &j);
+    return j.failed ? -1 : 0;
 }
 
 static inline float sigmoidf(float a) { return 1.0f / (1.0f + expf(-a)); }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "kernels/cuda/zb_cuda.h"
+#include "runtime/rank.h"
 #include "src/err.h"
 
 #ifdef __cplusplus
@@ -58,17 +59,16 @@ int gpu_local_send(zb_cuda *from, zb_cuda *to, gpu_fence *f, void *dst, const vo
 
 /* ---- several GPUs, NCCL ------------------------------------------------ */
 
-/* Where this process sits in a multi-GPU run (from the environment). */
-typedef struct gpu_rank_info {
-    int rank;       /* ZB_RANK (or OMPI_COMM_WORLD_RANK / SLURM_PROCID) */
-    int world;      /* ZB_WORLD_SIZE (or the MPI / Slurm equivalents) */
-    int local_rank; /* ZB_LOCAL_RANK: the GPU index on this node */
-} gpu_rank_info;
+/* Where this process sits in a multi-GPU run (runtime/rank.h: read from
+ * the environment, no GPU needed). */
+typedef zb_rank_info gpu_rank_info;
 
-/* Reads the rank variables.  Returns 1 when they describe a multi-process
- * run, 0 when none is set (single process: rank 0 of 1), -1 with err when
- * they are malformed (not numbers, rank >= world, ...). */
-int gpu_rank_from_env(gpu_rank_info *r, zb_err *err);
+/* The rank variables (zb_rank_from_env): 1 multi-process, 0 single
+ * process, -1 with err when malformed. */
+static inline int gpu_rank_from_env(gpu_rank_info *r, zb_err *err)
+{
+    return zb_rank_from_env(r, err);
+}
 
 /* 1 when this build has NCCL. */
 int gpu_nccl_available(void);

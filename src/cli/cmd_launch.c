@@ -11,6 +11,10 @@
  *   ZB_LOCAL_RANK  0..N-1                       the GPU this rank drives
  *   ZB_MASTER_ADDR / ZB_MASTER_PORT             where rank 0 serves the NCCL id
  *
+ * A launched `--device cuda` command first has the launcher load the CUDA
+ * module (runtime/cuda_module.h) and count the node's GPUs, so that a
+ * missing module or too few GPUs is one line, not one per rank.
+ *
  * The launcher waits for all of them.  When one fails (non-zero exit or a
  * signal) it terminates the others (SIGTERM; a rank blocked in an NCCL
  * bootstrap would otherwise wait forever) and exits with status 1 after
@@ -31,6 +35,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "runtime/cuda_module.h"
 
 #define MAX_LOCAL_RANKS 64
 
@@ -56,6 +62,19 @@ static void usage(FILE *out)
 
 static const char *const launchable[] = { "run", "profile", "gen", "simulate", "search",
                                           "export", "import", "render", NULL };
+
+/* 1 when the launched command's arguments ask for the GPU (--device cuda
+ * or --device=cuda). */
+static int wants_cuda(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--device=cuda") == 0)
+            return 1;
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0)
+            return 1;
+    }
+    return 0;
+}
 
 static int is_launchable(const char *cmd)
 {
@@ -116,6 +135,18 @@ int cmd_launch(int argc, char **argv)
                      "the same CPU job; run 'zbsched %s' directly (or build with -Dcuda=enabled)",
                      gpus, cmd);
 #endif
+
+    /* A GPU run needs the CUDA module and N local GPUs: say so once here
+     * rather than N times from the ranks. */
+    if (wants_cuda(argc - optind, argv + optind)) {
+        const zb_cuda_api *cu;
+        if (cuda_module_load_with_gpu(&cu, &err) != 0)
+            return cli_error("launch: %s", err.msg);
+        int visible = cu->device_count();
+        if (visible < gpus)
+            return cli_error("launch: --gpus %ld but this node has %d CUDA device%s", gpus, visible,
+                             visible == 1 ? "" : "s");
+    }
 
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -7,8 +7,9 @@
  * The measurement itself lives in runtime/profiler.h; this file parses
  * flags, prints a short table on stderr and writes the file atomically.
  * With `--device cuda [--gpu N]` the same profile is measured on a GPU by
- * kernels/cuda/gpu_profile.h (CUDA events, bf16 kernels); a build without
- * CUDA refuses that with one line.
+ * kernels/cuda/gpu_profile.h (CUDA events, bf16 kernels) in the module
+ * zbsched_cuda.so (runtime/cuda_module.h); without the module or a GPU the
+ * command fails with one line.
  */
 #include "src/cli/cli.h"
 
@@ -22,9 +23,7 @@
 #include "src/model.h"
 #include "src/profile.h"
 
-#ifdef ZB_HAVE_CUDA
-#include "kernels/cuda/gpu_profile.h"
-#endif
+#include "runtime/cuda_module.h"
 
 static void usage(FILE *out)
 {
@@ -98,12 +97,18 @@ int cmd_profile(int argc, char **argv)
         return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
     if (gpu >= 0 && !cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
+<<<<<<< HEAD
 #ifndef ZB_HAVE_CUDA
     if (cuda)
         return cli_error("this zbsched was built without CUDA (meson -Dcuda=enabled)");
 #endif
     if (cli_check_output(out, model, data))
         return 1;
+=======
+    const zb_cuda_api *cu = NULL;
+    if (cuda && cuda_module_load_with_gpu(&cu, &err) != 0)
+        return cli_fail(&err);
+>>>>>>> runtime
     zb_model m;
     if (model_load(model, &m, &err) != 0)
         return cli_fail(&err);
@@ -116,13 +121,11 @@ int cmd_profile(int argc, char **argv)
     }
     zb_profile p;
     int rc;
-#ifdef ZB_HAVE_CUDA
     if (cuda) {
-        rc = gpu_profile_measure(&m, (int)batch, (int)reps, gpu >= 0 ? (int)gpu : 0, &p, &err);
+        rc = cu->profile_measure(&m, (int)batch, (int)reps, gpu >= 0 ? (int)gpu : 0, &p, &err);
         if (rc != 0)
             zb_wrap(&err, "%s on GPU %ld: ", m.name, gpu >= 0 ? gpu : 0);
     } else
-#endif
         rc = profiler_measure(&m, (int)batch, (int)reps, &p, &err);
     if (rc != 0)
         return cli_fail(&err);

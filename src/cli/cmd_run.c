@@ -23,7 +23,9 @@
  * (gpu_trainer_create_ranked) and only rank 0 prints.  The GPU trainer has
  * the synchronous clip only and no evaluation, trace or checkpoint, so the
  * flags for those are refused with one line rather than ignored; --json
- * reports val_loss as null.  A build without CUDA refuses --device cuda.
+ * reports val_loss as null.  The GPU code is the module zbsched_cuda.so
+ * (runtime/cuda_module.h), loaded here only for --device cuda; without
+ * it, or without a GPU, the command fails with one line.
  */
 #include "src/cli/cli.h"
 
@@ -45,14 +47,11 @@
 #include "src/sched_io.h"
 #include "src/validate.h"
 
-#ifdef ZB_HAVE_CUDA
-#include "kernels/cuda/gpu_trainer.h"
-#include "kernels/cuda/gpu_transport.h"
-#endif
+#include "runtime/cuda_module.h"
+#include "runtime/rank.h"
 
 #define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
-#define NO_CUDA_MSG "this zbsched was built without CUDA (meson -Dcuda=enabled)"
 /* seconds a rank waits for the others during the NCCL bootstrap */
 #define NCCL_BOOTSTRAP_TIMEOUT_S 120
 
@@ -79,6 +78,8 @@ static void usage(FILE *out)
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
+        "      --threads N        kernel threads per device (default: cores / devices);\n"
+        "                         results are the same bits at every N\n"
         "      --device cpu|cuda  where to train (default cpu); cuda: every schedule device\n"
         "                         is a stream on one GPU, or under `zbsched launch` one\n"
         "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
@@ -121,6 +122,7 @@ typedef struct run_args {
     int quiet;               /* --quiet */
     int cuda;                /* --device cuda */
     long gpu;                /* --gpu, or -1 when not given */
+    long threads;            /* --threads: kernel threads per device (0: cores / devices) */
     int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
@@ -131,7 +133,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU };
+           O_DEVICE, O_GPU, O_THREADS };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -157,6 +159,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "sync-interval", required_argument, NULL, O_INTERVAL },
         { "device", required_argument, NULL, O_DEVICE },
         { "gpu", required_argument, NULL, O_GPU },
+        { "threads", required_argument, NULL, O_THREADS },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -197,6 +200,7 @@ static int parse_args(int argc, char **argv, run_args *a)
                 bad = zb_fail(&err, "--device: '%s' is not cpu or cuda", optarg);
             break;
         case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &a->gpu, &err); break;
+        case O_THREADS: bad = cli_parse_int("--threads", optarg, 1, 1024, &a->threads, &err); break;
         case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
         case O_LR:
             bad = cli_parse_double("--lr", optarg, &a->lr, &err);
@@ -294,9 +298,6 @@ static int parse_args(int argc, char **argv, run_args *a)
     if (a->gpu >= 0 && !a->cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
     if (a->cuda) {
-#ifndef ZB_HAVE_CUDA
-        return cli_error(NO_CUDA_MSG);
-#endif
         /* the GPU trainer (kernels/cuda/gpu_trainer.h) has none of these */
         const char *cpu_only = a->trace ? "--trace"
                              : a->ckpt_dir ? "--checkpoint"
@@ -304,12 +305,14 @@ static int parse_args(int argc, char **argv, run_args *a)
                              : a->stop_at != a->steps ? "--stop-at"
                              : a->eval_flag ? (a->eval_every ? "--eval-every" : "--eval-windows")
                              : a->isl.replicas > 0 ? "--replicas"
+                             : a->threads ? "--threads"
                              : NULL;
         if (cpu_only)
             return cli_usage(argv[0], "%s is not supported with --device cuda (the GPU trainer "
                              "has no %s)", cpu_only,
                              a->trace ? "op trace" : a->ckpt_dir || a->resume || a->stop_at != a->steps
-                                 ? "checkpoints" : a->eval_flag ? "evaluation" : "outer optimizer");
+                                 ? "checkpoints" : a->eval_flag ? "evaluation"
+                                 : a->isl.replicas > 0 ? "outer optimizer" : "CPU kernel threads");
         /* --sync-optimizer is accepted: it is the GPU trainer's only mode */
     }
     return -1; /* go on */
@@ -418,6 +421,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_AddItemToObject(o, "evals", cJSON_Duplicate(res->evals, 1));
     cJSON_AddNumberToObject(o, "val_loss", res->val_loss);
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "threads", trainer_threads(t));
     cJSON_AddNumberToObject(o, "train_seconds", res->train_s);
     cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);
@@ -491,10 +495,9 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     return 0;
 }
 
-#ifdef ZB_HAVE_CUDA
 /* Prints the GPU run's summary line or JSON object (rank 0 only). */
 static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_model *m,
-                               const gpu_rank_info *rk, int gpu, const double *losses,
+                               const zb_rank_info *rk, int gpu, const double *losses,
                                long n_losses, double train_s, long tokens, size_t static_bytes,
                                size_t peak_bytes)
 {
@@ -550,13 +553,16 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
                     const trainer_opts *o)
 {
     zb_err err = { { 0 } };
-    gpu_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
-    int ranked = gpu_rank_from_env(&rk, &err);
+    const zb_cuda_api *cu;
+    if (cuda_module_load(&cu, &err) != 0)
+        return cli_fail(&err);
+    zb_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
+    int ranked = zb_rank_from_env(&rk, &err);
     if (ranked < 0)
         return cli_fail(&err);
     ranked = ranked == 1 && rk.world > 1;
     if (!ranked) /* one process: every schedule device on one GPU */
-        rk = (gpu_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
+        rk = (zb_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
     if (ranked && a->gpu >= 0)
         return cli_usage("run", "--gpu is set by the launcher (ZB_LOCAL_RANK) in a run of %d ranks",
                          rk.world);
@@ -568,11 +574,11 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
         return cli_error("%s: the schedule has %d devices but the run has %d ranks (one GPU per "
                          "device: use `zbsched launch --gpus %d`)", a->file, s->n_devices, rk.world,
                          s->n_devices);
-    if (ranked && gpu_trainer_check_ranked(s, &err) != 0) {
+    if (ranked && cu->check_ranked(s, &err) != 0) {
         zb_wrap(&err, "%s: ", a->file);
         return cli_fail(&err);
     }
-    int visible = zb_cuda_device_count();
+    int visible = cu->device_count();
     if (visible == 0)
         return cli_error("%s: no CUDA device%s", a->file,
                          ranked ? " (this rank's GPU is missing)" : "");
@@ -584,22 +590,22 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     m->vocab = d->vocab;
     if (a->batch > 0)
         m->micro_batch = (int)a->batch;
-    gpu_comm *comm = NULL;
-    gpu_trainer *t = NULL;
+    struct gpu_comm *comm = NULL;
+    struct gpu_trainer *t = NULL;
     double *losses = NULL;
     int rc = 1;
     if (ranked) {
-        if (gpu_comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
+        if (cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
             zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
             cli_fail(&err);
             goto out;
         }
-        if (gpu_trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
+        if (cu->trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
             zb_wrap(&err, "%s with model %s on rank %d of %d: ", a->file, m->name, rk.rank, rk.world);
             cli_fail(&err);
             goto out;
         }
-    } else if (gpu_trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
+    } else if (cu->trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s on GPU %d: ", a->file, m->name, gpu);
         cli_fail(&err);
         goto out;
@@ -618,11 +624,11 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     long tokens_per_step = (long)s->n_micro * m->micro_batch * m->seq_len, tokens = 0;
     double train_s = 0;
     for (long step = 0; step < a->steps; step++) {
-        if (gpu_trainer_step(t, &losses[step], &err) != 0) {
+        if (cu->trainer_step(t, &losses[step], &err) != 0) {
             cli_error("step %ld: %s", step + 1, err.msg);
             goto out;
         }
-        double dt = gpu_trainer_last_step_s(t);
+        double dt = cu->trainer_last_step_s(t);
         train_s += dt;
         tokens += tokens_per_step;
         if (!isfinite(losses[step])) {
@@ -635,7 +641,7 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
                     losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
     }
     size_t static_bytes = 0, peak_bytes = 0;
-    if (gpu_trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
+    if (cu->trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
         cli_fail(&err);
         goto out;
     }
@@ -645,11 +651,12 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     rc = 0;
 out:
     free(losses);
-    gpu_trainer_free(t);
-    gpu_comm_free(comm);
+    if (t)
+        cu->trainer_free(t);
+    if (comm)
+        cu->comm_free(comm);
     return rc;
 }
-#endif
 
 int cmd_run(int argc, char **argv)
 {
@@ -695,13 +702,12 @@ int cmd_run(int argc, char **argv)
     o.sync_optimizer = a.sync_opt;
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
-#ifdef ZB_HAVE_CUDA
+    o.threads = (int)a.threads;
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
         rc = run_cuda(&a, s, &m, d, &o);
         goto out;
     }
-#endif
     if (a.isl.replicas > 0) {
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
@@ -733,10 +739,11 @@ int cmd_run(int argc, char **argv)
     if (!a.quiet) {
         const zb_model *em = trainer_model(t);
         fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d), model %s: %d layers, d=%d, "
-                "vocab %d, %zu parameters, batch %d x %d tokens%s\n",
+                "vocab %d, %zu parameters, batch %d x %d tokens, %d thread%s per device%s\n",
                 s->name[0] ? s->name : a.file, s->n_devices, s->n_stages, s->n_micro, em->name,
                 em->n_layers, em->d_model, em->vocab, trainer_param_count(t), em->micro_batch,
-                em->seq_len, a.resume ? ", resumed" : "");
+                em->seq_len, trainer_threads(t), trainer_threads(t) == 1 ? "" : "s",
+                a.resume ? ", resumed" : "");
     }
     long start = trainer_get_stats(t)->step;
     if (start >= a.stop_at) {

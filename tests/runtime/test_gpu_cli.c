@@ -3,15 +3,21 @@
  * cuda` where they can be tested without a GPU: the error paths.
  *
  * The same file is built into both kinds of build.  meson passes
- * ZB_TEST_CUDA_BUILD=1 when the CUDA part is compiled in; then the tests
- * expect the "no CUDA device" line (the child runs with
- * CUDA_VISIBLE_DEVICES set empty, so even on a GPU machine it sees no
- * GPU), and otherwise the "built without CUDA" line.  Both must be exactly
- * one line on stderr with exit status 1, leave no output file behind, and
- * return quickly: a rank of a launched run must fail before it would wait
- * for its peers in the NCCL bootstrap.  The flags the GPU trainer does not
- * support are refused with one usage line (exit 2) in a CUDA build, and
- * `--device cpu` still trains as before.
+ * ZB_TEST_CUDA_BUILD=1 when the CUDA module zbsched_cuda.so is built
+ * beside zbsched; then the tests expect the "no CUDA device" line (the
+ * child runs with CUDA_VISIBLE_DEVICES set empty, so even on a GPU machine
+ * it sees no GPU), and otherwise the "no CUDA module" line.  Both must be
+ * exactly one line on stderr with exit status 1, leave no output file
+ * behind, and return quickly: a rank of a launched run must fail before it
+ * would wait for its peers in the NCCL bootstrap.  The flags the GPU
+ * trainer does not support are refused with one usage line (exit 2) in
+ * every build, and `--device cpu` still trains as before.
+ *
+ * The module loader itself (runtime/cuda_module.h) is tested in every
+ * build through a stand-in module (fake_cuda_module.c, path in
+ * $ZB_FAKE_CUDA_MODULE) named by ZBSCHED_CUDA_MODULE: no GPU, a module
+ * from another build, a file that is no module, a missing file, and
+ * `launch` asking for more GPUs than the node has.
  */
 #include <check.h>
 #include <stdarg.h>
@@ -31,8 +37,7 @@
 #endif
 
 /* the line a --device cuda request must give on this build, without a GPU */
-#define NO_GPU_LINE (CUDA_BUILT ? "no CUDA device" \
-                                : "this zbsched was built without CUDA (meson -Dcuda=enabled)")
+#define NO_GPU_LINE (CUDA_BUILT ? "no CUDA device" : "no CUDA module")
 
 static char dir[64];
 static char sched_path[128];
@@ -130,17 +135,14 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
         { "--eval-every 1", "--eval-every" },
         { "--eval-windows 4", "--eval-windows" },
         { "--replicas 2", "--replicas" },
+        { "--threads 2", "--threads" },
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char extra[256];
         snprintf(extra, sizeof extra, flags[i][0], dir);
         int rc = zb("run %s --device cuda --steps 2 %s", sched_path, extra);
-        if (CUDA_BUILT) {
-            assert_one_line(rc, 2, flags[i][1]);
-            ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
-        } else {
-            assert_one_line(rc, 1, NO_GPU_LINE);
-        }
+        assert_one_line(rc, 2, flags[i][1]);
+        ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
     }
     /* nothing was written where the refused flags pointed */
     char path[160];
@@ -187,6 +189,50 @@ START_TEST(device_cpu_still_trains)
 }
 END_TEST
 
+/* `ENV ZBSCHED_CUDA_MODULE=<the stand-in> FAKE_CUDA_MODE=mode zbsched ARGS` */
+static int zb_fake(const char *mode, const char *fmt, const char *arg)
+{
+    const char *fake = getenv("ZB_FAKE_CUDA_MODULE");
+    ck_assert_ptr_nonnull(fake);
+    char env[1024], args[512];
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=%s", fake, mode);
+    snprintf(args, sizeof args, fmt, arg);
+    return zb_env(env, "%s", args);
+}
+
+START_TEST(module_loader_errors_are_one_line)
+{
+    char prof[160];
+    snprintf(prof, sizeof prof, "%s/p.json", dir);
+    /* a valid module that sees no GPU: run, profile, launch */
+    assert_one_line(zb_fake("nogpu", "run %s --device cuda --steps 2", sched_path), 1,
+                    "no CUDA device");
+    assert_one_line(zb_fake("nogpu", "profile --device cuda -o %s", prof), 1, "no CUDA device");
+    assert_one_line(zb_fake("nogpu", "launch --gpus 2 run %s --device cuda --steps 2", sched_path),
+                    1, "no CUDA device");
+    /* one GPU, two asked for: the launcher says so before starting ranks */
+    assert_one_line(zb_fake("onegpu", "launch --gpus 2 run %s --device=cuda --steps 2",
+                            sched_path), 1, "this node has 1 CUDA device");
+    /* a module of another build, a module without a table */
+    assert_one_line(zb_fake("badversion", "run %s --device cuda --steps 2", sched_path), 1,
+                    "from another zbsched build");
+    assert_one_line(zb_fake("noentry", "profile --device cuda -o %s", prof), 1,
+                    "is not a zbsched CUDA module");
+    cli_assert_no_file(prof);
+    /* a file that is not a shared object; a path that does not exist */
+    char env[512];
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s", sched_path);
+    assert_one_line(zb_env(env, "run %s --device cuda --steps 2", sched_path), 1,
+                    "cannot load the CUDA module");
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s/none.so", dir);
+    assert_one_line(zb_env(env, "run %s --device cuda --steps 2", sched_path), 1,
+                    "no such file");
+    /* commands that need no GPU never load it, even a broken one */
+    ck_assert_int_eq(zb_fake("noentry", "simulate %s", sched_path), 0);
+    ck_assert_int_eq(zb_fake("noentry", "launch --gpus 2 simulate %s", sched_path), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_cli");
@@ -198,6 +244,7 @@ int main(void)
     tcase_add_test(tc, cpu_only_flags_are_refused_with_cuda);
     tcase_add_test(tc, profile_cuda_without_gpu_is_one_line);
     tcase_add_test(tc, device_cpu_still_trains);
+    tcase_add_test(tc, module_loader_errors_are_one_line);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
