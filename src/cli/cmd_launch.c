@@ -129,12 +129,13 @@ int cmd_launch(int argc, char **argv)
     const char *cmd = argv[optind];
     if (!is_launchable(cmd))
         return cli_usage(argv[0], "'%s' is not a zbsched command that can be launched", cmd);
-#ifndef ZB_HAVE_CUDA
-    /* Without CUDA every rank would run the same CPU job N times over. */
-    return cli_error("launch: this zbsched was built without CUDA, so the %ld ranks would all run "
-                     "the same CPU job; run 'zbsched %s' directly (or build with -Dcuda=enabled)",
-                     gpus, cmd);
-#endif
+    /* A training or profiling command without CUDA would run the same CPU
+     * job on every rank; CPU ranks are mpirun's (docs/mpi.md). */
+    if ((strcmp(cmd, "run") == 0 || strcmp(cmd, "profile") == 0) &&
+        !wants_cuda(argc - optind, argv + optind))
+        return cli_error("launch: without CUDA (--device cuda) the %ld ranks would all run the same "
+                         "CPU job; run 'zbsched %s' directly, or under mpirun for CPU ranks",
+                         gpus, cmd);
 
     /* A GPU run needs the CUDA module and N local GPUs: say so once here
      * rather than N times from the ranks. */

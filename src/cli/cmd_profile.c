@@ -97,18 +97,11 @@ int cmd_profile(int argc, char **argv)
         return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
     if (gpu >= 0 && !cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
-<<<<<<< HEAD
-#ifndef ZB_HAVE_CUDA
-    if (cuda)
-        return cli_error("this zbsched was built without CUDA (meson -Dcuda=enabled)");
-#endif
-    if (cli_check_output(out, model, data))
-        return 1;
-=======
     const zb_cuda_api *cu = NULL;
     if (cuda && cuda_module_load_with_gpu(&cu, &err) != 0)
         return cli_fail(&err);
->>>>>>> runtime
+    if (cli_check_output(out, model, data))
+        return 1;
     zb_model m;
     if (model_load(model, &m, &err) != 0)
         return cli_fail(&err);
