@@ -49,6 +49,7 @@
 
 #include "runtime/cuda_module.h"
 #include "runtime/rank.h"
+#include "src/cli/cli_mpi.h"
 
 #define DEFAULT_DATA "../shared/data/tinyshakespeare.txt"
 #define CHECKPOINT_NAME "checkpoint.bin"
@@ -658,12 +659,50 @@ out:
     return rc;
 }
 
+/* Under mpirun or srun with several ranks, every rank meets the same bad
+ * input: only rank 0 says so.  Mutes stderr on the other ranks and returns
+ * the saved descriptor (-1 when nothing was muted). */
+static int mute_follower(void)
+{
+    zb_rank_info rk;
+    zb_err ignored = { { 0 } };
+    if (zb_rank_from_env(&rk, &ignored) != 1 || rk.world < 2 || rk.rank == 0)
+        return -1;
+    FILE *null = fopen("/dev/null", "w");
+    if (!null)
+        return -1;
+    fflush(stderr);
+    int saved = dup(2);
+    if (saved >= 0)
+        dup2(fileno(null), 2);
+    fclose(null);
+    return saved;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
+    int saved_stderr = mute_follower();
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    zb_rank_info rk = { .rank = 0, .world = 1 };
+    {
+        zb_err rerr = { { 0 } };
+        int ranked = zb_rank_from_env(&rk, &rerr);
+        if (ranked < 0)
+            return cli_fail(&rerr);
+        if (a.cuda && saved_stderr >= 0) { /* the GPU ranks report for themselves */
+            dup2(saved_stderr, 2);
+            close(saved_stderr);
+            saved_stderr = -1;
+        }
+    }
+    /* CPU ranks of mpirun / srun: the islands over MPI (cli_mpi.h) */
+    int mpi_ranks = !a.cuda && rk.world > 1;
+    if (mpi_ranks && a.isl.replicas == 0)
+        return cli_error("%s: pipeline stages across MPI ranks are not built yet; run one replica "
+                         "per rank with --replicas %d (docs/mpi.md)", a.file, rk.world);
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
     zb_err err = { { 0 } };
@@ -703,6 +742,14 @@ int cmd_run(int argc, char **argv)
     o.eval_windows = (int)a.eval_windows;
     o.record_times = a.trace != NULL;
     o.threads = (int)a.threads;
+    if (mpi_ranks) {
+        a.isl.steps = a.steps;
+        a.isl.eval_every = (int)a.eval_every;
+        cli_mpi_run mr = { .file = a.file, .isl = &a.isl, .json = a.json, .quiet = a.quiet,
+                           .threads_given = a.threads > 0, .saved_stderr = saved_stderr };
+        rc = cli_run_mpi(&mr, s, &m, d, &o);
+        goto out;
+    }
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
         rc = run_cuda(&a, s, &m, d, &o);

@@ -1,0 +1,33 @@
+/*
+ * cli_mpi.h: `zbsched run` under mpirun or srun (docs/mpi.md).
+ *
+ * cmd_run.c loads and checks everything a rank needs (schedule, model,
+ * data, flags) the same way on every rank, then hands over here.  Two
+ * implementations: cmd_run_mpi.c in a build with MPI (meson feature
+ * `mpi`), and cmd_run_nompi.c without it, which refuses the multi-process
+ * run with one line instead of letting every rank train the same job.
+ */
+#ifndef ZB_CLI_MPI_H
+#define ZB_CLI_MPI_H
+
+#include "runtime/outer/islands.h"
+#include "runtime/trainer.h"
+
+/* What the multi-process run needs from the command line. */
+typedef struct cli_mpi_run {
+    const char *file;       /* the schedule file, for messages */
+    islands_opts *isl;      /* --replicas K and the outer flags (steps, eval filled in) */
+    int json;               /* --json */
+    int quiet;              /* --quiet */
+    int threads_given;      /* 1 when --threads was given (else per rank: cores / (ranks * p)) */
+    int saved_stderr;       /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
+} cli_mpi_run;
+
+/* Runs this rank's part of the job: the islands over MPI.  Returns the
+ * exit status, having printed any error line itself (once for an error
+ * every rank meets, "rank R: ..." for one rank's own failure, after which
+ * the job is aborted). */
+int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
+                trainer_opts *o);
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * cmd_run_mpi.c: `mpirun -np K zbsched run FILE --replicas K ...`, the
+ * islands with one replica per MPI rank (runtime/mpi/mpi_islands.h).
+ *
+ * Start-up: MPI_Init_thread (FUNNELED: only this thread calls MPI; the
+ * trainer's device threads never do), errors returned rather than fatal,
+ * a SIGTERM handler that only sets the leave flag, and kernel threads per
+ * device shared out among the ranks on the node (MPI_Comm_split_type), so
+ * that K ranks of p devices do not each take every core.
+ *
+ * Output: only the speaker (rank 0 of the final membership) prints the
+ * header, progress and the summary.  Errors:
+ *   - one every rank meets alike (options, a non-finite pseudo-gradient
+ *     agreed on in the outer step) is printed once, by rank 0, and every
+ *     rank exits 1 after MPI_Finalize;
+ *   - one of this rank's own (memory, a trainer failure) is printed as
+ *     "rank R: ...", then MPI_Abort ends every rank of the job, which
+ *     cannot otherwise leave a collective that waits for this rank.
+ * A rank that leaves on SIGTERM exits 0 silently after its last outer step.
+ */
+#include "src/cli/cli.h"
+#include "src/cli/cli_mpi.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <mpi.h>
+
+#include "runtime/mpi/mpi_islands.h"
+
+/* Set by SIGTERM: this replica leaves at the next outer-step boundary. */
+static volatile sig_atomic_t leave_requested;
+
+static void on_sigterm(int sig)
+{
+    (void)sig;
+    leave_requested = 1;
+}
+
+typedef struct progress_ctx {
+    long steps;    /* total steps, for "step i/N" */
+    int quiet;     /* --quiet or --json... progress still goes to stderr unless quiet */
+} progress_ctx;
+
+static void print_progress(void *vctx, long step, double loss, int replicas)
+{
+    const progress_ctx *c = vctx;
+    if (!c->quiet)
+        fprintf(stderr, "step %ld/%ld: loss %.4f (%d replica%s)\n", step + 1, c->steps, loss,
+                replicas, replicas == 1 ? "" : "s");
+}
+
+static void print_summary(const cli_mpi_run *r, const sched_t *s, const zb_model *m, int world,
+                          const mpi_islands_result *res)
+{
+    const islands_opts *isl = r->isl;
+    int left = res->initial_replicas - res->final_replicas;
+    if (!r->json) {
+        printf("%s: %d replicas on %d MPI ranks (%d finished, %d left), outer %s, all-reduce %s; "
+               "%ld steps, final loss %.4f, val loss %.4f, %ld outer steps, %llu bytes sent, "
+               "%.1f s\n",
+               r->file, res->initial_replicas, world, res->final_replicas, left,
+               outer_kind_name(isl->outer.kind), outer_wire_name(isl->outer.wire), res->steps,
+               res->loss[res->steps - 1], res->final_val_loss, res->outer_steps,
+               (unsigned long long)res->bytes_sent, res->wall_s);
+        return;
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "schedule", s->name);
+    cJSON_AddStringToObject(j, "model", m->name);
+    cJSON_AddNumberToObject(j, "replicas", res->initial_replicas);
+    cJSON_AddStringToObject(j, "outer", outer_kind_name(isl->outer.kind));
+    cJSON_AddStringToObject(j, "allreduce", outer_wire_name(isl->outer.wire));
+    cJSON_AddNumberToObject(j, "inner_steps", isl->outer.inner_steps);
+    cJSON_AddNumberToObject(j, "steps", (double)res->steps);
+    cJSON *l = cJSON_AddArrayToObject(j, "losses");
+    cJSON *ev = cJSON_AddArrayToObject(j, "evals");
+    for (long i = 0; i < res->steps; i++) {
+        cJSON_AddItemToArray(l, cJSON_CreateNumber(res->loss[i]));
+        if (isfinite(res->val_loss[i])) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "step", (double)(i + 1));
+            cJSON_AddNumberToObject(e, "val_loss", res->val_loss[i]);
+            cJSON_AddItemToArray(ev, e);
+        }
+    }
+    cJSON_AddNumberToObject(j, "val_loss", res->final_val_loss);
+    cJSON_AddNumberToObject(j, "bytes_sent", (double)res->bytes_sent);
+    cJSON_AddNumberToObject(j, "outer_steps", (double)res->outer_steps);
+    cJSON_AddNumberToObject(j, "final_replicas", res->final_replicas);
+    cJSON_AddNumberToObject(j, "tokens", (double)res->tokens);
+    cJSON_AddNumberToObject(j, "train_seconds", res->wall_s);
+    cJSON_AddStringToObject(j, "transport", "mpi");
+    cJSON_AddNumberToObject(j, "ranks", world);
+    cJSON *lv = cJSON_AddArrayToObject(j, "left");
+    for (int i = 0; i < res->initial_replicas; i++)
+        if (res->left_at[i] >= 0) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "replica", i);
+            cJSON_AddNumberToObject(e, "after_step", (double)res->left_at[i]);
+            cJSON_AddItemToArray(lv, e);
+        }
+    char *text = cJSON_PrintUnformatted(j);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* Kernel threads per device: the node's cores shared among its ranks. */
+static int threads_per_device(int devices)
+{
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long t = cores / ((long)local * devices);
+    return t < 1 ? 1 : (int)t;
+}
+
+int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
+                trainer_opts *o)
+{
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return cli_error("MPI_Init failed");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    /* From here on every line is printed by the one rank it concerns. */
+    if (r->saved_stderr >= 0)
+        dup2(r->saved_stderr, 2);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    if (!r->threads_given)
+        o->threads = threads_per_device(s->n_devices);
+
+    islands_opts *isl = r->isl;
+    if (rank == 0 && !r->quiet)
+        fprintf(stderr, "zbsched run: %d replicas of %s on %d MPI ranks, outer %s, all-reduce %s, "
+                "H=%d, %ld steps\n", isl->replicas, s->name[0] ? s->name : r->file, world,
+                outer_kind_name(isl->outer.kind), outer_wire_name(isl->outer.wire),
+                isl->outer.inner_steps, isl->steps);
+    progress_ctx pc = { .steps = isl->steps, .quiet = r->quiet };
+    mpi_islands_result res;
+    zb_err err = { { 0 } };
+    int rc = mpi_islands_run(s, m, d, o, isl, MPI_COMM_WORLD, &leave_requested, print_progress,
+                             &pc, &res, &err);
+    if (rc != 0) {
+        if (res.agreed_error) {
+            if (rank == 0)
+                cli_error("%s: %s", r->file, err.msg);
+            MPI_Finalize();
+            return 1;
+        }
+        /* This rank's own failure: say which, then end the whole job. */
+        cli_error("rank %d of %d: %s: %s", rank, world, r->file, err.msg);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+    int status = 0;
+    if (!res.left) {
+        if (!isfinite(res.final_val_loss)) {
+            if (res.speaker)
+                cli_error("%s: the validation loss is not finite (diverged; try a lower --lr or "
+                          "--outer-lr)", r->file);
+            status = 1;
+        } else if (res.speaker) {
+            print_summary(r, s, m, world, &res);
+            if (fflush(stdout) != 0 || ferror(stdout))
+                status = cli_error("cannot write the summary to stdout");
+        }
+    }
+    mpi_islands_result_free(&res);
+    MPI_Finalize();
+    return status;
+}
