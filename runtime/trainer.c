@@ -51,7 +51,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/team.h"
-#include "runtime/channel.h"
+#include "runtime/transport.h"
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
 #include "runtime/split.h"
@@ -109,7 +109,7 @@ struct trainer {
     int seq;               /* T */
     size_t act_floats;     /* B*T*d: one activation or gradient message */
     stage_rt *st;          /* [S] */
-    zb_chan chan;          /* transport between workers */
+    zb_transport *tr;      /* transport between workers (transport.h) */
     zb_rng rng;            /* data window generator (checkpointed) */
     int32_t *x;            /* [m][B*T] input tokens of the step */
     int32_t *y;            /* [m][B*T] target tokens of the step */
@@ -154,6 +154,7 @@ void trainer_opts_default(trainer_opts *o)
     o->eval_windows = 16;
     o->record_times = 0;
     o->threads = 0;
+    o->transport = 0; /* ZB_TRANSPORT_SLOTS */
 }
 
 int trainer_default_threads(int n_devices)
@@ -210,6 +211,8 @@ static void stage_free(stage_rt *r, int n_micro)
 }
 
 static void workers_stop(trainer *t);
+static void *pool_get(void *ctx);
+static void pool_put(void *ctx, void *buf);
 
 void trainer_free(trainer *t)
 {
@@ -229,8 +232,7 @@ void trainer_free(trainer *t)
         for (int s = 0; s < t->n_stages; s++)
             stage_free(&t->st[s], t->n_micro);
     free(t->st);
-    if (t->chan.slots)
-        chan_destroy(&t->chan);
+    transport_free(t->tr);
     if (t->op_start)
         for (int d = 0; d < t->n_devices; d++) {
             free(t->op_start[d]);
@@ -312,7 +314,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->act_pool = calloc((size_t)t->act_pool_cap, sizeof *t->act_pool);
     int oom = !t->team || !t->w || !t->tid || !t->act_pool;
     oom = oom || !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
-              || !t->op_mid || chan_init(&t->chan, t->n_stages, t->n_micro) != 0;
+              || !t->op_mid;
     for (int dv = 0; dv < t->n_devices && !oom; dv++) {
         size_t n = (size_t)(s->dev[dv].n_ops ? s->dev[dv].n_ops : 1);
         t->op_start[dv] = calloc(n, sizeof(double));
@@ -324,6 +326,12 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         free(first);
         trainer_free(t);
         return zb_fail(err, "out of memory");
+    }
+    zb_transport_pool pool = { pool_get, pool_put, t };
+    if (transport_create(opts->transport, s, !opts->sync_optimizer, &pool, &t->tr, err) != 0) {
+        free(first);
+        trainer_free(t);
+        return -1;
     }
     kernels_init_threads(1);
     for (int i = 0; i < t->n_stages; i++) {
@@ -395,6 +403,29 @@ static void act_put(trainer *t, float *p)
     free(p);
 }
 
+/* The pool as the transport sees it (transport.h). */
+static void *pool_get(void *ctx)
+{
+    return act_get(ctx);
+}
+
+static void pool_put(void *ctx, void *buf)
+{
+    act_put(ctx, buf);
+}
+
+/* Sends key (kind, stage, mb) through the trainer's transport. */
+static int tr_send(trainer *t, int kind, int stage, int mb, void *buf, double val, zb_err *err)
+{
+    return t->tr->ops->send(t->tr, (zb_msg_key){ kind, stage, mb }, buf, val, err);
+}
+
+/* Receives key (kind, stage, mb); buf may be NULL for the norms. */
+static int tr_recv(trainer *t, int kind, int stage, int mb, void **buf, double *val, zb_err *err)
+{
+    return t->tr->ops->recv(t->tr, (zb_msg_key){ kind, stage, mb }, buf, val, err);
+}
+
 /* A zeroed weight-gradient scratch of stage r (only its device's worker,
  * or the main thread between steps, touches r's spares). */
 static float *w_scratch_get(stage_rt *r)
@@ -436,8 +467,8 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     float *in = NULL; /* the forward copies its input into the saved state */
     if (s > 0) {
         void *p;
-        if (chan_recv(&t->chan, CHAN_ACT, s, j, &p, NULL) != 0)
-            return zb_fail(err, "aborted");
+        if (tr_recv(t, CHAN_ACT, s, j, &p, NULL, err) != 0)
+            return -1;
         in = p;
     }
     stamp(t, start);
@@ -458,8 +489,8 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     stamp(t, end);
     if (last)
         t->mb_loss[j] = loss;
-    else
-        chan_send(&t->chan, CHAN_ACT, s + 1, j, out, 0);
+    else if (tr_send(t, CHAN_ACT, s + 1, j, out, 0, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -473,8 +504,8 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
     float *dy = NULL;
     if (s < t->n_stages - 1) {
         void *p;
-        if (chan_recv(&t->chan, CHAN_GRAD, s, j, &p, NULL) != 0)
-            return zb_fail(err, "aborted");
+        if (tr_recv(t, CHAN_GRAD, s, j, &p, NULL, err) != 0)
+            return -1;
         dy = p;
     }
     stamp(t, start);
@@ -493,8 +524,8 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
     stamp(t, end);
     if (held)
         *held = dx;
-    else if (s > 0)
-        chan_send(&t->chan, CHAN_GRAD, s - 1, j, dx, 0);
+    else if (s > 0 && tr_send(t, CHAN_GRAD, s - 1, j, dx, 0, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -580,17 +611,18 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
         if (r->device != dev)
             continue;
         double partial = 0;
-        if (s > 0 && chan_recv(&t->chan, CHAN_NORM_UP, s, 0, NULL, &partial) != 0)
-            return zb_fail(err, "aborted");
+        if (s > 0 && tr_recv(t, CHAN_NORM_UP, s, 0, NULL, &partial, err) != 0)
+            return -1;
         partial = add_stage_norm(r, partial);
         r->stepped = isfinite(partial) && !needs_clip(t, partial);
         if (r->stepped) {
             snapshot_take(r);
             stage_update(t, r, 1.0f);
         }
-        if (s < S - 1)
-            chan_send(&t->chan, CHAN_NORM_UP, s + 1, 0, NULL, partial);
-        else
+        if (s < S - 1) {
+            if (tr_send(t, CHAN_NORM_UP, s + 1, 0, NULL, partial, err) != 0)
+                return -1;
+        } else
             t->full_sq = partial;
     }
     for (int s = S - 1; s >= 0; s--) {
@@ -600,8 +632,8 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
         double full = 0;
         if (s == S - 1)
             full = t->full_sq; /* written by this same worker on the way up */
-        else if (chan_recv(&t->chan, CHAN_NORM_DOWN, s, 0, NULL, &full) != 0)
-            return zb_fail(err, "aborted");
+        else if (tr_recv(t, CHAN_NORM_DOWN, s, 0, NULL, &full, err) != 0)
+            return -1;
         int finite = isfinite(full), clip = finite && needs_clip(t, full);
         if (!(r->stepped && finite && !clip)) {
             /* The optimistic action was wrong: undo it and do the right one. */
@@ -614,8 +646,8 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
             if (finite)
                 stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip));
         }
-        if (s > 0)
-            chan_send(&t->chan, CHAN_NORM_DOWN, s - 1, 0, NULL, full);
+        if (s > 0 && tr_send(t, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
+            return -1;
     }
     return 0;
 }
@@ -651,7 +683,7 @@ static void run_job(worker *w, int phases)
                 rc = op_backward_w(t, op.stage, op.mb, &w->err);
             stamp(t, end);
             if (rc == 0 && op.stage > 0)
-                chan_send(&t->chan, CHAN_GRAD, op.stage - 1, op.mb, dx, 0);
+                rc = tr_send(t, CHAN_GRAD, op.stage - 1, op.mb, dx, 0, &w->err);
             else
                 act_put(t, dx);
             break;
@@ -662,7 +694,7 @@ static void run_job(worker *w, int phases)
         rc = post_validated_step(t, w->dev, &w->err);
     if (rc != 0) {
         w->failed = 1;
-        chan_abort(&t->chan);
+        t->tr->ops->abort(t->tr);
     }
 }
 
@@ -749,7 +781,7 @@ static void synchronous_step(trainer *t)
  * step so the trainer can be freed (or stepped again) cleanly. */
 static void reset_step_state(trainer *t)
 {
-    chan_reset(&t->chan);
+    t->tr->ops->reset(t->tr);
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
         for (int j = 0; j < t->n_micro; j++) {
@@ -844,7 +876,7 @@ static void step_end(trainer *t, double loss)
 {
     if (t->opts.sync_optimizer)
         synchronous_step(t);
-    chan_reset(&t->chan);
+    t->tr->ops->reset(t->tr);
     t->stats.step++;
     t->stats.last_loss = loss;
     t->stats.last_grad_norm = sqrt(t->full_sq);

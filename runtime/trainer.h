@@ -12,8 +12,9 @@
  *      the trainer's seeded generator, in micro-batch order;
  *   2. one worker thread per device runs that device's ops in the file's order
  *      (F, B, W; BW = B then W); activations and gradients travel between
- *      stages through an in-process channel keyed by (kind, stage,
- *      micro-batch) whose receives block (channel.h);
+ *      stages through a transport (transport.h): by default an in-process
+ *      mailbox keyed by (kind, stage, micro-batch) whose receives block,
+ *      or untagged FIFO links in the order the schedule implies;
  *   3. each device then takes its optimizer step with post-validation (the
  *      zero-bubble paper's section 4): the global gradient norm for clipping
  *      and the NaN/Inf check are NOT taken with a barrier.  Stage s receives
@@ -80,6 +81,9 @@ typedef struct trainer_opts {
     int threads;          /* kernel threads per device (its team, kernels/cpu/
                            * team.h); <= 0: trainer_default_threads(p).  The
                            * results are the same bits at every value */
+    int transport;        /* runtime/transport.h: ZB_TRANSPORT_SLOTS (0, keyed
+                           * mailbox) or ZB_TRANSPORT_FIFO (untagged ordered
+                           * links, the model of MPI/NCCL); same bits */
 } trainer_opts;
 
 /* Progress counters, updated by trainer_step. */

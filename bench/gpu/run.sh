@@ -25,7 +25,9 @@
 #      shape (h 4096, 32 heads, 8 KV heads, d_ff 14336, s 4096, b 1):
 #      TFLOP/s and measured activation bytes vs the cost model
 #   9. the same layer's training step in PyTorch, eager and torch.compile
-#  10. the CLI itself: build zbsched, then `zbsched run --device cuda` with
+#  10. the CLI itself: build zbsched and its CUDA module zbsched_cuda.so
+#      (zbsched must link no CUDA library; simulate's whole-process time and
+#      peak RSS are recorded), then `zbsched run --device cuda` with
 #      1F1B and ZB-H2 (shakespeare-char, b 4, 3 stages, 6 micro-batches, 20
 #      steps): losses per step of both and their largest relative
 #      difference (same data and weights, only the op order differs); with
@@ -325,7 +327,17 @@ layer_and_torch 8b "$WORK/llama3-8b-s4096.json" 4096 32 8 14336 4096 1
 # ---- 10. the CLI: `zbsched run --device cuda`, 1F1B vs ZB-H2 -----------------
 # Built last and on its own: zbsched links every library (graphviz, glpk
 # from the prefix), so a link problem here cannot cost the steps above.
+# zbsched itself links no CUDA library; the GPU code is the module
+# zbsched_cuda.so beside it, dlopen'd by --device cuda (runtime/
+# cuda_module.h).  The summary records that, and what a command that never
+# touches the GPU costs as a whole process (bench/bench_module_load.sh;
+# issue 12's target: within 1.5x of a CPU-only build, under 40 MB).
 ZB="$BUILD/zbsched"
+module_check() {
+    echo "zbsched_cuda_libraries_linked $(ldd "$ZB" | grep -c -i -E 'cuda|cublas|nccl')"
+    [ -e "$BUILD/zbsched_cuda.so" ] && echo "zbsched_cuda_module present" || echo "zbsched_cuda_module MISSING"
+    "$ROOT/bench/bench_module_load.sh" 10 "$BUILD" | sed -n 's/^ *\(simulate\|gen\)/module_load \1/p'
+}
 cli_run() { # kind
     "$ZB" gen "$1" -p 3 -m 6 -o "$WORK/cli-$1.json" || return 1
     "$ZB" run "$WORK/cli-$1.json" --device cuda --model "$WORK/shakespeare-b4.json" \
@@ -336,9 +348,12 @@ cli_launch() { # world
     ZB_MASTER_PORT=29681 "$ZB" launch --gpus "$1" run "$WORK/cli-w$1.json" --device cuda \
         --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1.out"
 }
-export ZB
-export -f cli_run cli_launch
-if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc)" zbsched; then
+export ZB BUILD ROOT
+export -f cli_run cli_launch module_check
+if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc)" zbsched zbsched_cuda.so; then
+    step module_check 60 module_check > "$WORK/module.txt" 2>&1
+    cat "$WORK/module.txt"
+    grep -E "^(zbsched_cuda|module_load)" "$WORK/module.txt" >> "$SUMMARY"
     for kind in 1f1b zb-h2; do
         step "cli_run_$kind" 60 cli_run "$kind"
         cat "$WORK/cli-$kind.out"

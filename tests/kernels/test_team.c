@@ -56,8 +56,8 @@ START_TEST(gemm_split_is_bit_identical)
     static const int shapes[][3] = {
         { 256, 64, 64 },    /* tiny: F of a projection (N = B·T rows) */
         { 64, 64, 256 },    /* tiny: W (in x out, K = tokens) */
-        { 4096, 384, 384 }, /* shakespeare-char F */
-        { 384, 1536, 1024 },/* shakespeare-char W of w1 (K cut to keep it quick) */
+        { 1024, 384, 384 }, /* shakespeare-char F (a quarter of the rows) */
+        { 384, 1536, 256 }, /* shakespeare-char W of w1 (K cut to keep it quick) */
         { 256, 256, 64 },   /* attention scores of one head */
         { 1000, 65, 384 },  /* LM head, ragged */
         { 37, 129, 71 },    /* ragged */

@@ -1,0 +1,131 @@
+/*
+ * transport.h: how pipeline devices hand each other activations, gradients
+ * and the post-validation norms, whatever carries them.
+ *
+ * The executor (trainer.c) names every message of a step by a key: (kind,
+ * stage, micro-batch), as in channel.h.  A transport delivers the message
+ * of a key from the device that sends it to the device that receives it.
+ * Implementations:
+ *
+ *   slots   threads of one process (channel.h): a mailbox slot per key,
+ *           any order; the default.
+ *   fifo    threads of one process, but each link (an ordered pair of
+ *           devices) is ONE first-in-first-out queue of untagged messages,
+ *           exactly what MPI point-to-point with a single tag or NCCL
+ *           send/recv give.  It is the model, and the test, of every
+ *           transport between processes.
+ *
+ * NO TAGS.  A FIFO link carries no keys, so the receiver must know which
+ * key the k-th message of a link is.  Both sides know the schedule, so both
+ * derive the same link plan (zb_link_plan below): for each link, the keys
+ * in the order the SENDER sends them, which is its lane's op order (an F
+ * sends its activation, a B or BW its input gradient), then the norms of
+ * post-validation (up pass in increasing stage order, down pass in
+ * decreasing).  A receiver that needs key K while earlier messages of the
+ * link are still unread reads those first into a stash (it will need them
+ * anyway this step).  Sends never wait for the receiver (buffered, like
+ * MPI_Isend), so draining can only wait for messages the sender has already
+ * passed: no deadlock, and V-shape and interleaved schedules, whose links
+ * carry several stage boundaries in orders the two sides do not run in
+ * step, work on every transport.
+ *
+ * Buffers: a send passes ownership of an activation-sized buffer to the
+ * transport, a receive hands one back.  In-process transports move the
+ * pointer; a transport between processes would copy the bytes out and
+ * return the buffer to its owner's pool (zb_transport_pool), and receive
+ * into a buffer taken from it.
+ *
+ * Expected workload: p <= 64 devices, 2*S*m + 2*S messages per step.
+ */
+#ifndef ZB_RUNTIME_TRANSPORT_H
+#define ZB_RUNTIME_TRANSPORT_H
+
+#include <stddef.h>
+
+#include "runtime/channel.h"
+#include "src/err.h"
+#include "src/sched.h"
+
+/* One message's name (chan_kind values; mb is 0 for the norms). */
+typedef struct zb_msg_key {
+    int kind;  /* CHAN_ACT, CHAN_GRAD, CHAN_NORM_UP, CHAN_NORM_DOWN */
+    int stage; /* the stage the message goes INTO */
+    int mb;    /* micro-batch */
+} zb_msg_key;
+
+/* The messages of one link in the order its sender sends them. */
+typedef struct zb_link {
+    int from, to;      /* devices (from == to: a device talking to itself) */
+    int n_msgs;        /* messages per step */
+    zb_msg_key *msgs;  /* [n_msgs] in send order */
+} zb_link;
+
+/* Every link of a schedule and where each key sits on its link. */
+typedef struct zb_link_plan {
+    int n_devices;     /* p */
+    int n_stages;      /* S */
+    int n_micro;       /* m */
+    int n_links;       /* links that carry at least one message */
+    zb_link *links;    /* [n_links] ordered by (from, to) */
+    int *link_of_key;  /* [CHAN_KIND_COUNT * S * m] link of each key, -1: never sent */
+    int *seq_of_key;   /* [CHAN_KIND_COUNT * S * m] its position on that link */
+} zb_link_plan;
+
+/* Builds the link plan of s (must pass sched_validate): ops messages from
+ * the lanes, then the norms when with_norms (post-validation; 0 for the
+ * synchronous clip, which sends none).  0, or -1 with err (memory). */
+int link_plan_build(const sched_t *s, int with_norms, zb_link_plan *out, zb_err *err);
+
+/* Frees what link_plan_build allocated; a zeroed plan is fine. */
+void link_plan_free(zb_link_plan *p);
+
+/* Index of key (kind, stage, mb) in the plan's per-key arrays. */
+static inline size_t link_plan_key(const zb_link_plan *p, int kind, int stage, int mb)
+{
+    return ((size_t)kind * (size_t)p->n_stages + (size_t)stage) * (size_t)p->n_micro + (size_t)mb;
+}
+
+/* Where a transport gets and returns activation-sized buffers. */
+typedef struct zb_transport_pool {
+    void *(*get)(void *ctx);           /* a buffer, NULL when memory runs out */
+    void (*put)(void *ctx, void *buf); /* returns one (NULL is fine) */
+    void *ctx;
+} zb_transport_pool;
+
+typedef struct zb_transport zb_transport;
+
+/* The operations every transport implements. */
+typedef struct zb_transport_ops {
+    const char *name;
+    /* Delivers (buf, val) for key; the transport owns buf from now on.
+     * Never waits for the receiver.  0, or -1 with err (order broken,
+     * aborted). */
+    int (*send)(zb_transport *tr, zb_msg_key key, void *buf, double val, zb_err *err);
+    /* Waits for key's message; the caller owns *buf.  0, or -1 with err
+     * ("aborted" after transport_abort). */
+    int (*recv)(zb_transport *tr, zb_msg_key key, void **buf, double *val, zb_err *err);
+    /* Makes every pending and future receive fail. */
+    void (*abort)(zb_transport *tr);
+    /* Between steps (no thread using it): drops undelivered messages
+     * (buffers back to the pool) and clears the abort. */
+    void (*reset)(zb_transport *tr);
+    void (*destroy)(zb_transport *tr);
+} zb_transport_ops;
+
+struct zb_transport {
+    const zb_transport_ops *ops; /* the implementation */
+    void *impl;                  /* its state */
+};
+
+/* The transports of this file's header comment. */
+enum { ZB_TRANSPORT_SLOTS = 0, ZB_TRANSPORT_FIFO = 1 };
+
+/* Creates transport `kind` for schedule s (with_norms as link_plan_build)
+ * over pool.  0 and *out, or -1 with err. */
+int transport_create(int kind, const sched_t *s, int with_norms, const zb_transport_pool *pool,
+                     zb_transport **out, zb_err *err);
+
+/* Frees tr; NULL is fine. */
+void transport_free(zb_transport *tr);
+
+#endif
