@@ -254,13 +254,8 @@ static int eval_shared(mpi_replica *p, double *val, zb_err *err)
     return 0;
 }
 
-int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
-                    const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
-                    volatile sig_atomic_t *leave, mpi_islands_progress progress, void *ctx,
-                    mpi_islands_result *res, zb_err *err)
+int mpi_islands_check(const islands_opts *io, MPI_Comm comm, zb_err *err)
 {
-    memset(res, 0, sizeof *res);
-    res->agreed_error = 1; /* option errors below are the same on every rank */
     if (io->outer.kind != OUTER_DILOCO && io->outer.kind != OUTER_SYNC)
         return zb_fail(err, "islands: --outer %s does not run across processes yet (diloco or sync)",
                        outer_kind_name(io->outer.kind));
@@ -273,6 +268,18 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
     if (io->replicas != world)
         return zb_fail(err, "islands: --replicas %d but %d MPI ranks (one replica per rank)",
                        io->replicas, world);
+    return 0;
+}
+
+int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
+                    const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
+                    volatile sig_atomic_t *leave, mpi_islands_progress progress, void *ctx,
+                    mpi_islands_result *res, zb_err *err)
+{
+    memset(res, 0, sizeof *res);
+    res->agreed_error = 1; /* option errors are the same on every rank */
+    if (mpi_islands_check(io, comm, err))
+        return -1;
     mpi_replica p;
     memset(&p, 0, sizeof p);
     p.cur = MPI_COMM_NULL;

@@ -79,6 +79,10 @@ typedef struct mpi_islands_result {
  * -1 when none). */
 typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int replicas);
 
+/* Checks io for a run over comm (the same answer on every rank): 0, or
+ * -1 with err set. */
+int mpi_islands_check(const islands_opts *io, MPI_Comm comm, zb_err *err);
+
 /* Runs this rank's replica of the islands over comm (one replica per rank;
  * io->replicas must equal the size of comm; io->outer.kind is OUTER_DILOCO
  * or OUTER_SYNC; no events).  leave is the SIGTERM flag of this process

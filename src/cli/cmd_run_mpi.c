@@ -150,6 +150,13 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
         o->threads = threads_per_device(s->n_devices);
 
     islands_opts *isl = r->isl;
+    zb_err err = { { 0 } };
+    if (mpi_islands_check(isl, MPI_COMM_WORLD, &err) != 0) {
+        if (rank == 0)
+            cli_error("%s: %s", r->file, err.msg);
+        MPI_Finalize();
+        return 1;
+    }
     if (rank == 0 && !r->quiet)
         fprintf(stderr, "zbsched run: %d replicas of %s on %d MPI ranks, outer %s, all-reduce %s, "
                 "H=%d, %ld steps\n", isl->replicas, s->name[0] ? s->name : r->file, world,
@@ -157,7 +164,6 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
                 isl->outer.inner_steps, isl->steps);
     progress_ctx pc = { .steps = isl->steps, .quiet = r->quiet };
     mpi_islands_result res;
-    zb_err err = { { 0 } };
     int rc = mpi_islands_run(s, m, d, o, isl, MPI_COMM_WORLD, &leave_requested, print_progress,
                              &pc, &res, &err);
     if (rc != 0) {
