@@ -16,14 +16,18 @@
 /* What the multi-process run needs from the command line. */
 typedef struct cli_mpi_run {
     const char *file;       /* the schedule file, for messages */
-    islands_opts *isl;      /* --replicas K and the outer flags (steps, eval filled in) */
+    islands_opts *isl;      /* --replicas K and the outer flags (steps, eval filled in);
+                             * replicas 0: pipeline ranks, one schedule device per rank */
+    long steps;             /* --steps */
+    long eval_every;        /* --eval-every (0: at the end only) */
+    const char *refused;    /* a flag pipeline ranks do not support, or NULL */
     int json;               /* --json */
     int quiet;              /* --quiet */
     int threads_given;      /* 1 when --threads was given (else per rank: cores / (ranks * p)) */
     int saved_stderr;       /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
 } cli_mpi_run;
 
-/* Runs this rank's part of the job: the islands over MPI.  Returns the
+/* Runs this rank's part of the job: pipeline ranks, or the islands.  Returns the
  * exit status, having printed any error line itself (once for an error
  * every rank meets, "rank R: ..." for one rank's own failure, after which
  * the job is aborted). */

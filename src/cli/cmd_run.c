@@ -700,9 +700,6 @@ int cmd_run(int argc, char **argv)
     }
     /* CPU ranks of mpirun / srun: the islands over MPI (cli_mpi.h) */
     int mpi_ranks = !a.cuda && rk.world > 1;
-    if (mpi_ranks && a.isl.replicas == 0)
-        return cli_error("%s: pipeline stages across MPI ranks are not built yet; run one replica "
-                         "per rank with --replicas %d (docs/mpi.md)", a.file, rk.world);
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
     zb_err err = { { 0 } };
@@ -746,7 +743,12 @@ int cmd_run(int argc, char **argv)
         a.isl.steps = a.steps;
         a.isl.eval_every = (int)a.eval_every;
         cli_mpi_run mr = { .file = a.file, .isl = &a.isl, .json = a.json, .quiet = a.quiet,
-                           .threads_given = a.threads > 0, .saved_stderr = saved_stderr };
+                           .threads_given = a.threads > 0, .saved_stderr = saved_stderr,
+                           .steps = a.steps, .eval_every = a.eval_every,
+                           .refused = a.sync_opt ? "--sync-optimizer"
+                                    : a.ckpt_dir ? "--checkpoint"
+                                    : a.trace ? "--trace"
+                                    : a.stop_at != a.steps ? "--stop-at" : NULL };
         rc = cli_run_mpi(&mr, s, &m, d, &o);
         goto out;
     }

@@ -32,6 +32,7 @@
 #include <mpi.h>
 
 #include "runtime/mpi/mpi_islands.h"
+#include "runtime/mpi/mpi_pipeline.h"
 
 /* Set by SIGTERM: this replica leaves at the next outer-step boundary. */
 static volatile sig_atomic_t leave_requested;
@@ -127,12 +128,161 @@ static int threads_per_device(int devices)
     return t < 1 ? 1 : (int)t;
 }
 
+/* A failure of this rank alone: one line naming it, then the whole job
+ * ends (the other ranks may be waiting for this one in MPI). */
+static int fail_rank(const cli_mpi_run *r, int rank, int world, const zb_err *err)
+{
+    cli_error("rank %d of %d: %s: %s", rank, world, r->file, err->msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+}
+
+/* Pipeline ranks: rank d runs schedule device d (mpi_pipeline.h). */
+static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *m,
+                        const zb_data *d, trainer_opts *o, int rank, int world)
+{
+    zb_err err = { { 0 } };
+    if (r->refused || world != s->n_devices) {
+        if (rank == 0) {
+            if (r->refused)
+                cli_error("%s is not supported with pipeline ranks under mpirun", r->refused);
+            else
+                cli_error("%s: the schedule has %d devices but the run has %d MPI ranks (pipeline "
+                          "ranks: mpirun -np %d; islands: --replicas %d)", r->file, s->n_devices,
+                          world, s->n_devices, world);
+        }
+        MPI_Finalize();
+        return r->refused ? 2 : 1;
+    }
+    mpi_pipeline *p = NULL;
+    if (mpi_pipeline_create(s, m, d, o, MPI_COMM_WORLD, &p, &err) != 0)
+        return fail_rank(r, rank, world, &err);
+    trainer *t = mpi_pipeline_trainer(p);
+    const zb_model *em = trainer_model(t);
+    if (rank == 0 && !r->quiet)
+        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on %d MPI ranks, model %s: "
+                "%d layers, d=%d, vocab %d, %zu parameters, batch %d x %d tokens, %d thread%s "
+                "per rank\n", s->name[0] ? s->name : r->file, s->n_devices, s->n_stages,
+                s->n_micro, world, em->name, em->n_layers, em->d_model, em->vocab,
+                trainer_param_count(t), em->micro_batch, em->seq_len, trainer_threads(t),
+                trainer_threads(t) == 1 ? "" : "s");
+    double *losses = calloc((size_t)r->steps, sizeof *losses);
+    cJSON *evals = cJSON_CreateArray();
+    if (!losses || !evals) {
+        zb_fail(&err, "out of memory");
+        return fail_rank(r, rank, world, &err);
+    }
+    long tokens_per_step = trainer_get_stats(t)->tokens_per_step;
+    double train_s = 0;
+    for (long step = 0; step < r->steps; step++) {
+        double t0 = MPI_Wtime();
+        if (mpi_pipeline_step(p, &losses[step], &err) != 0)
+            return fail_rank(r, rank, world, &err);
+        double dt = MPI_Wtime() - t0;
+        train_s += dt;
+        if (!isfinite(losses[step])) {
+            if (rank == 0)
+                cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)",
+                          step + 1, isnan(losses[step]) ? "NaN" : "infinite");
+            MPI_Finalize();
+            return 1;
+        }
+        if (rank == 0 && !r->quiet)
+            fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s\n", step + 1, r->steps,
+                    losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
+        if (r->eval_every > 0 && (step + 1) % r->eval_every == 0 && step + 1 < r->steps) {
+            double v;
+            if (mpi_pipeline_eval(p, &v, &err) != 0)
+                return fail_rank(r, rank, world, &err);
+            if (rank == 0 && !r->quiet)
+                fprintf(stderr, "step %ld: val loss %.4f\n", step + 1, v);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "step", (double)(step + 1));
+            cJSON_AddNumberToObject(e, "val_loss", v);
+            cJSON_AddItemToArray(evals, e);
+        }
+    }
+    double val;
+    uint64_t bytes = 0, msgs = 0;
+    long rollbacks = 0;
+    if (mpi_pipeline_eval(p, &val, &err) != 0 ||
+        mpi_pipeline_totals(p, &bytes, &msgs, &rollbacks, &err) != 0)
+        return fail_rank(r, rank, world, &err);
+    {   /* the final evaluation is listed too, as in the one-process run */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "step", (double)r->steps);
+        cJSON_AddNumberToObject(e, "val_loss", val);
+        cJSON_AddItemToArray(evals, e);
+    }
+    int status = 0;
+    if (rank == 0) {
+        double tps = train_s > 0 ? (double)(tokens_per_step * r->steps) / train_s : 0;
+        if (!r->json) {
+            printf("%s: %s, %d devices on %d MPI ranks, %d stages, m=%d; %ld steps, final loss "
+                   "%.4f, val loss %.4f, %.0f tokens/s, %llu bytes sent (%.0f per step), %ld "
+                   "rollbacks\n", r->file, s->name[0] ? s->name : "schedule", s->n_devices, world,
+                   s->n_stages, s->n_micro, r->steps, losses[r->steps - 1], val, tps,
+                   (unsigned long long)bytes, (double)bytes / (double)r->steps, rollbacks);
+        } else {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "schedule", s->name);
+            cJSON_AddStringToObject(j, "model", em->name);
+            cJSON_AddNumberToObject(j, "devices", s->n_devices);
+            cJSON_AddNumberToObject(j, "stages", s->n_stages);
+            cJSON_AddNumberToObject(j, "micro_batches", s->n_micro);
+            cJSON_AddNumberToObject(j, "batch_size", em->micro_batch);
+            cJSON_AddNumberToObject(j, "parameters", (double)trainer_param_count(t));
+            cJSON_AddNumberToObject(j, "first_step", 0);
+            cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+            cJSON *l = cJSON_AddArrayToObject(j, "losses");
+            for (long i = 0; i < r->steps; i++)
+                cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
+            cJSON_AddItemToObject(j, "evals", evals);
+            evals = NULL;
+            cJSON_AddNumberToObject(j, "val_loss", val);
+            cJSON_AddNumberToObject(j, "tokens_per_s", tps);
+            cJSON_AddNumberToObject(j, "threads", trainer_threads(t));
+            cJSON_AddNumberToObject(j, "train_seconds", train_s);
+            cJSON_AddNumberToObject(j, "rollbacks", (double)rollbacks);
+            cJSON_AddStringToObject(j, "transport", "mpi");
+            cJSON_AddNumberToObject(j, "ranks", world);
+            cJSON_AddNumberToObject(j, "bytes_sent", (double)bytes);
+            cJSON_AddNumberToObject(j, "bytes_per_step", (double)bytes / (double)r->steps);
+            cJSON_AddNumberToObject(j, "messages", (double)msgs);
+            char *text = cJSON_PrintUnformatted(j);
+            if (text)
+                printf("%s\n", text);
+            free(text);
+            cJSON_Delete(j);
+        }
+        if (fflush(stdout) != 0 || ferror(stdout))
+            status = cli_error("cannot write the summary to stdout");
+    }
+    cJSON_Delete(evals);
+    free(losses);
+    mpi_pipeline_free(p);
+    MPI_Finalize();
+    return status;
+}
+
 int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
                 trainer_opts *o)
 {
     int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    /* SERIALIZED: the pipeline's worker thread sends and receives while the
+     * main thread waits; never two threads in MPI at once. */
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return cli_error("MPI_Init failed");
+    if (provided < MPI_THREAD_SERIALIZED) {
+        int rank0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank0);
+        if (rank0 == 0)
+            cli_error("this MPI library does not allow MPI calls from the worker threads "
+                      "(MPI_THREAD_SERIALIZED)");
+        MPI_Finalize();
+        return 1;
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     /* From here on every line is printed by the one rank it concerns. */
     if (r->saved_stderr >= 0)
@@ -147,7 +297,9 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     if (!r->threads_given)
-        o->threads = threads_per_device(s->n_devices);
+        o->threads = threads_per_device(r->isl->replicas > 0 ? s->n_devices : 1);
+    if (r->isl->replicas == 0)
+        return run_pipeline(r, s, m, d, o, rank, world);
 
     islands_opts *isl = r->isl;
     zb_err err = { { 0 } };
@@ -173,11 +325,7 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
             MPI_Finalize();
             return 1;
         }
-        /* This rank's own failure: say which, then end the whole job. */
-        cli_error("rank %d of %d: %s: %s", rank, world, r->file, err.msg);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        return 1;
+        return fail_rank(r, rank, world, &err); /* this rank's own failure */
     }
     int status = 0;
     if (!res.left) {
