@@ -110,11 +110,5 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1.*signal 9" "$T/kill.err"
 then pass "SIGKILL: the job ends, exit $rc, rank named"
 else fail "SIGKILL: exit $rc, $(grep -v '^step' "$T/kill.err" | tail -5)"; fi
 
-# Pipeline ranks without --replicas are refused with one line.
-"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 2 > "$T/p.out" 2> "$T/p.err"
-rc=$?
-if [ $rc -ne 0 ] && [ "$(grep -c . "$T/p.err")" = 1 ]; then pass "no --replicas: one line"
-else fail "no --replicas: exit $rc, $(cat "$T/p.err")"; fi
-
 echo "$fails failed"
 [ $fails -eq 0 ]
