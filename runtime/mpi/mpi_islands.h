@@ -81,7 +81,7 @@ typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int repl
 
 /* Checks io for a run over comm (the same answer on every rank): 0, or
  * -1 with err set. */
-int mpi_islands_check(const islands_opts *io, MPI_Comm comm, zb_err *err);
+int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, zb_err *err);
 
 /* Runs this rank's replica of the islands over comm (one replica per rank;
  * io->replicas must equal the size of comm; io->outer.kind is OUTER_DILOCO

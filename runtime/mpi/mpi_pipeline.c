@@ -87,6 +87,29 @@ int mpi_pipeline_step(mpi_pipeline *p, double *loss, zb_err *err)
     return 0;
 }
 
+int mpi_pipeline_backward(mpi_pipeline *p, double *loss, zb_err *err)
+{
+    double l = 0;
+    if (trainer_backward(p->t, &l, err) != 0)
+        return -1;
+    int root = p->s->stage_device[p->s->n_stages - 1];
+    int rc = MPI_Bcast(&l, 1, MPI_DOUBLE, root, p->cfg.comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Bcast of the loss");
+    *loss = l;
+    return 0;
+}
+
+int mpi_pipeline_apply(mpi_pipeline *p, zb_err *err)
+{
+    return trainer_apply(p->t, err);
+}
+
+int mpi_pipeline_device(const mpi_pipeline *p)
+{
+    return p->me;
+}
+
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)
 {
     /* every stage's current parameters from the rank that trains it */

@@ -53,6 +53,16 @@ void mpi_pipeline_free(mpi_pipeline *p);
  * others may then block: the caller must abort the job). */
 int mpi_pipeline_step(mpi_pipeline *p, double *loss, zb_err *err);
 
+/* The two halves of a step (trainer_backward, trainer_apply) for the sync
+ * islands: after the backward, *loss is the step's loss on every rank and
+ * each rank's own stages hold their gradients.  Collective; errors as
+ * mpi_pipeline_step. */
+int mpi_pipeline_backward(mpi_pipeline *p, double *loss, zb_err *err);
+int mpi_pipeline_apply(mpi_pipeline *p, zb_err *err);
+
+/* The schedule device this rank runs. */
+int mpi_pipeline_device(const mpi_pipeline *p);
+
 /* Validation loss of the current parameters, on every rank (rank 0
  * evaluates after the stages' parameters are gathered).  Collective.
  * 0, or -1 with err set. */

@@ -297,13 +297,14 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     if (!r->threads_given)
-        o->threads = threads_per_device(r->isl->replicas > 0 ? s->n_devices : 1);
+        o->threads = threads_per_device(r->isl->replicas > 0 && r->isl->replicas == world
+                                            ? s->n_devices : 1);
     if (r->isl->replicas == 0)
         return run_pipeline(r, s, m, d, o, rank, world);
 
     islands_opts *isl = r->isl;
     zb_err err = { { 0 } };
-    if (mpi_islands_check(isl, MPI_COMM_WORLD, &err) != 0) {
+    if (mpi_islands_check(s, isl, MPI_COMM_WORLD, &err) != 0) {
         if (rank == 0)
             cli_error("%s: %s", r->file, err.msg);
         MPI_Finalize();

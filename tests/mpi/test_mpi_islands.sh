@@ -35,13 +35,14 @@ JSON
 "$ZB" gen 1f1b -p 2 -m 4 -o "$T/1f1b.json" || exit 1
 "$ZB" gen zb-v -p 2 -m 4 -o "$T/zbv.json" || exit 1
 
-# K replicas in one process vs K ranks: same losses, val loss, bytes.
-same_as_in_process() { # name K outer wire sched
-    local name=$1 k=$2 outer=$3 wire=$4 sched=$5
+# K replicas in one process vs NP ranks (NP = K: a replica per rank;
+# NP = K*P: P pipeline ranks per replica): same losses, val loss, bytes.
+same_as_in_process() { # name K outer wire sched [NP]
+    local name=$1 k=$2 outer=$3 wire=$4 sched=$5 np=${6:-$2}
     local args=(run "$T/$sched" --data "$DATA" --model "$T/model.json" --steps 6 --replicas "$k" --outer "$outer"
                 --allreduce "$wire" --inner-steps 2 --eval-every 3 --json -q)
     "$ZB" "${args[@]}" > "$T/$name.in.json" || { fail "$name: in-process run"; return; }
-    "${MPIRUN[@]}" -np "$k" "$ZB" "${args[@]}" > "$T/$name.mpi.json" 2> "$T/$name.err"
+    "${MPIRUN[@]}" -np "$np" "$ZB" "${args[@]}" > "$T/$name.mpi.json" 2> "$T/$name.err"
     local rc=$?
     if [ $rc -ne 0 ]; then fail "$name: mpirun exit $rc: $(head -3 "$T/$name.err")"; return; fi
     local a b
@@ -56,12 +57,15 @@ same_as_in_process diloco-int8-k3 3 diloco int8 zbv.json
 same_as_in_process diloco-fp32-k2 2 diloco fp32 1f1b.json
 same_as_in_process sync-int8-k3 3 sync int8 1f1b.json
 same_as_in_process sync-fp32-k2 2 sync fp32 zbv.json
+# the done-when run: 4 ranks, 2 replicas of a 2-device pipeline, int8
+same_as_in_process diloco-int8-k2p2 2 diloco int8 1f1b.json 4
+same_as_in_process sync-int8-k2p2-zbv 2 sync int8 zbv.json 4
 
 # Errors every rank meets alike: one line, from rank 0, non-zero exit.
 "${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 2 --replicas 3 \
     > "$T/e1.out" 2> "$T/e1.err"
 rc=$?
-if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e1.err")" = 1 ] && grep -q "replicas 3 but 2 MPI ranks" "$T/e1.err"
+if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e1.err")" = 1 ] && grep -q "replicas 3 does not divide the 2 MPI ranks" "$T/e1.err"
 then pass "mismatched --replicas: one line"; else fail "mismatched --replicas: exit $rc, $(cat "$T/e1.err")"; fi
 "${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$T/missing.txt" --steps 2 --replicas 2 \
     > "$T/e2.out" 2> "$T/e2.err"
@@ -76,9 +80,9 @@ then pass "edit across processes refused: one line"; else fail "edit refused: ex
 
 # Starts a 2-replica run in the background, waits for its second step,
 # sends SIG to the replica of rank 1, and waits for the job.
-signal_rank() { # SIG name
-    local sig=$1 name=$2
-    "${MPIRUN_LOUD[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 300 --replicas 2 \
+signal_rank() { # SIG name NP victim(1-based start order)
+    local sig=$1 name=$2 np=${3:-2} nth=${4:-2}
+    "${MPIRUN_LOUD[@]}" -np "$np" "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 300 --replicas 2 \
         --outer diloco --inner-steps 3 --json > "$T/$name.out" 2> "$T/$name.err" &
     local job=$!
     local i
@@ -88,7 +92,7 @@ signal_rank() { # SIG name
     mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
     ranks=$(ps -o pid= --ppid "${mp:-$job}" --sort=start_time | tr -d ' ')
     local victim
-    victim=$(echo "$ranks" | sed -n 2p)
+    victim=$(echo "$ranks" | sed -n "${nth}p")
     [ -n "$victim" ] || { echo "  (no rank found to signal)"; }
     [ -n "$victim" ] && kill "-$sig" "$victim"
     wait "$job"
@@ -102,6 +106,15 @@ if [ $rc -eq 0 ] && grep -q '"final_replicas":1' "$T/term.out" && grep -q '"left
    && grep -q '"steps":300' "$T/term.out"
 then pass "SIGTERM: 1 of 2 replicas finishes, exit 0"
 else fail "SIGTERM: exit $rc, $(cat "$T/term.out") $(tail -3 "$T/term.err")"; fi
+
+# 2 replicas of 2 pipeline ranks: SIGTERM to rank 0 takes replica 0 away,
+# replica 1 (ranks 2, 3) finishes and its rank 0 reports.
+signal_rank TERM term4 4 1
+rc=$?
+if [ $rc -eq 0 ] && grep -q '"final_replicas":1' "$T/term4.out" \
+   && grep -q '"left":\[{"replica":0,' "$T/term4.out" && grep -q '"steps":300' "$T/term4.out"
+then pass "SIGTERM, 2 replicas x 2 ranks: replica 1 finishes, exit 0"
+else fail "SIGTERM 2x2: exit $rc, $(cat "$T/term4.out") $(tail -3 "$T/term4.err")"; fi
 
 # SIGKILL: the job ends (no hang, non-zero) and a line names the rank.
 signal_rank KILL kill
