@@ -304,7 +304,10 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
 
     islands_opts *isl = r->isl;
     zb_err err = { { 0 } };
-    if (mpi_islands_check(s, isl, MPI_COMM_WORLD, &err) != 0) {
+    if (mpi_islands_check(s, isl, MPI_COMM_WORLD, &err) != 0 ||
+        (o->sync_optimizer && world > isl->replicas &&
+         zb_fail(&err, "--sync-optimizer is not supported with pipeline ranks (post-validation "
+                       "passes the norms between ranks)") != 0)) {
         if (rank == 0)
             cli_error("%s: %s", r->file, err.msg);
         MPI_Finalize();
