@@ -1051,6 +1051,12 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n)
     return t->st[stage].adam_v;
 }
 
+int64_t *trainer_stage_adam_t(trainer *t, int stage)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    return &t->st[stage].adam_t;
+}
+
 const llama_stage *trainer_stage_layout(const trainer *t, int stage)
 {
     assert(stage >= 0 && stage < t->n_stages);

@@ -198,6 +198,9 @@ float *trainer_stage_grads(trainer *t, int stage, size_t *n);
  * that want to reset or inspect inner state. */
 float *trainer_stage_adam_m(trainer *t, int stage, size_t *n);
 float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
+/* Stage `stage`'s AdamW step count (read and write: pipeline ranks copy a
+ * stage's whole optimizer state from the rank that trains it). */
+int64_t *trainer_stage_adam_t(trainer *t, int stage);
 
 /* The stage's layer description (layers, tensors and their offsets). */
 const llama_stage *trainer_stage_layout(const trainer *t, int stage);

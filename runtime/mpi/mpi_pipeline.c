@@ -110,20 +110,71 @@ int mpi_pipeline_device(const mpi_pipeline *p)
     return p->me;
 }
 
+static int bcast_floats(float *x, size_t n, int root, MPI_Comm comm, zb_err *err)
+{
+    for (size_t done = 0; done < n;) {
+        size_t part = n - done > 0x40000000u ? 0x40000000u : n - done;
+        int rc = MPI_Bcast(x + done, (int)part, MPI_FLOAT, root, comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_failed(err, rc, "MPI_Bcast of a stage's state");
+        done += part;
+    }
+    return 0;
+}
+
+/* Every stage's current parameters (and with state, its AdamW moments and
+ * step count) from the rank that trains it, to every rank. */
+static int gather_stages(mpi_pipeline *p, int state, zb_err *err)
+{
+    for (int st = 0; st < p->s->n_stages; st++) {
+        int root = p->s->stage_device[st];
+        size_t n = 0;
+        float *x = trainer_stage_params(p->t, st, &n);
+        if (bcast_floats(x, n, root, p->cfg.comm, err))
+            return -1;
+        if (!state)
+            continue;
+        float *mo = trainer_stage_adam_m(p->t, st, &n);
+        if (bcast_floats(mo, n, root, p->cfg.comm, err))
+            return -1;
+        float *ve = trainer_stage_adam_v(p->t, st, &n);
+        if (bcast_floats(ve, n, root, p->cfg.comm, err))
+            return -1;
+        int rc = MPI_Bcast(trainer_stage_adam_t(p->t, st), 1, MPI_INT64_T, root, p->cfg.comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_failed(err, rc, "MPI_Bcast of a step count");
+    }
+    return 0;
+}
+
+int mpi_pipeline_save(mpi_pipeline *p, const char *path, zb_err *err)
+{
+    if (gather_stages(p, 1, err))
+        return -1;
+    int fail = p->me == 0 && trainer_save(p->t, path, err) != 0;
+    int rc = MPI_Bcast(&fail, 1, MPI_INT, 0, p->cfg.comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Bcast of the checkpoint status");
+    if (fail && p->me != 0)
+        zb_fail(err, "rank 0 could not write the checkpoint %s", path);
+    return fail ? -1 : 0;
+}
+
+int mpi_pipeline_load(mpi_pipeline *p, const char *path, zb_err *err)
+{
+    int fail = trainer_load(p->t, path, err) != 0, any = 0;
+    int rc = MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_MAX, p->cfg.comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allreduce of the checkpoint status");
+    if (any && !fail)
+        zb_fail(err, "another rank could not read the checkpoint %s", path);
+    return any ? -1 : 0;
+}
+
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)
 {
-    /* every stage's current parameters from the rank that trains it */
-    for (int st = 0; st < p->s->n_stages; st++) {
-        size_t n;
-        float *x = trainer_stage_params(p->t, st, &n);
-        for (size_t done = 0; done < n;) {
-            size_t part = n - done > 0x40000000u ? 0x40000000u : n - done;
-            int rc = MPI_Bcast(x + done, (int)part, MPI_FLOAT, p->s->stage_device[st], p->cfg.comm);
-            if (rc != MPI_SUCCESS)
-                return mpi_failed(err, rc, "MPI_Bcast of the parameters");
-            done += part;
-        }
-    }
+    if (gather_stages(p, 0, err))
+        return -1;
     double msg[2] = { 0, 0 };
     if (p->me == 0) {
         if (trainer_eval(p->t, &msg[0], err) != 0)

@@ -68,6 +68,15 @@ int mpi_pipeline_device(const mpi_pipeline *p);
  * 0, or -1 with err set. */
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err);
 
+/* Checkpoints.  save: every stage's parameters, AdamW moments and step
+ * count are gathered from their ranks, and rank 0 writes ONE complete
+ * checkpoint (trainer_save: atomic, checksummed), which the one-process
+ * run resumes as it is.  load: every rank reads that file (same layout,
+ * or none: the file has every stage).  The post-validation rollback count
+ * saved is rank 0's own.  Collective; 0, or -1 with err on every rank. */
+int mpi_pipeline_save(mpi_pipeline *p, const char *path, zb_err *err);
+int mpi_pipeline_load(mpi_pipeline *p, const char *path, zb_err *err);
+
 /* This rank's trainer (its own stages are current). */
 trainer *mpi_pipeline_trainer(mpi_pipeline *p);
 

@@ -21,6 +21,10 @@ typedef struct cli_mpi_run {
     long steps;             /* --steps */
     long eval_every;        /* --eval-every (0: at the end only) */
     const char *refused;    /* a flag pipeline ranks do not support, or NULL */
+    const char *ckpt_dir;   /* --checkpoint DIR (pipeline ranks), or NULL */
+    int resume;             /* --resume */
+    long stop_at;           /* --stop-at: last step of this invocation (steps when not given) */
+    const char *inputs[3];  /* schedule, data, model: what a checkpoint must not overwrite */
     int json;               /* --json */
     int quiet;              /* --quiet */
     int threads_given;      /* 1 when --threads was given (else per rank: cores / (ranks * p)) */

@@ -746,9 +746,9 @@ int cmd_run(int argc, char **argv)
                            .threads_given = a.threads > 0, .saved_stderr = saved_stderr,
                            .steps = a.steps, .eval_every = a.eval_every,
                            .refused = a.sync_opt ? "--sync-optimizer"
-                                    : a.ckpt_dir ? "--checkpoint"
-                                    : a.trace ? "--trace"
-                                    : a.stop_at != a.steps ? "--stop-at" : NULL };
+                                    : a.trace ? "--trace" : NULL,
+                           .ckpt_dir = a.ckpt_dir, .resume = a.resume, .stop_at = a.stop_at,
+                           .inputs = { a.file, a.data, a.model } };
         rc = cli_run_mpi(&mr, s, &m, d, &o);
         goto out;
     }

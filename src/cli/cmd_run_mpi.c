@@ -21,7 +21,9 @@
 #include "src/cli/cli.h"
 #include "src/cli/cli_mpi.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,14 +162,54 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
         return fail_rank(r, rank, world, &err);
     trainer *t = mpi_pipeline_trainer(p);
     const zb_model *em = trainer_model(t);
+    /* --checkpoint DIR: rank 0 makes the directory and checks the path
+     * (it alone writes the file); every rank reads it for --resume. */
+    char ckpt_path[4096] = "";
+    if (r->ckpt_dir) {
+        snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", r->ckpt_dir);
+        int bad = 0;
+        if (rank == 0) {
+            struct stat sb;
+            if (stat(r->ckpt_dir, &sb) != 0 && mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
+                bad = cli_error("%s: cannot create the checkpoint directory: %s", r->ckpt_dir,
+                                strerror(errno));
+            else if (stat(r->ckpt_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                bad = cli_error("%s: not a directory", r->ckpt_dir);
+            else if (cli_check_output_list(ckpt_path, r->inputs, 3))
+                bad = 1;
+        }
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (bad) {
+            mpi_pipeline_free(p);
+            MPI_Finalize();
+            return 1;
+        }
+        if (r->resume && mpi_pipeline_load(p, ckpt_path, &err) != 0) {
+            if (rank == 0)
+                cli_fail(&err);
+            mpi_pipeline_free(p);
+            MPI_Finalize();
+            return 1;
+        }
+    }
+    long first = trainer_get_stats(t)->step;
+    if (first >= r->stop_at) {
+        if (rank == 0)
+            cli_error("the checkpoint is already at step %ld; nothing to do for --steps %ld", first,
+                      r->stop_at);
+        mpi_pipeline_free(p);
+        MPI_Finalize();
+        return 1;
+    }
     if (rank == 0 && !r->quiet)
         fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on %d MPI ranks, model %s: "
                 "%d layers, d=%d, vocab %d, %zu parameters, batch %d x %d tokens, %d thread%s "
-                "per rank\n", s->name[0] ? s->name : r->file, s->n_devices, s->n_stages,
+                "per rank%s\n", s->name[0] ? s->name : r->file, s->n_devices, s->n_stages,
                 s->n_micro, world, em->name, em->n_layers, em->d_model, em->vocab,
                 trainer_param_count(t), em->micro_batch, em->seq_len, trainer_threads(t),
-                trainer_threads(t) == 1 ? "" : "s");
-    double *losses = calloc((size_t)r->steps, sizeof *losses);
+                trainer_threads(t) == 1 ? "" : "s", r->resume ? ", resumed" : "");
+    long n_steps = r->stop_at - first;
+    double *losses = calloc((size_t)n_steps, sizeof *losses);
     cJSON *evals = cJSON_CreateArray();
     if (!losses || !evals) {
         zb_fail(&err, "out of memory");
@@ -175,23 +217,25 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
     }
     long tokens_per_step = trainer_get_stats(t)->tokens_per_step;
     double train_s = 0;
-    for (long step = 0; step < r->steps; step++) {
+    for (long i = 0; i < n_steps; i++) {
+        long step = first + i;
         double t0 = MPI_Wtime();
-        if (mpi_pipeline_step(p, &losses[step], &err) != 0)
+        if (mpi_pipeline_step(p, &losses[i], &err) != 0)
             return fail_rank(r, rank, world, &err);
         double dt = MPI_Wtime() - t0;
         train_s += dt;
-        if (!isfinite(losses[step])) {
+        if (!isfinite(losses[i])) {
             if (rank == 0)
                 cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)",
-                          step + 1, isnan(losses[step]) ? "NaN" : "infinite");
+                          step + 1, isnan(losses[i]) ? "NaN" : "infinite");
             MPI_Finalize();
             return 1;
         }
         if (rank == 0 && !r->quiet)
             fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s\n", step + 1, r->steps,
-                    losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
-        if (r->eval_every > 0 && (step + 1) % r->eval_every == 0 && step + 1 < r->steps) {
+                    losses[i], dt > 0 ? (double)tokens_per_step / dt : 0.0);
+        int last = step + 1 == r->stop_at;
+        if (r->eval_every > 0 && (step + 1) % r->eval_every == 0 && !last) {
             double v;
             if (mpi_pipeline_eval(p, &v, &err) != 0)
                 return fail_rank(r, rank, world, &err);
@@ -201,29 +245,32 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             cJSON_AddNumberToObject(e, "step", (double)(step + 1));
             cJSON_AddNumberToObject(e, "val_loss", v);
             cJSON_AddItemToArray(evals, e);
+            if (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0)
+                return fail_rank(r, rank, world, &err);
         }
     }
     double val;
     uint64_t bytes = 0, msgs = 0;
     long rollbacks = 0;
     if (mpi_pipeline_eval(p, &val, &err) != 0 ||
+        (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0) ||
         mpi_pipeline_totals(p, &bytes, &msgs, &rollbacks, &err) != 0)
         return fail_rank(r, rank, world, &err);
     {   /* the final evaluation is listed too, as in the one-process run */
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "step", (double)r->steps);
+        cJSON_AddNumberToObject(e, "step", (double)r->stop_at);
         cJSON_AddNumberToObject(e, "val_loss", val);
         cJSON_AddItemToArray(evals, e);
     }
     int status = 0;
     if (rank == 0) {
-        double tps = train_s > 0 ? (double)(tokens_per_step * r->steps) / train_s : 0;
+        double tps = train_s > 0 ? (double)(tokens_per_step * n_steps) / train_s : 0;
         if (!r->json) {
             printf("%s: %s, %d devices on %d MPI ranks, %d stages, m=%d; %ld steps, final loss "
                    "%.4f, val loss %.4f, %.0f tokens/s, %llu bytes sent (%.0f per step), %ld "
                    "rollbacks\n", r->file, s->name[0] ? s->name : "schedule", s->n_devices, world,
-                   s->n_stages, s->n_micro, r->steps, losses[r->steps - 1], val, tps,
-                   (unsigned long long)bytes, (double)bytes / (double)r->steps, rollbacks);
+                   s->n_stages, s->n_micro, r->stop_at, losses[n_steps - 1], val, tps,
+                   (unsigned long long)bytes, (double)bytes / (double)n_steps, rollbacks);
         } else {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "schedule", s->name);
@@ -233,10 +280,10 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             cJSON_AddNumberToObject(j, "micro_batches", s->n_micro);
             cJSON_AddNumberToObject(j, "batch_size", em->micro_batch);
             cJSON_AddNumberToObject(j, "parameters", (double)trainer_param_count(t));
-            cJSON_AddNumberToObject(j, "first_step", 0);
-            cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+            cJSON_AddNumberToObject(j, "first_step", (double)first);
+            cJSON_AddNumberToObject(j, "steps", (double)r->stop_at);
             cJSON *l = cJSON_AddArrayToObject(j, "losses");
-            for (long i = 0; i < r->steps; i++)
+            for (long i = 0; i < n_steps; i++)
                 cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
             cJSON_AddItemToObject(j, "evals", evals);
             evals = NULL;
@@ -248,7 +295,7 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             cJSON_AddStringToObject(j, "transport", "mpi");
             cJSON_AddNumberToObject(j, "ranks", world);
             cJSON_AddNumberToObject(j, "bytes_sent", (double)bytes);
-            cJSON_AddNumberToObject(j, "bytes_per_step", (double)bytes / (double)r->steps);
+            cJSON_AddNumberToObject(j, "bytes_per_step", (double)bytes / (double)n_steps);
             cJSON_AddNumberToObject(j, "messages", (double)msgs);
             char *text = cJSON_PrintUnformatted(j);
             if (text)
