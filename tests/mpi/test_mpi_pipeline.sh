@@ -62,6 +62,27 @@ b=$(grep -o '"bytes_per_step":[0-9]*' "$T/1f1b.mpi.json" | cut -d: -f2)
 if [ "$b" = "$((2 * 4 * 65536 + 2 * 8))" ]; then pass "1f1b p=2: $b bytes per step"
 else fail "1f1b p=2: bytes per step $b"; fi
 
+# checkpoints: stop at 4 of 8 under mpirun, then resume under mpirun and,
+# from a copy of the same file, in one process; both must continue exactly
+# as the uninterrupted one-process run.
+"$ZB" gen zb-v -p 2 -m 4 -o "$T/v.json"
+ck=(run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 8 --json -q)
+"$ZB" "${ck[@]}" > "$T/ref.json"
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckA" > "$T/ck1.json" 2> "$T/ck1.err" \
+    && mkdir -p "$T/ckB" && cp "$T/ckA/checkpoint.bin" "$T/ckB/" \
+    && "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckA" --resume > "$T/ck2.json" 2> "$T/ck2.err" \
+    && "$ZB" "${ck[@]}" --checkpoint "$T/ckB" --resume > "$T/ck3.json"
+rc=$?
+tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
+vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
+ls "$T/ckA" | grep -qv '^checkpoint.bin$' && fail "checkpoint: stray files in the directory"
+if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
+   && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck3.json")" ] \
+   && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck2.json")" ] && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck3.json")" ] \
+   && grep -q '"first_step":4' "$T/ck2.json"
+then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits"
+else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T/ck2.json") one $(tail4 "$T/ck3.json") $(cat "$T/ck1.err" "$T/ck2.err")"; fi
+
 # a schedule of 2 devices on 3 ranks: one line, non-zero
 "${MPIRUN[@]}" -np 3 "$ZB" run "$T/1f1b.json" --data "$DATA" --steps 1 > "$T/e.out" 2> "$T/e.err"
 rc=$?
