@@ -140,6 +140,17 @@ static int fail_rank(const cli_mpi_run *r, int rank, int world, const zb_err *er
     return 1;
 }
 
+/* A failure every rank learnt of together (the checkpoint rank 0 could
+ * not write): rank 0 says why, every rank exits 1. */
+static int fail_together(mpi_pipeline *p, int rank, const zb_err *err)
+{
+    if (rank == 0)
+        cli_fail(err);
+    mpi_pipeline_free(p);
+    MPI_Finalize();
+    return 1;
+}
+
 /* Pipeline ranks: rank d runs schedule device d (mpi_pipeline.h). */
 static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *m,
                         const zb_data *d, trainer_opts *o, int rank, int world)
@@ -246,15 +257,17 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             cJSON_AddNumberToObject(e, "val_loss", v);
             cJSON_AddItemToArray(evals, e);
             if (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0)
-                return fail_rank(r, rank, world, &err);
+                return fail_together(p, rank, &err);
         }
     }
     double val;
     uint64_t bytes = 0, msgs = 0;
     long rollbacks = 0;
-    if (mpi_pipeline_eval(p, &val, &err) != 0 ||
-        (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0) ||
-        mpi_pipeline_totals(p, &bytes, &msgs, &rollbacks, &err) != 0)
+    if (mpi_pipeline_eval(p, &val, &err) != 0)
+        return fail_rank(r, rank, world, &err);
+    if (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0)
+        return fail_together(p, rank, &err);
+    if (mpi_pipeline_totals(p, &bytes, &msgs, &rollbacks, &err) != 0)
         return fail_rank(r, rank, world, &err);
     {   /* the final evaluation is listed too, as in the one-process run */
         cJSON *e = cJSON_CreateObject();

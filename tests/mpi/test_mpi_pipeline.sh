@@ -83,6 +83,18 @@ if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
 then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits"
 else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T/ck2.json") one $(tail4 "$T/ck3.json") $(cat "$T/ck1.err" "$T/ck2.err")"; fi
 
+# one rank fails on its own (MPMD: rank 1 is given another batch size, so
+# rank 0 receives a longer message than it expects): one line naming the
+# rank, every rank ends, no hang.
+"${MPIRUN[@]}" -np 1 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/narrow.json" --steps 3 \
+    --batch-size 2 : -np 1 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/narrow.json" \
+    --steps 3 --batch-size 4 > "$T/f.out" 2> "$T/f.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -vc '^zbsched run:' "$T/f.err")" = 1 ] \
+   && grep -q "^zbsched: rank 0 of 2: " "$T/f.err"
+then pass "a failing rank: one line naming it, the job ends (exit $rc)"
+else fail "a failing rank: exit $rc: $(cat "$T/f.err")"; fi
+
 # a schedule of 2 devices on 3 ranks: one line, non-zero
 "${MPIRUN[@]}" -np 3 "$ZB" run "$T/1f1b.json" --data "$DATA" --steps 1 > "$T/e.out" 2> "$T/e.err"
 rc=$?
