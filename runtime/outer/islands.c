@@ -354,9 +354,11 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             res->skipped += info.skipped_segments;
         }
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
-            int first;
-            outer_replicas(o, &first);
-            rc = trainer_eval(is.t[first], &res->val_loss[step], err);
+            /* outer_replicas fills one id per replica present */
+            int n_now = outer_replicas(o, NULL);
+            int ids_now[n_now];
+            outer_replicas(o, ids_now);
+            rc = trainer_eval(is.t[ids_now[0]], &res->val_loss[step], err);
         }
     }
     /* Finish with the synchronized model when inner steps are pending. */

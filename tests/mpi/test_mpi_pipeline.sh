@@ -14,7 +14,13 @@ DATA=$ROOT/../shared/data/tinyshakespeare.txt
 [ -r "$DATA" ] || DATA=/work/shared/data/tinyshakespeare.txt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 120 mpirun -q --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo)
+# Sanitizer builds: Open MPI keeps thousands of allocations of its
+# dlopen'd components to process exit, where LeakSanitizer sees them under
+# unloaded ("unknown") modules that no suppression can name.  The ranks
+# therefore run without leak detection (AddressSanitizer's memory checks
+# stay on); the in-process runs of the same tests keep it.
+NOLEAK=(env "LSAN_OPTIONS=${LSAN_OPTIONS:-}:detect_leaks=0")
+MPIRUN=("${NOLEAK[@]}" timeout 120 mpirun -q --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
