@@ -10,7 +10,9 @@
 #ifndef ZB_CLI_MPI_H
 #define ZB_CLI_MPI_H
 
+#include "runtime/cuda_module.h"
 #include "runtime/outer/islands.h"
+#include "runtime/rank.h"
 #include "runtime/trainer.h"
 
 /* What the multi-process run needs from the command line. */
@@ -37,5 +39,19 @@ typedef struct cli_mpi_run {
  * the job is aborted). */
 int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
                 trainer_opts *o);
+
+/* --device cuda under mpirun or srun (an MPI launch: the MPI rank
+ * variables, no ZB_RANK from `zbsched launch`): MPI carries rank 0's NCCL
+ * unique id to every rank (MPI_Bcast, as NCCL's "one device per process"
+ * example does), so a multi-node GPU run needs no TCP port of its own.
+ * Returns 1 with *comm created, 0 when this is not an MPI launch or the
+ * build has no MPI (the caller then uses the TCP rendezvous), -1 with err
+ * (the same on every rank when rank 0 could not make the id). */
+int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
+                      zb_err *err);
+
+/* Ends MPI if cli_mpi_nccl_comm started it (after the communicator is
+ * freed). */
+void cli_mpi_nccl_end(void);
 
 #endif

@@ -596,7 +596,15 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     double *losses = NULL;
     int rc = 1;
     if (ranked) {
-        if (cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
+        /* under mpirun / srun the NCCL id travels over MPI (cli_mpi.h);
+         * otherwise zbsched launch's TCP rendezvous */
+        int by_mpi = cli_mpi_nccl_comm(cu, &rk, &comm, &err);
+        if (by_mpi < 0) {
+            zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
+            cli_fail(&err);
+            goto out;
+        }
+        if (by_mpi == 0 && cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
             zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
             cli_fail(&err);
             goto out;
@@ -656,6 +664,7 @@ out:
         cu->trainer_free(t);
     if (comm)
         cu->comm_free(comm);
+    cli_mpi_nccl_end();
     return rc;
 }
 

@@ -408,3 +408,56 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     MPI_Finalize();
     return status;
 }
+
+/* 1 when cli_mpi_nccl_comm initialised MPI. */
+static int nccl_mpi_started;
+
+/* An MPI launcher's variables, and not zbsched launch's. */
+static int mpi_launched(void)
+{
+    if (getenv("ZB_RANK"))
+        return 0;
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
+                      zb_err *err)
+{
+    if (!mpi_launched())
+        return 0;
+    if (!cu->nccl_unique_id || !cu->comm_create_from_id)
+        return zb_fail(err, "the CUDA module cannot bootstrap NCCL from an id (rebuild it)");
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return zb_fail(err, "MPI_Init failed");
+    nccl_mpi_started = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (rank != rk->rank || world != rk->world)
+        return zb_fail(err, "MPI says rank %d of %d, the environment rank %d of %d", rank, world,
+                       rk->rank, rk->world);
+    /* byte 0: rank 0 failed; bytes 1..128: the id */
+    unsigned char msg[1 + 128] = { 0 };
+    zb_err mine = { { 0 } };
+    if (rank == 0 && cu->nccl_unique_id(msg + 1, &mine) != 0)
+        msg[0] = 1;
+    if (MPI_Bcast(msg, (int)sizeof msg, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return zb_fail(err, "MPI_Bcast of the NCCL id failed");
+    if (msg[0]) {
+        if (rank == 0)
+            *err = mine;
+        else
+            zb_fail(err, "rank 0 could not make the NCCL id");
+        return -1;
+    }
+    return cu->comm_create_from_id(rk, msg + 1, comm, err) != 0 ? -1 : 1;
+}
+
+void cli_mpi_nccl_end(void)
+{
+    if (nccl_mpi_started)
+        MPI_Finalize();
+    nccl_mpi_started = 0;
+}

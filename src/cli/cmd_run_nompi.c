@@ -16,3 +16,14 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     return cli_error("this zbsched was built without MPI (meson -Dmpi=enabled), so every rank "
                      "would train the same job; run it without mpirun");
 }
+
+int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
+                      zb_err *err)
+{
+    (void)cu, (void)rk, (void)comm, (void)err;
+    return 0; /* no MPI: zbsched's own TCP rendezvous */
+}
+
+void cli_mpi_nccl_end(void)
+{
+}
