@@ -101,6 +101,27 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -vc '^zbsched run:' "$T/f.err")
 then pass "a failing rank: one line naming it, the job ends (exit $rc)"
 else fail "a failing rank: exit $rc: $(cat "$T/f.err")"; fi
 
+# SIGKILL of a rank while checkpoints are being written every 2 steps: the
+# job ends (non-zero, no hang) and the last checkpoint is whole: the
+# one-process run resumes from it.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 2000 \
+    --eval-every 2 --eval-windows 4 --checkpoint "$T/ckK" > "$T/k.out" 2> "$T/k.err" &
+job=$!
+for i in $(seq 1 600); do grep -q "^step 9/" "$T/k.err" 2>/dev/null && break; sleep 0.1; done
+mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
+victim=$(ps -o pid= --ppid "${mp:-$job}" --sort=start_time | sed -n 2p | tr -d ' ')
+[ -n "$victim" ] && kill -KILL "$victim"
+wait "$job"
+rc=$?
+# --stop-at 1 behind the checkpoint: the run loads it (a torn or corrupt
+# file would fail the checksum) and then says there is nothing to do.
+"$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 2000 --stop-at 1 \
+    --checkpoint "$T/ckK" --resume -q > "$T/k2.out" 2> "$T/k2.err"
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(ls "$T/ckK")" = "checkpoint.bin" ] \
+   && grep -q "the checkpoint is already at step [1-9]" "$T/k2.err"
+then pass "SIGKILL of rank 1: job ends (exit $rc), checkpoint intact: $(cat "$T/k2.err")"
+else fail "SIGKILL with checkpoints: exit $rc, $(ls "$T/ckK"), $(cat "$T/k2.err")"; fi
+
 # a schedule of 2 devices on 3 ranks: one line, non-zero
 "${MPIRUN[@]}" -np 3 "$ZB" run "$T/1f1b.json" --data "$DATA" --steps 1 > "$T/e.out" 2> "$T/e.err"
 rc=$?
