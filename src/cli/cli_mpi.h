@@ -33,6 +33,9 @@ typedef struct cli_mpi_run {
     int saved_stderr;       /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
 } cli_mpi_run;
 
+/* 1 in a build with MPI, 0 without. */
+int cli_mpi_available(void);
+
 /* Runs this rank's part of the job: pipeline ranks, or the islands.  Returns the
  * exit status, having printed any error line itself (once for an error
  * every rank meets, "rank R: ..." for one rank's own failure, after which

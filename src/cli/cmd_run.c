@@ -709,6 +709,11 @@ int cmd_run(int argc, char **argv)
     }
     /* CPU ranks of mpirun / srun: the islands over MPI (cli_mpi.h) */
     int mpi_ranks = !a.cuda && rk.world > 1;
+    if (mpi_ranks && !cli_mpi_available()) /* before any work; rank 0 says it */
+        return saved_stderr >= 0 ? 1
+                                 : cli_error("this zbsched was built without MPI (meson "
+                                             "-Dmpi=enabled), so every rank would train the "
+                                             "same job; run it without mpirun");
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
     zb_err err = { { 0 } };

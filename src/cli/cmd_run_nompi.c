@@ -7,6 +7,11 @@
 #include "src/cli/cli_mpi.h"
 
 
+int cli_mpi_available(void)
+{
+    return 0;
+}
+
 int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
                 trainer_opts *o)
 {
