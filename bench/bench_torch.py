@@ -15,9 +15,11 @@ For each model preset (tiny, shakespeare-char) it measures:
 
 Steady-state tokens/s: the median over the steps after the first (zbsched's
 progress lines on stderr give each step's tokens/s; PyTorch steps are timed
-one by one with perf_counter).  tokens/CPU-s: all tokens of the run over
-the CPU time (user + system, every thread) it took, first step included;
-on a shared machine it is the figure least disturbed by other jobs.  PyTorch comes from PyPI when installed; the
+one by one with perf_counter).  tokens/CPU-s: the tokens of steps 2..N over
+the CPU time (user + system, every thread) they took; for zbsched, the CPU
+of a 1-step run (start-up, first step, final evaluation) is subtracted from
+the N-step run's.  On a shared machine it is the figure least disturbed by
+other jobs.  PyTorch comes from PyPI when installed; the
 script still measures zbsched without it.  Never run by the tests.
 
 usage: bench/bench_torch.py [--zbsched build/zbsched] [--steps N]
@@ -48,25 +50,35 @@ def cores():
         return os.cpu_count() or 1
 
 
+def zbsched_run(zb, sched, model, threads, steps, batch):
+    """One `zbsched run`: its stderr and the CPU seconds it used."""
+    cmd = [zb, "run", sched, "--model", model, "--steps", str(steps), "--threads", str(threads),
+           "--data", DATA, "--eval-windows", "1"]
+    if batch:
+        cmd += ["--batch-size", str(batch)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        sys.exit("zbsched failed: " + r.stderr.strip())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return r.stderr, cpu
+
+
 def zbsched_tps(zb, model, p, m, threads, steps, batch):
-    """Median steady-state tokens/s of `zbsched run` (steps after the first)."""
+    """Median steady-state tokens/s of `zbsched run` (steps after the first)
+    and tokens per CPU-second of steps 2..N: the CPU of a 1-step run
+    (start-up, first step, the final evaluation) subtracted from an N-step
+    run's."""
     with tempfile.TemporaryDirectory() as tmp:
         sched = os.path.join(tmp, "s.json")
         subprocess.run([zb, "gen", "1f1b", "-p", str(p), "-m", str(m), "-o", sched], check=True)
-        cmd = [zb, "run", sched, "--model", model, "--steps", str(steps), "--threads", str(threads),
-               "--data", DATA]
-        if batch:
-            cmd += ["--batch-size", str(batch)]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if r.returncode != 0:
-            sys.exit("zbsched failed: " + r.stderr.strip())
-        tps = [float(x) for x in re.findall(r"^step \d+/\d+: loss \S+\s+(\S+) tok/s", r.stderr, re.M)]
-        tokens = float(re.search(r"batch (\d+) x (\d+) tokens", r.stderr).group(1)) * \
-            float(re.search(r"batch (\d+) x (\d+) tokens", r.stderr).group(2)) * m * steps
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        return statistics.median(tps[1:] if len(tps) > 1 else tps), tokens / cpu
+        err, cpu_n = zbsched_run(zb, sched, model, threads, steps, batch)
+        _, cpu_1 = zbsched_run(zb, sched, model, threads, 1, batch)
+        tps = [float(x) for x in re.findall(r"^step \d+/\d+: loss \S+\s+(\S+) tok/s", err, re.M)]
+        b, t = re.search(r"batch (\d+) x (\d+) tokens", err).groups()
+        tokens = float(b) * float(t) * m * (steps - 1)
+        return statistics.median(tps[1:] if len(tps) > 1 else tps), tokens / max(cpu_n - cpu_1, 1e-9)
 
 
 def torch_tps(cfg, m, threads, steps, batch):
@@ -141,8 +153,9 @@ def torch_tps(cfg, m, threads, steps, batch):
     xs = torch.randint(0, V, (m, B, T), generator=g)
     ys = torch.randint(0, V, (m, B, T), generator=g)
     times = []
-    cpu0 = time.process_time()
-    for _ in range(steps):
+    for k in range(steps):
+        if k == 1:
+            cpu0 = time.process_time()  # steps 2..N, as for zbsched
         t0 = time.perf_counter()
         for j in range(m):
             (model(xs[j], ys[j]) / m).backward()
@@ -152,13 +165,13 @@ def torch_tps(cfg, m, threads, steps, batch):
         times.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu0
     tps = [m * B * T / t for t in times]
-    return statistics.median(tps[1:] if len(tps) > 1 else tps), m * B * T * steps / cpu
+    return statistics.median(tps[1:] if len(tps) > 1 else tps), m * B * T * (steps - 1) / cpu
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--zbsched", default="build/zbsched")
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="steps per run (>= 2)")
     ap.add_argument("--micro", type=int, default=4, help="micro-batches per step (m)")
     ap.add_argument("--batch-size", type=int, default=0, help="sequences per micro-batch (0: preset)")
     ap.add_argument("--models", default="tiny,shakespeare-char")

@@ -24,7 +24,7 @@ int kernels_threads(void);
 
 /* Rows of C per BLAS call (see kernels.c): results depend on it, not on
  * the number of threads. */
-#define KERN_GEMM_BLOCK_ROWS 64
+#define KERN_GEMM_BLOCK_ROWS 256
 
 /* C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, where op(A) is
  * [M,K] (A stored [M,K] with leading dimension lda, or [K,M] when trans_a),

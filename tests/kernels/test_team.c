@@ -60,7 +60,8 @@ START_TEST(gemm_split_is_bit_identical)
         { 384, 1536, 256 }, /* shakespeare-char W of w1 (K cut to keep it quick) */
         { 256, 256, 64 },   /* attention scores of one head */
         { 1000, 65, 384 },  /* LM head, ragged */
-        { 37, 129, 71 },    /* ragged */
+        { 37, 129, 71 },    /* ragged, one block */
+        { 600, 96, 200 },   /* three blocks, the last ragged */
     };
     for (int n = 2; n <= 3; n++) {
         kern_team *team;

@@ -3,10 +3,11 @@
  *
  * The executor gives each device a team of kernel threads (kernels/cpu/
  * team.h) that shares out GEMM row blocks and attention sequences.  On a
- * model wide enough that the GEMMs are really split (d = 128, 256 tokens
- * per micro-batch, 4 sequences), the single-device run and a 2-device
- * 1F1B run with 1, 2 and 3 threads per device must give bit-identical
- * losses, validation loss and parameters; and the persistent workers must
+ * model wide enough that the GEMMs are really split (d = 128, 512 tokens
+ * per micro-batch: two row blocks; 8 sequences), the single-device run
+ * with 1 and with 3 threads and a 2-device 1F1B run with 2 threads per
+ * device must give bit-identical losses, validation loss and parameters;
+ * and the persistent workers must
  * survive a failed step (the trainer keeps working after an error).
  */
 #include <check.h>
@@ -18,10 +19,10 @@
 #define M 4
 #define STEPS 2
 
-/* 4 layers of width 128, context 64, 4 sequences per micro-batch. */
+/* 4 layers of width 128, context 64, 8 sequences per micro-batch. */
 static zb_model wide_model(void)
 {
-    zb_model m = fixture_model_shaped("test-wide", 4, 4);
+    zb_model m = fixture_model_shaped("test-wide", 4, 8);
     m.d_model = 128;
     m.d_ff = 256;
     m.seq_len = 64;
@@ -74,20 +75,12 @@ START_TEST(threads_do_not_change_results)
     zb_err err = { { 0 } };
     ck_assert_msg(gen_lookup("1f1b")(&gp, &pipe, &err) == 0, "%s", err.msg);
     fixture_run ref = train(single, d, 1);
-    for (int threads = 2; threads <= 3; threads++) {
-        fixture_run r = train(single, d, threads);
-        char what[64];
-        snprintf(what, sizeof what, "single device, %d threads", threads);
-        fixture_assert_same(&ref, &r, what);
-        free(r.params);
-    }
-    for (int threads = 1; threads <= 2; threads++) {
-        fixture_run r = train(pipe, d, threads);
-        char what[64];
-        snprintf(what, sizeof what, "1f1b p=2, %d threads", threads);
-        fixture_assert_same(&ref, &r, what);
-        free(r.params);
-    }
+    fixture_run r = train(single, d, 3);
+    fixture_assert_same(&ref, &r, "single device, 3 threads");
+    free(r.params);
+    r = train(pipe, d, 2);
+    fixture_assert_same(&ref, &r, "1f1b p=2, 2 threads per device");
+    free(r.params);
     free(ref.params);
     sched_free(pipe);
     sched_free(single);
@@ -111,7 +104,7 @@ START_TEST(workers_survive_a_failed_step)
     double loss;
     ck_assert_int_eq(trainer_step(t, &loss, &err), 0);
     /* a token out of the vocabulary fails F of stage 0 on its worker */
-    size_t tok = (size_t)4 * 64 * 2;
+    size_t tok = (size_t)8 * 64 * 2;
     int32_t *x = calloc(tok, sizeof *x), *y = calloc(tok, sizeof *y);
     x[3] = 100000;
     ck_assert_int_eq(trainer_backward_on(t, x, y, &loss, &err), -1);
