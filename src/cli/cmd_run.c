@@ -99,7 +99,10 @@ static void usage(FILE *out)
         "      --allreduce W      fp32 or int8 (INTELLECT-1's codebook; default fp32)\n"
         "      --sync-interval S  a-edit: seconds between outer steps, once the replicas\n"
         "                         did 100 steps in total since the last (default 600)\n"
-        "      (--json then adds bytes_sent, outer_steps and replicas)\n");
+        "      (--json then adds bytes_sent, outer_steps and replicas)\n"
+        "\n"
+        "Under mpirun / srun (docs/mpi.md): -np P runs one schedule device per rank;\n"
+        "with --replicas K, -np K (a replica per rank) or K*P ranks (P per replica).\n");
 }
 
 /* Everything the command line sets. */
