@@ -1,15 +1,17 @@
 /*
- * mpi_islands.h: islands across processes, one replica of the pipeline
- * trainer per MPI rank, joined by DiLoCo or by data-parallel gradient
+ * mpi_islands.h: islands across processes, K replicas of the pipeline
+ * trainer on K*P MPI ranks, joined by DiLoCo or by data-parallel gradient
  * averaging (sync), with replicas that leave on SIGTERM.
  *
  * runtime/outer/islands.h runs K replicas in one process and simulates
  * their ring.  This file runs the same arithmetic with each replica in its
- * own process: rank r of the communicator is replica r (seed shared, data
- * stream r), executes the whole schedule on its own device threads, and
- * meets the others only in the outer step, whose all-reduce goes over MPI
- * (runtime/mpi/mpi_ring.h: MPI_Allreduce for fp32, INTELLECT-1's int8 ring
- * on point-to-point).  Every replica keeps its own copy of the global
+ * own processes: replica r (seed shared, data stream r) is rank r (P = 1:
+ * the whole schedule on its own device threads) or ranks r*P .. r*P+P-1
+ * (P = the schedule's devices: a pipeline of ranks, mpi_pipeline.h).  The
+ * replicas meet only in the outer step, whose all-reduce runs between the
+ * corresponding ranks of the replicas (the same stages, so the same
+ * segments) over MPI (runtime/mpi/mpi_ring.h: MPI_Allreduce for fp32,
+ * INTELLECT-1's int8 ring on point-to-point).  Every replica keeps its own copy of the global
  * parameters and outer momentum, as in outer.c, so a replica that leaves
  * takes nothing the survivors need.
  *
@@ -19,19 +21,20 @@
  *     divisor K, outer_nesterov, params = global, segment by segment;
  *   - sync: trainer_backward, the gradient all-reduce per segment with
  *     divisor K, trainer_apply;
- *   - each step's loss is summed in rank order starting from 0.0, then
- *     divided by the number of replicas that trained, on the speaker.
+ *   - each step's loss is summed in replica order starting from 0.0, then
+ *     divided by the number of replicas that trained (on every rank).
  * With the int8 wire this holds for every K; with fp32 for K <= 2 (see
  * mpi_ring.h: MPI chooses the order of its additions).
  *
- * Leaving: a replica whose process got SIGTERM (the caller's flag) still
- * finishes the inner steps up to the next outer-step boundary (every step
+ * Leaving: a replica one of whose ranks got SIGTERM (the caller's flag)
+ * still finishes the inner steps up to the next outer-step boundary (every step
  * in sync mode) and contributes to that outer step, so its work is not
  * lost.  Right after it, every rank publishes its flag (MPI_Allgather), the
  * survivors agree on the new membership with MPI_Comm_split (rank order
  * kept), and continue on that smaller communicator.  The leaver returns
- * with res->left set.  In-process, this is an ISLANDS_LEAVE event at the
- * step after the boundary, and gives the same numbers.  When every replica
+ * with res->left set.  In-process, this corresponds to an ISLANDS_LEAVE
+ * event at the step after the boundary (the same arithmetic; not compared
+ * by a test: the CLI has no scripted leave).  When every replica
  * asks to leave at once, the lowest rank stays and finishes (a run needs
  * one replica), as outer_remove_replica refuses to remove the last.
  *
@@ -79,13 +82,14 @@ typedef struct mpi_islands_result {
  * -1 when none). */
 typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int replicas);
 
-/* Checks io for a run over comm (the same answer on every rank): 0, or
- * -1 with err set. */
+/* Checks io and the rank count of comm for s (the same answer on every
+ * rank): 0, or -1 with err set. */
 int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, zb_err *err);
 
-/* Runs this rank's replica of the islands over comm (one replica per rank;
- * io->replicas must equal the size of comm; io->outer.kind is OUTER_DILOCO
- * or OUTER_SYNC; no events).  leave is the SIGTERM flag of this process
+/* Runs this rank's part of the islands over comm (io->replicas K divides
+ * the size of comm into P = 1 or P = s->n_devices ranks per replica, as
+ * mpi_islands_check requires; io->outer.kind is OUTER_DILOCO or
+ * OUTER_SYNC; no events).  leave is the SIGTERM flag of this process
  * (may be NULL).  Collective over comm.  Fills *res (free with
  * mpi_islands_result_free).  Returns 0, or -1 with err set (the same error
  * on every rank when it is about the options or a rank's non-finite
