@@ -355,17 +355,19 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (!r->threads_given)
+        o->threads = threads_per_device(r->isl->replicas > 0 && r->isl->replicas == world
+                                            ? s->n_devices : 1);
+    if (r->isl->replicas == 0) /* SIGTERM keeps its default: the rank ends */
+        return run_pipeline(r, s, m, d, o, rank, world);
+    /* Islands: SIGTERM asks this rank's replica to leave at the next
+     * outer-step boundary. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
-    if (!r->threads_given)
-        o->threads = threads_per_device(r->isl->replicas > 0 && r->isl->replicas == world
-                                            ? s->n_devices : 1);
-    if (r->isl->replicas == 0)
-        return run_pipeline(r, s, m, d, o, rank, world);
 
     islands_opts *isl = r->isl;
     zb_err err = { { 0 } };
