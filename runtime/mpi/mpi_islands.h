@@ -32,9 +32,9 @@
  * lost.  Right after it, every rank publishes its flag (MPI_Allgather), the
  * survivors agree on the new membership with MPI_Comm_split (rank order
  * kept), and continue on that smaller communicator.  The leaver returns
- * with res->left set.  In-process, this corresponds to an ISLANDS_LEAVE
- * event at the step after the boundary (the same arithmetic; not compared
- * by a test: the CLI has no scripted leave).  When every replica
+ * with res->left set.  In-process, this is an ISLANDS_LEAVE event at the
+ * step after the boundary (`run --leave R:S`), and gives the same bits
+ * (tests/mpi/test_mpi_islands.sh compares them).  When every replica
  * asks to leave at once, the lowest rank stays and finishes (a run needs
  * one replica), as outer_remove_replica refuses to remove the last.
  *

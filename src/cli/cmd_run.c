@@ -97,6 +97,8 @@ static void usage(FILE *out)
         "      --outer-lr X       outer Nesterov learning rate (default 0.7)\n"
         "      --outer-momentum X outer Nesterov momentum (default 0.9)\n"
         "      --allreduce W      fp32 or int8 (INTELLECT-1's codebook; default fp32)\n"
+        "      --leave R:S        replica R leaves before step S (repeatable; in one\n"
+        "                         process: what a SIGTERM does under mpirun)\n"
         "      --sync-interval S  a-edit: seconds between outer steps, once the replicas\n"
         "                         did 100 steps in total since the last (default 600)\n"
         "      (--json then adds bytes_sent, outer_steps and replicas)\n"
@@ -129,6 +131,7 @@ typedef struct run_args {
     long threads;            /* --threads: kernel threads per device (0: cores / devices) */
     int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
+    islands_event leave[64]; /* --leave R:S, in the order given (isl.events) */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
 } run_args;
 
@@ -137,7 +140,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU, O_THREADS };
+           O_DEVICE, O_GPU, O_THREADS, O_LEAVE };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -164,6 +167,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "device", required_argument, NULL, O_DEVICE },
         { "gpu", required_argument, NULL, O_GPU },
         { "threads", required_argument, NULL, O_THREADS },
+        { "leave", required_argument, NULL, O_LEAVE },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -205,6 +209,22 @@ static int parse_args(int argc, char **argv, run_args *a)
             break;
         case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &a->gpu, &err); break;
         case O_THREADS: bad = cli_parse_int("--threads", optarg, 1, 1024, &a->threads, &err); break;
+        case O_LEAVE: {
+            int r, used = 0;
+            long st;
+            if (a->isl.n_events == (int)(sizeof a->leave / sizeof a->leave[0]))
+                bad = zb_fail(&err, "--leave: at most %d", (int)(sizeof a->leave / sizeof a->leave[0]));
+            else if (sscanf(optarg, "%d:%ld%n", &r, &st, &used) != 2 || optarg[used] != '\0' ||
+                     r < 0 || st < 0)
+                bad = zb_fail(&err, "--leave: '%s' is not REPLICA:STEP", optarg);
+            else if (a->isl.n_events > 0 && a->leave[a->isl.n_events - 1].step > st)
+                bad = zb_fail(&err, "--leave: give the leaves in step order");
+            else
+                a->leave[a->isl.n_events++] = (islands_event){ st, ISLANDS_LEAVE, r };
+            a->isl.events = a->leave;
+            a->outer_flag = 1;
+            break;
+        }
         case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
         case O_LR:
             bad = cli_parse_double("--lr", optarg, &a->lr, &err);

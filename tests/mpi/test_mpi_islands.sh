@@ -112,6 +112,23 @@ if [ $rc -eq 0 ] && grep -q '"final_replicas":1' "$T/term.out" && grep -q '"left
    && grep -q '"steps":300' "$T/term.out"
 then pass "SIGTERM: 1 of 2 replicas finishes, exit 0"
 else fail "SIGTERM: exit $rc, $(cat "$T/term.out") $(tail -3 "$T/term.err")"; fi
+# the same leave scripted in one process (--leave R:S, S = the steps the
+# leaver trained): the survivors' numbers are the same bits, so nothing
+# they held was lost and the leaver's last contribution counted.
+same_leave() { # name NP
+    local name=$1 np=$2 left r st
+    left=$(grep -o '"left":\[{"replica":[0-9]*,"after_step":[0-9]*' "$T/$name.out")
+    r=$(echo "$left" | grep -o 'replica":[0-9]*' | cut -d: -f2)
+    st=$(echo "$left" | grep -o 'after_step":[0-9]*' | cut -d: -f2)
+    [ -n "$r" ] && [ -n "$st" ] || { fail "$name: no leave in the JSON"; return; }
+    "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 300 --replicas 2 \
+        --outer diloco --inner-steps 3 --leave "$r:$st" --json -q > "$T/$name.in.json"
+    local a b
+    a=$(fields "$T/$name.in.json"); b=$(fields "$T/$name.out")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$name: same bits as --leave $r:$st in one process"
+    else fail "$name: differs from --leave $r:$st in one process"; fi
+}
+same_leave term 2
 
 # 2 replicas of 2 pipeline ranks: SIGTERM to rank 0 takes replica 0 away,
 # replica 1 (ranks 2, 3) finishes and its rank 0 reports.
@@ -121,6 +138,7 @@ if [ $rc -eq 0 ] && grep -q '"final_replicas":1' "$T/term4.out" \
    && grep -q '"left":\[{"replica":0,' "$T/term4.out" && grep -q '"steps":300' "$T/term4.out"
 then pass "SIGTERM, 2 replicas x 2 ranks: replica 1 finishes, exit 0"
 else fail "SIGTERM 2x2: exit $rc, $(cat "$T/term4.out") $(tail -3 "$T/term4.err")"; fi
+same_leave term4 4
 
 # SIGKILL: the job ends (no hang, non-zero) and a line names the rank.
 signal_rank KILL kill
