@@ -84,6 +84,17 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e3.err")" = 1 ] && grep -q "edit" "$T/e3.err"
 then pass "edit across processes refused: one line"; else fail "edit refused: exit $rc, $(cat "$T/e3.err")"; fi
 
+# --leave in one process: malformed, out of order, absent replica, sync:
+# one line each, non-zero.
+for bad in "--leave 1" "--leave 1:x" "--leave 1:4 --leave 0:2" "--leave 7:2" "--leave 1:2 --outer sync"; do
+    # shellcheck disable=SC2086
+    "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 4 --replicas 2 -q $bad \
+        > "$T/l.out" 2> "$T/l.err"
+    rc=$?
+    if [ $rc -ne 0 ] && [ "$(grep -c . "$T/l.err")" = 1 ] && [ ! -s "$T/l.out" ]; then pass "$bad: one line"
+    else fail "$bad: exit $rc: $(cat "$T/l.err")"; fi
+done
+
 # Starts a 2-replica run in the background, waits for its second step,
 # sends SIG to the replica of rank 1, and waits for the job.
 signal_rank() { # SIG name NP victim(1-based start order)
