@@ -86,12 +86,17 @@ then pass "edit across processes refused: one line"; else fail "edit refused: ex
 
 # --leave in one process: malformed, out of order, absent replica, sync:
 # one line each, non-zero.
-for bad in "--leave 1" "--leave 1:x" "--leave 1:4 --leave 0:2" "--leave 7:2" "--leave 1:2 --outer sync"; do
+for case in "--leave 1|is not REPLICA:STEP" "--leave 1:x|is not REPLICA:STEP" \
+            "--leave 1:4 --leave 0:2|in step order" "--leave 7:2|no replica 7" \
+            "--leave 1:2 --outer sync|need an outer optimizer"; do
+    bad=${case%%|*}
+    want=${case#*|}
     # shellcheck disable=SC2086
     "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 4 --replicas 2 -q $bad \
         > "$T/l.out" 2> "$T/l.err"
     rc=$?
-    if [ $rc -ne 0 ] && [ "$(grep -c . "$T/l.err")" = 1 ] && [ ! -s "$T/l.out" ]; then pass "$bad: one line"
+    if [ $rc -ne 0 ] && [ "$(grep -c . "$T/l.err")" = 1 ] && grep -q "$want" "$T/l.err" \
+       && [ ! -s "$T/l.out" ]; then pass "$bad: one line"
     else fail "$bad: exit $rc: $(cat "$T/l.err")"; fi
 done
 
