@@ -431,7 +431,7 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
             (rc = membership(&p, leave, step + 1, initial_k, res, &gone, err)) != 0)
             break;
         if (progress && !gone && p.cur_rank == 0)
-            progress(ctx, step, res->loss[step], k_before);
+            progress(ctx, step, res->loss[step], k_before, p.k);
     }
     res->steps = step;
     if (rc == 0 && gone) {

@@ -77,10 +77,10 @@ typedef struct mpi_islands_result {
                             * (print it once), 0 when it may be this rank's alone (abort) */
 } mpi_islands_result;
 
-/* Progress callback, called on the current speaker after every inner step
- * (left: ranks, of the initial numbering, that left right after it, or
- * -1 when none). */
-typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int replicas);
+/* Progress callback, called on the current speaker after every inner step:
+ * replicas is how many trained in it, after how many remain (fewer when
+ * some left at this step's boundary). */
+typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int replicas, int after);
 
 /* Checks io and the rank count of comm for s (the same answer on every
  * rank): 0, or -1 with err set. */

@@ -47,15 +47,19 @@ static void on_sigterm(int sig)
 
 typedef struct progress_ctx {
     long steps;    /* total steps, for "step i/N" */
-    int quiet;     /* --quiet or --json... progress still goes to stderr unless quiet */
+    int quiet;     /* --quiet: no progress lines */
 } progress_ctx;
 
-static void print_progress(void *vctx, long step, double loss, int replicas)
+static void print_progress(void *vctx, long step, double loss, int replicas, int after)
 {
     const progress_ctx *c = vctx;
-    if (!c->quiet)
-        fprintf(stderr, "step %ld/%ld: loss %.4f (%d replica%s)\n", step + 1, c->steps, loss,
-                replicas, replicas == 1 ? "" : "s");
+    if (c->quiet)
+        return;
+    fprintf(stderr, "step %ld/%ld: loss %.4f (%d replica%s)\n", step + 1, c->steps, loss,
+            replicas, replicas == 1 ? "" : "s");
+    if (after < replicas)
+        fprintf(stderr, "step %ld: %d replica%s left (SIGTERM); %d continue%s\n", step + 1,
+                replicas - after, replicas - after == 1 ? "" : "s", after, after == 1 ? "s" : "");
 }
 
 static void print_summary(const cli_mpi_run *r, const sched_t *s, const zb_model *m, int world,
