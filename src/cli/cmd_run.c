@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,6 +714,11 @@ static int mute_follower(void)
 
 int cmd_run(int argc, char **argv)
 {
+    /* Saved activations are megabytes each, allocated by every F and freed
+     * by every W: serve them from the heap instead of mmap'ing (and having
+     * the kernel zero) fresh pages each time; this process is a trainer. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     run_args a;
     int saved_stderr = mute_follower();
     int rc = parse_args(argc, argv, &a);
