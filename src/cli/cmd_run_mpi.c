@@ -1,22 +1,30 @@
 /*
- * cmd_run_mpi.c: `mpirun -np K zbsched run FILE --replicas K ...`, the
- * islands with one replica per MPI rank (runtime/mpi/mpi_islands.h).
+ * cmd_run_mpi.c: `zbsched run` under mpirun or srun (docs/mpi.md):
+ *   - `mpirun -np P zbsched run FILE`: pipeline ranks, one schedule device
+ *     per rank (runtime/mpi/mpi_pipeline.h), with checkpoints;
+ *   - `mpirun -np K[*P] zbsched run FILE --replicas K`: the islands, a
+ *     replica per rank or per P ranks (runtime/mpi/mpi_islands.h);
+ *   - `--device cuda`: only the NCCL bootstrap, the unique id over
+ *     MPI_Bcast (cli_mpi_nccl_comm).
  *
- * Start-up: MPI_Init_thread (FUNNELED: only this thread calls MPI; the
- * trainer's device threads never do), errors returned rather than fatal,
- * a SIGTERM handler that only sets the leave flag, and kernel threads per
- * device shared out among the ranks on the node (MPI_Comm_split_type), so
- * that K ranks of p devices do not each take every core.
+ * Start-up: MPI_Init_thread (SERIALIZED: a pipeline rank's worker thread
+ * sends and receives while the main thread waits; never two at once),
+ * errors returned rather than fatal, for the islands a SIGTERM handler
+ * that only sets the leave flag, and kernel threads per device shared out
+ * among the ranks on the node (MPI_Comm_split_type), so that ranks do not
+ * each take every core.
  *
- * Output: only the speaker (rank 0 of the final membership) prints the
+ * Output: only the speaker (rank 0, or of the final membership) prints the
  * header, progress and the summary.  Errors:
  *   - one every rank meets alike (options, a non-finite pseudo-gradient
- *     agreed on in the outer step) is printed once, by rank 0, and every
- *     rank exits 1 after MPI_Finalize;
- *   - one of this rank's own (memory, a trainer failure) is printed as
- *     "rank R: ...", then MPI_Abort ends every rank of the job, which
- *     cannot otherwise leave a collective that waits for this rank.
- * A rank that leaves on SIGTERM exits 0 silently after its last outer step.
+ *     agreed on in the outer step, a checkpoint rank 0 could not write) is
+ *     printed once, by rank 0, and every rank exits 1 after MPI_Finalize;
+ *   - one of this rank's own (memory, a trainer or transport failure) is
+ *     printed as "rank R of N: ...", then MPI_Abort ends every rank of the
+ *     job, which cannot otherwise leave a receive or collective that waits
+ *     for this rank.
+ * A rank whose replica leaves on SIGTERM exits 0 silently after its last
+ * outer step.
  */
 #include "src/cli/cli.h"
 #include "src/cli/cli_mpi.h"
