@@ -17,16 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-/* A replica's parameters as the outer optimizer sees them: one segment per
- * run of consecutive tensors of the same layer within each stage. */
-typedef struct seg_layout {
-    int n;          /* segments */
-    int *stage;     /* [n] stage of each segment */
-    size_t *off;    /* [n] first float within the stage's buffer */
-    size_t *len;    /* [n] floats */
-} seg_layout;
-
-static void seg_layout_free(seg_layout *l)
+void islands_seg_layout_free(islands_seg_layout *l)
 {
     free(l->stage);
     free(l->off);
@@ -34,8 +25,7 @@ static void seg_layout_free(seg_layout *l)
     memset(l, 0, sizeof *l);
 }
 
-/* Groups every stage's tensors (in layout order) into layer segments. */
-static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
+int islands_seg_layout_build(trainer *t, islands_seg_layout *l, zb_err *err)
 {
     memset(l, 0, sizeof *l);
     int cap = 0;
@@ -45,7 +35,7 @@ static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
     l->off = malloc((size_t)cap * sizeof *l->off);
     l->len = malloc((size_t)cap * sizeof *l->len);
     if (!l->stage || !l->off || !l->len) {
-        seg_layout_free(l);
+        islands_seg_layout_free(l);
         return zb_fail(err, "islands: out of memory");
     }
     for (int s = 0; s < trainer_stage_count(t); s++) {
@@ -75,7 +65,7 @@ static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
     return 0;
 }
 
-static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
+void islands_seg_pointers(trainer *t, const islands_seg_layout *l, float **ptr)
 {
     for (int i = 0; i < l->n; i++) {
         size_t n;
@@ -83,7 +73,7 @@ static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
     }
 }
 
-static void seg_grad_pointers(trainer *t, const seg_layout *l, float **ptr)
+void islands_seg_grad_pointers(trainer *t, const islands_seg_layout *l, float **ptr)
 {
     for (int i = 0; i < l->n; i++) {
         size_t n;
@@ -133,7 +123,7 @@ typedef struct island_set {
     trainer **t;   /* [cap] trainer of each outer replica id, NULL once gone */
     int cap;       /* allocated ids */
     float **ptr;   /* [n_seg] scratch: segment pointers of one replica */
-    seg_layout l;  /* the segment layout (same for every replica) */
+    islands_seg_layout l;  /* the segment layout (same for every replica) */
 } island_set;
 
 static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_model *m,
@@ -144,7 +134,7 @@ static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_mod
     trainer *t = NULL;
     if (trainer_create(s, m, d, &opts, &t, err))
         return -1;
-    if (!is->l.n && seg_layout_build(t, &is->l, err)) {
+    if (!is->l.n && islands_seg_layout_build(t, &is->l, err)) {
         trainer_free(t);
         return -1;
     }
@@ -153,7 +143,7 @@ static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_mod
         return zb_fail(err, "islands: out of memory");
     }
     if (o) {
-        seg_pointers(t, &is->l, is->ptr);
+        islands_seg_pointers(t, &is->l, is->ptr);
         int id = outer_add_replica(o, is->ptr, NULL, err);
         if (id < 0) {
             trainer_free(t);
@@ -190,7 +180,7 @@ static void island_set_free(island_set *is)
         trainer_free(is->t[i]);
     free(is->t);
     free(is->ptr);
-    seg_layout_free(&is->l);
+    islands_seg_layout_free(&is->l);
 }
 
 /* 1 when every present replica's parameters equal replica first's bit for
@@ -257,8 +247,8 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
             is.t[r] = t;
         }
         t = is.t[r];
-        seg_pointers(t, &is.l, is.ptr);
-        seg_grad_pointers(t, &is.l, gptr);
+        islands_seg_pointers(t, &is.l, is.ptr);
+        islands_seg_grad_pointers(t, &is.l, gptr);
         int id = outer_add_replica(o, is.ptr, gptr, err);
         if (id < 0)
             rc = -1;
@@ -319,7 +309,7 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
         island_set_free(&is);
         return -1;
     }
-    seg_pointers(is.t[0], &is.l, is.ptr);
+    islands_seg_pointers(is.t[0], &is.l, is.ptr);
     if (outer_add_replica(o, is.ptr, NULL, err) != 0)
         rc = -1;
     for (int r = 1; r < io->replicas && rc == 0; r++)
@@ -364,9 +354,11 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             res->skipped += info.skipped_segments;
         }
         if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
-            int first;
-            outer_replicas(o, &first);
-            rc = trainer_eval(is.t[first], &res->val_loss[step], err);
+            /* outer_replicas fills one id per replica present */
+            int n_now = outer_replicas(o, NULL);
+            int ids_now[n_now];
+            outer_replicas(o, ids_now);
+            rc = trainer_eval(is.t[ids_now[0]], &res->val_loss[step], err);
         }
     }
     /* Finish with the synchronized model when inner steps are pending. */
