@@ -54,7 +54,7 @@ extern "C" {
 #define ZB_CUDA_MODULE_FILE "zbsched_cuda.so"
 #define ZB_CUDA_MODULE_ENTRY "zbsched_cuda_module"
 /* Bumped whenever a member of zb_cuda_api changes meaning. */
-#define ZB_CUDA_API_VERSION 1
+#define ZB_CUDA_API_VERSION 2
 
 /* The module's handles, opaque on this side (kernels/cuda/gpu_trainer.h
  * and gpu_transport.h define them). */
@@ -93,6 +93,11 @@ typedef struct zb_cuda_api {
     /* static device bytes and the activation high-water mark */
     int (*trainer_memory)(const struct gpu_trainer *t, size_t *static_bytes,
                           size_t *peak_activation_bytes, zb_err *err);
+    /* gpu_nccl_unique_id / gpu_comm_create_from_id (version 2): the NCCL
+     * bootstrap over another channel, MPI_Bcast under mpirun (128 bytes) */
+    int (*nccl_unique_id)(unsigned char id[128], zb_err *err);
+    int (*comm_create_from_id)(const zb_rank_info *r, const unsigned char id[128],
+                               struct gpu_comm **out, zb_err *err);
 } zb_cuda_api;
 
 /* A fingerprint of the sizes of every type the table passes across.  Both

@@ -358,7 +358,17 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         return zb_fail(err, "out of memory");
     }
     zb_transport_pool pool = { pool_get, pool_put, t };
-    if (transport_create(opts->transport, s, !opts->sync_optimizer, &pool, &t->tr, err) != 0) {
+    if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices)) {
+        free(first);
+        trainer_free(t);
+        return zb_fail(err, "device %d is not one of the schedule's %d", opts->device,
+                       s->n_devices);
+    }
+    if ((opts->make_transport
+             ? opts->make_transport(opts->make_transport_ctx, s, !opts->sync_optimizer, &pool,
+                                    &t->tr, err)
+             : transport_create(opts->transport, s, !opts->sync_optimizer, &pool, &t->tr, err))
+        != 0) {
         free(first);
         trainer_free(t);
         return -1;
@@ -703,6 +713,8 @@ static void note_activations(trainer *t, int dev)
 static void run_job(worker *w, int phases)
 {
     trainer *t = w->t;
+    if (t->opts.one_device && w->dev != t->opts.device)
+        return; /* another process runs this device */
     const sched_lane *lane = &t->sched->dev[w->dev];
     int rc = 0;
     int n_ops = (phases & PHASE_OPS) ? lane->n_ops : 0;
@@ -1096,6 +1108,12 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n)
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
     return t->st[stage].adam_v;
+}
+
+int64_t *trainer_stage_adam_t(trainer *t, int stage)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    return &t->st[stage].adam_t;
 }
 
 const llama_stage *trainer_stage_layout(const trainer *t, int stage)

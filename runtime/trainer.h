@@ -68,6 +68,9 @@
 #include "runtime/data.h"
 #include "kernels/cpu/adamw.h"
 
+struct zb_transport;
+struct zb_transport_pool;
+
 typedef struct trainer_opts {
     uint64_t seed;        /* parameter initialisation and data sampling */
     uint64_t data_stream; /* mixed into the data generator only: replicas of
@@ -92,6 +95,18 @@ typedef struct trainer_opts {
     int transport;        /* runtime/transport.h: ZB_TRANSPORT_SLOTS (0, keyed
                            * mailbox) or ZB_TRANSPORT_FIFO (untagged ordered
                            * links, the model of MPI/NCCL); same bits */
+    /* A transport the caller makes instead (one between processes,
+     * runtime/mpi/transport_mpi.h); NULL: transport_create(transport). */
+    int (*make_transport)(void *ctx, const sched_t *s, int with_norms,
+                          const struct zb_transport_pool *pool, struct zb_transport **out,
+                          zb_err *err);
+    void *make_transport_ctx; /* passed to make_transport */
+    int one_device;       /* 1: this process runs only device `device`'s
+                           * ops and optimizer steps, the other devices being
+                           * other processes (pipeline ranks); the step's loss
+                           * is then only known where the last stage runs,
+                           * and other stages' parameters here are stale */
+    int device;           /* with one_device: the device run here */
 } trainer_opts;
 
 /* Progress counters, updated by trainer_step. */
@@ -193,6 +208,9 @@ float *trainer_stage_grads(trainer *t, int stage, size_t *n);
  * that want to reset or inspect inner state. */
 float *trainer_stage_adam_m(trainer *t, int stage, size_t *n);
 float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
+/* Stage `stage`'s AdamW step count (read and write: pipeline ranks copy a
+ * stage's whole optimizer state from the rank that trains it). */
+int64_t *trainer_stage_adam_t(trainer *t, int stage);
 
 /* The stage's layer description (layers, tensors and their offsets). */
 const llama_stage *trainer_stage_layout(const trainer *t, int stage);

@@ -204,6 +204,21 @@ static int fetch_id(const char *addr, const char *port, ncclUniqueId *id, int ti
     }
 }
 
+/* ncclCommInitRank of rank r from id, wrapped in a gpu_comm. */
+static int comm_init(const gpu_rank_info *r, const ncclUniqueId *id, gpu_comm **out, zb_err *err)
+{
+    gpu_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return zb_fail(err, "out of memory for a communicator");
+    c->me = *r;
+    if (nccl_ok(ncclCommInitRank(&c->comm, r->world, *id, r->rank), "ncclCommInitRank", err) != 0) {
+        free(c);
+        return zb_wrap(err, "rank %d of %d: ", r->rank, r->world);
+    }
+    *out = c;
+    return 0;
+}
+
 int gpu_comm_create(const gpu_rank_info *r, int timeout_s, gpu_comm **out, zb_err *err)
 {
     if (cuda_ok(cudaSetDevice(r->local_rank), "cudaSetDevice", err) != 0)
@@ -228,16 +243,27 @@ int gpu_comm_create(const gpu_rank_info *r, int timeout_s, gpu_comm **out, zb_er
             return -1;
         }
     }
-    gpu_comm *c = calloc(1, sizeof *c);
-    if (!c)
-        return zb_fail(err, "out of memory for a communicator");
-    c->me = *r;
-    if (nccl_ok(ncclCommInitRank(&c->comm, r->world, id, r->rank), "ncclCommInitRank", err) != 0) {
-        free(c);
-        return zb_wrap(err, "rank %d of %d: ", r->rank, r->world);
-    }
-    *out = c;
+    return comm_init(r, &id, out, err);
+}
+
+int gpu_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], zb_err *err)
+{
+    ncclUniqueId u;
+    _Static_assert(sizeof u == GPU_NCCL_ID_BYTES, "NCCL's unique id is 128 bytes");
+    if (nccl_ok(ncclGetUniqueId(&u), "ncclGetUniqueId", err) != 0)
+        return -1;
+    memcpy(id, &u, sizeof u);
     return 0;
+}
+
+int gpu_comm_create_from_id(const gpu_rank_info *r, const unsigned char id[GPU_NCCL_ID_BYTES],
+                            gpu_comm **out, zb_err *err)
+{
+    if (cuda_ok(cudaSetDevice(r->local_rank), "cudaSetDevice", err) != 0)
+        return zb_wrap(err, "rank %d: ", r->rank);
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    return comm_init(r, &u, out, err);
 }
 
 void gpu_comm_free(gpu_comm *c)
@@ -297,6 +323,21 @@ int gpu_comm_create(const gpu_rank_info *r, int timeout_s, gpu_comm **out, zb_er
 {
     (void)r;
     (void)timeout_s;
+    (void)out;
+    return zb_fail(err, "multi-GPU transport: built without NCCL (set -Dnccl_dir)");
+}
+
+int gpu_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], zb_err *err)
+{
+    (void)id;
+    return zb_fail(err, "multi-GPU transport: built without NCCL (set -Dnccl_dir)");
+}
+
+int gpu_comm_create_from_id(const gpu_rank_info *r, const unsigned char id[GPU_NCCL_ID_BYTES],
+                            gpu_comm **out, zb_err *err)
+{
+    (void)r;
+    (void)id;
     (void)out;
     return zb_fail(err, "multi-GPU transport: built without NCCL (set -Dnccl_dir)");
 }

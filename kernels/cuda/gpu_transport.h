@@ -80,6 +80,19 @@ typedef struct gpu_comm gpu_comm;
  * Returns 0 and *out, or -1 with err set. */
 int gpu_comm_create(const gpu_rank_info *r, int timeout_s, gpu_comm **out, zb_err *err);
 
+/* Bytes of NCCL's unique id (NCCL_UNIQUE_ID_BYTES). */
+#define GPU_NCCL_ID_BYTES 128
+
+/* Rank 0's half of a bootstrap over another channel (MPI_Bcast under
+ * mpirun, NCCL's "one device per process" example): a fresh unique id
+ * (ncclGetUniqueId) into id.  0, or -1 with err (no NCCL). */
+int gpu_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], zb_err *err);
+
+/* Creates this rank's communicator on CUDA device r->local_rank from an
+ * id every rank already holds: no TCP rendezvous.  0 and *out, or -1. */
+int gpu_comm_create_from_id(const gpu_rank_info *r, const unsigned char id[GPU_NCCL_ID_BYTES],
+                            gpu_comm **out, zb_err *err);
+
 /* Destroys the communicator (ncclCommDestroy); NULL is fine. */
 void gpu_comm_free(gpu_comm *c);
 

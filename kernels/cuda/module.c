@@ -35,6 +35,8 @@ const zb_cuda_api *zbsched_cuda_module(void)
         .trainer_step = gpu_trainer_step,
         .trainer_last_step_s = gpu_trainer_last_step_s,
         .trainer_memory = gpu_trainer_memory,
+        .nccl_unique_id = gpu_nccl_unique_id,
+        .comm_create_from_id = gpu_comm_create_from_id,
     };
     static zb_cuda_api filled;
     if (!filled.version) {

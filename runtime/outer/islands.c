@@ -20,16 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-/* A replica's parameters as the outer optimizer sees them: one segment per
- * run of consecutive tensors of the same layer within each stage. */
-typedef struct seg_layout {
-    int n;          /* segments */
-    int *stage;     /* [n] stage of each segment */
-    size_t *off;    /* [n] first float within the stage's buffer */
-    size_t *len;    /* [n] floats */
-} seg_layout;
-
-static void seg_layout_free(seg_layout *l)
+void islands_seg_layout_free(islands_seg_layout *l)
 {
     free(l->stage);
     free(l->off);
@@ -37,8 +28,7 @@ static void seg_layout_free(seg_layout *l)
     memset(l, 0, sizeof *l);
 }
 
-/* Groups every stage's tensors (in layout order) into layer segments. */
-static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
+int islands_seg_layout_build(trainer *t, islands_seg_layout *l, zb_err *err)
 {
     memset(l, 0, sizeof *l);
     int cap = 0;
@@ -48,7 +38,7 @@ static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
     l->off = malloc((size_t)cap * sizeof *l->off);
     l->len = malloc((size_t)cap * sizeof *l->len);
     if (!l->stage || !l->off || !l->len) {
-        seg_layout_free(l);
+        islands_seg_layout_free(l);
         return zb_fail(err, "islands: out of memory");
     }
     for (int s = 0; s < trainer_stage_count(t); s++) {
@@ -78,7 +68,7 @@ static int seg_layout_build(trainer *t, seg_layout *l, zb_err *err)
     return 0;
 }
 
-static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
+void islands_seg_pointers(trainer *t, const islands_seg_layout *l, float **ptr)
 {
     for (int i = 0; i < l->n; i++) {
         size_t n;
@@ -86,7 +76,7 @@ static void seg_pointers(trainer *t, const seg_layout *l, float **ptr)
     }
 }
 
-static void seg_grad_pointers(trainer *t, const seg_layout *l, float **ptr)
+void islands_seg_grad_pointers(trainer *t, const islands_seg_layout *l, float **ptr)
 {
     for (int i = 0; i < l->n; i++) {
         size_t n;
@@ -137,7 +127,7 @@ typedef struct island_set {
     long *streak;  /* [cap] consecutive skipped steps of each replica */
     int cap;       /* allocated ids */
     float **ptr;   /* [n_seg] scratch: segment pointers of one replica */
-    seg_layout l;  /* the segment layout (same for every replica) */
+    islands_seg_layout l;  /* the segment layout (same for every replica) */
 } island_set;
 
 /* Grows is->t and is->streak to hold at least `need` ids (new slots
@@ -201,7 +191,7 @@ static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_mod
     trainer *t = NULL;
     if (trainer_create(s, m, d, &opts, &t, err))
         return -1;
-    if (!is->l.n && seg_layout_build(t, &is->l, err)) {
+    if (!is->l.n && islands_seg_layout_build(t, &is->l, err)) {
         trainer_free(t);
         return -1;
     }
@@ -210,7 +200,7 @@ static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_mod
         return zb_fail(err, "islands: out of memory");
     }
     if (o) {
-        seg_pointers(t, &is->l, is->ptr);
+        islands_seg_pointers(t, &is->l, is->ptr);
         int id = outer_add_replica(o, is->ptr, NULL, err);
         if (id < 0) {
             trainer_free(t);
@@ -239,7 +229,7 @@ static void island_set_free(island_set *is)
     free(is->t);
     free(is->streak);
     free(is->ptr);
-    seg_layout_free(&is->l);
+    islands_seg_layout_free(&is->l);
 }
 
 /* 1 when every present replica's parameters equal replica first's bit for
@@ -299,8 +289,8 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
             is.t[r] = t;
         }
         t = is.t[r];
-        seg_pointers(t, &is.l, is.ptr);
-        seg_grad_pointers(t, &is.l, gptr);
+        islands_seg_pointers(t, &is.l, is.ptr);
+        islands_seg_grad_pointers(t, &is.l, gptr);
         int id = outer_add_replica(o, is.ptr, gptr, err);
         if (id < 0)
             rc = -1;
@@ -370,7 +360,7 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
         island_set_free(&is);
         return -1;
     }
-    seg_pointers(is.t[0], &is.l, is.ptr);
+    islands_seg_pointers(is.t[0], &is.l, is.ptr);
     if (outer_add_replica(o, is.ptr, NULL, err) != 0)
         rc = -1;
     for (int r = 1; r < io->replicas && rc == 0; r++)

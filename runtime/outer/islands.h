@@ -76,6 +76,28 @@ typedef struct islands_result {
     double wall_s;         /* wall seconds of the run */
 } islands_result;
 
+/* A replica's parameters as the outer optimizer sees them: one segment per
+ * run of consecutive tensors of the same layer within each stage.  Shared
+ * with the islands across processes (runtime/mpi/mpi_islands.h), which
+ * must cut the parameters the same way to give the same bits. */
+typedef struct islands_seg_layout {
+    int n;          /* segments */
+    int *stage;     /* [n] stage of each segment */
+    size_t *off;    /* [n] first float within the stage's buffer */
+    size_t *len;    /* [n] floats */
+} islands_seg_layout;
+
+/* Groups every stage's tensors of t (in layout order) into layer segments.
+ * Returns 0, or -1 with err set (memory); free with islands_seg_layout_free. */
+int islands_seg_layout_build(trainer *t, islands_seg_layout *l, zb_err *err);
+
+/* Frees what islands_seg_layout_build allocated (l is zeroed). */
+void islands_seg_layout_free(islands_seg_layout *l);
+
+/* ptr[i] = where segment i of l lives in t's parameters (or gradients). */
+void islands_seg_pointers(trainer *t, const islands_seg_layout *l, float **ptr);
+void islands_seg_grad_pointers(trainer *t, const islands_seg_layout *l, float **ptr);
+
 /* Fills o: K = 4, 200 steps, DiLoCo defaults (outer_config_default), no
  * intermediate evaluation, no events. */
 void islands_opts_default(islands_opts *o);

@@ -134,8 +134,8 @@ int cmd_launch(int argc, char **argv)
     int cuda = wants_cuda(argc - optind, argv + optind);
     if (!cuda && (strcmp(cmd, "run") == 0 || strcmp(cmd, "profile") == 0))
         return cli_error("launch: '%s' without --device cuda would run the same CPU job %ld "
-                         "times (launch starts one process per GPU); run 'zbsched %s' directly",
-                         cmd, gpus, cmd);
+                         "times (launch starts one process per GPU); run 'zbsched %s' directly "
+                         "(or under mpirun for CPU ranks)", cmd, gpus, cmd);
 
     /* A GPU run needs the CUDA module and N local GPUs: say so once here
      * rather than N times from the ranks. */

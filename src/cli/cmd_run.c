@@ -57,6 +57,7 @@
 
 #include "runtime/cuda_module.h"
 #include "runtime/rank.h"
+#include "src/cli/cli_mpi.h"
 
 #define CHECKPOINT_NAME "checkpoint.bin"
 /* consecutive skipped steps (gradient not finite) that mean divergence */
@@ -112,9 +113,14 @@ static void usage(FILE *out)
         "      --outer-lr X       outer Nesterov learning rate (default 0.7)\n"
         "      --outer-momentum X outer Nesterov momentum (default 0.9)\n"
         "      --allreduce W      fp32 or int8 (INTELLECT-1's codebook; default fp32)\n"
+        "      --leave R:S        replica R leaves before step S (repeatable; in one\n"
+        "                         process: what a SIGTERM does under mpirun)\n"
         "      --sync-interval S  a-edit: seconds between outer steps, once the replicas\n"
         "                         did 100 steps in total since the last (default 600)\n"
-        "      (--json then adds bytes_sent, outer_steps and replicas)\n");
+        "      (--json then adds bytes_sent, outer_steps and replicas)\n"
+        "\n"
+        "Under mpirun / srun (docs/mpi.md): -np P runs one schedule device per rank;\n"
+        "with --replicas K, -np K (a replica per rank) or K*P ranks (P per replica).\n");
 }
 
 /* Everything the command line sets. */
@@ -142,6 +148,7 @@ typedef struct run_args {
     long max_skipped;        /* --max-skipped: consecutive skipped steps that stop the run (0: never) */
     int eval_flag;           /* 1 when --eval-every or --eval-windows was given */
     islands_opts isl;        /* --replicas and the outer-optimizer flags */
+    islands_event leave[64]; /* --leave R:S, in the order given (isl.events) */
     int outer_flag;          /* 1 when an outer-optimizer flag was given */
 } run_args;
 
@@ -150,7 +157,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     enum { O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_RESUME, O_TRACE, O_EVAL,
            O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP,
            O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL,
-           O_DEVICE, O_GPU, O_THREADS, O_MAX_INPUT, O_MAX_SKIPPED };
+           O_DEVICE, O_GPU, O_THREADS, O_MAX_INPUT, O_MAX_SKIPPED, O_LEAVE };
     static const struct option opts[] = {
         { "steps", required_argument, NULL, 'n' },
         { "data", required_argument, NULL, O_DATA },
@@ -179,6 +186,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         { "threads", required_argument, NULL, O_THREADS },
         { "max-input", required_argument, NULL, O_MAX_INPUT },
         { "max-skipped", required_argument, NULL, O_MAX_SKIPPED },
+        { "leave", required_argument, NULL, O_LEAVE },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -221,6 +229,22 @@ static int parse_args(int argc, char **argv, run_args *a)
             break;
         case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &a->gpu, &err); break;
         case O_THREADS: bad = cli_parse_int("--threads", optarg, 1, 1024, &a->threads, &err); break;
+        case O_LEAVE: {
+            int r, used = 0;
+            long st;
+            if (a->isl.n_events == (int)(sizeof a->leave / sizeof a->leave[0]))
+                bad = zb_fail(&err, "--leave: at most %d", (int)(sizeof a->leave / sizeof a->leave[0]));
+            else if (sscanf(optarg, "%d:%ld%n", &r, &st, &used) != 2 || optarg[used] != '\0' ||
+                     r < 0 || st < 0)
+                bad = zb_fail(&err, "--leave: '%s' is not REPLICA:STEP", optarg);
+            else if (a->isl.n_events > 0 && a->leave[a->isl.n_events - 1].step > st)
+                bad = zb_fail(&err, "--leave: give the leaves in step order");
+            else
+                a->leave[a->isl.n_events++] = (islands_event){ st, ISLANDS_LEAVE, r };
+            a->isl.events = a->leave;
+            a->outer_flag = 1;
+            break;
+        }
         case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &a->batch, &err); break;
         case O_LR:
             bad = cli_parse_double("--lr", optarg, &a->lr, &err);
@@ -660,7 +684,15 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     double *losses = NULL;
     int rc = 1;
     if (ranked) {
-        if (cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
+        /* under mpirun / srun the NCCL id travels over MPI (cli_mpi.h);
+         * otherwise zbsched launch's TCP rendezvous */
+        int by_mpi = cli_mpi_nccl_comm(cu, &rk, &comm, &err);
+        if (by_mpi < 0) {
+            zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
+            cli_fail(&err);
+            goto out;
+        }
+        if (by_mpi == 0 && cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
             zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
             cli_fail(&err);
             goto out;
@@ -720,7 +752,28 @@ out:
         cu->trainer_free(t);
     if (comm)
         cu->comm_free(comm);
+    cli_mpi_nccl_end();
     return rc;
+}
+
+/* Under mpirun or srun with several ranks, every rank meets the same bad
+ * input: only rank 0 says so.  Mutes stderr on the other ranks and returns
+ * the saved descriptor (-1 when nothing was muted). */
+static int mute_follower(void)
+{
+    zb_rank_info rk;
+    zb_err ignored = { { 0 } };
+    if (zb_rank_from_env(&rk, &ignored) != 1 || rk.world < 2 || rk.rank == 0)
+        return -1;
+    FILE *null = fopen("/dev/null", "w");
+    if (!null)
+        return -1;
+    fflush(stderr);
+    int saved = dup(2);
+    if (saved >= 0)
+        dup2(fileno(null), 2);
+    fclose(null);
+    return saved;
 }
 
 int cmd_run(int argc, char **argv)
@@ -731,9 +784,29 @@ int cmd_run(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     run_args a;
+    int saved_stderr = mute_follower();
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    zb_rank_info rk = { .rank = 0, .world = 1 };
+    {
+        zb_err rerr = { { 0 } };
+        int ranked = zb_rank_from_env(&rk, &rerr);
+        if (ranked < 0)
+            return cli_fail(&rerr);
+        if (a.cuda && saved_stderr >= 0) { /* the GPU ranks report for themselves */
+            dup2(saved_stderr, 2);
+            close(saved_stderr);
+            saved_stderr = -1;
+        }
+    }
+    /* CPU ranks of mpirun / srun: the islands over MPI (cli_mpi.h) */
+    int mpi_ranks = !a.cuda && rk.world > 1;
+    if (mpi_ranks && !cli_mpi_available()) /* before any work; rank 0 says it */
+        return saved_stderr >= 0 ? 1
+                                 : cli_error("this zbsched was built without MPI (meson "
+                                             "-Dmpi=enabled), so every rank would train the "
+                                             "same job; run it without mpirun");
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
     zb_err err = { { 0 } };
@@ -808,6 +881,19 @@ int cmd_run(int argc, char **argv)
     o.layers_per_stage = setup.layers_per_stage;
     o.recompute_stages = setup.recompute_stages;
     o.threads = (int)a.threads;
+    if (mpi_ranks) {
+        a.isl.steps = a.steps;
+        a.isl.eval_every = (int)a.eval_every;
+        cli_mpi_run mr = { .file = a.file, .isl = &a.isl, .json = a.json, .quiet = a.quiet,
+                           .threads_given = a.threads > 0, .saved_stderr = saved_stderr,
+                           .steps = a.steps, .eval_every = a.eval_every,
+                           .refused = a.sync_opt ? "--sync-optimizer"
+                                    : a.trace ? "--trace" : NULL,
+                           .ckpt_dir = a.ckpt_dir, .resume = a.resume, .stop_at = a.stop_at,
+                           .inputs = { a.file, a.data, a.model } };
+        rc = cli_run_mpi(&mr, s, &m, d, &o);
+        goto out;
+    }
     if (a.cuda) {
         o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
         if (setup.layers_per_stage)

@@ -1,0 +1,461 @@
+/*
+ * mpi_islands.c: one replica per rank, DiLoCo or sync, leaving on SIGTERM
+ * (see mpi_islands.h).
+ *
+ * Every rank keeps the run's bookkeeping (per-step mean losses, evaluations,
+ * tokens, who left when, bytes) identically, from collectives: each step's
+ * losses are all-gathered, each evaluation is broadcast from the rank that
+ * ran it.  So whichever rank ends as rank 0 of the final communicator can
+ * print the summary, even when the original rank 0 left.
+ *
+ * Order of one inner step, as islands.c's run_outer: train, note, outer step
+ * when due, evaluation when due; then, after an outer step, the membership
+ * check (islands.c would apply a leave event at the start of the next step,
+ * which is the same point).
+ */
+#include "runtime/mpi/mpi_islands.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/mpi/mpi_pipeline.h"
+#include "runtime/mpi/mpi_ring.h"
+
+/* This rank's part of a replica and the run's shared bookkeeping. */
+typedef struct mpi_replica {
+    trainer *t;             /* the replica's trainer (P = 1), or this rank's stages of it */
+    mpi_pipeline *pipe;     /* P > 1: this rank's device of the replica's pipeline, else NULL */
+    int group;              /* replica id: the initial rank / P */
+    islands_seg_layout l;   /* segments (islands.c's layout), this rank's stages only */
+    float **params;         /* [l.n] segment pointers into the trainer's parameters */
+    float **grads;          /* [l.n] the same into its gradients (sync) */
+    size_t *seg_off;        /* [l.n] offset of each segment in global/mom/delta */
+    size_t n_total;         /* floats over this rank's segments */
+    float *global;          /* [n_total] DiLoCo: last synchronized parameters */
+    float *mom;             /* [n_total] DiLoCo: outer Nesterov momentum */
+    float *delta;           /* [n_total] DiLoCo: pseudo-gradient, the ring's buffer */
+    MPI_Comm cur;           /* every rank of the current members (split on leaves) */
+    MPI_Comm ring;          /* the corresponding ranks of the current replicas */
+    MPI_Comm pipe_comm;     /* this replica's P ranks (P > 1), else MPI_COMM_NULL */
+    int *ids;               /* [k] replica id of each rank of ring */
+    int k;                  /* replicas present: size of ring */
+    int me;                 /* rank in ring (replica order) */
+    int cur_rank;           /* rank in cur (0: the speaker) */
+    int per;                /* P: ranks per replica */
+    outer_ring_stats local; /* bytes this rank sent since the last tally */
+    double *losses;         /* [initial K] scratch for the gathered losses */
+} mpi_replica;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int mpi_failed(zb_err *err, int rc, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    return zb_fail(err, "islands: %s: %s", what, text);
+}
+
+void mpi_islands_result_free(mpi_islands_result *r)
+{
+    free(r->loss);
+    free(r->val_loss);
+    free(r->left_at);
+    r->loss = r->val_loss = NULL;
+    r->left_at = NULL;
+}
+
+static void comm_free(MPI_Comm *c)
+{
+    if (*c != MPI_COMM_NULL)
+        MPI_Comm_free(c);
+    *c = MPI_COMM_NULL;
+}
+
+static void replica_free(mpi_replica *p)
+{
+    if (p->pipe)
+        mpi_pipeline_free(p->pipe); /* owns p->t */
+    else
+        trainer_free(p->t);
+    islands_seg_layout_free(&p->l);
+    free(p->params);
+    free(p->grads);
+    free(p->seg_off);
+    free(p->global);
+    free(p->mom);
+    free(p->delta);
+    free(p->ids);
+    free(p->losses);
+    comm_free(&p->ring);
+    comm_free(&p->pipe_comm);
+    comm_free(&p->cur);
+}
+
+/* (Re)builds the ring of corresponding ranks over cur and its replica ids
+ * (collective over cur). */
+static int ring_build(mpi_replica *p, zb_err *err)
+{
+    comm_free(&p->ring);
+    int pos = p->pipe ? mpi_pipeline_device(p->pipe) : 0;
+    int rc = MPI_Comm_split(p->cur, pos, p->cur_rank, &p->ring);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Comm_split of the ring");
+    MPI_Comm_size(p->ring, &p->k);
+    MPI_Comm_rank(p->ring, &p->me);
+    rc = MPI_Allgather(&p->group, 1, MPI_INT, p->ids, 1, MPI_INT, p->ring);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allgather of the replica ids");
+    return 0;
+}
+
+/* Adds every rank's bytes since the last tally to res (collective). */
+static int tally_bytes(mpi_replica *p, mpi_islands_result *res, zb_err *err)
+{
+    unsigned long long mine = p->local.bytes_sent, all = 0;
+    int rc = MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allreduce of the byte counts");
+    res->bytes_sent += all;
+    p->local.bytes_sent = 0;
+    return 0;
+}
+
+/* DiLoCo's outer step over the current members (outer.c's outer_step for
+ * this rank's segments of one replica).  A non-finite pseudo-gradient
+ * anywhere is agreed on first over every rank, so every rank fails with
+ * the same error and nothing changed.  Returns 0, -2 (that agreed error)
+ * or -1. */
+static int diloco_step(mpi_replica *p, const outer_config *cfg, zb_err *err)
+{
+    struct { int id; int seg; } bad = { INT_MAX, 0 }, worst;
+    for (int s = 0; s < p->l.n; s++) {
+        size_t off = p->seg_off[s], len = p->l.len[s];
+        const float *g = p->global + off, *x = p->params[s];
+        float *dl = p->delta + off;
+        double ss = 0.0;
+        for (size_t j = 0; j < len; j++) {
+            dl[j] = g[j] - x[j];
+            ss += (double)dl[j] * (double)dl[j];
+        }
+        if (!isfinite(sqrt(ss)) && bad.id == INT_MAX) {
+            bad.id = p->group;
+            bad.seg = s;
+        }
+    }
+    int rc = MPI_Allreduce(&bad, &worst, 1, MPI_2INT, MPI_MINLOC, p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allreduce of the finiteness check");
+    if (worst.id != INT_MAX) {
+        zb_fail(err, "outer: replica %d: a pseudo-gradient is not finite", worst.id);
+        return -2;
+    }
+    for (int s = 0; s < p->l.n; s++) {
+        size_t off = p->seg_off[s], len = p->l.len[s];
+        if (mpi_allreduce_mean(cfg->wire, p->delta + off, len, (float)p->k, p->ring, &p->local, err))
+            return -1;
+        outer_nesterov(p->global + off, p->mom + off, p->delta + off, len, cfg->outer_lr,
+                       cfg->outer_momentum);
+        memcpy(p->params[s], p->global + off, len * sizeof(float));
+    }
+    return 0;
+}
+
+/* sync: every gradient segment replaced by its mean over the replicas. */
+static int sync_grads(mpi_replica *p, const outer_config *cfg, zb_err *err)
+{
+    for (int s = 0; s < p->l.n; s++)
+        if (mpi_allreduce_mean(cfg->wire, p->grads[s], p->l.len[s], (float)p->k, p->ring,
+                               &p->local, err))
+            return -1;
+    return 0;
+}
+
+/* The membership check after a boundary: flags all-gathered over every
+ * rank, a replica leaves when any of its ranks was asked to, the
+ * survivors split off and rebuild their rings.  Sets *gone on the ranks of
+ * a leaving replica. */
+static int membership(mpi_replica *p, volatile sig_atomic_t *leave, long trained, int initial_k,
+                      mpi_islands_result *res, int *gone, zb_err *err)
+{
+    int n_cur;
+    MPI_Comm_size(p->cur, &n_cur);
+    int mine[2] = { leave && *leave ? 1 : 0, p->group };
+    int all[2 * n_cur];
+    int rc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allgather of the leave flags");
+    int going[initial_k], present[initial_k];
+    memset(going, 0, sizeof going);
+    memset(present, 0, sizeof present);
+    for (int i = 0; i < n_cur; i++) {
+        present[all[2 * i + 1]] = 1;
+        going[all[2 * i + 1]] |= all[2 * i];
+    }
+    int n_going = 0, n_present = 0, first = -1;
+    for (int g = 0; g < initial_k; g++) {
+        n_present += present[g];
+        n_going += present[g] && going[g];
+        if (present[g] && first < 0)
+            first = g;
+    }
+    if (n_going == 0)
+        return 0;
+    if (n_going == n_present)
+        going[first] = 0; /* one replica must finish: the lowest stays */
+    if (tally_bytes(p, res, err))
+        return -1;
+    for (int g = 0; g < initial_k; g++)
+        if (present[g] && going[g])
+            res->left_at[g] = trained;
+    MPI_Comm next;
+    rc = MPI_Comm_split(p->cur, going[p->group] ? MPI_UNDEFINED : 0, p->cur_rank, &next);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Comm_split");
+    MPI_Comm_free(&p->cur);
+    p->cur = next;
+    if (going[p->group]) {
+        *gone = 1;
+        return 0;
+    }
+    MPI_Comm_rank(p->cur, &p->cur_rank);
+    return ring_build(p, err);
+}
+
+static int replica_init(mpi_replica *p, const sched_t *s, const zb_model *m, const zb_data *d,
+                        const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
+                        zb_err *err)
+{
+    int rc = MPI_Comm_dup(comm, &p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Comm_dup");
+    int world;
+    MPI_Comm_size(p->cur, &world);
+    MPI_Comm_rank(p->cur, &p->cur_rank);
+    p->per = world / io->replicas;
+    p->group = p->cur_rank / p->per;
+    p->ids = malloc((size_t)io->replicas * sizeof *p->ids);
+    p->losses = malloc((size_t)io->replicas * sizeof *p->losses);
+    if (!p->ids || !p->losses)
+        return zb_fail(err, "islands: out of memory");
+    trainer_opts opts = *base;
+    opts.data_stream = (uint64_t)p->group;
+    if (p->per > 1) {
+        rc = MPI_Comm_split(p->cur, p->group, p->cur_rank, &p->pipe_comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_failed(err, rc, "MPI_Comm_split of the pipeline");
+        if (mpi_pipeline_create(s, m, d, &opts, p->pipe_comm, &p->pipe, err))
+            return -1;
+        p->t = mpi_pipeline_trainer(p->pipe);
+    } else if (trainer_create(s, m, d, &opts, &p->t, err)) {
+        return -1;
+    }
+    if (ring_build(p, err))
+        return -1;
+    if (islands_seg_layout_build(p->t, &p->l, err))
+        return -1;
+    if (p->pipe) { /* keep this rank's stages' segments, in order */
+        int dev = mpi_pipeline_device(p->pipe), n = 0;
+        for (int i = 0; i < p->l.n; i++)
+            if (s->stage_device[p->l.stage[i]] == dev) {
+                p->l.stage[n] = p->l.stage[i];
+                p->l.off[n] = p->l.off[i];
+                p->l.len[n] = p->l.len[i];
+                n++;
+            }
+        p->l.n = n;
+    }
+    size_t n_seg = (size_t)(p->l.n ? p->l.n : 1);
+    p->params = malloc(n_seg * sizeof *p->params);
+    p->grads = malloc(n_seg * sizeof *p->grads);
+    p->seg_off = malloc(n_seg * sizeof *p->seg_off);
+    if (!p->params || !p->grads || !p->seg_off)
+        return zb_fail(err, "islands: out of memory");
+    islands_seg_pointers(p->t, &p->l, p->params);
+    islands_seg_grad_pointers(p->t, &p->l, p->grads);
+    for (int i = 0; i < p->l.n; i++) {
+        p->seg_off[i] = p->n_total;
+        p->n_total += p->l.len[i];
+    }
+    if (io->outer.kind == OUTER_DILOCO) {
+        p->global = malloc((p->n_total ? p->n_total : 1) * sizeof(float));
+        p->mom = calloc(p->n_total ? p->n_total : 1, sizeof(float));
+        p->delta = malloc((p->n_total ? p->n_total : 1) * sizeof(float));
+        if (!p->global || !p->mom || !p->delta)
+            return zb_fail(err, "islands: out of memory for %zu parameters", p->n_total);
+        /* Same seed on every rank: the replicas start identical, so each
+         * one's own parameters are the global start (outer.c copies
+         * replica 0's, the same bits). */
+        for (int i = 0; i < p->l.n; i++)
+            memcpy(p->global + p->seg_off[i], p->params[i], p->l.len[i] * sizeof(float));
+    }
+    return 0;
+}
+
+/* Evaluates replica ids[0] (the lowest present, as islands.c does) and
+ * shares the result with every rank (collective over cur).  Returns 0, -1
+ * (this rank's failure) or -2 (another rank's, already reported there). */
+static int eval_shared(mpi_replica *p, double *val, zb_err *err)
+{
+    int fail = 0;
+    double v = 0;
+    if (p->group == p->ids[0]) {
+        if (p->pipe)
+            fail = mpi_pipeline_eval(p->pipe, &v, err) != 0;
+        else
+            fail = trainer_eval(p->t, &v, err) != 0;
+    }
+    double msg[2] = { v, (double)fail };
+    /* rank 0 of cur belongs to the lowest replica: it has the value */
+    int rc = MPI_Bcast(msg, 2, MPI_DOUBLE, 0, p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Bcast of the validation loss");
+    if (msg[1] != 0.0) {
+        if (fail)
+            return -1;
+        zb_fail(err, "islands: the evaluation failed on replica %d", p->ids[0]);
+        return -2;
+    }
+    *val = msg[0];
+    return 0;
+}
+
+int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, zb_err *err)
+{
+    if (io->outer.kind != OUTER_DILOCO && io->outer.kind != OUTER_SYNC)
+        return zb_fail(err, "islands: --outer %s does not run across processes yet (diloco or sync)",
+                       outer_kind_name(io->outer.kind));
+    if (io->n_events > 0)
+        return zb_fail(err, "islands: scripted elastic events do not run across processes");
+    if (io->steps < 1)
+        return zb_fail(err, "islands: %ld steps (need at least 1)", io->steps);
+    int world;
+    MPI_Comm_size(comm, &world);
+    if (io->replicas < 1 || world % io->replicas != 0)
+        return zb_fail(err, "islands: --replicas %d does not divide the %d MPI ranks", io->replicas,
+                       world);
+    int per = world / io->replicas;
+    if (per != 1 && per != s->n_devices)
+        return zb_fail(err, "islands: %d MPI ranks for %d replicas is %d ranks each; a replica "
+                       "runs in 1 rank or in %d (one per schedule device)", world, io->replicas,
+                       per, s->n_devices);
+    return 0;
+}
+
+int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
+                    const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
+                    volatile sig_atomic_t *leave, mpi_islands_progress progress, void *ctx,
+                    mpi_islands_result *res, zb_err *err)
+{
+    memset(res, 0, sizeof *res);
+    res->agreed_error = 1; /* option errors are the same on every rank */
+    if (mpi_islands_check(s, io, comm, err))
+        return -1;
+    res->agreed_error = 0;
+    mpi_replica p;
+    memset(&p, 0, sizeof p);
+    p.cur = p.ring = p.pipe_comm = MPI_COMM_NULL;
+    double t0 = now_s();
+    const int initial_k = io->replicas;
+    res->initial_replicas = initial_k;
+    int rc = replica_init(&p, s, m, d, base, io, comm, err);
+    if (rc == 0) {
+        res->loss = malloc((size_t)io->steps * sizeof *res->loss);
+        res->val_loss = malloc((size_t)io->steps * sizeof *res->val_loss);
+        res->left_at = malloc((size_t)initial_k * sizeof *res->left_at);
+        if (!res->loss || !res->val_loss || !res->left_at)
+            rc = zb_fail(err, "islands: out of memory for %ld steps", io->steps);
+    }
+    if (rc) {
+        replica_free(&p);
+        mpi_islands_result_free(res);
+        return -1;
+    }
+    for (long i = 0; i < io->steps; i++)
+        res->loss[i] = res->val_loss[i] = NAN;
+    for (int i = 0; i < initial_k; i++)
+        res->left_at[i] = -1;
+
+    const int diloco = io->outer.kind == OUTER_DILOCO;
+    long since_sync = 0, tokens_per_step = trainer_get_stats(p.t)->tokens_per_step;
+    int gone = 0;
+    long step;
+    for (step = 0; step < io->steps && rc == 0 && !gone; step++) {
+        double loss;
+        if (p.pipe)
+            rc = diloco ? mpi_pipeline_step(p.pipe, &loss, err)
+                        : mpi_pipeline_backward(p.pipe, &loss, err);
+        else
+            rc = diloco ? trainer_step(p.t, &loss, err) : trainer_backward(p.t, &loss, err);
+        if (rc)
+            break;
+        int e = MPI_Allgather(&loss, 1, MPI_DOUBLE, p.losses, 1, MPI_DOUBLE, p.ring);
+        if (e != MPI_SUCCESS) {
+            rc = mpi_failed(err, e, "MPI_Allgather of the losses");
+            break;
+        }
+        double sum = 0.0; /* replica order, from 0.0, as islands.c */
+        for (int i = 0; i < p.k; i++)
+            sum += p.losses[i];
+        res->loss[step] = sum / p.k;
+        res->tokens += (long)p.k * tokens_per_step;
+        int boundary = 0;
+        if (diloco) {
+            if (++since_sync >= io->outer.inner_steps) {
+                if ((rc = diloco_step(&p, &io->outer, err)) != 0)
+                    break;
+                res->outer_steps++;
+                since_sync = 0;
+                boundary = 1;
+            }
+        } else {
+            if ((rc = sync_grads(&p, &io->outer, err)) != 0)
+                break;
+            if ((rc = p.pipe ? mpi_pipeline_apply(p.pipe, err) : trainer_apply(p.t, err)) != 0)
+                break;
+            boundary = 1;
+        }
+        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0 &&
+            (rc = eval_shared(&p, &res->val_loss[step], err)) != 0)
+            break;
+        int k_before = p.k;
+        if (boundary && step + 1 < io->steps &&
+            (rc = membership(&p, leave, step + 1, initial_k, res, &gone, err)) != 0)
+            break;
+        if (progress && !gone && p.cur_rank == 0)
+            progress(ctx, step, res->loss[step], k_before, p.k);
+    }
+    res->steps = step;
+    if (rc == 0 && gone) {
+        res->left = 1;
+        res->wall_s = now_s() - t0;
+        replica_free(&p);
+        return 0;
+    }
+    if (rc == 0 && diloco && since_sync > 0) { /* the synchronized model at the end */
+        if ((rc = diloco_step(&p, &io->outer, err)) == 0)
+            res->outer_steps++;
+    }
+    if (rc == 0)
+        rc = eval_shared(&p, &res->final_val_loss, err);
+    if (rc == 0)
+        rc = tally_bytes(&p, res, err);
+    res->final_replicas = p.k;
+    res->speaker = p.cur_rank == 0;
+    res->wall_s = now_s() - t0;
+    replica_free(&p);
+    if (rc) {
+        res->agreed_error = rc == -2;
+        mpi_islands_result_free(res);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,141 @@
+#!/bin/bash
+# tests/mpi/test_mpi_pipeline.sh: pipeline ranks, `mpirun -np P zbsched run
+# FILE`, one schedule device per rank over the MPI transport
+# (runtime/mpi/transport_mpi.h), against the one-process run: the losses
+# of every step and the final validation loss (a function of every
+# parameter) must be the same bits, for every generator kind.
+#
+# Every mpirun is bounded by `timeout` (a hang fails); Open MPI runs as
+# root with its allow-run-as-root variables, oversubscribed, over loopback.
+set -u
+ZB=${ZBSCHED:?ZBSCHED is the built program}
+ROOT=${ZB_SOURCE_ROOT:?}
+DATA=$ROOT/../shared/data/tinyshakespeare.txt
+[ -r "$DATA" ] || DATA=/work/shared/data/tinyshakespeare.txt
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Sanitizer builds: Open MPI keeps thousands of allocations of its
+# dlopen'd components to process exit, where LeakSanitizer sees them under
+# unloaded ("unknown") modules that no suppression can name.  The ranks
+# therefore run without leak detection (AddressSanitizer's memory checks
+# stay on); the in-process runs of the same tests keep it.
+NOLEAK=(env "LSAN_OPTIONS=${LSAN_OPTIONS:-}:detect_leaks=0")
+MPIRUN=("${NOLEAK[@]}" timeout 120 mpirun -q --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+pass() { echo "ok: $1"; }
+fail() { echo "FAIL: $1"; fails=$((fails + 1)); }
+fields() { grep -o '"losses":[^]]*]\|"evals":[^]]*]\|"val_loss":[^,]*\|"rollbacks":[0-9]*' "$1" | tr '\n' ' '; }
+
+cat > "$T/narrow.json" <<'JSON'
+{"name":"mpi-test","n_layers":4,"d_model":32,"n_heads":4,"n_kv_heads":2,"d_ff":64,"vocab":65,
+ "seq_len":32,"micro_batch":2,"swiglu":true,"rope_theta":10000,"dtype":"fp32"}
+JSON
+sed 's/"n_layers":4/"n_layers":8/' "$T/narrow.json" > "$T/narrow8.json"
+
+same_as_one_process() { # name P model steps gen-args...
+    local name=$1 p=$2 model=$3 steps=$4
+    shift 4
+    "$ZB" gen "$@" -p "$p" -o "$T/$name.json" || { fail "$name: gen $*"; return; }
+    local args=(run "$T/$name.json" --data "$DATA" --model "$model" --steps "$steps" --json -q)
+    "$ZB" "${args[@]}" > "$T/$name.one.json" || { fail "$name: one-process run"; return; }
+    "${MPIRUN[@]}" -np "$p" "$ZB" "${args[@]}" > "$T/$name.mpi.json" 2> "$T/$name.err"
+    local rc=$?
+    if [ $rc -ne 0 ]; then fail "$name: mpirun exit $rc: $(head -3 "$T/$name.err")"; return; fi
+    local a b
+    a=$(fields "$T/$name.one.json"); b=$(fields "$T/$name.mpi.json")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$name: bit-identical to the one-process run"
+    else fail "$name: differs"; echo "  one process: $a"; echo "  mpi:         $b"; fi
+    grep -q '"transport":"mpi"' "$T/$name.mpi.json" || fail "$name: not the MPI transport"
+}
+# the done-when runs: tiny, 8 steps, two ranks
+same_as_one_process 1f1b 2 tiny 8 1f1b -m 4
+same_as_one_process interleaved 2 tiny 8 interleaved --chunks 2 -m 4
+same_as_one_process zb-h2 2 tiny 8 zb-h2 -m 4
+same_as_one_process zb-v 2 tiny 8 zb-v -m 4
+# four ranks, narrow model: V-shape (self links), interleaved, gpipe, zb-h1
+same_as_one_process zb-v-p4 4 "$T/narrow8.json" 3 zb-v -m 8
+same_as_one_process interleaved-p4 4 "$T/narrow8.json" 3 interleaved --chunks 2 -m 8
+same_as_one_process gpipe-p2 2 "$T/narrow.json" 3 gpipe -m 4
+same_as_one_process zb-h1-p2 2 "$T/narrow.json" 3 zb-h1 -m 4
+
+# bytes per step: 2 (m per boundary) activations and gradients of
+# batch x context x d floats, plus the post-validation norms (8 bytes each)
+b=$(grep -o '"bytes_per_step":[0-9]*' "$T/1f1b.mpi.json" | cut -d: -f2)
+# tiny: batch 4, context 64, d 64: 65536 bytes a message, 4 micro-batches
+# each way over one boundary, and one norm each way
+if [ "$b" = "$((2 * 4 * 65536 + 2 * 8))" ]; then pass "1f1b p=2: $b bytes per step"
+else fail "1f1b p=2: bytes per step $b"; fi
+
+# checkpoints: stop at 4 of 8 under mpirun, then resume under mpirun and,
+# from a copy of the same file, in one process; both must continue exactly
+# as the uninterrupted one-process run.
+"$ZB" gen zb-v -p 2 -m 4 -o "$T/v.json"
+ck=(run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 8 --json -q)
+"$ZB" "${ck[@]}" > "$T/ref.json"
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckA" > "$T/ck1.json" 2> "$T/ck1.err" \
+    && mkdir -p "$T/ckB" && cp "$T/ckA/checkpoint.bin" "$T/ckB/" \
+    && "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckA" --resume > "$T/ck2.json" 2> "$T/ck2.err" \
+    && "$ZB" "${ck[@]}" --checkpoint "$T/ckB" --resume > "$T/ck3.json"
+rc=$?
+tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
+vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
+# what a checkpoint directory may hold: the checkpoint, and the model and
+# run settings `run --checkpoint` writes beside it (generate, --resume)
+stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|model\.json|run\.json)$'; }
+[ -n "$(stray "$T/ckA")" ] && fail "checkpoint: stray files in the directory: $(stray "$T/ckA")"
+if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
+   && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck3.json")" ] \
+   && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck2.json")" ] && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck3.json")" ] \
+   && grep -q '"first_step":4' "$T/ck2.json"
+then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits"
+else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T/ck2.json") one $(tail4 "$T/ck3.json") $(cat "$T/ck1.err" "$T/ck2.err")"; fi
+
+# one rank fails on its own (MPMD: rank 1 is given another batch size, so
+# rank 0 receives a longer message than it expects): one line naming the
+# rank, every rank ends, no hang.
+"${MPIRUN[@]}" -np 1 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/narrow.json" --steps 3 \
+    --batch-size 2 : -np 1 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/narrow.json" \
+    --steps 3 --batch-size 4 > "$T/f.out" 2> "$T/f.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -vc '^zbsched run:' "$T/f.err")" = 1 ] \
+   && grep -q "^zbsched: rank 0 of 2: " "$T/f.err"
+then pass "a failing rank: one line naming it, the job ends (exit $rc)"
+else fail "a failing rank: exit $rc: $(cat "$T/f.err")"; fi
+
+# SIGKILL of a rank while checkpoints are being written every 2 steps: the
+# job ends (non-zero, no hang) and the last checkpoint is whole: the
+# one-process run resumes from it.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 2000 \
+    --eval-every 2 --eval-windows 4 --checkpoint "$T/ckK" > "$T/k.out" 2> "$T/k.err" &
+job=$!
+for i in $(seq 1 600); do grep -q "^step 9/" "$T/k.err" 2>/dev/null && break; sleep 0.1; done
+mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
+victim=$(ps -o pid= --ppid "${mp:-$job}" --sort=start_time | sed -n 2p | tr -d ' ')
+[ -n "$victim" ] && kill -KILL "$victim"
+wait "$job"
+rc=$?
+# --stop-at 1 behind the checkpoint: the run loads it (a torn or corrupt
+# file would fail the checksum) and then says there is nothing to do.
+"$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 2000 --stop-at 1 \
+    --checkpoint "$T/ckK" --resume -q > "$T/k2.out" 2> "$T/k2.err"
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -f "$T/ckK/checkpoint.bin" ] \
+   && [ -z "$(stray "$T/ckK")" ] \
+   && grep -q "the checkpoint is already at step [1-9]" "$T/k2.err"
+then pass "SIGKILL of rank 1: job ends (exit $rc), checkpoint intact: $(cat "$T/k2.err")"
+else fail "SIGKILL with checkpoints: exit $rc, $(ls "$T/ckK"), $(cat "$T/k2.err")"; fi
+
+# a schedule of 2 devices on 3 ranks: one line, non-zero
+"${MPIRUN[@]}" -np 3 "$ZB" run "$T/1f1b.json" --data "$DATA" --steps 1 > "$T/e.out" 2> "$T/e.err"
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e.err")" = 1 ] && grep -q "2 devices but the run has 3" "$T/e.err"
+then pass "devices != ranks: one line"; else fail "devices != ranks: exit $rc: $(cat "$T/e.err")"; fi
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --steps 1 --sync-optimizer \
+    > "$T/e2.out" 2> "$T/e2.err"
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e2.err")" = 1 ]; then pass "--sync-optimizer refused: one line"
+else fail "--sync-optimizer: exit $rc: $(cat "$T/e2.err")"; fi
+
+echo "$fails failed"
+[ $fails -eq 0 ]
