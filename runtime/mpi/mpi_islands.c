@@ -407,6 +407,19 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
             sum += p.losses[i];
         res->loss[step] = sum / p.k;
         res->tokens += (long)p.k * tokens_per_step;
+        /* The divergence rule of islands.c, agreed on for free: every rank
+         * holds every replica's loss of this step, so all stop here alike
+         * (-2) with the same line.  (--max-skipped is not applied across
+         * processes: the skip counters are not gathered.) */
+        for (int i = 0; i < p.k && rc == 0; i++)
+            if (!isfinite(p.losses[i])) {
+                zb_fail(err, "step %ld: replica %d: the training loss is %s (diverged; try a "
+                        "lower --lr or --outer-lr)", step + 1, p.ids[i],
+                        isnan(p.losses[i]) ? "NaN" : "infinite");
+                rc = -2;
+            }
+        if (rc)
+            break;
         int boundary = 0;
         if (diloco) {
             if (++since_sync >= io->outer.inner_steps) {

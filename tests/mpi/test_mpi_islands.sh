@@ -84,6 +84,16 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e3.err")" = 1 ] && grep -q "edit" "$T/e3.err"
 then pass "edit across processes refused: one line"; else fail "edit refused: exit $rc, $(cat "$T/e3.err")"; fi
 
+# A diverged run stops at the step where a loss is not finite, on every
+# rank alike: one line naming the step and the replica, non-zero exit
+# (100000 steps would run into the timeout).
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 100000 --replicas 2 \
+    --outer diloco --lr 1e30 -q > "$T/e4.out" 2> "$T/e4.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c . "$T/e4.err")" = 1 ] \
+   && grep -q "step [0-9]*: replica [01]: the training loss is" "$T/e4.err"
+then pass "diverged run: stops with one line"; else fail "diverged run: exit $rc, $(head -3 "$T/e4.err")"; fi
+
 # --leave in one process: malformed, out of order, absent replica, sync:
 # one line each, non-zero.
 for case in "--leave 1|is not REPLICA:STEP" "--leave 1:x|is not REPLICA:STEP" \
