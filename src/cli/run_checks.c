@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/footprint.h"
 #include "runtime/split.h"
 #include "src/size.h"
 
@@ -74,11 +75,16 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
     const double f = sizeof(float);
     double N = (double)m->micro_batch * m->seq_len; /* tokens per micro-batch */
     double d = m->d_model, V = m->vocab, ff = m->d_ff;
-    double hd = d / m->n_heads, q = hd * m->n_heads, kv = hd * m->n_kv_heads;
-    double per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff;
-    double n_params = V * d + m->n_layers * per_layer + d + d * V + memory_layer_params(m);
+    double q = (d / m->n_heads) * m->n_heads;
     *out = (run_memory){ 0 };
-    out->params = 7 * n_params * f;
+    /* Parameters from the kernels' own tensor table (runtime/footprint.h),
+     * memory layers included, so that the estimate cannot drift from what
+     * trainer_create allocates.  A split the model cannot take leaves 0:
+     * trainer_create refuses it before allocating anything. */
+    double n_params, param_bytes;
+    zb_err split_err;
+    if (trainer_footprint(m, s->n_stages, NULL, &n_params, &param_bytes, &split_err) == 0)
+        out->params = param_bytes;
 
     /* Bytes one micro-batch keeps on each stage, from its layers. */
     double *stage_bytes = calloc((size_t)s->n_stages, sizeof *stage_bytes);
