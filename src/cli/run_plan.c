@@ -11,6 +11,7 @@
  * the plan's and silently miss its predictions, so it is refused.
  */
 #include "src/cli/run_plan.h"
+#include "src/cli/run_checks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -195,12 +196,11 @@ int run_plan_fits(const char *file, const sched_t *s, const run_setup *setup)
     small_model_hint(hint, sizeof hint, file, s);
     /* The CPU kernels (kernels/cpu/llama.h) are Llama-style only: a model
      * with a GPT-style MLP or a tied head would silently train something
-     * else than what was planned. */
-    if (!setup->model.swiglu || setup->model.tied_embedding)
-        return cli_error("%s: model %s has %s, but the CPU runtime trains Llama-style models only "
-                         "(SwiGLU MLP, untied LM head); %s", file, setup->model.name,
-                         !setup->model.swiglu ? "a GPT-style MLP (swiglu 0)"
-                                              : "a tied embedding (tied_embedding 1)", hint);
+     * else than what was planned.  run_check_model holds the rule; a plan's
+     * model is read like a preset (its dtype names the planned hardware). */
+    if (run_check_model(&setup->model, 0, 0, &err) != 0)
+        return cli_error("%s: %s; the CPU runtime trains Llama-style models only; %s", file,
+                         err.msg, hint);
     double params, need;
     if (trainer_footprint(&setup->model, s->n_stages, setup->layers_per_stage, &params, &need,
                           &err) != 0) {
