@@ -113,6 +113,8 @@ typedef struct search_state {
     int pp, dp;              /* the pipeline depth being searched and its data-parallel width */
     int devices_per_node;    /* consecutive pipeline devices on one node */
     int dp_intra;            /* 1 when a data-parallel group fits inside a node */
+    double vocab_beat;       /* time a vocabulary-parallel version must beat to be worth
+                              * simulating: the best plan that may win so far (INFINITY: none) */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -984,6 +986,22 @@ static int tune_depth(search_state *st, zb_err *err)
 
 /* --- vocabulary parallelism ---------------------------------------------- */
 
+/* The busiest device's compute of s, priced by cost_vocab_fill_sched and
+ * without passes yet: its stages' F+B+W and one S and T per micro-batch,
+ * ms. */
+static double vocab_busiest_ms(const sched_t *s)
+{
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        double busy = s->n_micro * (s->vocab.t_s + s->vocab.t_t);
+        for (int i = 0; i < s->n_stages; i++)
+            if (s->stage_device[i] == d)
+                busy += s->n_micro * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
+        most = fmax(most, busy);
+    }
+    return most;
+}
+
 /* zb-auto plans its order for the memory it is given; the plain plan's
  * order spent every byte the head and embedding no longer use, and none on
  * the passes.  So a zb-auto plan is planned again on the vocabulary
@@ -1019,9 +1037,10 @@ static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
  * its layers and schedule; failures leave c skipped with the reason. */
-static void vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
-                        search_candidate *c)
+static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
+                       search_candidate *c)
 {
+    int pruned = 0;
     int S = src->n_stages;
     int *layers = malloc(sizeof *layers * (size_t)S);
     sched_t *s = sched_clone(src->sched), *v = NULL;
@@ -1048,6 +1067,19 @@ static void vocab_build(search_state *st, search_config *cf, const search_candid
     }
     if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
         skip(c, e2.msg);
+        goto out;
+    }
+    /* No schedule beats its busiest device's compute (its stages and
+     * every micro-batch's S and T).  When that alone reaches the best plan
+     * found so far, placing and simulating the passes cannot change the
+     * answer, and more recompute only adds work. */
+    double busiest = vocab_busiest_ms(s);
+    if (busiest >= st->vocab_beat) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot beat the best plan: its busiest device computes %.1f ms >= %.1f ms",
+                 busiest, st->vocab_beat);
+        skip(c, why);
+        pruned = 1;
         goto out;
     }
     sched_vocab pv = s->vocab;
@@ -1087,6 +1119,7 @@ out:
     free(layers);
     sched_free(s);
     sched_free(v);
+    return pruned;
 }
 
 /* The vocabulary-parallel version of candidate src (its op order kept),
@@ -1116,8 +1149,21 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         search_candidate trial;
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
-        vocab_build(st, &cf, &src, variant, &trial);
+        int pruned = vocab_build(st, &cf, &src, variant, &trial);
         config_free(&cf);
+        if (pruned) {
+            st->r->vocab_pruned++;
+            if (best.status == SEARCH_SKIPPED) { /* nothing better built: keep the reason */
+                sched_free(best.sched);
+                free(best.layers);
+                best = trial;
+                best.rc_devices = k;
+            } else {
+                sched_free(trial.sched);
+                free(trial.layers);
+            }
+            break; /* more recompute only adds work */
+        }
         if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
             sched_free(best.sched);
             free(best.layers);
@@ -1174,6 +1220,14 @@ static int vocab_depth(search_state *st, zb_err *err)
     int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
     if (!pick)
         return zb_fail(err, "out of memory");
+    /* The best fit that may win so far (fits sort first, fastest first). */
+    st->vocab_beat = INFINITY;
+    for (int i = 0; i < r->n_fit; i++)
+        if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
+            /* one resolution up: a time that close ties, and ties go to the lower peak */
+            st->vocab_beat = r->c[i].time_ms * SEARCH_TIME_RESOLUTION;
+            break;
+        }
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
         if (c->pp != st->pp || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
@@ -1294,6 +1348,52 @@ static int run_baseline(search_state *st, int p, zb_err *err)
     return 0;
 }
 
+/* The work bounds at depth p and micro-batch b (no recompute, balanced
+ * split): total F+B+W of the plain layout / p, and of the
+ * vocabulary-parallel layout (even split, head and embedding sharded, one
+ * S and T per device and micro-batch) / p.  No schedule of this depth and
+ * b beats them, whatever its recompute, split or order.  Sets
+ * r->bound_plain_ms and, when o->vocab, r->bound_vocab_ms. */
+static int work_bounds(search_state *st, int p, int b, zb_err *err)
+{
+    search_result *r = st->r;
+    set_depth(st, p);
+    search_config cf;
+    if (config_init(st, &cf, b, 0, COST_SPLIT_BALANCED, err) < 0) {
+        config_free(&cf);
+        return -1;
+    }
+    const sched_t *pl = cf.plain;
+    double total = 0;
+    for (int i = 0; i < pl->n_stages; i++)
+        total += pl->n_micro * (pl->cost[i].t_f + pl->cost[i].t_b + pl->cost[i].t_w);
+    r->bound_plain_ms = total / p;
+    int rc = 0;
+    if (st->o->vocab != SEARCH_VOCAB_PLAIN) {
+        int *layers = malloc(sizeof *layers * (size_t)p);
+        sched_t *v = sched_clone(pl);
+        zb_err e2 = { { 0 } };
+        cost_vocab_options vo;
+        cost_vocab_options_default(&vo);
+        cost_options co = cf.copt;
+        co.layers = layers;
+        if (!layers || !v) {
+            rc = zb_fail(err, "out of memory");
+        } else if (cost_layer_split_balanced(cf.model.n_layers, p, 0, 0, layers, &e2) == 0 &&
+                   cost_sched(st, &cf, layers, v, &e2) == 0 &&
+                   cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, v, NULL, &e2) == 0) {
+            total = (double)p * v->n_micro * (v->vocab.t_s + v->vocab.t_t);
+            for (int i = 0; i < v->n_stages; i++)
+                total += v->n_micro * (v->cost[i].t_f + v->cost[i].t_b + v->cost[i].t_w);
+            r->bound_vocab_ms = total / p;
+        } /* else: the layout does not apply at this depth; no bound */
+        free(layers);
+        sched_free(v);
+    }
+    config_free(&cf);
+    return rc;
+}
+
 int search_run(const search_options *o, search_result *r, zb_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -1342,9 +1442,19 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         search_result_free(r);
         return -1;
     }
+    /* --vocab parallel: plain plans served as the passes' sources; only
+     * vocabulary-parallel ones may win. */
+    if (o->vocab == SEARCH_VOCAB_PARALLEL)
+        for (int i = 0; i < r->n; i++)
+            if (!r->c[i].vocab && r->c[i].status != SEARCH_SKIPPED)
+                skip(&r->c[i], "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
     if (rank(r) < 0) {
         search_result_free(r);
         return zb_fail(err, "out of memory");
+    }
+    if (r->n_fit > 0 && work_bounds(&st, r->c[0].pp, r->c[0].micro_batch, err) < 0) {
+        search_result_free(r);
+        return -1;
     }
     double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
     r->baseline.speedup = base > 0 ? 1 : 0;
