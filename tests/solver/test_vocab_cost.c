@@ -164,8 +164,9 @@ START_TEST(fill_sched_moves_head)
 }
 END_TEST
 
-/* The search's vocabulary-parallel candidates: present with vocab = 1
- * (labelled, their schedule re-simulating to their time), absent with 0. */
+/* The search's vocabulary-parallel candidates: present with --vocab
+ * parallel (labelled, their schedule re-simulating to their time, the only
+ * ones that may win), absent with plain. */
 START_TEST(search_candidates)
 {
     search_options o;
@@ -176,7 +177,7 @@ START_TEST(search_candidates)
     o.global_batch = 16;
     o.mem_bytes = 20e9;
     o.split_search = 0;
-    o.vocab = 1;
+    o.vocab = SEARCH_VOCAB_PARALLEL; /* auto would not simulate versions that cannot win */
     search_result r;
     zb_err err = { "" };
     ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
@@ -198,6 +199,9 @@ START_TEST(search_candidates)
     }
     ck_assert_int_gt(n_vocab, 0);
     ck_assert_int_eq(checked, 1);
+    ck_assert_int_gt(r.n_fit, 0);
+    for (int i = 0; i < r.n_fit; i++)
+        ck_assert_int_ne(r.c[i].vocab, 0);
     search_result_free(&r);
     o.vocab = 0;
     ck_assert_int_eq(search_run(&o, &r, &err), 0);
