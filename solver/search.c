@@ -124,6 +124,8 @@ typedef struct search_config {
     cost_options copt;   /* recompute, split, loss, ZeRO, topology */
     int b, m;            /* micro-batch size, count */
     int rc_devices;      /* leading devices that recompute */
+    int rc_first_stages; /* > 0: the first this many virtual stages (model order) recompute
+                          * instead of the first rc_devices devices' stages */
     unsigned char *rc_stage; /* [SEARCH_MAX_STAGES] per-stage recompute of the schedule being costed */
     sched_t *plain;      /* p stages, plain placement, costs filled; no ops */
     sched_t *vshape;     /* 2p stages, V placement, costs filled; NULL when layers are too few */
@@ -152,7 +154,8 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->micro_batch = cf->b;
     c->n_micro = cf->m;
     c->rc_devices = cf->rc_devices;
-    c->recompute = cf->rc_devices > 0;
+    c->rc_stages = cf->rc_first_stages;
+    c->recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
     c->pp = st->pp;
     c->dp = st->dp;
     c->split = cf->copt.split;
@@ -176,13 +179,15 @@ static void skip(search_candidate *c, const char *why)
 }
 
 /* Per-stage recompute of schedule s: a stage recomputes when its device is
- * among the first rc_devices. */
+ * among the first rc_devices, or, with rc_first_stages, when it is among
+ * the first rc_first_stages stages in model order. */
 static void fill_rc_stage(search_config *cf, const sched_t *s)
 {
     for (int i = 0; i < s->n_stages && i < SEARCH_MAX_STAGES; i++)
-        cf->rc_stage[i] = s->stage_device[i] < cf->rc_devices;
+        cf->rc_stage[i] = cf->rc_first_stages > 0 ? i < cf->rc_first_stages
+                                                  : s->stage_device[i] < cf->rc_devices;
     cf->copt.recompute_stage = cf->rc_stage;
-    cf->copt.recompute = cf->rc_devices > 0;
+    cf->copt.recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
 }
 
 /* Costs s under cf's options (with split layers, or the rule's when NULL). */
@@ -1122,6 +1127,105 @@ out:
     return pruned;
 }
 
+/* Whether the vocabulary-parallel version of src with the first q stages
+ * recomputing is likely to fit: its plan without passes (src's order,
+ * even split, shards) simulated, its peak plus two logits shards (what
+ * the passes hold at most per device, docs/vocab-parallel.md) within the
+ * limit.  Returns 1 or 0, or -1 when it cannot be priced. */
+static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, zb_err *err)
+{
+    int S = src->n_stages, ok = -1;
+    search_config cf;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src->sched);
+    zb_err e2 = { { 0 } };
+    if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0 || !layers || !s) {
+        if (!layers || !s)
+            zb_fail(err, "out of memory");
+        goto out;
+    }
+    cf.rc_first_stages = q;
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.variant = variant;
+    cost_options co;
+    sim_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        cost_sched(st, &cf, layers, s, &e2) < 0) {
+        ok = 0; /* does not apply: treated as not fitting */
+        goto out;
+    }
+    co = cf.copt;
+    co.layers = layers;
+    double held = 0; /* the passes' memory: the plan is simulated without them */
+    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) == 0) {
+        held = 2 * s->vocab.d_s;
+        sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    }
+    if (held == 0 || sim_run(s, &sr, &e2) < 0) {
+        sim_result_free(&sr);
+        ok = 0;
+        goto out;
+    }
+    ok = 1;
+    for (int d = 0; d < s->n_devices; d++)
+        if (s->mem_static[d] + sr.dev[d].peak_mem + held > st->o->mem_bytes)
+            ok = 0;
+    sim_result_free(&sr);
+out:
+    config_free(&cf);
+    free(layers);
+    sched_free(s);
+    return ok;
+}
+
+/* The by-stage recompute search of vocab_candidate: replaces *best (a
+ * by-device result) when a version with the first q stages recomputing
+ * fits and is faster. */
+static int vocab_stage_rc(search_state *st, const search_candidate *src, int variant, search_candidate *best,
+                          zb_err *err)
+{
+    int S = src->n_stages, lo = 0, hi = S;
+    while (lo < hi) { /* smallest q whose plan without passes fits */
+        int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, err);
+        if (f < 0)
+            return -1;
+        if (f)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    for (int q = lo; q < S && q <= lo + 3; q++) {
+        search_config cf;
+        if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+            config_free(&cf);
+            return -1;
+        }
+        cf.rc_first_stages = q;
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        int pruned = vocab_build(st, &cf, src, variant, &trial);
+        config_free(&cf);
+        trial.rc_devices = 0;
+        trial.rc_stages = q;
+        int take = trial.status == SEARCH_FIT &&
+                   (best->status != SEARCH_FIT || trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms);
+        if (take) {
+            sched_free(best->sched);
+            free(best->layers);
+            *best = trial;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (pruned || trial.status == SEARCH_FIT)
+            break; /* more recompute only adds work */
+    }
+    return 0;
+}
+
 /* The vocabulary-parallel version of candidate src (its op order kept),
  * appended as "<label> +vocab-N".  The passes and the even split move
  * memory between devices, so src's recompute setting may no longer fit:
@@ -1176,6 +1280,19 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         if (best.status == SEARCH_FIT)
             break;
     }
+    /* Interleaved and V plans: recompute by stage instead of by device.
+     * Their later chunks hold activations briefly (the last chunk's B
+     * follows its F after a short round trip), so leaving only those
+     * without recompute balances the devices at a fraction of the
+     * memory.  The fewest recomputed stages (first q in model order) that
+     * fit is found by bisection on the plan without passes (its peak plus
+     * the two logits shards a device may hold), then the passes are
+     * placed at q and up to three more until one fits. */
+    if (src.n_stages > st->pp && src.sched && vocab_stage_rc(st, &src, variant, &best, err) < 0) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
     search_config cf;
     if (config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {
         config_free(&cf);
@@ -1183,6 +1300,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         free(best.layers);
         return -1;
     }
+    cf.rc_first_stages = best.rc_stages;
     char label[40];
     snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
     search_candidate *c = new_candidate(st, &cf, label, src.family, src.chunks, err);
@@ -1200,6 +1318,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     c->micro_batch = base.micro_batch;
     c->n_micro = base.n_micro;
     c->rc_devices = base.rc_devices;
+    c->rc_stages = base.rc_stages;
     c->recompute = base.recompute;
     c->pp = base.pp;
     c->dp = base.dp;
@@ -1634,7 +1753,8 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         cJSON *rs = cJSON_CreateArray();
         bad |= !rs;
         for (int i = 0; rs && i < S; i++) {
-            cJSON *b = cJSON_CreateBool(s->stage_device[i] < c->rc_devices);
+            cJSON *b = cJSON_CreateBool(c->rc_stages > 0 ? i < c->rc_stages
+                                                          : s->stage_device[i] < c->rc_devices);
             bad |= !b;
             if (b)
                 cJSON_AddItemToArray(rs, b);

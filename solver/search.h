@@ -93,6 +93,9 @@ typedef struct search_candidate {
     int n_micro;           /* m */
     int recompute;         /* 1 when some stage recomputes */
     int rc_devices;        /* leading pipeline devices that recompute (0 none .. pp all) */
+    int rc_stages;         /* > 0: instead, the first rc_stages virtual stages in model order
+                            * recompute (vocabulary-parallel versions of interleaved and V
+                            * plans: the stages whose activations wait the longest) */
     int pp, dp;            /* pipeline depth, data-parallel width */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */

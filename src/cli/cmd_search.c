@@ -80,9 +80,14 @@ static const char *status_name(search_status s)
     return s == SEARCH_FIT ? "fit" : s == SEARCH_OOM ? "oom" : "skipped";
 }
 
-/* "0-3" for the first k of p devices, "on", "off". */
+/* "0-3" for the first k of p devices, "on", "off"; "s0-20" for the first
+ * 21 virtual stages in model order. */
 static const char *rc_text(const search_candidate *c, char *buf, size_t len)
 {
+    if (c->rc_stages > 0) {
+        snprintf(buf, len, "s0-%d", c->rc_stages - 1);
+        return buf;
+    }
     if (c->rc_devices <= 0)
         return "off";
     if (c->rc_devices >= c->pp)
@@ -113,10 +118,12 @@ static void print_why_vocab(const search_result *r, int vocab_mode)
         printf("  vocabulary parallelism   chosen (Vocab-%d): the head and embedding no longer load one device", w->vocab);
     else
         printf("  vocabulary parallelism   not chosen");
-    if (other)
-        printf("; the best %s plan, %s (pp=%d, recompute %d of %d devices), takes %.1f ms (%.3fx the winner's time)",
-               other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp, other->rc_devices, other->pp,
+    if (other) {
+        char rcb[24];
+        printf("; the best %s plan, %s (pp=%d, recompute %s), takes %.1f ms (%.3fx the winner's time)",
+               other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp, rc_text(other, rcb, sizeof rcb),
                other->time_ms, other->time_ms / w->time_ms);
+    }
     else if (vocab_mode == SEARCH_VOCAB_AUTO)
         printf("; no %s plan fits", w->vocab ? "plain" : "vocabulary-parallel");
     if (r->vocab_pruned > 0)
@@ -241,6 +248,8 @@ static cJSON *candidate_json(const search_candidate *c)
     cJSON_AddNumberToObject(j, "n_micro", c->n_micro);
     cJSON_AddBoolToObject(j, "recompute", c->recompute);
     cJSON_AddNumberToObject(j, "recompute_devices", c->rc_devices);
+    if (c->rc_stages > 0)
+        cJSON_AddNumberToObject(j, "recompute_first_stages", c->rc_stages);
     cJSON_AddStringToObject(j, "split", c->split_tuned ? "searched" : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
     if (c->layers) {
         cJSON *a = cJSON_AddArrayToObject(j, "layers_per_stage");
