@@ -124,8 +124,10 @@ static void print_why_vocab(const search_result *r, int vocab_mode)
                other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp, rc_text(other, rcb, sizeof rcb),
                other->time_ms, other->time_ms / w->time_ms);
     }
-    else if (vocab_mode == SEARCH_VOCAB_AUTO)
+    else if (vocab_mode == SEARCH_VOCAB_AUTO && (w->vocab || r->vocab_pruned == 0))
         printf("; no %s plan fits", w->vocab ? "plain" : "vocabulary-parallel");
+    else if (vocab_mode == SEARCH_VOCAB_AUTO)
+        printf("; no vocabulary-parallel plan that fits was simulated");
     if (r->vocab_pruned > 0)
         printf("; %d vocabulary-parallel versions not simulated: their busiest device alone computes at least the best time",
                r->vocab_pruned);
