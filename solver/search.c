@@ -19,6 +19,16 @@
  * neighbouring virtual stages, the op order is kept, and a move stays when
  * it lowers the memory excess or, once it fits, the ranked time.
  *
+ * Then (search_options.vocab) each label's best of the depth gets
+ * vocabulary-parallel versions, Vocab-1 and Vocab-2: the same order, the
+ * layers split evenly, the head and embedding sharded over the devices
+ * and the S/T passes inserted (gen_vocab_insert).  Their recompute is
+ * searched again, by device and, for interleaved and V plans, by stage
+ * (the first q virtual stages in model order, whose activations wait the
+ * longest).  A version whose busiest device's compute alone reaches the
+ * best plan so far is not simulated: no order could make it win.  On the
+ * default job this is what beats the plain plans (docs/vocab-parallel.md).
+ *
  * Candidates are kept in one growing array.  Only the schedules of the
  * best few survive (and those of each family's best, which the local
  * search starts from): the rest are freed as soon as they are ranked, so
@@ -115,6 +125,10 @@ typedef struct search_state {
     int dp_intra;            /* 1 when a data-parallel group fits inside a node */
     double vocab_beat;       /* time a vocabulary-parallel version must beat to be worth
                               * simulating: the best plan that may win so far (INFINITY: none) */
+    int stage_q_src;         /* candidate index whose by-stage recompute bisection gave
+                              * stage_q (the variants share it: memory does not depend on
+                              * the variant's pass times), or -1 */
+    int stage_q;             /* that bisection's fewest recomputed stages */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -1183,10 +1197,12 @@ out:
 /* The by-stage recompute search of vocab_candidate: replaces *best (a
  * by-device result) when a version with the first q stages recomputing
  * fits and is faster. */
-static int vocab_stage_rc(search_state *st, const search_candidate *src, int variant, search_candidate *best,
-                          zb_err *err)
+static int vocab_stage_rc(search_state *st, int src_index, const search_candidate *src, int variant,
+                          search_candidate *best, zb_err *err)
 {
     int S = src->n_stages, lo = 0, hi = S;
+    if (st->stage_q_src == src_index)
+        lo = hi = st->stage_q;
     while (lo < hi) { /* smallest q whose plan without passes fits */
         int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, err);
         if (f < 0)
@@ -1196,6 +1212,8 @@ static int vocab_stage_rc(search_state *st, const search_candidate *src, int var
         else
             lo = mid + 1;
     }
+    st->stage_q_src = src_index;
+    st->stage_q = lo;
     for (int q = lo; q < S && q <= lo + 3; q++) {
         search_config cf;
         if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
@@ -1288,7 +1306,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
      * fit is found by bisection on the plan without passes (its peak plus
      * the two logits shards a device may hold), then the passes are
      * placed at q and up to three more until one fits. */
-    if (src.n_stages > st->pp && src.sched && vocab_stage_rc(st, &src, variant, &best, err) < 0) {
+    if (src.n_stages > st->pp && src.sched && vocab_stage_rc(st, src_index, &src, variant, &best, err) < 0) {
         sched_free(best.sched);
         free(best.layers);
         return -1;
@@ -1341,6 +1359,7 @@ static int vocab_depth(search_state *st, zb_err *err)
         return zb_fail(err, "out of memory");
     /* The best fit that may win so far (fits sort first, fastest first). */
     st->vocab_beat = INFINITY;
+    st->stage_q_src = -1;
     for (int i = 0; i < r->n_fit; i++)
         if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
             /* one resolution up: a time that close ties, and ties go to the lower peak */
