@@ -96,7 +96,7 @@ void search_options_default(search_options *o)
     o->max_micro_batch = 64;
     o->ilp_top = 3;
     o->ilp_time_limit = 10;
-    o->vocab = 0; /* the CLI turns it on (zbsched search --vocab parallel, its default) */
+    o->vocab = SEARCH_VOCAB_PLAIN; /* the CLI defaults to SEARCH_VOCAB_AUTO (zbsched search --vocab auto) */
 }
 
 void search_result_free(search_result *r)
