@@ -14,7 +14,9 @@
  *   2. puts those costs on the plan's stages (its layer split) and
  *      simulates it: the predicted iteration, as `render --compare` takes
  *      it (first op start to last op end);
- *   3. trains one step of the plan with recorded op times, right after;
+ *   3. right after, trains two steps of the plan and keeps the second's
+ *      recorded op times (the first after the profile starts with the
+ *      profile's data in the caches, which a long run does not);
  *
  * and prints, per device and op kind, the median over rounds of (median
  * measured op time / profiled op time), and the median of measured /
@@ -190,8 +192,10 @@ int main(int argc, char **argv)
         zb_profile prof;
         double loss;
         sched_t *trace = NULL;
+        /* the first step after the profile finds its caches cold; the second
+         * is the steady state that a run of many steps measures */
         if (profiler_measure(&model, batch, reps, &prof, &err) != 0 || trainer_step(t, &loss, &err) != 0
-            || trainer_trace(t, &trace, &err) != 0) {
+            || trainer_step(t, &loss, &err) != 0 || trainer_trace(t, &trace, &err) != 0) {
             fprintf(stderr, "bench_profile_fidelity: %s\n", err.msg);
             return 1;
         }

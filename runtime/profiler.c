@@ -34,37 +34,55 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Layers profiled together as one stack (at most; fewer when the model has
+ * fewer leading plain layers).  See profiler.h: a lone layer's weights,
+ * gradients and saved state fit the 1 MiB L2 of the development VM, a
+ * stage's do not. */
+#define PROFILE_STACK 4
+
+/* Saved states in flight while profiling: each B and W reads a state that
+ * another F wrote after it, as in a pipeline. */
+#define PROFILE_IN_FLIGHT 2
+
 /* Buffers for timing one stage. */
 typedef struct bench_stage {
     llama_stage st;       /* the part under test */
     float *params;        /* [n_params] */
     float *grads;         /* [n_params] */
-    llama_saved *sv;      /* saved state of the one micro-batch */
+    llama_saved *sv[PROFILE_IN_FLIGHT]; /* saved states, used in rotation */
     int32_t *tokens;      /* [B*T] inputs (embedding) */
     int32_t *targets;     /* [B*T] targets (head) */
-    float *act;           /* [B*T*d] input activation or output */
+    float *act;           /* [B*T*d] input activation */
+    float *out;           /* [B*T*d] F's output (scratch) */
     float *dy;            /* [B*T*d] incoming gradient */
     float *dx;            /* [B*T*d] outgoing gradient */
 } bench_stage;
 
 static void bench_free(bench_stage *b)
 {
-    llama_saved_free(b->sv);
+    for (int q = 0; q < PROFILE_IN_FLIGHT; q++)
+        llama_saved_free(b->sv[q]);
     free(b->params);
     free(b->grads);
     free(b->tokens);
     free(b->targets);
     free(b->act);
+    free(b->out);
     free(b->dy);
     free(b->dx);
     llama_stage_free(&b->st);
 }
 
-/* Measures one part: a stage of layers [l0, l1) with or without embedding
- * and head. */
+/* Measures one part: a stage of layers [0, n_layers) with or without
+ * embedding and head, PROFILE_IN_FLIGHT micro-batches in flight: op i is
+ * F of micro-batch i, then B and W of micro-batch i - (K-1), K =
+ * PROFILE_IN_FLIGHT, each micro-batch on saved state i mod K.  The first
+ * K micro-batches warm up; the next `reps` are timed.  Times and bytes are
+ * per layer when n_layers > 0 (divided by n_layers). */
 static int measure_part(const zb_model *m, int batch, int reps, int n_layers, int emb, int head,
                         profile_part *out, zb_err *err)
 {
+    enum { K = PROFILE_IN_FLIGHT };
     bench_stage b;
     memset(&b, 0, sizeof b);
     if (llama_stage_init(&b.st, m, 0, n_layers, emb, head, err) != 0)
@@ -73,13 +91,17 @@ static int measure_part(const zb_model *m, int batch, int reps, int n_layers, in
     size_t tok = (size_t)batch * (size_t)m->seq_len, act = tok * (size_t)m->d_model;
     b.params = malloc(sizeof(float) * (np ? np : 1));
     b.grads = calloc(np ? np : 1, sizeof(float));
-    b.sv = llama_saved_new(&b.st, batch);
+    int sv_ok = 1;
+    for (int q = 0; q < K; q++)
+        sv_ok = (b.sv[q] = llama_saved_new(&b.st, batch)) != NULL && sv_ok;
     b.tokens = malloc(sizeof(int32_t) * tok);
     b.targets = malloc(sizeof(int32_t) * tok);
     b.act = malloc(sizeof(float) * act);
+    b.out = malloc(sizeof(float) * act);
     b.dy = malloc(sizeof(float) * act);
     b.dx = malloc(sizeof(float) * act);
-    if (!b.params || !b.grads || !b.sv || !b.tokens || !b.targets || !b.act || !b.dy || !b.dx) {
+    if (!b.params || !b.grads || !sv_ok || !b.tokens || !b.targets || !b.act || !b.out || !b.dy
+        || !b.dx) {
         bench_free(&b);
         return zb_fail(err, "out of memory while profiling");
     }
@@ -100,39 +122,63 @@ static int measure_part(const zb_model *m, int batch, int reps, int n_layers, in
         return zb_fail(err, "out of memory while profiling");
     }
     double *tb = tf + reps, *tw = tb + reps;
-    float *out_act = head ? NULL : b.dx; /* F's output is scratch; dx is overwritten by B later */
+    int total = K + reps; /* micro-batches: K warm-up, then reps timed */
     int rc = 0;
-    for (int k = -1; k < reps && rc == 0; k++) { /* k = -1: warm-up, not timed */
-        float loss;
-        double t0 = now_s();
-        rc = llama_stage_forward(&b.st, b.params, emb ? b.tokens : NULL, emb ? NULL : b.act,
-                                 head ? b.targets : NULL, b.sv, out_act, &loss, NULL, err);
-        double t1 = now_s();
-        size_t after_f = llama_saved_bytes(b.sv);
-        if (rc == 0)
-            rc = llama_stage_backward_b(&b.st, b.params, b.sv, 1.0f, head ? NULL : b.dy,
+    for (int i = 0; i < total + K - 1 && rc == 0; i++) {
+        int jf = i, jb = i - (K - 1); /* F of jf, then B and W of jb */
+        if (jf < total) {
+            float loss;
+            llama_saved *sv = b.sv[jf % K];
+            double t0 = now_s();
+            rc = llama_stage_forward(&b.st, b.params, emb ? b.tokens : NULL, emb ? NULL : b.act,
+                                     head ? b.targets : NULL, sv, head ? NULL : b.out, &loss,
+                                     NULL, err);
+            double t1 = now_s();
+            if (jf >= K) {
+                tf[jf - K] = t1 - t0;
+                out->m_b = (double)llama_saved_bytes(sv);
+            }
+        }
+        if (rc == 0 && jb >= 0 && jb < total) {
+            llama_saved *sv = b.sv[jb % K];
+            double t1 = now_s();
+            rc = llama_stage_backward_b(&b.st, b.params, sv, 1.0f, head ? NULL : b.dy,
                                         emb ? NULL : b.dx, err);
-        double t2 = now_s();
-        size_t after_b = llama_saved_bytes(b.sv);
-        if (rc == 0)
-            rc = llama_stage_backward_w(&b.st, b.sv, b.grads, err);
-        double t3 = now_s();
-        if (k >= 0) {
-            tf[k] = t1 - t0;
-            tb[k] = t2 - t1;
-            tw[k] = t3 - t2;
-            out->m_b = (double)after_f;
-            out->m_w = (double)after_b;
+            double t2 = now_s();
+            size_t after_b = llama_saved_bytes(sv);
+            if (rc == 0)
+                rc = llama_stage_backward_w(&b.st, sv, b.grads, err);
+            double t3 = now_s();
+            if (jb >= K) {
+                tb[jb - K] = t2 - t1;
+                tw[jb - K] = t3 - t2;
+                out->m_w = (double)after_b;
+            }
         }
     }
     if (rc == 0) {
-        out->t_f = median(tf, reps);
-        out->t_b = median(tb, reps);
-        out->t_w = median(tw, reps);
+        double per = n_layers > 0 ? (double)n_layers : 1.0;
+        out->t_f = median(tf, reps) / per;
+        out->t_b = median(tb, reps) / per;
+        out->t_w = median(tw, reps) / per;
+        out->m_b /= per;
+        out->m_w /= per;
     }
     free(tf);
     bench_free(&b);
     return rc;
+}
+
+/* Layers in the profiled stack: up to PROFILE_STACK leading layers that
+ * are not memory layers (their cost differs; a model whose layer 0 is one
+ * profiles that one layer alone, as before). */
+static int stack_layers(const zb_model *m)
+{
+    int n = 1;
+    while (n < PROFILE_STACK && n < m->n_layers && !model_is_memory_layer(m, 0)
+           && !model_is_memory_layer(m, n))
+        n++;
+    return n;
 }
 
 /* Ping-pong through a channel between two threads. */
@@ -199,7 +245,7 @@ int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_e
     p->micro_batch = batch;
     p->seq_len = m->seq_len;
     p->recompute = 0;
-    if (measure_part(m, batch, reps, 1, 0, 0, &p->layer, err) != 0)
+    if (measure_part(m, batch, reps, stack_layers(m), 0, 0, &p->layer, err) != 0)
         return zb_wrap(err, "profiling a layer: ");
     if (measure_part(m, batch, reps, 0, 1, 0, &p->embedding, err) != 0)
         return zb_wrap(err, "profiling the embedding: ");
