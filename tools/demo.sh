@@ -45,6 +45,9 @@ if [ -f "$DATA" ]; then
   "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
        --trace "$O/tiny-trace.json" -q
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"
+  # Other work on the machine stretches the measured step (its threads wait
+  # for the cores), so say how busy the machine was.
+  echo "(load average during the loop: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown))"
 else
   echo "(skipping the training step: $DATA not found)"
 fi
