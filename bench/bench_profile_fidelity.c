@@ -25,7 +25,7 @@
  * the executor or the profile, not the neighbours.
  *
  * Usage: bench_profile_fidelity PLAN [--model NAME|FILE] [--batch B]
- *            [--rounds N] [--reps R] [--data PATH] [--verbose]
+ *            [--rounds N] [--reps R] [--data PATH] [--verbose] [--trace FILE]
  * PLAN is a `zbsched search` output (its plan's layer split and
  * micro-batch are used) or any schedule file; defaults: model tiny,
  * batch = the plan's micro-batch (else the model's), 20 rounds, 10
@@ -122,11 +122,13 @@ static double span_ms(const sched_t *s)
 int main(int argc, char **argv)
 {
     const char *model_name = "tiny", *data_path = "../shared/data/tinyshakespeare.txt";
+    const char *trace_path = NULL;
     int batch = 0, rounds = 20, reps = 10, verbose = 0, c;
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'M' }, { "batch", required_argument, NULL, 'b' },
         { "rounds", required_argument, NULL, 'r' }, { "reps", required_argument, NULL, 'k' },
         { "data", required_argument, NULL, 'd' }, { "verbose", no_argument, NULL, 'v' },
+        { "trace", required_argument, NULL, 't' },
         { NULL, 0, NULL, 0 },
     };
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -137,12 +139,13 @@ int main(int argc, char **argv)
         case 'k': reps = atoi(optarg); break;
         case 'd': data_path = optarg; break;
         case 'v': verbose = 1; break;
+        case 't': trace_path = optarg; break;
         default: optind = argc + 1; break;
         }
     }
     if (optind != argc - 1 || rounds < 1 || reps < 1 || batch < 0) {
         fprintf(stderr, "usage: bench_profile_fidelity PLAN [--model NAME|FILE] [--batch B] "
-                        "[--rounds N] [--reps R] [--data PATH] [--verbose]\n");
+                        "[--rounds N] [--reps R] [--data PATH] [--verbose] [--trace FILE]\n");
         return 2;
     }
     zb_err err = { { 0 } };
@@ -231,6 +234,8 @@ int main(int argc, char **argv)
                 ratio[((size_t)r * p + d) * KINDS + k] = median(buf, n);
             }
         sched_free(pred);
+        if (trace_path && r == rounds - 1 && sched_save_file(trace, trace_path, &err) != 0)
+            fprintf(stderr, "bench_profile_fidelity: %s\n", err.msg);
         sched_free(trace);
     }
     const char *kn[KINDS] = { "F", "B", "W" };
