@@ -7,7 +7,7 @@
  *
  * Each part is measured on a stage holding just that part (kernels/cpu/
  * llama.h allows an embedding-only or head-only stage), single-threaded
- * BLAS as in training; the reported time is the median of the
+ * BLAS per thread as in training; the reported time is the median of the
  * repetitions, which shrugs off the occasional preemption on a shared
  * machine better than the mean.  The transfer time is half the round trip
  * of an activation-sized message between two threads through a zb_chan,
@@ -30,7 +30,23 @@
  * the timed repetitions.  The saved-activation bytes are exact per layer
  * either way (the slots are per layer).
  *
- * Expected workload: a few seconds per call for the small presets.
+ * WHICH CORE.  The development VM's two cores do not run at the same
+ * speed: for seconds at a time one of them runs these kernels up to 1.5x
+ * slower than the other (its host core is shared with another tenant;
+ * a scalar loop keeps its speed, a GEMM loop does not), and which one is
+ * slow changes.  A profile on one thread landed on either, so the same
+ * command measured 0.41 or 0.61 ms per `tiny` layer, while a two-device
+ * run always had one device on the slower core and paced the pipeline by
+ * it.  So every part is timed on one thread per online CPU at once (at
+ * most 8), each with its own stage and buffers and all starting together,
+ * and the profile keeps the slowest thread's median of each op: a
+ * pipeline step waits for its slowest device.  Running at once also puts
+ * the cores' shared L3 and memory traffic into the figures, as a run
+ * does.  Under heavy load from other processes the slowest thread also
+ * carries their preemptions, as the run's device threads do.
+ *
+ * Expected workload: well under a second for `tiny`, about 20 s for
+ * `shakespeare-char` at micro-batch 1 on the development VM.
  */
 #ifndef ZB_RUNTIME_PROFILER_H
 #define ZB_RUNTIME_PROFILER_H
