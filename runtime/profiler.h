@@ -45,8 +45,8 @@
  * does.  Under heavy load from other processes the slowest thread also
  * carries their preemptions, as the run's device threads do.
  *
- * Expected workload: well under a second for `tiny`, about 20 s for
- * `shakespeare-char` at micro-batch 1 on the development VM.
+ * Expected workload: under a second for `tiny`, about 8 s for
+ * `shakespeare-char` at micro-batch 1 (20 repetitions) on the development VM.
  */
 #ifndef ZB_RUNTIME_PROFILER_H
 #define ZB_RUNTIME_PROFILER_H

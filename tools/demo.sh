@@ -10,8 +10,9 @@
 #      train the plan for 20 steps on tinyshakespeare, then draw predicted
 #      against measured on one time scale (ms) and print both iteration
 #      times, their ratio and the activation peaks.  The ratio is whatever
-#      this machine measures: on a busy machine the run is slower than the
-#      quiet-machine profile predicts (bench/README.md has figures).
+#      this machine measures: when other work shares the cores, the profile
+#      and the run meet it at different moments (bench/README.md, "plan
+#      loop", has figures and the load they were taken at).
 set -euo pipefail
 B=${1:-build}
 Z="$B/zbsched"
