@@ -9,10 +9,13 @@
  *     malloc), and gives the same loss and gradients, bit for bit, as the
  *     first cycle on a fresh stage: reused buffers carry stale values that
  *     the kernels must overwrite before they read them;
- *   - two saved states in flight at once get distinct buffers.
+ *   - two saved states in flight at once get distinct buffers;
+ *   - threads sharing one pool never hold the same buffer at once.
  * Leaks (buffers still idle at buf_pool_free) are for the ASan run to find.
  */
 #include <check.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +140,53 @@ START_TEST(stage_reuses_saved_buffers_bit_identically)
 }
 END_TEST
 
+/* One of the threads of concurrent_threads_never_share_a_buffer. */
+typedef struct hammer {
+    buf_pool *p;  /* the shared pool */
+    uint32_t tag; /* this thread's mark */
+    int bad;      /* buffers found holding another thread's mark */
+} hammer;
+
+static void *hammer_main(void *arg)
+{
+    hammer *h = arg;
+    enum { ROUNDS = 20000, HELD = 4 };
+    uint32_t *held[HELD];
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < HELD; i++) {
+            size_t words = (size_t)(16 << (i % 2)); /* two sizes */
+            held[i] = buf_pool_get(h->p, words * sizeof(uint32_t));
+            ck_assert_ptr_nonnull(held[i]);
+            for (size_t k = 0; k < words; k++)
+                held[i][k] = h->tag;
+        }
+        for (int i = 0; i < HELD; i++) {
+            size_t words = (size_t)(16 << (i % 2));
+            for (size_t k = 0; k < words; k++)
+                h->bad += held[i][k] != h->tag;
+            buf_pool_put(h->p, held[i], words * sizeof(uint32_t));
+        }
+    }
+    return NULL;
+}
+
+START_TEST(concurrent_threads_never_share_a_buffer)
+{
+    buf_pool *p = buf_pool_new();
+    ck_assert_ptr_nonnull(p);
+    hammer h[3] = { { p, 0x11111111u, 0 }, { p, 0x22222222u, 0 }, { p, 0x33333333u, 0 } };
+    pthread_t tid[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(pthread_create(&tid[i], NULL, hammer_main, &h[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(tid[i], NULL);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(h[i].bad, 0);
+    ck_assert_int_le(buf_pool_mallocs(p), 3 * 4); /* at most what was out at once */
+    buf_pool_free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("buf_pool");
@@ -144,6 +194,7 @@ int main(void)
     tcase_add_test(tc, reuse_by_size_lifo);
     tcase_add_test(tc, many_sizes_fall_back_to_malloc);
     tcase_add_test(tc, stage_reuses_saved_buffers_bit_identically);
+    tcase_add_test(tc, concurrent_threads_never_share_a_buffer);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
