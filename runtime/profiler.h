@@ -48,8 +48,8 @@
  * Expected workload: under a second for `tiny`, about 8 s for
  * `shakespeare-char` at micro-batch 1 (20 repetitions) on the development VM.
  * Memory: per thread, the stack's weights and gradients and 2 saved states
- * of it (shakespeare-char at micro-batch 8: about 0.6 GB per thread, since
- * one micro-batch holds up to 72 MiB per layer after B).
+ * of it; shakespeare-char at micro-batch 8 peaked at 1.6 GB resident for
+ * the two threads (one micro-batch holds up to 72 MiB per layer after B).
  */
 #ifndef ZB_RUNTIME_PROFILER_H
 #define ZB_RUNTIME_PROFILER_H
