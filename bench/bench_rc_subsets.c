@@ -21,9 +21,9 @@
  *      (the order's memory depends a little on the others' costs);
  *   3. an exhaustive sweep at pp=8 of which chunks recompute: devices 0-4
  *      each one same 3-of-4 set and devices 5-7 one same 2- or 3-of-4 set
- *      (40 choices, the counts the per-device search finds), and the
- *      prefix with two chunks per device (the 1.40x plan that needs
- *      43 GB) for the per-device peaks;
+ *      (40 choices, the counts the per-device search finds), and every
+ *      pair of chunks on every device (the count of the 1.40x plan that
+ *      needs 43 GB) for device 0's peak;
  *   4. Megatron-style selective recompute (attention core only): what the
  *      cost model says the attention core keeps per layer with flash
  *      attention against the whole layer;
@@ -331,6 +331,24 @@ static int sweep(void)
             first = 0;
         }
     printf("}\n");
+    /* Two chunks on every device: which pair, and what device 0 needs. */
+    printf("  two chunks on every device, device 0's peak (smallest-peak pass setting):");
+    for (int a = 0; a < 16; a++) {
+        if (__builtin_popcount((unsigned)a) != 2)
+            continue;
+        unsigned char rc[MAX_STAGES];
+        for (int i = 0; i < 32; i++)
+            rc[i] = (a >> (i / 8)) & 1;
+        priced r;
+        memset(&r, 0, sizeof r);
+        if (price(&j, rc, &r) < 0) {
+            sched_free(j.order);
+            return -1;
+        }
+        int c0 = __builtin_ctz((unsigned)a), c1 = 31 - __builtin_clz((unsigned)a);
+        printf(" {%d,%d} %.2f GB", c0, c1, r.peak[0] / 1e9);
+    }
+    printf("\n");
     sched_free(j.order);
     return 0;
 }
