@@ -70,6 +70,7 @@
 
 struct zb_transport;
 struct zb_transport_pool;
+struct zb_backend;
 
 typedef struct trainer_opts {
     uint64_t seed;        /* parameter initialisation and data sampling */
@@ -101,6 +102,10 @@ typedef struct trainer_opts {
                           const struct zb_transport_pool *pool, struct zb_transport **out,
                           zb_err *err);
     void *make_transport_ctx; /* passed to make_transport */
+    /* The backend every stage runs on (runtime/backend.h), made by the
+     * trainer and freed with it; NULL: backend_cpu_create. */
+    int (*make_backend)(void *ctx, int n_devices, struct zb_backend **out, zb_err *err);
+    void *make_backend_ctx; /* passed to make_backend */
     int one_device;       /* 1: this process runs only device `device`'s
                            * ops and optimizer steps, the other devices being
                            * other processes (pipeline ranks); the step's loss
@@ -211,6 +216,15 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
 /* Stage `stage`'s AdamW step count (read and write: pipeline ranks copy a
  * stage's whole optimizer state from the rank that trains it). */
 int64_t *trainer_stage_adam_t(trainer *t, int stage);
+
+/* The name of the trainer's backend ("cpu", "cuda"). */
+const char *trainer_backend_name(const trainer *t);
+
+/* The backend's memory figures (backend.h's memory op): bytes held for
+ * the stages' buffers and the high-water mark of activations (0 where the
+ * backend does not track it).  0 or -1 with err set. */
+int trainer_memory(const trainer *t, size_t *static_bytes, size_t *peak_activation_bytes,
+                   zb_err *err);
 
 /* The stage's layer description (layers, tensors and their offsets). */
 const llama_stage *trainer_stage_layout(const trainer *t, int stage);
