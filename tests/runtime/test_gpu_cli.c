@@ -9,9 +9,12 @@
  * it sees no GPU), and otherwise the "no CUDA module" line.  Both must be
  * exactly one line on stderr with exit status 1, leave no output file
  * behind, and return quickly: a rank of a launched run must fail before it
- * would wait for its peers in the NCCL bootstrap.  The flags the GPU
- * trainer does not support are refused with one usage line (exit 2) in
- * every build, and `--device cpu` still trains as before.
+ * would wait for its peers in the NCCL bootstrap.  In one process,
+ * --device cuda is the one executor on the CUDA backend and takes the
+ * CPU's flags (trace, checkpoints, resume, eval, replicas): they reach the
+ * GPU check and write nothing; only --threads is refused (exit 2).  Across
+ * ranks (the NCCL executor) those flags are refused with one usage line
+ * (exit 2) in every build, and `--device cpu` still trains as before.
  *
  * The module loader itself (runtime/cuda_module.h) is tested in every
  * build through a stand-in module (fake_cuda_module.c, path in
@@ -126,7 +129,7 @@ END_TEST
 
 START_TEST(cpu_only_flags_are_refused_with_cuda)
 {
-    /* %s: the temporary directory, where the refused outputs would go */
+    /* %s: the temporary directory, where the outputs would go */
     static const char *flags[][2] = {
         { "--trace %s/T.json", "--trace" },
         { "--checkpoint %s/CK", "--checkpoint" },
@@ -135,15 +138,22 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
         { "--eval-every 1", "--eval-every" },
         { "--eval-windows 4", "--eval-windows" },
         { "--replicas 2", "--replicas" },
-        { "--threads 2", "--threads" },
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char extra[256];
         snprintf(extra, sizeof extra, flags[i][0], dir);
+        /* one process: the executor takes them; the run stops at the GPU */
         int rc = zb("run %s --device cuda --steps 2 %s", sched_path, extra);
+        assert_one_line(rc, 1, NO_GPU_LINE);
+        /* ranks of `zbsched launch`: the NCCL executor refuses them */
+        rc = zb_env("ZB_RANK=0 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2 %s", sched_path,
+                    extra);
         assert_one_line(rc, 2, flags[i][1]);
-        ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
+        ck_assert_msg(strstr(err_text, "not supported with --device cuda across ranks"), "%s",
+                      err_text);
     }
+    assert_one_line(zb("run %s --device cuda --steps 2 --threads 2", sched_path), 2, "--threads");
+    ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
     /* nothing was written where the refused flags pointed */
     char path[160];
     snprintf(path, sizeof path, "%s/T.json", dir);
