@@ -133,6 +133,11 @@ typedef struct zb_backend_ops {
     /* ---- activations (B*T*d elements of the backend's type) ---- */
     void *(*act_new)(zb_backend *be, size_t n); /* NULL when memory runs out */
     void (*act_free)(zb_backend *be, void *act); /* NULL is fine */
+    /* Optional (the executor does not call them; the per-op tests and a
+     * host-staged transport do): an activation from / to host fp32 [n],
+     * converted to and from the backend's type.  Synchronous. */
+    int (*act_upload)(zb_backend *be, void *act, const float *host, size_t n, zb_err *err);
+    int (*act_download)(zb_backend *be, const void *act, float *host, size_t n, zb_err *err);
     /* Optional: the fences of the header comment. */
     int (*act_issued)(zb_backend *be, int dev, void *act, zb_err *err);
     int (*act_wait)(zb_backend *be, int dev, void *act, zb_err *err);

@@ -120,6 +120,22 @@ static void cpu_act_free(zb_backend *be, void *act)
     free(act);
 }
 
+static int cpu_act_upload(zb_backend *be, void *act, const float *host, size_t n, zb_err *err)
+{
+    (void)be;
+    (void)err;
+    memcpy(act, host, sizeof(float) * n);
+    return 0;
+}
+
+static int cpu_act_download(zb_backend *be, const void *act, float *host, size_t n, zb_err *err)
+{
+    (void)be;
+    (void)err;
+    memcpy(host, act, sizeof(float) * n);
+    return 0;
+}
+
 static int cpu_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int32_t *tokens,
                        const void *act_in, const int32_t *targets, void *act_out, float *loss,
                        zb_err *err)
@@ -258,6 +274,8 @@ static const zb_backend_ops cpu_ops = {
     .saved_bytes = cpu_saved_bytes,
     .act_new = cpu_act_new,
     .act_free = cpu_act_free,
+    .act_upload = cpu_act_upload,
+    .act_download = cpu_act_download,
     .act_issued = NULL,
     .act_wait = NULL,
     .forward = cpu_forward,

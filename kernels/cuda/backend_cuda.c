@@ -211,6 +211,46 @@ static void *cb_act_new(zb_backend *be, size_t n)
     return a;
 }
 
+static int cb_act_issued_on(zb_backend *be, int dev, void *p, zb_err *err)
+{
+    return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
+}
+
+static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, zb_err *err)
+{
+    zb_bf16 *tmp = malloc(2 * (n ? n : 1));
+    if (!tmp)
+        return zb_fail(err, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = zb_bf16_from_f32(host[i]);
+    int rc = zb_cuda_set_device(IMPL(be)->gpu, err) != 0
+                 ? -1
+                 : zb_cuda_upload(IMPL(be)->ctx[0], ((cuda_act *)p)->p, tmp, 2 * n, err);
+    if (rc == 0) /* later users on any stream come after the copy */
+        rc = cb_act_issued_on(be, 0, p, err);
+    if (rc == 0)
+        rc = zb_cuda_sync(IMPL(be)->ctx[0], err);
+    free(tmp);
+    return rc;
+}
+
+static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n, zb_err *err)
+{
+    zb_bf16 *tmp = malloc(2 * (n ? n : 1));
+    if (!tmp)
+        return zb_fail(err, "out of memory");
+    const cuda_act *a = p;
+    int rc = zb_cuda_set_device(IMPL(be)->gpu, err) != 0
+                 ? -1
+                 : gpu_fence_wait(a->last, IMPL(be)->ctx[0], err);
+    if (rc == 0)
+        rc = zb_cuda_download(IMPL(be)->ctx[0], tmp, a->p, 2 * n, err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        host[i] = zb_bf16_to_f32(tmp[i]);
+    free(tmp);
+    return rc;
+}
+
 static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
 {
     return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
@@ -381,6 +421,8 @@ static const zb_backend_ops cuda_ops = {
     .saved_bytes = cb_saved_bytes,
     .act_new = cb_act_new,
     .act_free = cb_act_free,
+    .act_upload = cb_act_upload,
+    .act_download = cb_act_download,
     .act_issued = cb_act_issued,
     .act_wait = cb_act_wait,
     .forward = cb_forward,
