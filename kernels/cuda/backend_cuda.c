@@ -74,6 +74,23 @@ typedef struct cuda_act {
 
 #define IMPL(be) ((cuda_impl *)(be)->impl)
 
+/* Makes the backend's GPU current on the calling thread.  The workers bind
+ * once per job, but the executor's main thread also calls some ops
+ * between steps (zeroing grads, the synchronous clip, resets, frees), so
+ * every op that may run there starts with this; it costs a driver call of
+ * well under a microsecond when the device is already current. */
+static int on_gpu(zb_backend *be, zb_err *err)
+{
+    return zb_cuda_set_device(IMPL(be)->gpu, err);
+}
+
+/* on_gpu where there is no error to report (frees). */
+static void on_gpu_quiet(zb_backend *be)
+{
+    zb_err ignored;
+    on_gpu(be, &ignored);
+}
+
 static void cb_destroy(zb_backend *be)
 {
     cuda_impl *im = IMPL(be);
@@ -87,15 +104,15 @@ static void cb_destroy(zb_backend *be)
 static int cb_bind(zb_backend *be, int dev, zb_err *err)
 {
     (void)dev;
-    return zb_cuda_set_device(IMPL(be)->gpu, err);
+    return on_gpu(be, err);
 }
 
 static void cb_stage_free(zb_backend *be, zb_bstage *bst)
 {
-    (void)be;
     cuda_stage *cs = (cuda_stage *)bst;
     if (!cs)
         return;
+    on_gpu_quiet(be);
     gpu_stage_free(cs->st);
     zb_cuda_release(cs->loss_dev);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
@@ -145,7 +162,7 @@ static int gpu_buf(zb_bbuf which)
 static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
-    if (zb_cuda_set_device(IMPL(be)->gpu, err) != 0 || zb_cuda_sync(cs->c, err) != 0)
+    if (on_gpu(be, err) != 0 || zb_cuda_sync(cs->c, err) != 0)
         return -1;
     return gpu_stage_get(cs->st, gpu_buf(which), cs->mirror[which], err);
 }
@@ -153,7 +170,7 @@ static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *er
 static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
-    if (zb_cuda_set_device(IMPL(be)->gpu, err) != 0)
+    if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_set(cs->st, gpu_buf(which), cs->mirror[which], err);
 }
@@ -161,10 +178,11 @@ static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute,
                         zb_bsaved **out, zb_err *err)
 {
-    (void)be;
     if (recompute)
         return zb_fail(err, "recomputation (a plan's recompute stages) is not implemented on "
                        "cuda yet");
+    if (on_gpu(be, err) != 0)
+        return -1;
     gpu_saved *sv = gpu_saved_new(((cuda_stage *)bst)->st, batch);
     if (!sv)
         return zb_fail(err, "out of memory for a saved state");
@@ -174,7 +192,9 @@ static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute
 
 static void cb_saved_free(zb_backend *be, zb_bsaved *sv)
 {
-    (void)be;
+    if (!sv)
+        return;
+    on_gpu_quiet(be);
     gpu_saved_free((gpu_saved *)sv);
 }
 
@@ -186,10 +206,10 @@ static size_t cb_saved_bytes(zb_backend *be, const zb_bsaved *sv)
 
 static void cb_act_free(zb_backend *be, void *p)
 {
-    (void)be;
     cuda_act *a = p;
     if (!a)
         return;
+    on_gpu_quiet(be);
     zb_cuda_release(a->p);
     gpu_fence_free(a->last);
     free(a);
@@ -201,7 +221,7 @@ static void *cb_act_new(zb_backend *be, size_t n)
     zb_err ignored;
     if (!a)
         return NULL;
-    if (zb_cuda_set_device(IMPL(be)->gpu, &ignored) != 0
+    if (on_gpu(be, &ignored) != 0
         || zb_cuda_alloc((void **)&a->p, 2 * (n ? n : 1), &ignored) != 0
         || gpu_fence_new(&a->last, &ignored) != 0) {
         cb_act_free(be, a);
@@ -211,7 +231,7 @@ static void *cb_act_new(zb_backend *be, size_t n)
     return a;
 }
 
-static int cb_act_issued_on(zb_backend *be, int dev, void *p, zb_err *err)
+static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
 {
     return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
 }
@@ -223,11 +243,12 @@ static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, z
         return zb_fail(err, "out of memory");
     for (size_t i = 0; i < n; i++)
         tmp[i] = zb_bf16_from_f32(host[i]);
-    int rc = zb_cuda_set_device(IMPL(be)->gpu, err) != 0
+    /* after the buffer's last use, on device 0's stream */
+    int rc = on_gpu(be, err) != 0 || gpu_fence_wait(((cuda_act *)p)->last, IMPL(be)->ctx[0], err)
                  ? -1
                  : zb_cuda_upload(IMPL(be)->ctx[0], ((cuda_act *)p)->p, tmp, 2 * n, err);
     if (rc == 0) /* later users on any stream come after the copy */
-        rc = cb_act_issued_on(be, 0, p, err);
+        rc = cb_act_issued(be, 0, p, err);
     if (rc == 0)
         rc = zb_cuda_sync(IMPL(be)->ctx[0], err);
     free(tmp);
@@ -240,7 +261,7 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
     if (!tmp)
         return zb_fail(err, "out of memory");
     const cuda_act *a = p;
-    int rc = zb_cuda_set_device(IMPL(be)->gpu, err) != 0
+    int rc = on_gpu(be, err) != 0
                  ? -1
                  : gpu_fence_wait(a->last, IMPL(be)->ctx[0], err);
     if (rc == 0)
@@ -249,11 +270,6 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
         host[i] = zb_bf16_to_f32(tmp[i]);
     free(tmp);
     return rc;
-}
-
-static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
-{
-    return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
 }
 
 static int cb_act_wait(zb_backend *be, int dev, void *p, zb_err *err)
@@ -308,9 +324,8 @@ static int cb_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgrad
 
 static int cb_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
-    (void)be;
     cuda_stage *cs = (cuda_stage *)bst;
-    if (zb_cuda_sync(cs->c, err) != 0)
+    if (on_gpu(be, err) != 0 || zb_cuda_sync(cs->c, err) != 0)
         return -1;
     if (cs->n_loss == 0)
         return 0;
@@ -328,7 +343,7 @@ static zb_bgrads *cb_grads_new(zb_backend *be, zb_bstage *bst)
     cuda_stage *cs = (cuda_stage *)bst;
     float *g = NULL;
     zb_err ignored;
-    if (zb_cuda_set_device(IMPL(be)->gpu, &ignored) != 0
+    if (on_gpu(be, &ignored) != 0
         || zb_cuda_alloc((void **)&g, 4 * (cs->n ? cs->n : 1), &ignored) != 0)
         return NULL;
     if (zb_cuda_zero(cs->c, g, 4 * cs->n, &ignored) != 0) {
@@ -341,14 +356,17 @@ static zb_bgrads *cb_grads_new(zb_backend *be, zb_bstage *bst)
 
 static void cb_grads_free(zb_backend *be, zb_bgrads *g)
 {
-    (void)be;
+    if (!g)
+        return;
+    on_gpu_quiet(be);
     zb_cuda_release(g);
 }
 
 static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *err)
 {
-    (void)be;
     cuda_stage *cs = (cuda_stage *)bst;
+    if (on_gpu(be, err) != 0)
+        return -1;
     if (!g)
         return gpu_stage_grads_zero(cs->st, err);
     return zb_cuda_zero(cs->c, g, 4 * cs->n, err);
@@ -356,27 +374,32 @@ static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *e
 
 static int cb_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_err *err)
 {
-    (void)be;
+    if (on_gpu(be, err) != 0)
+        return -1;
     return gpu_stage_grads_add(((cuda_stage *)bst)->st, (const float *)g, err);
 }
 
 static int cb_grad_sumsq(zb_backend *be, zb_bstage *bst, double *out, zb_err *err)
 {
-    (void)be;
     double total;
+    if (on_gpu(be, err) != 0)
+        return -1;
     return gpu_stage_grad_sumsq(((cuda_stage *)bst)->st, out, &total, err);
 }
 
 static int cb_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t, float lr,
                     float grad_scale, zb_err *err)
 {
-    (void)be;
+    if (on_gpu(be, err) != 0)
+        return -1;
     return gpu_stage_adamw(((cuda_stage *)bst)->st, c, t, lr, grad_scale, err);
 }
 
 static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
+    if (on_gpu(be, err) != 0)
+        return -1;
     size_t before = gpu_stage_static_bytes(cs->st);
     if (gpu_stage_snapshot(cs->st, err) != 0)
         return -1;
@@ -388,7 +411,8 @@ static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static int cb_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
-    (void)be;
+    if (on_gpu(be, err) != 0)
+        return -1;
     return gpu_stage_restore(((cuda_stage *)bst)->st, err);
 }
 
