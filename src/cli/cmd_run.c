@@ -641,7 +641,7 @@ static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_mod
     for (long i = 0; i < n_losses; i++)
         cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
     cJSON_AddArrayToObject(o, "evals");
-    cJSON_AddNullToObject(o, "val_loss"); /* the GPU trainer has no evaluation */
+    cJSON_AddNullToObject(o, "val_loss"); /* the NCCL executor has no evaluation */
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
     cJSON_AddNumberToObject(o, "train_seconds", train_s);
     /* rank 0's figures in a ranked run: its own GPU */
