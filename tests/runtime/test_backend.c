@@ -2,11 +2,11 @@
  * test_backend.c: the executor goes through the backend interface
  * (runtime/backend.h) for all of its stage work.
  *
- * A wrapper backend forwards every op to the CPU backend and counts it.
+ * A wrapper backend forwards every op to the CPU backend and mb_counts it.
  * Two modes:
  *
  *   counting  the wrapper's host mirror is the CPU buffer, as on the CPU:
- *             the op counts must be exactly what the schedule implies (F,
+ *             the op mb_counts must be exactly what the schedule implies (F,
  *             B and W once per stage and micro-batch, one AdamW step and
  *             one norm per stage and step) and the results bit-identical
  *             to the plain CPU backend's, so no stage work bypasses it;
@@ -26,255 +26,11 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "tests/common/mirror_backend.h"
 #include "tests/common/trainer_fixture.h"
 
 #define M 4
 #define STEPS 3
-
-/* Op counters (workers call concurrently: atomics). */
-enum { C_FWD, C_B, C_W, C_ADAMW, C_SUMSQ, C_SNAP, C_RESTORE, C_DOWN, C_UP, C_WAIT, C_ISSUED,
-       C_SYNC, C_STAGE, C_COUNT };
-static long counts[C_COUNT];
-
-static void bump(int k)
-{
-    __atomic_add_fetch(&counts[k], 1, __ATOMIC_RELAXED);
-}
-
-typedef struct wrap_impl {
-    zb_backend *inner; /* the CPU backend */
-    int mirrored;      /* 1: separate host copies, download/upload */
-} wrap_impl;
-
-typedef struct wrap_stage {
-    zb_bstage *inner;             /* the CPU stage */
-    size_t n;                     /* floats per buffer */
-    float *mirror[ZB_BUF_COUNT];  /* mirrored mode: host copies */
-} wrap_stage;
-
-#define IN(be) (((wrap_impl *)(be)->impl)->inner)
-#define IST(st) (((wrap_stage *)(st))->inner)
-
-static void w_destroy(zb_backend *be)
-{
-    backend_free(IN(be));
-    free(be->impl);
-    free(be);
-}
-
-static int w_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_bstage **out,
-                       zb_err *err)
-{
-    bump(C_STAGE);
-    wrap_stage *ws = calloc(1, sizeof *ws);
-    ck_assert_ptr_nonnull(ws);
-    if (IN(be)->ops->stage_new(IN(be), layout, dev, &ws->inner, err) != 0) {
-        free(ws);
-        return -1;
-    }
-    ws->n = llama_stage_num_params(layout);
-    if (((wrap_impl *)be->impl)->mirrored)
-        for (int k = 0; k < ZB_BUF_COUNT; k++) {
-            /* garbage, not zeros: a mirror handed out without a download
-             * must show */
-            ws->mirror[k] = malloc(sizeof(float) * (ws->n ? ws->n : 1));
-            for (size_t i = 0; i < ws->n; i++)
-                ws->mirror[k][i] = 1e30f;
-        }
-    *out = (zb_bstage *)ws;
-    return 0;
-}
-
-static void w_stage_free(zb_backend *be, zb_bstage *st)
-{
-    if (!st)
-        return;
-    wrap_stage *ws = (wrap_stage *)st;
-    IN(be)->ops->stage_free(IN(be), ws->inner);
-    for (int k = 0; k < ZB_BUF_COUNT; k++)
-        free(ws->mirror[k]);
-    free(ws);
-}
-
-static float *w_host(zb_backend *be, zb_bstage *st, zb_bbuf which)
-{
-    wrap_stage *ws = (wrap_stage *)st;
-    return ws->mirror[which] ? ws->mirror[which] : IN(be)->ops->host(IN(be), ws->inner, which);
-}
-
-static int w_download(zb_backend *be, zb_bstage *st, zb_bbuf which, zb_err *err)
-{
-    (void)err;
-    bump(C_DOWN);
-    wrap_stage *ws = (wrap_stage *)st;
-    memcpy(ws->mirror[which], IN(be)->ops->host(IN(be), ws->inner, which), sizeof(float) * ws->n);
-    return 0;
-}
-
-static int w_upload(zb_backend *be, zb_bstage *st, zb_bbuf which, zb_err *err)
-{
-    (void)err;
-    bump(C_UP);
-    wrap_stage *ws = (wrap_stage *)st;
-    memcpy(IN(be)->ops->host(IN(be), ws->inner, which), ws->mirror[which], sizeof(float) * ws->n);
-    return 0;
-}
-
-static int w_saved_new(zb_backend *be, zb_bstage *st, int batch, int recompute, zb_bsaved **out,
-                       zb_err *err)
-{
-    return IN(be)->ops->saved_new(IN(be), IST(st), batch, recompute, out, err);
-}
-
-static void w_saved_free(zb_backend *be, zb_bsaved *sv)
-{
-    IN(be)->ops->saved_free(IN(be), sv);
-}
-
-static size_t w_saved_bytes(zb_backend *be, const zb_bsaved *sv)
-{
-    return IN(be)->ops->saved_bytes(IN(be), sv);
-}
-
-static void *w_act_new(zb_backend *be, size_t n)
-{
-    return IN(be)->ops->act_new(IN(be), n);
-}
-
-static void w_act_free(zb_backend *be, void *a)
-{
-    IN(be)->ops->act_free(IN(be), a);
-}
-
-static int w_act_issued(zb_backend *be, int dev, void *a, zb_err *err)
-{
-    (void)be, (void)dev, (void)a, (void)err;
-    bump(C_ISSUED);
-    return 0;
-}
-
-static int w_act_wait(zb_backend *be, int dev, void *a, zb_err *err)
-{
-    (void)be, (void)dev, (void)a, (void)err;
-    bump(C_WAIT);
-    return 0;
-}
-
-static int w_forward(zb_backend *be, zb_bstage *st, zb_bsaved *sv, const int32_t *tok,
-                     const void *in, const int32_t *tgt, void *out, float *loss, zb_err *err)
-{
-    bump(C_FWD);
-    return IN(be)->ops->forward(IN(be), IST(st), sv, tok, in, tgt, out, loss, err);
-}
-
-static int w_backward_b(zb_backend *be, zb_bstage *st, zb_bsaved *sv, float dloss,
-                        const void *dy, void *dx, zb_err *err)
-{
-    bump(C_B);
-    return IN(be)->ops->backward_b(IN(be), IST(st), sv, dloss, dy, dx, err);
-}
-
-static int w_backward_w(zb_backend *be, zb_bstage *st, zb_bsaved *sv, zb_bgrads *into,
-                        zb_err *err)
-{
-    bump(C_W);
-    return IN(be)->ops->backward_w(IN(be), IST(st), sv, into, err);
-}
-
-static int w_sync(zb_backend *be, zb_bstage *st, zb_err *err)
-{
-    bump(C_SYNC);
-    return IN(be)->ops->sync(IN(be), IST(st), err);
-}
-
-static zb_bgrads *w_grads_new(zb_backend *be, zb_bstage *st)
-{
-    return IN(be)->ops->grads_new(IN(be), IST(st));
-}
-
-static void w_grads_free(zb_backend *be, zb_bgrads *g)
-{
-    IN(be)->ops->grads_free(IN(be), g);
-}
-
-static int w_grads_zero(zb_backend *be, zb_bstage *st, zb_bgrads *g, zb_err *err)
-{
-    return IN(be)->ops->grads_zero(IN(be), IST(st), g, err);
-}
-
-static int w_grads_add(zb_backend *be, zb_bstage *st, const zb_bgrads *g, zb_err *err)
-{
-    return IN(be)->ops->grads_add(IN(be), IST(st), g, err);
-}
-
-static int w_grad_sumsq(zb_backend *be, zb_bstage *st, double *out, zb_err *err)
-{
-    bump(C_SUMSQ);
-    return IN(be)->ops->grad_sumsq(IN(be), IST(st), out, err);
-}
-
-static int w_adamw(zb_backend *be, zb_bstage *st, const adamw_config *c, int t, float lr,
-                   float scale, zb_err *err)
-{
-    bump(C_ADAMW);
-    return IN(be)->ops->adamw(IN(be), IST(st), c, t, lr, scale, err);
-}
-
-static int w_snapshot(zb_backend *be, zb_bstage *st, zb_err *err)
-{
-    bump(C_SNAP);
-    return IN(be)->ops->snapshot(IN(be), IST(st), err);
-}
-
-static int w_restore(zb_backend *be, zb_bstage *st, zb_err *err)
-{
-    bump(C_RESTORE);
-    return IN(be)->ops->restore(IN(be), IST(st), err);
-}
-
-static int w_memory(zb_backend *be, size_t *a, size_t *b, zb_err *err)
-{
-    return IN(be)->ops->memory(IN(be), a, b, err);
-}
-
-static const zb_backend_ops counting_ops = {
-    .name = "counting", .destroy = w_destroy, .stage_new = w_stage_new,
-    .stage_free = w_stage_free, .host = w_host, .saved_new = w_saved_new,
-    .saved_free = w_saved_free, .saved_bytes = w_saved_bytes, .act_new = w_act_new,
-    .act_free = w_act_free, .forward = w_forward, .backward_b = w_backward_b,
-    .backward_w = w_backward_w, .sync = w_sync, .grads_new = w_grads_new,
-    .grads_free = w_grads_free, .grads_zero = w_grads_zero, .grads_add = w_grads_add,
-    .grad_sumsq = w_grad_sumsq, .adamw = w_adamw, .snapshot = w_snapshot,
-    .restore = w_restore, .memory = w_memory,
-};
-
-static const zb_backend_ops mirrored_ops = {
-    .name = "mirrored", .destroy = w_destroy, .stage_new = w_stage_new,
-    .stage_free = w_stage_free, .host = w_host, .download = w_download, .upload = w_upload,
-    .saved_new = w_saved_new, .saved_free = w_saved_free, .saved_bytes = w_saved_bytes,
-    .act_new = w_act_new, .act_free = w_act_free, .act_issued = w_act_issued,
-    .act_wait = w_act_wait, .forward = w_forward, .backward_b = w_backward_b,
-    .backward_w = w_backward_w, .sync = w_sync, .grads_new = w_grads_new,
-    .grads_free = w_grads_free, .grads_zero = w_grads_zero, .grads_add = w_grads_add,
-    .grad_sumsq = w_grad_sumsq, .adamw = w_adamw, .snapshot = w_snapshot,
-    .restore = w_restore, .memory = w_memory,
-};
-
-/* make_backend of trainer_opts: ctx is "1" for the mirrored mode. */
-static int make_wrapper(void *ctx, int n_devices, zb_backend **out, zb_err *err)
-{
-    int mirrored = ctx != NULL;
-    zb_backend *be = calloc(1, sizeof *be);
-    wrap_impl *im = calloc(1, sizeof *im);
-    ck_assert(be && im);
-    if (backend_cpu_create(n_devices, &im->inner, err) != 0)
-        return -1;
-    im->mirrored = mirrored;
-    be->ops = mirrored ? &mirrored_ops : &counting_ops;
-    be->impl = im;
-    *out = be;
-    return 0;
-}
 
 static trainer_opts base_opts(void)
 {
@@ -292,7 +48,7 @@ static trainer_opts base_opts(void)
 
 static void with_wrapper(trainer_opts *o, int mirrored)
 {
-    o->make_backend = make_wrapper;
+    o->make_backend = mb_make_wrapper;
     o->make_backend_ctx = mirrored ? (void *)1 : NULL;
 }
 
@@ -303,22 +59,22 @@ START_TEST(counting_backend_sees_every_op)
     trainer_opts o = base_opts();
     o.sync_optimizer = 1; /* one norm and one AdamW per stage and step, no rollback */
     fixture_run ref = fixture_train(s, d, &o, STEPS);
-    memset(counts, 0, sizeof counts);
+    memset(mb_counts, 0, sizeof mb_counts);
     with_wrapper(&o, 0);
     fixture_run got = fixture_train(s, d, &o, STEPS);
     fixture_assert_same(&ref, &got, "counting backend");
     int S = s->n_stages;
-    ck_assert_int_eq(counts[C_STAGE], S);
+    ck_assert_int_eq(mb_counts[MB_C_STAGE], S);
     /* training F plus the evaluation's forwards (eval_windows / batch batches) */
     int B = fixture_model().micro_batch;
     long eval_f = (long)S * ((o.eval_windows + B - 1) / B);
-    ck_assert_int_eq(counts[C_FWD], (long)S * M * STEPS + eval_f);
-    ck_assert_int_eq(counts[C_B], (long)S * M * STEPS);
-    ck_assert_int_eq(counts[C_W], (long)S * M * STEPS);
-    ck_assert_int_eq(counts[C_ADAMW], (long)S * STEPS);
-    ck_assert_int_eq(counts[C_SUMSQ], (long)S * STEPS);
-    ck_assert_int_eq(counts[C_SNAP] + counts[C_RESTORE], 0);
-    ck_assert_int_eq(counts[C_DOWN] + counts[C_UP] + counts[C_WAIT] + counts[C_ISSUED], 0);
+    ck_assert_int_eq(mb_counts[MB_C_FWD], (long)S * M * STEPS + eval_f);
+    ck_assert_int_eq(mb_counts[MB_C_B], (long)S * M * STEPS);
+    ck_assert_int_eq(mb_counts[MB_C_W], (long)S * M * STEPS);
+    ck_assert_int_eq(mb_counts[MB_C_ADAMW], (long)S * STEPS);
+    ck_assert_int_eq(mb_counts[MB_C_SUMSQ], (long)S * STEPS);
+    ck_assert_int_eq(mb_counts[MB_C_SNAP] + mb_counts[MB_C_RESTORE], 0);
+    ck_assert_int_eq(mb_counts[MB_C_DOWN] + mb_counts[MB_C_UP] + mb_counts[MB_C_WAIT] + mb_counts[MB_C_ISSUED], 0);
     free(ref.params);
     free(got.params);
     sched_free(s);
@@ -343,14 +99,14 @@ START_TEST(post_validation_goes_through_the_backend)
     o.adamw.grad_clip = (float)(trainer_get_stats(t)->last_grad_norm * 0.98);
     trainer_free(t);
     fixture_run ref = fixture_train(s, d, &o, STEPS);
-    memset(counts, 0, sizeof counts);
+    memset(mb_counts, 0, sizeof mb_counts);
     with_wrapper(&o, 0);
     fixture_run got = fixture_train(s, d, &o, STEPS);
     fixture_assert_same(&ref, &got, "post-validation through the backend");
     ck_assert_int_eq(got.rollbacks, ref.rollbacks);
     ck_assert_int_gt(got.rollbacks, 0);
-    ck_assert_int_eq(counts[C_RESTORE], got.rollbacks);
-    ck_assert_int_eq(counts[C_ADAMW], (long)s->n_stages * STEPS + got.rollbacks);
+    ck_assert_int_eq(mb_counts[MB_C_RESTORE], got.rollbacks);
+    ck_assert_int_eq(mb_counts[MB_C_ADAMW], (long)s->n_stages * STEPS + got.rollbacks);
     free(ref.params);
     free(got.params);
     sched_free(s);
@@ -366,15 +122,15 @@ START_TEST(mirrored_backend_is_bit_identical)
     for (int c = 0; c < 2; c++) {
         trainer_opts plain = o;
         fixture_run ref = fixture_train(cases[c], d, &plain, STEPS);
-        memset(counts, 0, sizeof counts);
+        memset(mb_counts, 0, sizeof mb_counts);
         with_wrapper(&plain, 1);
         fixture_run got = fixture_train(cases[c], d, &plain, STEPS);
         fixture_assert_same(&ref, &got, cases[c]->name);
         /* the initial upload, the final download, fences on every message */
-        ck_assert_int_gt(counts[C_UP], 0);
-        ck_assert_int_gt(counts[C_DOWN], 0);
-        ck_assert_int_gt(counts[C_WAIT], 0);
-        ck_assert_int_eq(counts[C_WAIT] > 0, counts[C_ISSUED] > 0);
+        ck_assert_int_gt(mb_counts[MB_C_UP], 0);
+        ck_assert_int_gt(mb_counts[MB_C_DOWN], 0);
+        ck_assert_int_gt(mb_counts[MB_C_WAIT], 0);
+        ck_assert_int_eq(mb_counts[MB_C_WAIT] > 0, mb_counts[MB_C_ISSUED] > 0);
         free(ref.params);
         free(got.params);
         sched_free(cases[c]);

@@ -243,6 +243,69 @@ START_TEST(module_loader_errors_are_one_line)
 }
 END_TEST
 
+/* The losses array and val_loss of a --json run's output (out_text). */
+static void json_losses(double *loss, int n, double *val)
+{
+    cJSON *o = cJSON_Parse(out_text);
+    ck_assert_msg(o != NULL, "not JSON: %s", out_text);
+    cJSON *l = cJSON_GetObjectItem(o, "losses");
+    ck_assert_int_eq(cJSON_GetArraySize(l), n);
+    for (int i = 0; i < n; i++)
+        loss[i] = cJSON_GetArrayItem(l, i)->valuedouble;
+    *val = cJSON_GetObjectItem(o, "val_loss")->valuedouble;
+    cJSON_Delete(o);
+}
+
+/* `run --device cuda` in one process is the one executor on the module's
+ * backend.  The stand-in module's backend is the CPU backend behind host
+ * mirrors and fences (tests/common/mirror_backend.h), so every flag the
+ * CPU has must work through it and give the CPU's bits: evaluation, a
+ * checkpoint stopped on "cuda" and resumed on the CPU, a trace, replicas. */
+START_TEST(cuda_takes_the_cpu_flags_through_the_backend)
+{
+    const char *fake = getenv("ZB_FAKE_CUDA_MODULE");
+    ck_assert_ptr_nonnull(fake);
+    char env[1024];
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=onegpu", fake);
+    double cpu[4], gpu[4], cval, gval;
+    int rc = zb("run %s --device cpu --model tiny --steps 4 --eval-windows 4 --json -q", sched_path);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    json_losses(cpu, 4, &cval);
+    rc = zb_env(env, "run %s --device cuda --model tiny --steps 4 --eval-windows 4 --eval-every 2 "
+                "--trace %s/T.json --json -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(out_text, "\"device\":\"mirrored\""));
+    ck_assert_ptr_nonnull(strstr(out_text, "\"gpu_static_bytes\""));
+    json_losses(gpu, 4, &gval);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(memcmp(&cpu[i], &gpu[i], sizeof cpu[i]) == 0, "step %d: %.9g vs %.9g", i,
+                      cpu[i], gpu[i]);
+    ck_assert(memcmp(&cval, &gval, sizeof cval) == 0);
+    char path[160];
+    snprintf(path, sizeof path, "%s/T.json", dir);
+    ck_assert_msg(access(path, R_OK) == 0, "no trace at %s", path);
+    /* stopped at step 2 on "cuda", resumed on the CPU: the same steps 3, 4 */
+    rc = zb_env(env, "run %s --device cuda --model tiny --steps 4 --stop-at 2 --eval-windows 4 "
+                "--checkpoint %s/CK -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    rc = zb("run %s --device cpu --model tiny --steps 4 --eval-windows 4 --checkpoint %s/CK "
+            "--resume --json -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    double res[2], rval;
+    json_losses(res, 2, &rval);
+    ck_assert(memcmp(&res[0], &cpu[2], sizeof res[0]) == 0);
+    ck_assert(memcmp(&res[1], &cpu[3], sizeof res[1]) == 0);
+    ck_assert(memcmp(&rval, &cval, sizeof rval) == 0);
+    /* replicas under an outer optimizer, each its own backend */
+    rc = zb_env(env, "run %s --device cuda --model tiny --steps 2 --replicas 2 --eval-windows 4 "
+                "-q", sched_path);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    /* a GPU index the module does not have */
+    assert_one_line(zb_env(env, "run %s --device cuda --gpu 3 --steps 2", sched_path), 1,
+                    "CUDA device 3 does not exist");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_cli");
@@ -250,6 +313,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, run_cuda_without_gpu_is_one_line);
+    tcase_add_test(tc, cuda_takes_the_cpu_flags_through_the_backend);
     tcase_add_test(tc, launched_rank_fails_before_the_bootstrap);
     tcase_add_test(tc, cpu_only_flags_are_refused_with_cuda);
     tcase_add_test(tc, profile_cuda_without_gpu_is_one_line);
