@@ -10,6 +10,12 @@
  *             CUDA backend takes through the executor (mirrors pushed
  *             before a step, pulled by accessors and checkpoints) runs,
  *             with results that must stay bit-identical to the CPU's.
+ *             It also holds the executor to the two asynchronous parts of
+ *             the contract: a forward's loss is poisoned (NaN) until the
+ *             stage's sync writes it, and every activation an op touches
+ *             must have been taken with act_wait by that op's device since
+ *             another device last issued it (else the op fails, naming
+ *             the buffer's state).
  *
  * Header-only (static functions): tests/runtime/test_backend.c includes it,
  * and so does the stand-in CUDA module (fake_cuda_module.c), whose
@@ -19,6 +25,8 @@
 #ifndef ZB_TESTS_MIRROR_BACKEND_H
 #define ZB_TESTS_MIRROR_BACKEND_H
 
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +42,30 @@ static void mb_bump(int k)
     __atomic_add_fetch(&mb_counts[k], 1, __ATOMIC_RELAXED);
 }
 
+/* Activations tracked by the fence check (the executor's pool holds at
+ * most 2 S m + 4, evaluation 2 more). */
+#define MB_ACTS 4096
+/* Fence states of a tracked activation (else the device that took it). */
+enum { MB_FRESH = -2, MB_RELEASED = -1 };
+/* Losses a stage holds between two syncs. */
+#define MB_LOSS 256
+
 typedef struct wrap_impl {
-    zb_backend *inner; /* the CPU backend */
-    int mirrored;      /* 1: separate host copies, download/upload */
+    zb_backend *inner;    /* the CPU backend */
+    int mirrored;         /* 1: separate host copies, download/upload, checks */
+    pthread_mutex_t mu;   /* guards the table below */
+    void *act[MB_ACTS];   /* tracked activations (NULL: free slot) */
+    int owner[MB_ACTS];   /* MB_FRESH, MB_RELEASED or the device holding it */
 } wrap_impl;
 
 typedef struct wrap_stage {
     zb_bstage *inner;             /* the CPU stage */
+    int dev;                      /* its schedule device */
     size_t n;                     /* floats per buffer */
     float *mirror[ZB_BUF_COUNT];  /* mirrored mode: host copies */
+    float *loss_to[MB_LOSS];      /* mirrored mode: losses awaiting sync */
+    float loss_val[MB_LOSS];      /* their values */
+    int n_loss;                   /* entries in use */
 } wrap_stage;
 
 #define IN(be) (((wrap_impl *)(be)->impl)->inner)
@@ -50,6 +73,7 @@ typedef struct wrap_stage {
 
 static void w_destroy(zb_backend *be)
 {
+    pthread_mutex_destroy(&((wrap_impl *)be->impl)->mu);
     backend_free(IN(be));
     free(be->impl);
     free(be);
@@ -78,6 +102,7 @@ static int w_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_bs
         return -1;
     }
     ws->n = llama_stage_num_params(layout);
+    ws->dev = dev;
     if (((wrap_impl *)be->impl)->mirrored)
         for (int k = 0; k < ZB_BUF_COUNT; k++) {
             /* garbage, not zeros: a mirror handed out without a download
@@ -134,41 +159,122 @@ static size_t w_saved_bytes(zb_backend *be, const zb_bsaved *sv)
     return IN(be)->ops->saved_bytes(IN(be), sv);
 }
 
+/* The table slot of activation p (a free one when p is NULL); caller
+ * holds mu.  -1 when absent (or the table is full). */
+static int mb_slot(wrap_impl *im, const void *p)
+{
+    for (int i = 0; i < MB_ACTS; i++)
+        if (im->act[i] == p)
+            return i;
+    return -1;
+}
+
 static void *w_act_new(zb_backend *be, size_t n)
 {
-    return IN(be)->ops->act_new(IN(be), n);
+    wrap_impl *im = be->impl;
+    void *p = IN(be)->ops->act_new(IN(be), n);
+    if (p && im->mirrored) {
+        pthread_mutex_lock(&im->mu);
+        int i = mb_slot(im, NULL);
+        if (i >= 0) {
+            im->act[i] = p;
+            im->owner[i] = MB_FRESH;
+        }
+        pthread_mutex_unlock(&im->mu);
+    }
+    return p;
 }
 
 static void w_act_free(zb_backend *be, void *a)
 {
+    wrap_impl *im = be->impl;
+    if (a && im->mirrored) {
+        pthread_mutex_lock(&im->mu);
+        int i = mb_slot(im, a);
+        if (i >= 0)
+            im->act[i] = NULL;
+        pthread_mutex_unlock(&im->mu);
+    }
     IN(be)->ops->act_free(IN(be), a);
+}
+
+/* 0 when device dev may use activation a now (fresh, or taken by dev with
+ * act_wait since it was last issued), else -1 with err.  With release,
+ * a becomes MB_RELEASED (act_issued). */
+static int mb_fence_use(zb_backend *be, int dev, const void *a, int release, const char *what,
+                        zb_err *err)
+{
+    wrap_impl *im = be->impl;
+    if (!a || !im->mirrored)
+        return 0;
+    pthread_mutex_lock(&im->mu);
+    int i = mb_slot(im, a), rc = 0, owner = i >= 0 ? im->owner[i] : MB_FRESH;
+    if (i >= 0 && owner != MB_FRESH && owner != dev)
+        rc = -1;
+    else if (i >= 0 && release)
+        im->owner[i] = MB_RELEASED;
+    pthread_mutex_unlock(&im->mu);
+    if (rc != 0)
+        return zb_fail(err, "fence protocol: device %d %s an activation it did not take with "
+                       "act_wait (its state: %s %d)", dev, what,
+                       owner == MB_RELEASED ? "issued, not taken since" : "held by device",
+                       owner);
+    return 0;
 }
 
 static int w_act_issued(zb_backend *be, int dev, void *a, zb_err *err)
 {
-    (void)be, (void)dev, (void)a, (void)err;
     mb_bump(MB_C_ISSUED);
-    return 0;
+    return mb_fence_use(be, dev, a, 1, "issued", err);
 }
 
 static int w_act_wait(zb_backend *be, int dev, void *a, zb_err *err)
 {
-    (void)be, (void)dev, (void)a, (void)err;
+    (void)err;
     mb_bump(MB_C_WAIT);
+    wrap_impl *im = be->impl;
+    pthread_mutex_lock(&im->mu);
+    int i = mb_slot(im, a);
+    if (i >= 0)
+        im->owner[i] = dev;
+    pthread_mutex_unlock(&im->mu);
     return 0;
 }
+
+static int w_sync(zb_backend *be, zb_bstage *st, zb_err *err);
 
 static int w_forward(zb_backend *be, zb_bstage *st, zb_bsaved *sv, const int32_t *tok,
                      const void *in, const int32_t *tgt, void *out, float *loss, zb_err *err)
 {
     mb_bump(MB_C_FWD);
-    return IN(be)->ops->forward(IN(be), IST(st), sv, tok, in, tgt, out, loss, err);
+    wrap_stage *ws = (wrap_stage *)st;
+    if (!((wrap_impl *)be->impl)->mirrored)
+        return IN(be)->ops->forward(IN(be), IST(st), sv, tok, in, tgt, out, loss, err);
+    if (mb_fence_use(be, ws->dev, in, 0, "read", err) != 0
+        || mb_fence_use(be, ws->dev, out, 0, "wrote", err) != 0)
+        return -1;
+    float value = 0;
+    if (IN(be)->ops->forward(IN(be), IST(st), sv, tok, in, tgt, out, loss ? &value : NULL, err)
+        != 0)
+        return -1;
+    if (loss) { /* deferred like a GPU's: NaN until the stage syncs */
+        if (ws->n_loss == MB_LOSS && w_sync(be, st, err) != 0)
+            return -1;
+        ws->loss_to[ws->n_loss] = loss;
+        ws->loss_val[ws->n_loss++] = value;
+        *loss = NAN;
+    }
+    return 0;
 }
 
 static int w_backward_b(zb_backend *be, zb_bstage *st, zb_bsaved *sv, float dloss,
                         const void *dy, void *dx, zb_err *err)
 {
     mb_bump(MB_C_B);
+    wrap_stage *ws = (wrap_stage *)st;
+    if (mb_fence_use(be, ws->dev, dy, 0, "read", err) != 0
+        || mb_fence_use(be, ws->dev, dx, 0, "wrote", err) != 0)
+        return -1;
     return IN(be)->ops->backward_b(IN(be), IST(st), sv, dloss, dy, dx, err);
 }
 
@@ -182,6 +288,10 @@ static int w_backward_w(zb_backend *be, zb_bstage *st, zb_bsaved *sv, zb_bgrads 
 static int w_sync(zb_backend *be, zb_bstage *st, zb_err *err)
 {
     mb_bump(MB_C_SYNC);
+    wrap_stage *ws = (wrap_stage *)st;
+    for (int k = 0; k < ws->n_loss; k++)
+        *ws->loss_to[k] = ws->loss_val[k];
+    ws->n_loss = 0;
     return IN(be)->ops->sync(IN(be), IST(st), err);
 }
 
@@ -270,6 +380,7 @@ static int mb_make_wrapper(void *ctx, int n_devices, zb_backend **out, zb_err *e
         return zb_fail(err, "cannot make the wrapper backend");
     }
     im->mirrored = mirrored;
+    pthread_mutex_init(&im->mu, NULL);
     be->ops = mirrored ? &mirrored_ops : &counting_ops;
     be->impl = im;
     *out = be;
