@@ -1,5 +1,9 @@
 /*
- * trainer.c: the pipeline executor (see trainer.h for the design).
+ * trainer.c: the pipeline executor (see trainer.h for the design).  It
+ * does no arithmetic itself: every stage op goes through the trainer's
+ * backend (backend.h), whose host mirrors it keeps in step with the device
+ * (mirror_get / mirrors_push) and whose activation fences it records at
+ * each hand-over of a buffer (act_get / act_put / tr_send / tr_recv).
  *
  * Life of one step:
  *

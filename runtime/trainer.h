@@ -1,6 +1,9 @@
 /*
  * trainer.h: train a Llama-style model by executing a pipeline schedule
- * for real on the CPU, one worker thread per device of the schedule.
+ * for real, one worker thread per device of the schedule.  The executor is
+ * the same for every device kind: its stage work (F, B, W, the optimizer,
+ * norms, snapshots, buffers) goes through a backend (backend.h), the CPU
+ * kernels by default or the CUDA module's backend (opts.make_backend).
  *
  * A trainer is built from a schedule (sched.h), a model (model.h), a text
  * loader (data.h), a seed and options.  The model's layers are split into
