@@ -1515,6 +1515,23 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
 
 /* ---- backend ------------------------------------------------------------ */
 
+/* trainer.h's bits are the backend's buffer bits. */
+_Static_assert(TRAINER_BUF_PARAMS == 1u << ZB_BUF_PARAMS && TRAINER_BUF_GRADS == 1u << ZB_BUF_GRADS
+                   && TRAINER_BUF_ADAM_M == 1u << ZB_BUF_ADAM_M
+                   && TRAINER_BUF_ADAM_V == 1u << ZB_BUF_ADAM_V,
+               "TRAINER_BUF_* must match 1 << zb_bbuf");
+
+int trainer_host_sync(trainer *t, unsigned bufs, zb_err *err)
+{
+    if (!t->mirrored)
+        return 0;
+    for (int s = 0; s < t->n_stages; s++)
+        for (int k = 0; k < ZB_BUF_COUNT; k++)
+            if (bufs & (1u << k))
+                mirror_get(t, s, (zb_bbuf)k, 1);
+    return be_check(t, err);
+}
+
 const char *trainer_backend_name(const trainer *t)
 {
     return t->be->ops->name;

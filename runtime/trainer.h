@@ -220,6 +220,24 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
  * stage's whole optimizer state from the rank that trains it). */
 int64_t *trainer_stage_adam_t(trainer *t, int stage);
 
+/* Buffers of trainer_host_sync (bits). */
+enum {
+    TRAINER_BUF_PARAMS = 1, /* trainer_stage_params */
+    TRAINER_BUF_GRADS = 2,  /* trainer_stage_grads */
+    TRAINER_BUF_ADAM_M = 4, /* trainer_stage_adam_m */
+    TRAINER_BUF_ADAM_V = 8, /* trainer_stage_adam_v */
+};
+
+/* The pointers the four accessors above return stay valid for the
+ * trainer's life.  On a backend whose host mirrors are copies (a GPU,
+ * backend.h), a caller that keeps such pointers across steps (the outer
+ * optimizer) calls this before reading or writing through them: it
+ * refreshes every stage's mirror of the given TRAINER_BUF_* buffers and
+ * marks them written, so that the next step, apply or evaluation uploads
+ * them.  Calling an accessor again does the same for its one buffer.  A
+ * no-op on the CPU.  Returns 0, or -1 with err set (a failed download). */
+int trainer_host_sync(trainer *t, unsigned bufs, zb_err *err);
+
 /* The name of the trainer's backend ("cpu", "cuda"). */
 const char *trainer_backend_name(const trainer *t);
 

@@ -296,10 +296,26 @@ START_TEST(cuda_takes_the_cpu_flags_through_the_backend)
     ck_assert(memcmp(&res[0], &cpu[2], sizeof res[0]) == 0);
     ck_assert(memcmp(&res[1], &cpu[3], sizeof res[1]) == 0);
     ck_assert(memcmp(&rval, &cval, sizeof rval) == 0);
-    /* replicas under an outer optimizer, each its own backend */
-    rc = zb_env(env, "run %s --device cuda --model tiny --steps 2 --replicas 2 --eval-windows 4 "
-                "-q", sched_path);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    /* replicas under an outer optimizer, each its own backend: the outer
+     * step (DiLoCo with H = 2 inside 3 steps, then the final one) and the
+     * synchronous gradient average work on the host mirrors */
+    static const char *outer[] = { "--outer diloco --inner-steps 2", "--outer sync" };
+    for (int k = 0; k < 2; k++) {
+        double rl[3], rg[3], rvl, rvg;
+        rc = zb("run %s --device cpu --model tiny --steps 3 --replicas 2 %s --eval-windows 4 "
+                "--json -q", sched_path, outer[k]);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        json_losses(rl, 3, &rvl);
+        rc = zb_env(env, "run %s --device cuda --model tiny --steps 3 --replicas 2 %s "
+                    "--eval-windows 4 --json -q", sched_path, outer[k]);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        json_losses(rg, 3, &rvg);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(memcmp(&rl[i], &rg[i], sizeof rl[i]) == 0, "%s step %d: %.9g vs %.9g",
+                          outer[k], i, rl[i], rg[i]);
+        ck_assert_msg(memcmp(&rvl, &rvg, sizeof rvl) == 0, "%s: val %.9g vs %.9g", outer[k], rvl,
+                      rvg);
+    }
     /* a GPU index the module does not have */
     assert_one_line(zb_env(env, "run %s --device cuda --gpu 3 --steps 2", sched_path), 1,
                     "CUDA device 3 does not exist");
