@@ -6,16 +6,21 @@
  *
  *   nogpu (default)  a valid table that sees no GPU
  *   onegpu           a valid table that sees one GPU (for `launch --gpus 2`)
+ *                    and whose backend is a GPU-like wrapper of the CPU
+ *                    backend (tests/common/mirror_backend.h: host mirrors
+ *                    with download / upload, activation fences), so that
+ *                    `run --device cuda` trains end to end without a GPU
  *   badversion       a table from "another build" (wrong interface version)
  *   noentry          no table at all (the entry returns NULL)
  *
- * Nothing else is implemented: every path the tests take stops at the
- * device count.
+ * Nothing else is implemented: every other path the tests take stops at
+ * the device count.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda_module.h"
+#include "tests/common/mirror_backend.h"
 
 __attribute__((visibility("default"))) const zb_cuda_api *zbsched_cuda_module(void);
 
@@ -36,6 +41,14 @@ static int fake_nccl(void)
     return 0;
 }
 
+/* backend_create: the mirrored CPU wrapper (the GPU index must exist). */
+static int fake_backend_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+{
+    if (gpu >= fake_device_count())
+        return zb_fail(err, "CUDA device %d does not exist", gpu);
+    return mb_make_wrapper((void *)1, n_devices, out, err);
+}
+
 const zb_cuda_api *zbsched_cuda_module(void)
 {
     static zb_cuda_api api;
@@ -45,5 +58,6 @@ const zb_cuda_api *zbsched_cuda_module(void)
     api.layout = zb_cuda_api_layout();
     api.device_count = fake_device_count;
     api.nccl_available = fake_nccl;
+    api.backend_create = fake_backend_create;
     return &api;
 }
