@@ -66,6 +66,9 @@ typedef struct mpi_islands_result {
     double final_val_loss; /* validation loss of the final synchronized model (speaker) */
     uint64_t bytes_sent;   /* bytes put on links by every rank that took part, summed */
     long outer_steps;      /* outer synchronizations taken (sync: gradient all-reduces) */
+    long eliminated;       /* EDiT: (replica, segment) contributions dropped, this rank's
+                            * segments (the same on every rank of a ring) */
+    long skipped;          /* EDiT: (outer step, segment) pairs left unchanged, likewise */
     int initial_replicas;  /* K at the start: the communicator's size */
     int final_replicas;    /* replicas present at the end */
     long *left_at;         /* [initial_replicas] step after which each rank left, -1: stayed */

@@ -108,6 +108,10 @@ static void print_summary(const cli_mpi_run *r, const sched_t *s, const zb_model
     cJSON_AddNumberToObject(j, "val_loss", res->final_val_loss);
     cJSON_AddNumberToObject(j, "bytes_sent", (double)res->bytes_sent);
     cJSON_AddNumberToObject(j, "outer_steps", (double)res->outer_steps);
+    if (isl->outer.kind == OUTER_EDIT || isl->outer.kind == OUTER_AEDIT) {
+        cJSON_AddNumberToObject(j, "eliminated", (double)res->eliminated);
+        cJSON_AddNumberToObject(j, "skipped_segments", (double)res->skipped);
+    }
     cJSON_AddNumberToObject(j, "final_replicas", res->final_replicas);
     cJSON_AddNumberToObject(j, "tokens", (double)res->tokens);
     cJSON_AddNumberToObject(j, "train_seconds", res->wall_s);
