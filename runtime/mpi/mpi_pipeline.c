@@ -13,6 +13,8 @@ struct mpi_pipeline {
     transport_mpi_cfg cfg;   /* its transport's communicator, sizes and counters */
     const sched_t *s;        /* the schedule (borrowed) */
     int me;                  /* rank = device */
+    long rollback_offset;    /* added to this rank's rollbacks in the totals: minus
+                              * those a one-process checkpoint gave every rank */
 };
 
 static int mpi_failed(zb_err *err, int rc, const char *what)
@@ -124,9 +126,9 @@ static int bcast_floats(float *x, size_t n, int root, MPI_Comm comm, zb_err *err
     return 0;
 }
 
-/* Every stage's current parameters (and with state, its AdamW moments and
- * step count) from the rank that trains it, to every rank. */
-static int gather_stages(mpi_pipeline *p, int state, zb_err *err)
+/* Every stage's current parameters from the rank that trains it, to
+ * every rank (for an evaluation on rank 0). */
+static int gather_params(mpi_pipeline *p, zb_err *err)
 {
     for (int st = 0; st < p->s->n_stages; st++) {
         int root = p->s->stage_device[st];
@@ -134,17 +136,6 @@ static int gather_stages(mpi_pipeline *p, int state, zb_err *err)
         float *x = trainer_stage_params(p->t, st, &n);
         if (bcast_floats(x, n, root, p->cfg.comm, err))
             return -1;
-        if (!state)
-            continue;
-        float *mo = trainer_stage_adam_m(p->t, st, &n);
-        if (bcast_floats(mo, n, root, p->cfg.comm, err))
-            return -1;
-        float *ve = trainer_stage_adam_v(p->t, st, &n);
-        if (bcast_floats(ve, n, root, p->cfg.comm, err))
-            return -1;
-        int rc = MPI_Bcast(trainer_stage_adam_t(p->t, st), 1, MPI_INT64_T, root, p->cfg.comm);
-        if (rc != MPI_SUCCESS)
-            return mpi_failed(err, rc, "MPI_Bcast of a step count");
     }
     return 0;
 }
@@ -201,13 +192,21 @@ int mpi_pipeline_save(mpi_pipeline *p, const char *dir, zb_err *err)
 
 int mpi_pipeline_load(mpi_pipeline *p, const char *dir, zb_err *err)
 {
-    int fail = ckptset_load(p->t, dir, p->me, p->s->n_devices, NULL, err) != 0;
-    return agree(p, fail, err);
+    const char *what = NULL;
+    int fail = ckptset_load(p->t, dir, p->me, p->s->n_devices, &what, err) != 0;
+    if (agree(p, fail, err))
+        return -1;
+    /* A one-process checkpoint.bin holds the total rollbacks, now on every
+     * rank: count them once (a part holds only its own stages'). */
+    p->rollback_offset = what && strcmp(what, CKPTSET_SINGLE) == 0 && p->me != 0
+                             ? -trainer_get_stats(p->t)->rollbacks
+                             : 0;
+    return 0;
 }
 
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)
 {
-    if (gather_stages(p, 0, err))
+    if (gather_params(p, err))
         return -1;
     double msg[2] = { 0, 0 };
     if (p->me == 0) {
@@ -230,7 +229,8 @@ int mpi_pipeline_totals(mpi_pipeline *p, uint64_t *bytes, uint64_t *messages, lo
                         zb_err *err)
 {
     unsigned long long mine[3] = { p->cfg.bytes_sent, p->cfg.messages,
-                                   (unsigned long long)trainer_get_stats(p->t)->rollbacks };
+                                   (unsigned long long)(trainer_get_stats(p->t)->rollbacks +
+                                                        p->rollback_offset) };
     unsigned long long all[3];
     int rc = MPI_Allreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->cfg.comm);
     if (rc != MPI_SUCCESS)

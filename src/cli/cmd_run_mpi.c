@@ -1,7 +1,8 @@
 /*
  * cmd_run_mpi.c: `zbsched run` under mpirun or srun (docs/mpi.md):
  *   - `mpirun -np P zbsched run FILE`: pipeline ranks, one schedule device
- *     per rank (runtime/mpi/mpi_pipeline.h), with checkpoints;
+ *     per rank (runtime/mpi/mpi_pipeline.h), with checkpoints in parts,
+ *     one per rank (runtime/ckpt_set.h), and run.json's resume checks;
  *   - `mpirun -np K[*P] zbsched run FILE --replicas K`: the islands, a
  *     replica per rank or per P ranks (runtime/mpi/mpi_islands.h);
  *   - `--device cuda`: only the NCCL bootstrap, the unique id over
@@ -17,7 +18,8 @@
  * Output: only the speaker (rank 0, or of the final membership) prints the
  * header, progress and the summary.  Errors:
  *   - one every rank meets alike (options, a non-finite pseudo-gradient
- *     agreed on in the outer step, a checkpoint rank 0 could not write) is
+ *     agreed on in the outer step, run.json's verdict, a checkpoint part
+ *     a rank could not write or read, agreed on with its message) is
  *     printed once, by rank 0, and every rank exits 1 after MPI_Finalize;
  *   - one of this rank's own (memory, a trainer or transport failure) is
  *     printed as "rank R of N: ...", then MPI_Abort ends every rank of the
@@ -162,8 +164,9 @@ int cli_mpi_available(void)
     return 1;
 }
 
-/* A failure every rank learnt of together (the checkpoint rank 0 could
- * not write): rank 0 says why, every rank exits 1. */
+/* A failure every rank learnt of together (a checkpoint part or the
+ * manifest that could not be written; err names the rank): rank 0 says
+ * why, every rank exits 1. */
 static int fail_together(mpi_pipeline *p, int rank, const zb_err *err)
 {
     if (rank == 0)

@@ -83,6 +83,7 @@ ck=(run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 8 --json -q)
 rc=$?
 tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
 vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
+rb() { grep -o '"rollbacks":[0-9]*' "$1"; }
 # what a checkpoint directory may hold: the checkpoint (one file, or the
 # manifest and the parts it names), and the model and run settings
 # `run --checkpoint` writes beside it (generate, --resume)
@@ -92,8 +93,9 @@ nparts() { ls "$1" | grep -Ec '^checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin$'; }
 if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
    && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck3.json")" ] \
    && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck2.json")" ] && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck3.json")" ] \
-   && grep -q '"first_step":4' "$T/ck2.json"
-then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits"
+   && grep -q '"first_step":4' "$T/ck2.json" \
+   && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck2.json")" ] && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck3.json")" ]
+then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits and $(rb "$T/ck2.json")"
 else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T/ck2.json") one $(tail4 "$T/ck3.json") $(cat "$T/ck1.err" "$T/ck2.err")"; fi
 # the layout on disk: a part per rank, written by that rank, and the
 # manifest; no checkpoint.bin.  After the resumed run's save, only the new
@@ -105,6 +107,16 @@ if [ "$(nparts "$T/ckC")" = 2 ] && [ -f "$T/ckC/checkpoint.parts.json" ] && [ ! 
    && [ "$(nparts "$T/ckB")" = 0 ] && [ ! -e "$T/ckB/checkpoint.parts.json" ] && [ -f "$T/ckB/checkpoint.bin" ]
 then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one file"
 else fail "checkpoint files: $(ls "$T/ckC") / $(ls "$T/ckA") / $(ls "$T/ckB")"; fi
+
+# A one-process checkpoint.bin resumes under mpirun (every rank reads it),
+# with the same bits and the same rollback total as the uninterrupted run.
+"$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckE" > /dev/null \
+    && "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckE" --resume > "$T/ck9.json" 2> "$T/ck9.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck9.json")" ] \
+   && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck9.json")" ] && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck9.json")" ]
+then pass "a one-process checkpoint resumed under mpirun: same bits, $(rb "$T/ck9.json")"
+else fail "one-process checkpoint under mpirun: exit $rc, $(tail4 "$T/ck9.json") $(rb "$T/ck9.json") $(cat "$T/ck9.err")"; fi
 
 # A rank that died between the parts of a later save leaves a part of a
 # tag the manifest does not name: the checkpoint stays the previous one
