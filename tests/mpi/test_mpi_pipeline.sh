@@ -142,6 +142,17 @@ if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank 1: .*ra
 then pass "a missing part: one line naming it ($(cat "$T/ck5.err"))"
 else fail "missing part: exit $rc / $rc6: $(cat "$T/ck5.err" "$T/ck6.err")"; fi
 
+# A rank that cannot write its part (MPMD: rank 1 is given a directory
+# that does not exist): every rank stops with one line naming it, and no
+# manifest is committed.
+"${MPIRUN[@]}" -np 1 "$ZB" "${ck[@]}" --checkpoint "$T/ckF" : -np 1 "$ZB" "${ck[@]}" \
+    --checkpoint "$T/no/such/dir" > "$T/ckF.out" 2> "$T/ckF.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ckF.err")" = 1 ] && grep -q "^zbsched: rank 1: .*no/such/dir" "$T/ckF.err" \
+   && [ ! -e "$T/ckF/checkpoint.parts.json" ]
+then pass "a part that cannot be written: one line naming the rank, nothing committed"
+else fail "unwritable part: exit $rc, $(ls "$T/ckF"), $(cat "$T/ckF.err")"; fi
+
 # run.json's resume checks apply under mpirun: rank 0 reads it, every
 # rank exits 1 with its one line (another batch size); a different seed
 # only gives a note.
