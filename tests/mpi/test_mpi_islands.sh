@@ -80,6 +80,23 @@ same_as_in_process edit-int8-k2p2-zbv 2 edit int8 zbv.json 4
 STEPS=60 EXTRA="--sync-interval 1e-9" same_as_in_process a-edit-int8-k2 2 a-edit int8 1f1b.json
 STEPS=60 EXTRA="--sync-interval 1e-9" same_as_in_process a-edit-fp32-k2p2 2 a-edit fp32 1f1b.json 4
 
+# EDiT's anomaly elimination (warm-up 1, low thresholds; mpi_edit_check.c):
+# some replicas dropped (K = 3, threshold 4), and every replica dropped, so
+# the segment is skipped (K = 2, threshold 0.05): the same bits and counts
+# as in one process.
+if [ -n "${MPI_EDIT_CHECK:-}" ]; then
+    for case in "3 4" "2 0.05"; do
+        set -- $case
+        out=$("${MPIRUN[@]}" -np "$1" "$MPI_EDIT_CHECK" "$2" 2>&1)
+        rc=$?
+        if [ $rc -eq 0 ] && echo "$out" | grep -q "^ok: " && ! echo "$out" | grep -q " 0 (replica"
+        then pass "$(echo "$out" | grep '^ok: ' | cut -c5-)"
+        else fail "EDiT elimination K=$1 threshold $2: exit $rc: $out"; fi
+    done
+else
+    fail "MPI_EDIT_CHECK is not set (tests/mpi/meson.build sets it)"
+fi
+
 # Errors every rank meets alike: one line, from rank 0, non-zero exit.
 "${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 2 --replicas 3 \
     > "$T/e1.out" 2> "$T/e1.err"
