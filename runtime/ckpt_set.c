@@ -98,25 +98,26 @@ int ckptset_manifest_read(const char *dir, ckptset_manifest *m, zb_err *err)
     char *path = join(dir, CKPTSET_MANIFEST);
     if (!path)
         return zb_fail(err, "out of memory");
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        int rc = e == ENOENT ? 0 : zb_fail(err, "%s: %s", path, strerror(e));
+    if (access(path, F_OK) != 0 && errno == ENOENT) {
         free(path);
-        return rc;
+        return 0;
     }
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    int too_long = !feof(f);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = too_long ? NULL : cJSON_Parse(buf);
+    char *text = NULL;
+    size_t len = 0;
+    if (zb_read_file(path, &text, &len, err) != 0) {
+        free(path);
+        return -1;
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(j, "ranks");
     const cJSON *tag = cJSON_GetObjectItemCaseSensitive(j, "tag");
     int ok = cJSON_IsNumber(step) && cJSON_IsNumber(ranks) && cJSON_IsString(tag) &&
              step->valuedouble >= 0 && step->valuedouble < 1e15 && ranks->valuedouble >= 1 &&
-             ranks->valuedouble <= 65536 && strlen(tag->valuestring) == CKPTSET_TAG_LEN &&
+             ranks->valuedouble <= 65536 && step->valuedouble == (double)(long)step->valuedouble &&
+             ranks->valuedouble == (double)(int)ranks->valuedouble &&
+             strlen(tag->valuestring) == CKPTSET_TAG_LEN &&
              strspn(tag->valuestring, "0123456789abcdef") == CKPTSET_TAG_LEN;
     if (ok) {
         m->step = (long)step->valuedouble;
