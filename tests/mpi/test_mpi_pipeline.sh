@@ -108,10 +108,21 @@ if [ "$(nparts "$T/ckC")" = 2 ] && [ -f "$T/ckC/checkpoint.parts.json" ] && [ ! 
 then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one file"
 else fail "checkpoint files: $(ls "$T/ckC") / $(ls "$T/ckA") / $(ls "$T/ckB")"; fi
 
+# `zbsched generate` reads the parts of a multi-process checkpoint (ckC,
+# step 4) as it reads the one-process checkpoint.bin of the same step
+# (ckE): the same text.
+gen=(generate --prompt "ROMEO:" -n 20 --seed 3 -q)
+"$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckE" > /dev/null \
+    && "$ZB" "${gen[@]}" --checkpoint "$T/ckC" > "$T/genC.txt" 2> "$T/genC.err" \
+    && "$ZB" "${gen[@]}" --checkpoint "$T/ckE" > "$T/genE.txt"
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$T/genC.txt" ] && cmp -s "$T/genC.txt" "$T/genE.txt"
+then pass "generate from the parts: the same text as from the one-process checkpoint"
+else fail "generate from parts: exit $rc, $(cat "$T/genC.err")"; fi
+
 # A one-process checkpoint.bin resumes under mpirun (every rank reads it),
 # with the same bits and the same rollback total as the uninterrupted run.
-"$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckE" > /dev/null \
-    && "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckE" --resume > "$T/ck9.json" 2> "$T/ck9.err"
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckE" --resume > "$T/ck9.json" 2> "$T/ck9.err"
 rc=$?
 if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck9.json")" ] \
    && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck9.json")" ] && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck9.json")" ]
