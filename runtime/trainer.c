@@ -1333,6 +1333,12 @@ static int ckpt_part_count(const trainer *t)
 
 int trainer_save(const trainer *t_in, const char *path, zb_err *err)
 {
+    return trainer_save_stages(t_in, path, NULL, err);
+}
+
+int trainer_save_stages(const trainer *t_in, const char *path, const unsigned char *own,
+                        zb_err *err)
+{
     /* Logically const: only the host mirrors (a cache of the device's
      * buffers) are refreshed. */
     trainer *t = (trainer *)t_in;
@@ -1353,11 +1359,12 @@ int trainer_save(const trainer *t_in, const char *path, zb_err *err)
     parts[1] = (ckpt_part){ &prog, sizeof prog };
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
-        size_t bytes = sizeof(float) * r->n_params;
-        parts[2 + 4 * s] = (ckpt_part){ mirror_get(t, s, ZB_BUF_PARAMS, 0), bytes };
-        parts[3 + 4 * s] = (ckpt_part){ mirror_get(t, s, ZB_BUF_ADAM_M, 0), bytes };
-        parts[4 + 4 * s] = (ckpt_part){ mirror_get(t, s, ZB_BUF_ADAM_V, 0), bytes };
-        parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, sizeof r->adam_t };
+        int mine = !own || own[s];
+        size_t bytes = mine ? sizeof(float) * r->n_params : 0; /* empty: another part's */
+        parts[2 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_PARAMS, 0) : NULL, bytes };
+        parts[3 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_ADAM_M, 0) : NULL, bytes };
+        parts[4 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_ADAM_V, 0) : NULL, bytes };
+        parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, mine ? sizeof r->adam_t : 0 };
     }
     int rc = be_check(t, err) != 0 ? -1 : ckpt_write(path, parts, n, err);
     free(parts);
@@ -1425,6 +1432,98 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
                 free(parts[2 + 4 * s + k].data);
     free(parts);
     free(adam_t);
+    return rc;
+}
+
+int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
+                       zb_err *err)
+{
+    if (t->pending)
+        return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
+    if (n_paths < 1)
+        return zb_fail(err, "no checkpoint parts to load");
+    /* Every file is read and checked whole before the trainer changes. */
+    int n = ckpt_part_count(t);
+    ckpt_part **files = calloc((size_t)n_paths, sizeof *files);
+    int *owner = malloc((size_t)t->n_stages * sizeof *owner);
+    ckpt_meta mine;
+    ckpt_progress first;
+    memset(&first, 0, sizeof first);
+    int64_t rollbacks = 0;
+    int rc = files && owner ? 0 : zb_fail(err, "out of memory");
+    fill_meta(t, &mine);
+    for (int s = 0; s < t->n_stages && rc == 0; s++)
+        owner[s] = -1;
+    for (int f = 0; f < n_paths && rc == 0; f++) {
+        int got = 0;
+        if ((rc = ckpt_read_any(paths[f], &files[f], &got, err)) != 0)
+            break;
+        const ckpt_part *pt = files[f];
+        if (got != n || pt[0].bytes != sizeof mine || pt[1].bytes != sizeof first ||
+            memcmp(pt[0].data, &mine, sizeof mine) != 0) {
+            ckpt_parts_free(files[f], got);
+            files[f] = NULL;
+            rc = zb_fail(err, "%s: the checkpoint is of another model or stage split", paths[f]);
+            break;
+        }
+        ckpt_progress prog;
+        memcpy(&prog, pt[1].data, sizeof prog);
+        if (f == 0)
+            first = prog;
+        else if (prog.step != first.step) {
+            rc = zb_fail(err, "%s: a part of step %lld, but %s is of step %lld (parts of two "
+                         "checkpoints)", paths[f], (long long)prog.step, paths[0],
+                         (long long)first.step);
+            break;
+        }
+        rollbacks += prog.rollbacks; /* each part counts its own stages' */
+        for (int s = 0; s < t->n_stages && rc == 0; s++) {
+            size_t bytes = sizeof(float) * t->st[s].n_params;
+            int has = pt[5 + 4 * s].bytes == sizeof(int64_t);
+            int sizes_ok = has ? pt[2 + 4 * s].bytes == bytes && pt[3 + 4 * s].bytes == bytes &&
+                                     pt[4 + 4 * s].bytes == bytes
+                               : pt[2 + 4 * s].bytes == 0 && pt[3 + 4 * s].bytes == 0 &&
+                                     pt[4 + 4 * s].bytes == 0 && pt[5 + 4 * s].bytes == 0;
+            if (!sizes_ok)
+                rc = zb_fail(err, "%s: stage %d has parts of the wrong size (another model or "
+                             "split?)", paths[f], s);
+            else if (has && owner[s] >= 0)
+                rc = zb_fail(err, "%s: stage %d is also in %s", paths[f], s, paths[owner[s]]);
+            else if (has)
+                owner[s] = f;
+        }
+    }
+    for (int s = 0; s < t->n_stages && rc == 0 && need_all; s++)
+        if (owner[s] < 0)
+            rc = zb_fail(err, "%s: stage %d is in none of the %d checkpoint parts", paths[0], s,
+                         n_paths);
+    if (rc == 0) {
+        for (int s = 0; s < t->n_stages; s++) {
+            if (owner[s] < 0)
+                continue;
+            stage_rt *r = &t->st[s];
+            ckpt_part *pt = files[owner[s]];
+            /* into the host mirrors, as trainer_load does */
+            static const zb_bbuf which[3] = { ZB_BUF_PARAMS, ZB_BUF_ADAM_M, ZB_BUF_ADAM_V };
+            for (int k = 0; k < 3; k++) {
+                float *dst = t->be->ops->host(t->be, r->bs, which[k]);
+                memcpy(dst, pt[2 + 4 * s + k].data, pt[2 + 4 * s + k].bytes);
+                if (t->mirrored) {
+                    r->dev_newer &= ~(1u << which[k]);
+                    r->host_newer |= 1u << which[k];
+                }
+            }
+            memcpy(&r->adam_t, pt[5 + 4 * s].data, sizeof r->adam_t);
+        }
+        t->stats.step = first.step;
+        t->stats.rollbacks = rollbacks;
+        t->stats.skipped_steps = first.skipped_steps;
+        memcpy(t->rng.s, first.rng, sizeof first.rng);
+    }
+    for (int f = 0; files && f < n_paths; f++)
+        ckpt_parts_free(files[f], n);
+    free(files);
+    free(owner);
     return rc;
 }
 

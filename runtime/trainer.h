@@ -265,6 +265,22 @@ const trainer_stats *trainer_get_stats(const trainer *t);
  * backward is pending its apply). */
 int trainer_save(const trainer *t, const char *path, zb_err *err);
 
+/* trainer_save of only the stages with own[s] != 0 (NULL: all): the
+ * others' parts are written empty.  One process's part of a checkpoint
+ * written by several (runtime/ckpt_set.h); progress counters as in
+ * trainer_save, the rollbacks being those of this trainer's own stages. */
+int trainer_save_stages(const trainer *t, const char *path, const unsigned char *own, zb_err *err);
+
+/* Loads the checkpoint made of the files paths[0..n_paths) (each written
+ * by trainer_save or trainer_save_stages for this model and split): every
+ * stage comes from the one file that holds it, the step, data generator
+ * state and skipped steps from paths[0], the rollbacks summed.  Refuses
+ * (-1, err set, t unchanged) a file that is unreadable or of another
+ * shape, files of different steps, a stage held twice and, with need_all,
+ * a stage held by none; without need_all such stages keep their values. */
+int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
+                       zb_err *err);
+
 /* Restores a checkpoint written by trainer_save for the same model, split
  * and seed-independent shapes.  Returns 0, or -1 with err set (missing,
  * corrupt, truncated, from another model/split, or a backward pending)

@@ -48,6 +48,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "runtime/ckpt_set.h"
 #include "runtime/trainer.h"
 #include "runtime/generate.h"
 #include "runtime/outer/islands.h"
@@ -88,8 +89,9 @@ static void usage(FILE *out)
         "      --eval-every K     validation loss every K steps (default: at the end only)\n"
         "      --eval-windows N   validation windows per evaluation (default 64)\n"
         "      --checkpoint DIR   write DIR/" CHECKPOINT_NAME " at every evaluation and at the end\n"
-        "                         (and DIR/model.json, for `zbsched generate`)\n"
-        "      --resume           continue from DIR/" CHECKPOINT_NAME " (needs --checkpoint)\n"
+        "                         (and DIR/model.json, for `zbsched generate`; under mpirun\n"
+        "                         one part per rank and DIR/checkpoint.parts.json)\n"
+        "      --resume           continue from the newest checkpoint in DIR (needs --checkpoint)\n"
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
@@ -471,7 +473,7 @@ static int train(trainer *t, const run_args *a, const char *ckpt_path, const run
             if (!isfinite(res->val_loss))
                 return cli_error("step %ld: the validation loss is not finite", step + 1);
             if (ckpt_path && streak == 0 &&
-                (trainer_save(t, ckpt_path, &err) != 0 || run_identity_save(a->ckpt_dir, id, &err) != 0))
+                (ckptset_save_single(t, a->ckpt_dir, &err) != 0 || run_identity_save(a->ckpt_dir, id, &err) != 0))
                 return cli_fail(&err);
         }
     }
@@ -937,6 +939,9 @@ int cmd_run(int argc, char **argv)
     o.layers_per_stage = setup.layers_per_stage;
     o.recompute_stages = setup.recompute_stages;
     o.threads = (int)a.threads;
+    run_identity id = { .rope_theta = m.rope_theta, .batch_size = m.micro_batch,
+                        .micro_batches = s->n_micro, .seed = a.seed, .data_hash = run_data_hash(d),
+                        .data_bytes = d->n_tokens };
     if (mpi_ranks) {
         a.isl.steps = a.steps;
         a.isl.eval_every = (int)a.eval_every;
@@ -946,7 +951,7 @@ int cmd_run(int argc, char **argv)
                            .refused = a.sync_opt ? "--sync-optimizer"
                                     : a.trace ? "--trace" : NULL,
                            .ckpt_dir = a.ckpt_dir, .resume = a.resume, .stop_at = a.stop_at,
-                           .inputs = { a.file, a.data, a.model } };
+                           .inputs = { a.file, a.data, a.model }, .identity = &id };
         rc = cli_run_mpi(&mr, s, &m, d, &o);
         goto out;
     }
@@ -968,9 +973,6 @@ int cmd_run(int argc, char **argv)
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
     }
-    run_identity id = { .rope_theta = m.rope_theta, .batch_size = m.micro_batch,
-                        .micro_batches = s->n_micro, .seed = a.seed, .data_hash = run_data_hash(d),
-                        .data_bytes = d->n_tokens };
     if (trainer_create(s, &m, d, &o, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s: ", a.file, m.name);
         cli_fail(&err);
@@ -1004,7 +1006,7 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         if (a.resume) {
-            if (trainer_load(t, ckpt_path, &err) != 0) {
+            if (ckptset_load(t, a.ckpt_dir, -1, 1, NULL, &err) != 0) {
                 cli_fail(&err);
                 goto out;
             }
