@@ -55,11 +55,16 @@
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
 #include "runtime/split.h"
+#include "runtime/vocab_exec.h"
 #include "src/validate.h"
 
 /* Everything one virtual stage owns. */
 typedef struct stage_rt {
     llama_stage layout;    /* layers, tensors and their offsets */
+    llama_stage norm_layout; /* vocabulary parallelism, last stage: layout
+                            * without the LM head (LLAMA_HEAD_NORM_ONLY), whose
+                            * tensors are layout's minus the head at the end */
+    const llama_stage *kern; /* what F, B, W run: &layout, or &norm_layout */
     int device;            /* device (worker thread) that runs it */
     size_t n_params;       /* floats per buffer below */
     float *params;         /* [n_params] weights */
@@ -143,6 +148,8 @@ struct trainer {
     int wpending;          /* workers still running the current job */
     int wstop;             /* 1: workers exit */
     trainer_stats stats;   /* progress */
+    vocab_exec *ve;        /* S/T passes and barriers (vocab_exec.h), or NULL
+                            * when the schedule has no vocabulary parallelism */
 };
 
 void trainer_opts_default(trainer_opts *o)
@@ -212,6 +219,7 @@ static void stage_free(stage_rt *r, int n_micro)
     free(r->snap_v);
     free(r->tensor_sq);
     llama_stage_free(&r->layout);
+    llama_stage_free(&r->norm_layout);
 }
 
 static void workers_stop(trainer *t);
@@ -237,6 +245,7 @@ void trainer_free(trainer *t)
             stage_free(&t->st[s], t->n_micro);
     free(t->st);
     transport_free(t->tr);
+    vocab_exec_free(t->ve);
     if (t->op_start)
         for (int d = 0; d < t->n_devices; d++) {
             free(t->op_start[d]);
@@ -283,9 +292,9 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
      * refuse it here, whoever the caller is. */
     if (sched_validate(s, err) != 0)
         return zb_wrap(err, "schedule: ");
-    if (sched_has_vocab(s))
-        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) are not executed by this "
-                       "runtime yet; generate the schedule with --vocab plain");
+    if (sched_has_vocab(s) && opts->one_device)
+        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) run in one process only, "
+                       "not as pipeline ranks; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
@@ -382,6 +391,16 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             trainer_free(t);
             return zb_wrap(err, "stage %d: ", i);
         }
+        r->kern = &r->layout;
+        if (sched_has_vocab(s) && i == t->n_stages - 1) {
+            if (llama_stage_init(&r->norm_layout, &t->model, first[i], first[i + 1], i == 0,
+                                 LLAMA_HEAD_NORM_ONLY, err) != 0) {
+                free(first);
+                trainer_free(t);
+                return zb_wrap(err, "stage %d: ", i);
+            }
+            r->kern = &r->norm_layout;
+        }
         r->device = s->stage_device[i];
         r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
         r->n_params = llama_stage_num_params(&r->layout);
@@ -399,7 +418,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         oom = !r->w_free || !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
-            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && r->recompute)
+            if (!(oom = !(r->saved[j] = llama_saved_new(r->kern, t->batch))) && r->recompute)
                 llama_saved_set_recompute(r->saved[j], 1);
         if (oom) {
             free(first);
@@ -409,6 +428,10 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         llama_stage_init_params(&r->layout, r->params, opts->seed);
     }
     free(first);
+    if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, &t->ve, err) != 0) {
+        trainer_free(t);
+        return -1;
+    }
     rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;
@@ -505,7 +528,7 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
 {
     stage_rt *r = &t->st[s];
     size_t tok = (size_t)t->batch * (size_t)t->seq;
-    int last = s == t->n_stages - 1;
+    int last = s == t->n_stages - 1 && !t->ve; /* with vocab_exec the head runs in S/T */
     float *in = NULL; /* the forward copies its input into the saved state */
     if (s > 0) {
         void *p;
@@ -520,7 +543,7 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
         return zb_fail(err, "out of memory for an activation");
     }
     float loss = 0;
-    int rc = llama_stage_forward(&r->layout, r->params, s == 0 ? t->x + tok * (size_t)j : NULL,
+    int rc = llama_stage_forward(r->kern, r->params, s == 0 ? t->x + tok * (size_t)j : NULL,
                                  in, last ? t->y + tok * (size_t)j : NULL, r->saved[j],
                                  out, &loss, NULL, err);
     act_put(t, in);
@@ -531,7 +554,10 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     stamp(t, end);
     if (last)
         t->mb_loss[j] = loss;
-    else if (tr_send(t, CHAN_ACT, s + 1, j, out, 0, err) != 0)
+    else if (t->ve && s == t->n_stages - 1) {
+        vocab_exec_put_x(t->ve, j, out); /* the head input's broadcast */
+        act_put(t, out);
+    } else if (tr_send(t, CHAN_ACT, s + 1, j, out, 0, err) != 0)
         return -1;
     return 0;
 }
@@ -549,6 +575,13 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
         if (tr_recv(t, CHAN_GRAD, s, j, &p, NULL, err) != 0)
             return -1;
         dy = p;
+    } else if (t->ve) { /* the head input's gradient, after barrier C0 or C1 */
+        if (!(dy = act_get(t)))
+            return zb_fail(err, "out of memory for a gradient");
+        if (vocab_exec_take_dx(t->ve, j, 1.0f / (float)t->n_micro, dy, &t->mb_loss[j], err) != 0) {
+            act_put(t, dy);
+            return -1;
+        }
     }
     stamp(t, start);
     float *dx = NULL;
@@ -556,7 +589,7 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
         act_put(t, dy);
         return zb_fail(err, "out of memory for a gradient");
     }
-    int rc = llama_stage_backward_b(&r->layout, r->params, r->saved[j], 1.0f / (float)t->n_micro,
+    int rc = llama_stage_backward_b(r->kern, r->params, r->saved[j], 1.0f / (float)t->n_micro,
                                     dy, dx, err);
     act_put(t, dy);
     if (rc != 0) {
@@ -578,11 +611,11 @@ static int op_backward_w(trainer *t, int s, int j, zb_err *err)
 {
     stage_rt *r = &t->st[s];
     if (j == r->next_w) {
-        if (llama_stage_backward_w(&r->layout, r->saved[j], r->grads, err) != 0)
+        if (llama_stage_backward_w(r->kern, r->saved[j], r->grads, err) != 0)
             return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
         r->next_w++;
         while (r->next_w < t->n_micro && r->w_scratch[r->next_w]) {
-            llama_grads_add(&r->layout, r->grads, r->w_scratch[r->next_w]);
+            llama_grads_add(r->kern, r->grads, r->w_scratch[r->next_w]);
             w_scratch_put(t, r, r->w_scratch[r->next_w]);
             r->w_scratch[r->next_w] = NULL;
             r->next_w++;
@@ -592,7 +625,7 @@ static int op_backward_w(trainer *t, int s, int j, zb_err *err)
         float *scratch = w_scratch_get(r);
         if (!scratch)
             return zb_fail(err, "out of memory for a weight-gradient scratch");
-        if (llama_stage_backward_w(&r->layout, r->saved[j], scratch, err) != 0) {
+        if (llama_stage_backward_w(r->kern, r->saved[j], scratch, err) != 0) {
             w_scratch_put(t, r, scratch);
             return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
         }
@@ -704,6 +737,8 @@ static void note_activations(trainer *t, int dev)
         if (t->st[s].device == dev)
             for (int j = 0; j < t->n_micro; j++)
                 held += (double)llama_saved_bytes(t->st[s].saved[j]);
+    if (t->ve)
+        held += vocab_exec_held_bytes(t->ve, dev);
     if (held > t->act_peak[dev])
         t->act_peak[dev] = held;
 }
@@ -748,20 +783,26 @@ static void run_job(worker *w, int phases)
             break;
         }
         case OP_S:
+            rc = vocab_exec_s(t->ve, op.stage, op.mb, start, end, &w->err);
+            break;
         case OP_T:
-            /* trainer_create refuses vocabulary-parallel schedules */
-            assert(0 && "vocabulary pass in the CPU executor");
-            rc = zb_fail(&w->err, "vocabulary passes are not executed by this runtime");
+            rc = vocab_exec_t(t->ve, op.stage, op.mb, start, end, &w->err);
             break;
         }
         if (t->opts.record_times)
             note_activations(t, w->dev);
     }
+    /* the head's gradient is complete once every device's T has run */
+    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve
+        && t->st[t->n_stages - 1].device == w->dev)
+        rc = vocab_exec_wait_done(t->ve, &w->err);
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w->dev, &w->err);
     if (rc != 0) {
         w->failed = 1;
         t->tr->ops->abort(t->tr);
+        if (t->ve)
+            vocab_exec_abort(t->ve);
     }
 }
 
@@ -849,6 +890,8 @@ static void synchronous_step(trainer *t)
 static void reset_step_state(trainer *t)
 {
     t->tr->ops->reset(t->tr);
+    if (t->ve)
+        vocab_exec_reset(t->ve);
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
         for (int j = 0; j < t->n_micro; j++) {
@@ -856,7 +899,7 @@ static void reset_step_state(trainer *t)
             r->w_scratch[j] = NULL;
             if (llama_saved_bytes(r->saved[j]) > 0) {
                 llama_saved_free(r->saved[j]);
-                r->saved[j] = llama_saved_new(&r->layout, t->batch);
+                r->saved[j] = llama_saved_new(r->kern, t->batch);
                 if (r->saved[j] && r->recompute)
                     llama_saved_set_recompute(r->saved[j], 1);
             }
@@ -888,6 +931,11 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     t->full_sq = 0;
     for (int d = 0; d < t->n_devices; d++)
         t->act_peak[d] = 0;
+    if (t->ve) {
+        stage_rt *r = &t->st[t->n_stages - 1];
+        size_t head = r->norm_layout.n_params; /* the head follows the norm-only layout */
+        vocab_exec_begin(t->ve, r->params + head, r->grads + head, t->y, &t->t0);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
 }
 
@@ -1038,16 +1086,22 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
         data_val_batch(t->data, k * B, B, n_total, x, y);
         for (int s = 0; s < t->n_stages && rc == 0; s++) {
             stage_rt *r = &t->st[s];
-            int last = s == t->n_stages - 1;
-            llama_saved *sv = llama_saved_new(&r->layout, B);
+            int last = s == t->n_stages - 1 && !t->ve;
+            llama_saved *sv = llama_saved_new(r->kern, B);
             if (!sv) {
                 rc = zb_fail(err, "out of memory");
                 break;
             }
             float loss = 0;
-            rc = llama_stage_forward(&r->layout, r->params, s == 0 ? x : NULL, s == 0 ? NULL : a,
+            rc = llama_stage_forward(r->kern, r->params, s == 0 ? x : NULL, s == 0 ? NULL : a,
                                      last ? y : NULL, sv, last ? NULL : b, &loss, NULL, err);
             llama_saved_free(sv);
+            if (rc == 0 && t->ve && s == t->n_stages - 1) {
+                double vl = 0;
+                rc = vocab_exec_eval(t->ve, r->params + r->norm_layout.n_params, b, y, B, &vl, err);
+                loss = (float)vl;
+                last = 1;
+            }
             if (rc != 0) {
                 zb_wrap(err, "evaluation, stage %d: ", s);
                 break;
@@ -1297,6 +1351,7 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     /* Per stage: summed durations and counts of F, B, W (BW ops split at
      * the end of their B half), for the costs of the traced file. */
     double *sum = calloc((size_t)c->n_stages * 6, sizeof *sum);
+    double vocab_sum[4] = { 0 }; /* S, T durations then counts */
     if (!sum) {
         sched_free(c);
         return zb_fail(err, "out of memory");
@@ -1325,9 +1380,8 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
                 acc[5]++;
                 break;
             }
-            case OP_S:
-            case OP_T:
-                break; /* never in a trained schedule */
+            case OP_S: vocab_sum[0] += en - st; vocab_sum[2]++; break;
+            case OP_T: vocab_sum[1] += en - st; vocab_sum[3]++; break;
             }
         }
     }
@@ -1341,6 +1395,11 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
         c->cost[i].t_w = acc[5] > 0 ? acc[2] / acc[5] : 0;
     }
     c->t_comm = 0;
+    if (sched_has_vocab(c)) { /* measured passes; barriers are waits inside them */
+        c->vocab.t_s = vocab_sum[2] > 0 ? vocab_sum[0] / vocab_sum[2] : 0;
+        c->vocab.t_t = vocab_sum[3] > 0 ? vocab_sum[1] / vocab_sum[3] : 0;
+        c->vocab.t_c0 = c->vocab.t_c1 = 0;
+    }
     free(sum);
     strcpy(c->time_unit, "ms");
     if (trace_add_measured(c, t->act_peak) != 0) {
