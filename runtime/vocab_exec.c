@@ -33,7 +33,7 @@ typedef struct ve_cell {
 typedef struct ve_shard {
     int v0, v;        /* columns [v0, v0+v) of the head */
     float *w;         /* [d, v] this step's copy of those columns */
-    float *scratch;   /* [N, v] Vocab-1's local softmax */
+    float *scratch;   /* [N, v] Vocab-1's local softmax (NULL for Vocab-2) */
     float *lse;       /* [N] global log-sum-exp, recomputed by each T */
     float *dw;        /* [d, v] one T's weight gradient */
     float **dw_ahead; /* [m] gradients of T passes that ran ahead of order */
@@ -279,11 +279,10 @@ int vocab_exec_s(vocab_exec *ve, int shard, int mb, double *start, double *end, 
         return zb_fail(err, "S of shard %d, micro-batch %d: out of memory for its logits", shard,
                        mb);
     const int32_t *y = ve->targets + (size_t)mb * ve->N;
-    vshard_forward(c->logits, c->row_max, c->row_sum, c->tgt, ve->x[mb], sh->w, y, sh->v0,
-                   ve->N, ve->d, sh->v);
+    vshard_forward(c->logits, c->row_max, c->row_sum, c->tgt, sh->scratch, ve->x[mb], sh->w, y,
+                   sh->v0, ve->N, ve->d, sh->v);
     if (ve->variant == SCHED_VOCAB_1)
-        vshard_local_partial(c->partial, sh->scratch, c->logits, c->row_max, c->row_sum, sh->w,
-                             ve->N, ve->d, sh->v);
+        vshard_local_partial(c->partial, sh->scratch, c->row_sum, sh->w, ve->N, ve->d, sh->v);
     c->held = 1;
     stamp(ve, end);
     bump(ve, &ve->s_done[mb]);
@@ -397,19 +396,15 @@ int vocab_exec_eval(vocab_exec *ve, const float *head, const float *x, const int
                     int batch, double *loss, zb_err *err)
 {
     int N = batch * ve->seq, p = ve->p;
-    float *lse = malloc(sizeof(float) * (size_t)N);
-    float *lg = NULL, *mx[p], *tg[p];
-    double *sm[p];
-    int oom = !lse;
-    for (int k = 0; k < p; k++) {
-        mx[k] = tg[k] = NULL;
-        sm[k] = NULL;
-    }
-    for (int k = 0; k < p; k++) {
+    float *lse = malloc(sizeof(float) * (size_t)N), *lg = NULL;
+    float **mx = calloc((size_t)p, sizeof *mx), **tg = calloc((size_t)p, sizeof *tg);
+    double **sm = calloc((size_t)p, sizeof *sm);
+    int oom = !lse || !mx || !tg || !sm;
+    for (int k = 0; k < p && !oom; k++) {
         mx[k] = malloc(sizeof(float) * (size_t)N);
         tg[k] = malloc(sizeof(float) * (size_t)N);
         sm[k] = malloc(sizeof(double) * (size_t)N);
-        oom = oom || !mx[k] || !tg[k] || !sm[k];
+        oom = !mx[k] || !tg[k] || !sm[k];
     }
     int vmax = 0;
     for (int k = 0; k < p; k++)
@@ -419,17 +414,20 @@ int vocab_exec_eval(vocab_exec *ve, const float *head, const float *x, const int
         for (int k = 0; k < p; k++) {
             ve_shard *sh = &ve->shard[k];
             vshard_gather(sh->w, head, ve->d, ve->V, sh->v0, sh->v);
-            vshard_forward(lg, mx[k], sm[k], tg[k], x, sh->w, y, sh->v0, N, ve->d, sh->v);
+            vshard_forward(lg, mx[k], sm[k], tg[k], NULL, x, sh->w, y, sh->v0, N, ve->d, sh->v);
         }
         *loss = vshard_combine_stats(lse, NULL, (const float *const *)mx,
                                      (const double *const *)sm, (const float *const *)tg, y, p,
                                      ve->V, N);
     }
-    for (int k = 0; k < p; k++) {
+    for (int k = 0; k < p && mx && tg && sm; k++) {
         free(mx[k]);
         free(tg[k]);
         free(sm[k]);
     }
+    free(mx);
+    free(tg);
+    free(sm);
     free(lg);
     free(lse);
     return oom ? zb_fail(err, "out of memory for the evaluation's logits") : 0;

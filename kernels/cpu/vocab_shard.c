@@ -51,7 +51,7 @@ void vshard_scatter_add(float *H, const float *dw, int d, int V, int v0, int v)
         }
 }
 
-void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt,
+void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt, float *ex,
                     const float *x, const float *w, const int32_t *targets, int v0,
                     int N, int d, int v)
 {
@@ -62,8 +62,17 @@ void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt,
         for (int j = 1; j < v; j++)
             mx = row[j] > mx ? row[j] : mx;
         double sum = 0.0;
-        for (int j = 0; j < v; j++)
-            sum += exp((double)row[j] - mx);
+        if (ex) {
+            float *er = ex + (size_t)n * v;
+            for (int j = 0; j < v; j++) {
+                double e = exp((double)row[j] - mx);
+                er[j] = (float)e;
+                sum += e;
+            }
+        } else {
+            for (int j = 0; j < v; j++)
+                sum += exp((double)row[j] - mx);
+        }
         row_max[n] = mx;
         row_sum[n] = sum;
         int y = targets[n] - v0;
@@ -71,17 +80,16 @@ void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt,
     }
 }
 
-void vshard_local_partial(float *partial, float *scratch, const float *logits,
-                          const float *row_max, const double *row_sum, const float *w,
+void vshard_local_partial(float *partial, float *ex, const double *row_sum, const float *w,
                           int N, int d, int v)
 {
     for (int n = 0; n < N; n++) {
-        const float *row = logits + (size_t)n * v;
-        float *sr = scratch + (size_t)n * v;
+        float *er = ex + (size_t)n * v;
+        float inv = (float)(1.0 / row_sum[n]);
         for (int j = 0; j < v; j++)
-            sr[j] = (float)(exp((double)row[j] - row_max[n]) / row_sum[n]);
+            er[j] *= inv;
     }
-    kern_matmul_backward_b(partial, scratch, w, N, d, v);
+    kern_matmul_backward_b(partial, ex, w, N, d, v);
 }
 
 double vshard_combine_stats(float *lse, double *const *weight, const float *const *row_max,

@@ -62,15 +62,16 @@ void vshard_scatter_add(float *H, const float *dw, int d, int V, int v0, int v);
 /* S statistics of one shard: logits[N,v] = x[N,d]·w[d,v]; per row n the
  * max row_max[n], row_sum[n] = Σ_j exp(logits[n,j] - row_max[n]) (double,
  * in column order) and tgt[n] = logits[n, y_n - v0] when v0 <= y_n < v0+v
- * (else 0). */
-void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt,
+ * (else 0).  When ex is not NULL it receives ex[n,j] = exp(logits[n,j] -
+ * row_max[n]) as float, the terms of the sum, for vshard_local_partial
+ * (so that Vocab-1's S takes each exponential once). */
+void vshard_forward(float *logits, float *row_max, double *row_sum, float *tgt, float *ex,
                     const float *x, const float *w, const int32_t *targets, int v0,
                     int N, int d, int v);
 
 /* Vocab-1's partial under the local softmax: partial[N,d] =
- * (exp(logits - row_max)/row_sum)·wᵀ; scratch [N,v] is overwritten. */
-void vshard_local_partial(float *partial, float *scratch, const float *logits,
-                          const float *row_max, const double *row_sum, const float *w,
+ * (ex/row_sum)·wᵀ with ex [N,v] from vshard_forward, scaled in place. */
+void vshard_local_partial(float *partial, float *ex, const double *row_sum, const float *w,
                           int N, int d, int v);
 
 /* Barrier C0's statistics from the p shards' S results (arrays indexed by

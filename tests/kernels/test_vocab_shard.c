@@ -101,12 +101,11 @@ static void check_against_plain(int N, int d, int V, int p, int variant)
         wt[k] = malloc(sizeof(double) * N);
         part[k] = malloc(sizeof(float) * N * d);
         vshard_gather(w[k], H, d, V, v0, v);
-        vshard_forward(slg[k], mx[k], sm[k], tg[k], X, w[k], y, v0, N, d, v);
-        if (variant == 1) {
-            float *scr = malloc(sizeof(float) * N * v);
-            vshard_local_partial(part[k], scr, slg[k], mx[k], sm[k], w[k], N, d, v);
-            free(scr);
-        }
+        float *ex = variant == 1 ? malloc(sizeof(float) * N * v) : NULL;
+        vshard_forward(slg[k], mx[k], sm[k], tg[k], ex, X, w[k], y, v0, N, d, v);
+        if (variant == 1)
+            vshard_local_partial(part[k], ex, sm[k], w[k], N, d, v);
+        free(ex);
     }
     double sloss = vshard_combine_stats(slse, variant == 1 ? wt : NULL,
                                         (const float *const *)mx, (const double *const *)sm,
