@@ -2,7 +2,8 @@
  * test_trainer_vocab.c: the trainer on vocabulary-parallel schedules,
  * through the library (runtime/vocab_exec.h): T passes that run out of
  * micro-batch order add their gradients in order (same bits as in order);
- * recompute on the stage whose head moved out gives the same bits; a last
+ * recompute on the stage whose head moved out and the synchronous clip
+ * give the same bits as post-validation without recompute; a last
  * stage with no layers (final norm only) trains; and the losses stay
  * within 1e-6 of the plain model.
  */
@@ -77,6 +78,11 @@ START_TEST(t_out_of_order_and_recompute)
         orc.recompute_stages = rc;
         fixture_run c = fixture_train(in, d, &orc, 4);
         fixture_assert_same(&c, &a, "recompute");
+        trainer_opts osync = o;
+        osync.sync_optimizer = 1;
+        fixture_run e = fixture_train(in, d, &osync, 4);
+        fixture_assert_same(&e, &a, "synchronous optimizer");
+        free(e.params);
         sched_t *pl = two_device_plain();
         fixture_run p = fixture_train(pl, d, &o, 4);
         assert_close(&a, &p, "vocab vs plain");
