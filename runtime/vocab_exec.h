@@ -44,7 +44,9 @@
  *
  * Workload: p <= 8 shards, m micro-batches of N = B·T rows; the buffers of
  * each (shard, micro-batch) are allocated on first use and kept, like the
- * trainer's saved states, so that steps after the first allocate nothing.
+ * trainer's saved states, so that steps after the first allocate nothing
+ * (except a T that runs ahead of micro-batch order: its gradient waits in
+ * a buffer of its own until its turn).
  */
 #ifndef ZB_RUNTIME_VOCAB_EXEC_H
 #define ZB_RUNTIME_VOCAB_EXEC_H
