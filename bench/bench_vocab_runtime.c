@@ -24,18 +24,22 @@
  *      by step so that background load hits all alike, one kernel thread
  *      per device, and reports the median and the minimum wall time of
  *      trainer_step (the minimum is the figure least disturbed by other
- *      jobs on a shared machine).
+ *      jobs on a shared machine), and each device worker's CPU time per
+ *      step (/proc/self/task/TID/stat, clock ticks): the work balance that
+ *      vocabulary parallelism changes, which other jobs do not inflate.
  *
  * Usage: bench_vocab_runtime [--model FILE] [--vocab V] [--m M] [--steps N] [--data PATH]
  * Defaults: bench/runtime/vocab-wide.json, V = 4096, m = 8, 10 steps,
  * ../shared/data/tinyshakespeare.txt (run from the repository root).
  */
+#include <dirent.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/ops.h"
@@ -185,6 +189,47 @@ static void time_passes(const zb_model *m, int batch, int p, int variant, int re
     free(y);
 }
 
+/* The threads of this process (/proc/self/task), ascending, into tids
+ * (at most cap); returns how many. */
+static int list_tids(int *tids, int cap)
+{
+    DIR *dir = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir)) != NULL)
+        if (e->d_name[0] != '.' && n < cap)
+            tids[n++] = atoi(e->d_name);
+    if (dir)
+        closedir(dir);
+    for (int i = 1; i < n; i++) /* insertion sort: a few dozen threads */
+        for (int j = i; j > 0 && tids[j - 1] > tids[j]; j--) {
+            int x = tids[j];
+            tids[j] = tids[j - 1];
+            tids[j - 1] = x;
+        }
+    return n;
+}
+
+/* CPU time (user + system) thread tid has used, in ms; 0 when unknown. */
+static double thread_cpu_ms(int tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* fields after the command name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) * 1e3 / (double)sysconf(_SC_CLK_TCK);
+}
+
+#define MAX_TIDS 256
+
 /* One configuration under test. */
 typedef struct config {
     const char *kind;  /* generator kind */
@@ -193,6 +238,9 @@ typedef struct config {
     trainer *t;        /* its trainer */
     double cost;       /* predicted ms per step (largest device span) */
     double *wall;      /* [steps] measured ms */
+    int worker[2];     /* thread ids of its two device workers (started by
+                        * its first step), device order */
+    double cpu[2];     /* CPU ms each worker used over the timed steps */
 } config;
 
 int main(int argc, char **argv)
@@ -269,9 +317,9 @@ int main(int argc, char **argv)
            prof.head.t_w * 1e3, ts[1], tt[1], ts[2], tt[2]);
 
     config cf[N_RUNS] = {
-        { "1f1b", 0, NULL, NULL, 0, NULL }, { "1f1b", 1, NULL, NULL, 0, NULL },
-        { "1f1b", 2, NULL, NULL, 0, NULL }, { "zb-v", 0, NULL, NULL, 0, NULL },
-        { "zb-v", 1, NULL, NULL, 0, NULL },
+        { .kind = "1f1b", .variant = 0 }, { .kind = "1f1b", .variant = 1 },
+        { .kind = "1f1b", .variant = 2 }, { .kind = "zb-v", .variant = 0 },
+        { .kind = "zb-v", .variant = 1 },
     };
     trainer_opts o;
     trainer_opts_default(&o);
@@ -321,20 +369,37 @@ int main(int argc, char **argv)
         }
     }
     double first_loss[N_RUNS];
+    static int before[MAX_TIDS], after[MAX_TIDS];
     for (int i = -1; i < steps; i++) /* i = -1: warm-up */
         for (int k = 0; k < N_RUNS; k++) {
-            double loss;
+            double loss, c0[2] = { 0, 0 };
+            int nb = i < 0 ? list_tids(before, MAX_TIDS) : 0;
+            for (int w = 0; w < 2 && i >= 0; w++)
+                c0[w] = thread_cpu_ms(cf[k].worker[w]);
             if (trainer_step(cf[k].t, &loss, &err) != 0) {
                 fprintf(stderr, "bench_vocab_runtime: %s: %s\n", cf[k].kind, err.msg);
                 return 1;
             }
-            if (i < 0)
+            if (i < 0) {
+                /* the first step started this trainer's workers: the new
+                 * threads, in creation (device) order */
+                int na = list_tids(after, MAX_TIDS), w = 0;
+                for (int a = 0; a < na && w < 2; a++) {
+                    int seen = 0;
+                    for (int b = 0; b < nb; b++)
+                        seen |= before[b] == after[a];
+                    if (!seen)
+                        cf[k].worker[w++] = after[a];
+                }
                 first_loss[k] = loss;
-            else
+            } else {
                 cf[k].wall[i] = trainer_get_stats(cf[k].t)->last_step_s * 1e3;
+                for (int w = 0; w < 2; w++)
+                    cf[k].cpu[w] += thread_cpu_ms(cf[k].worker[w]) - c0[w];
+            }
         }
-    printf("%-6s %-8s %12s %12s %10s %10s %12s %12s\n", "kind", "vocab", "predicted ms",
-           "median ms", "meas/pred", "min ms", "trace sim ms", "first loss");
+    printf("%-6s %-8s %12s %12s %10s %10s %12s %16s %12s\n", "kind", "vocab", "predicted ms",
+           "median ms", "meas/pred", "min ms", "trace sim ms", "CPU ms dev0/dev1", "first loss");
     double meas[N_RUNS], best[N_RUNS];
     for (int k = 0; k < N_RUNS; k++) {
         best[k] = cf[k].wall[0];
@@ -353,8 +418,9 @@ int main(int argc, char **argv)
         sched_free(tr);
         char vname[16];
         snprintf(vname, sizeof vname, cf[k].variant ? "vocab-%d" : "plain", cf[k].variant);
-        printf("%-6s %-8s %12.1f %12.1f %10.3f %10.1f %12.1f %12.6f\n", cf[k].kind, vname,
-               cf[k].cost, meas[k], meas[k] / cf[k].cost, best[k], resim, first_loss[k]);
+        printf("%-6s %-8s %12.1f %12.1f %10.3f %10.1f %12.1f %7.0f/%-8.0f %12.6f\n", cf[k].kind,
+               vname, cf[k].cost, meas[k], meas[k] / cf[k].cost, best[k], resim,
+               cf[k].cpu[0] / steps, cf[k].cpu[1] / steps, first_loss[k]);
     }
     printf("speed-up over plain (median / min / predicted): 1f1b vocab-1 %.3fx / %.3fx / %.3fx, "
            "vocab-2 %.3fx / %.3fx / %.3fx; zb-v vocab-1 %.3fx / %.3fx / %.3fx\n",
