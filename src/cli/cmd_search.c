@@ -49,7 +49,7 @@ static void usage(FILE *out)
         "  --vocab plain|parallel  plain (default): the head on the last stage only;\n"
         "                        parallel: also plans with the output layer and embedding\n"
         "                        split over the pipeline devices (Vocab-1/2,\n"
-        "                        docs/vocab-parallel.md; `run` cannot execute them yet)\n"
+        "                        docs/vocab-parallel.md; `run` trains them on the CPU)\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
         "  --profile FILE        measured per-op times/memory instead of the FLOP estimate\n"
         "  --recompute on|off|search\n"
@@ -363,8 +363,9 @@ int cmd_search(int argc, char **argv)
     };
     search_options o;
     search_options_default(&o);
-    /* Plain by default: `run` cannot execute vocabulary passes yet, so the
-     * default answer must be a plan it can train (and the search stays
+    /* Plain by default: `run` trains vocabulary passes only on the CPU in
+     * one process, so the default answer must be a plan every runtime can
+     * train (and the search stays
      * under a second); --vocab parallel ranks those plans too. */
     o.vocab = 0;
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
