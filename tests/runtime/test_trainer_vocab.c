@@ -3,7 +3,8 @@
  * through the library (runtime/vocab_exec.h): T passes that run out of
  * micro-batch order add their gradients in order (same bits as in order);
  * recompute on the stage whose head moved out and the synchronous clip
- * give the same bits as post-validation without recompute; a last
+ * (and the FIFO transport, two kernel threads per device) give the same
+ * bits as post-validation without recompute; a last
  * stage with no layers (final norm only) trains; and the losses stay
  * within 1e-6 of the plain model.
  */
@@ -11,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/transport.h"
 #include "tests/common/trainer_fixture.h"
 
 /* Two devices, one stage each, m = 2: both forwards, the S passes, the T
@@ -83,6 +85,13 @@ START_TEST(t_out_of_order_and_recompute)
         fixture_run e = fixture_train(in, d, &osync, 4);
         fixture_assert_same(&e, &a, "synchronous optimizer");
         free(e.params);
+        /* the untagged FIFO transport and two kernel threads per device */
+        trainer_opts ofifo = o;
+        ofifo.transport = ZB_TRANSPORT_FIFO;
+        ofifo.threads = 2;
+        fixture_run f = fixture_train(in, d, &ofifo, 4);
+        fixture_assert_same(&f, &a, "FIFO transport, 2 threads");
+        free(f.params);
         sched_t *pl = two_device_plain();
         fixture_run p = fixture_train(pl, d, &o, 4);
         assert_close(&a, &p, "vocab vs plain");
