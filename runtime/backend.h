@@ -108,10 +108,17 @@ typedef struct zb_backend_ops {
 
     /* ---- stages ---- */
     /* The stage `layout` (borrowed, outlives the stage) on schedule device
-     * dev: all four buffers zeroed.  0 and *out, or -1 (refused layout,
-     * memory). */
-    int (*stage_new)(zb_backend *be, const llama_stage *layout, int dev, zb_bstage **out,
-                     zb_err *err);
+     * dev: all four buffers zeroed.  `compute` (borrowed, or NULL for
+     * layout itself) is what F, B, W and grads_add run: with vocabulary
+     * parallelism the last stage owns the LM head's parameters (layout:
+     * they are stepped, clipped and checkpointed with the stage) but its
+     * ops stop at the final norm (compute: LLAMA_HEAD_NORM_ONLY, whose
+     * tensors are a prefix of layout's), while the vocabulary passes write
+     * the head's gradient into the host mirror (runtime/vocab_exec.h).  A
+     * backend that cannot run such a stage refuses it.  0 and *out, or -1
+     * (refused layout, memory). */
+    int (*stage_new)(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
+                     int dev, zb_bstage **out, zb_err *err);
     void (*stage_free)(zb_backend *be, zb_bstage *st); /* NULL is fine */
     /* The host mirror of buffer `which`: llama_stage_num_params floats in
      * the CPU layout.  Never NULL for a live stage. */

@@ -20,7 +20,9 @@
 
 /* One stage's buffers. */
 typedef struct cpu_stage {
-    const llama_stage *layout; /* borrowed description */
+    const llama_stage *layout; /* borrowed description of the buffers */
+    const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
+                                 * layout, or a prefix of it (stage_new) */
     size_t n;                  /* floats per buffer */
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
     float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
@@ -56,8 +58,8 @@ static void cpu_stage_free(zb_backend *be, zb_bstage *bst)
     free(st);
 }
 
-static int cpu_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_bstage **out,
-                         zb_err *err)
+static int cpu_stage_new(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
+                         int dev, zb_bstage **out, zb_err *err)
 {
     (void)dev;
     cpu_impl *im = be->impl;
@@ -65,6 +67,7 @@ static int cpu_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_
     if (!st)
         return zb_fail(err, "out of memory");
     st->layout = layout;
+    st->compute = compute ? compute : layout;
     st->n = llama_stage_num_params(layout);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
         if (!(st->buf[k] = cpu_floats(st->n))) {
@@ -87,7 +90,7 @@ static int cpu_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recomput
                          zb_bsaved **out, zb_err *err)
 {
     (void)be;
-    llama_saved *sv = llama_saved_new(((cpu_stage *)bst)->layout, batch);
+    llama_saved *sv = llama_saved_new(((cpu_stage *)bst)->compute, batch);
     if (!sv)
         return zb_fail(err, "out of memory for a saved state");
     if (recompute)
@@ -142,7 +145,7 @@ static int cpu_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int3
 {
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
-    return llama_stage_forward(st->layout, st->buf[ZB_BUF_PARAMS], tokens, act_in, targets,
+    return llama_stage_forward(st->compute, st->buf[ZB_BUF_PARAMS], tokens, act_in, targets,
                                (llama_saved *)sv, act_out, loss, NULL, err);
 }
 
@@ -151,7 +154,7 @@ static int cpu_backward_b(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, float d
 {
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
-    return llama_stage_backward_b(st->layout, st->buf[ZB_BUF_PARAMS], (llama_saved *)sv, dloss,
+    return llama_stage_backward_b(st->compute, st->buf[ZB_BUF_PARAMS], (llama_saved *)sv, dloss,
                                   dy_in, dx_out, err);
 }
 
@@ -160,7 +163,7 @@ static int cpu_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgra
 {
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
-    return llama_stage_backward_w(st->layout, (llama_saved *)sv,
+    return llama_stage_backward_w(st->compute, (llama_saved *)sv,
                                   into ? (float *)into : st->buf[ZB_BUF_GRADS], err);
 }
 
@@ -198,7 +201,9 @@ static int cpu_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_
     (void)be;
     (void)err;
     cpu_stage *st = (cpu_stage *)bst;
-    llama_grads_add(st->layout, st->buf[ZB_BUF_GRADS], (const float *)g);
+    /* compute, not layout: the vocabulary passes may be writing the head's
+     * part of the gradient from another thread at the same time */
+    llama_grads_add(st->compute, st->buf[ZB_BUF_GRADS], (const float *)g);
     return 0;
 }
 

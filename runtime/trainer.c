@@ -60,11 +60,16 @@
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
 #include "runtime/split.h"
+#include "runtime/vocab_exec.h"
 #include "src/validate.h"
 
 /* Everything one virtual stage owns. */
 typedef struct stage_rt {
     llama_stage layout;    /* layers, tensors and their offsets */
+    llama_stage norm_layout; /* vocabulary parallelism, last stage: layout
+                            * without the LM head (LLAMA_HEAD_NORM_ONLY), whose
+                            * tensors are layout's minus the head at the end */
+    const llama_stage *kern; /* what F, B, W run: &layout, or &norm_layout */
     int device;            /* device (worker thread) that runs it */
     size_t n_params;       /* floats per buffer of the stage */
     zb_bstage *bs;         /* params, grads, AdamW m and v on the backend (backend.h) */
@@ -149,6 +154,8 @@ struct trainer {
     int wpending;          /* workers still running the current job */
     int wstop;             /* 1: workers exit */
     trainer_stats stats;   /* progress */
+    vocab_exec *ve;        /* S/T passes and barriers (vocab_exec.h), or NULL
+                            * when the schedule has no vocabulary parallelism */
 };
 
 void trainer_opts_default(trainer_opts *o)
@@ -209,6 +216,7 @@ static void stage_free(zb_backend *be, stage_rt *r, int n_micro)
     free(r->w_scratch);
     free(r->tensor_sq);
     llama_stage_free(&r->layout);
+    llama_stage_free(&r->norm_layout);
 }
 
 static void workers_stop(trainer *t);
@@ -235,6 +243,7 @@ void trainer_free(trainer *t)
         for (int s = 0; s < t->n_stages; s++)
             stage_free(t->be, &t->st[s], t->n_micro);
     free(t->st);
+    vocab_exec_free(t->ve);
     backend_free(t->be);
     if (t->op_start)
         for (int d = 0; d < t->n_devices; d++) {
@@ -282,9 +291,9 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
      * refuse it here, whoever the caller is. */
     if (sched_validate(s, err) != 0)
         return zb_wrap(err, "schedule: ");
-    if (sched_has_vocab(s))
-        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) are not executed by this "
-                       "runtime yet; generate the schedule with --vocab plain");
+    if (sched_has_vocab(s) && opts->one_device)
+        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) run in one process only, "
+                       "not as pipeline ranks; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
@@ -365,6 +374,15 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         return -1;
     }
     t->mirrored = t->be->ops->download != NULL;
+    if (sched_has_vocab(s) && t->mirrored) {
+        /* the passes read and write the last stage's host buffers */
+        zb_fail(err, "schedule: vocabulary-parallel passes run on the CPU backend only (the %s "
+                "backend keeps its buffers apart from the host); generate the schedule with "
+                "--vocab plain", t->be->ops->name);
+        free(first);
+        trainer_free(t);
+        return -1;
+    }
     zb_transport_pool pool = { pool_get, pool_put, t };
     if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices)) {
         free(first);
@@ -390,6 +408,16 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             trainer_free(t);
             return zb_wrap(err, "stage %d: ", i);
         }
+        r->kern = &r->layout;
+        if (sched_has_vocab(s) && i == t->n_stages - 1) {
+            if (llama_stage_init(&r->norm_layout, &t->model, first[i], first[i + 1], i == 0,
+                                 LLAMA_HEAD_NORM_ONLY, err) != 0) {
+                free(first);
+                trainer_free(t);
+                return zb_wrap(err, "stage %d: ", i);
+            }
+            r->kern = &r->norm_layout;
+        }
         r->device = s->stage_device[i];
         r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
         r->n_params = llama_stage_num_params(&r->layout);
@@ -404,7 +432,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             return zb_fail(err, "out of memory for stage %d", i);
         }
         zb_backend *be = t->be;
-        int brc = be->ops->stage_new(be, &r->layout, r->device, &r->bs, err);
+        int brc = be->ops->stage_new(be, &r->layout, r->kern != &r->layout ? r->kern : NULL,
+                                     r->device, &r->bs, err);
         for (int j = 0; j < t->n_micro && brc == 0; j++)
             brc = be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err);
         if (brc == 0) {
@@ -421,6 +450,10 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         }
     }
     free(first);
+    if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, &t->ve, err) != 0) {
+        trainer_free(t);
+        return -1;
+    }
     rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;
@@ -558,7 +591,7 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     stage_rt *r = &t->st[s];
     zb_backend *be = t->be;
     size_t tok = (size_t)t->batch * (size_t)t->seq;
-    int last = s == t->n_stages - 1;
+    int last = s == t->n_stages - 1 && !t->ve; /* with vocab_exec the head runs in S/T */
     void *in = NULL; /* the forward copies its input into the saved state */
     if (s > 0 && tr_recv(t, r->device, CHAN_ACT, s, j, &in, NULL, err) != 0)
         return -1;
@@ -578,7 +611,10 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
         return zb_wrap(err, "F of stage %d, micro-batch %d: ", s, j);
     }
     stamp(t, end);
-    if (!last && tr_send(t, r->device, CHAN_ACT, s + 1, j, out, 0, err) != 0)
+    if (t->ve && s == t->n_stages - 1) {
+        vocab_exec_put_x(t->ve, j, out); /* the head input's broadcast */
+        act_put(t, r->device, out);
+    } else if (!last && tr_send(t, r->device, CHAN_ACT, s + 1, j, out, 0, err) != 0)
         return -1;
     return 0;
 }
@@ -592,8 +628,17 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, v
     stage_rt *r = &t->st[s];
     zb_backend *be = t->be;
     void *dy = NULL;
-    if (s < t->n_stages - 1 && tr_recv(t, r->device, CHAN_GRAD, s, j, &dy, NULL, err) != 0)
-        return -1;
+    if (s < t->n_stages - 1) {
+        if (tr_recv(t, r->device, CHAN_GRAD, s, j, &dy, NULL, err) != 0)
+            return -1;
+    } else if (t->ve) { /* the head input's gradient, after barrier C0 or C1 */
+        if (!(dy = act_get(t, r->device)))
+            return zb_fail(err, "out of memory for a gradient");
+        if (vocab_exec_take_dx(t->ve, j, 1.0f / (float)t->n_micro, dy, &t->mb_loss[j], err) != 0) {
+            act_put(t, r->device, dy);
+            return -1;
+        }
+    }
     stamp(t, start);
     void *dx = NULL;
     if (s > 0 && !(dx = act_get(t, r->device))) {
@@ -744,6 +789,8 @@ static void note_activations(trainer *t, int dev)
         if (t->st[s].device == dev)
             for (int j = 0; j < t->n_micro; j++)
                 held += (double)t->be->ops->saved_bytes(t->be, t->st[s].saved[j]);
+    if (t->ve)
+        held += vocab_exec_held_bytes(t->ve, dev);
     if (held > t->act_peak[dev])
         t->act_peak[dev] = held;
 }
@@ -790,10 +837,10 @@ static void run_job(worker *w, int phases)
             break;
         }
         case OP_S:
+            rc = vocab_exec_s(t->ve, op.stage, op.mb, start, end, &w->err);
+            break;
         case OP_T:
-            /* trainer_create refuses vocabulary-parallel schedules */
-            assert(0 && "vocabulary pass in the CPU executor");
-            rc = zb_fail(&w->err, "vocabulary passes are not executed by this runtime");
+            rc = vocab_exec_t(t->ve, op.stage, op.mb, start, end, &w->err);
             break;
         }
         if (t->opts.record_times)
@@ -804,11 +851,17 @@ static void run_job(worker *w, int phases)
     for (int s = 0; s < t->n_stages && rc == 0 && n_ops > 0; s++)
         if (t->st[s].device == w->dev)
             rc = t->be->ops->sync(t->be, t->st[s].bs, &w->err);
+    /* the head's gradient is complete once every device's T has run */
+    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve
+        && t->st[t->n_stages - 1].device == w->dev)
+        rc = vocab_exec_wait_done(t->ve, &w->err);
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w->dev, &w->err);
     if (rc != 0) {
         w->failed = 1;
         t->tr->ops->abort(t->tr);
+        if (t->ve)
+            vocab_exec_abort(t->ve);
     }
 }
 
@@ -971,6 +1024,8 @@ static int mirrors_push(trainer *t, zb_err *err)
 static void reset_step_state(trainer *t)
 {
     t->tr->ops->reset(t->tr);
+    if (t->ve)
+        vocab_exec_reset(t->ve);
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
         for (int j = 0; j < t->n_micro; j++) {
@@ -1014,6 +1069,14 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     t->full_sq = 0;
     for (int d = 0; d < t->n_devices; d++)
         t->act_peak[d] = 0;
+    if (t->ve) {
+        stage_rt *r = &t->st[t->n_stages - 1];
+        size_t head = r->norm_layout.n_params; /* the head follows the norm-only layout */
+        /* the passes read and write the host buffers: trainer_create
+         * refuses vocabulary parallelism on a mirrored backend */
+        vocab_exec_begin(t->ve, t->be->ops->host(t->be, r->bs, ZB_BUF_PARAMS) + head,
+                         t->be->ops->host(t->be, r->bs, ZB_BUF_GRADS) + head, t->y, &t->t0);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
 }
 
@@ -1181,7 +1244,7 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
         data_val_batch(t->data, k * B, B, n_total, x, y);
         for (int s = 0; s < t->n_stages && rc == 0; s++) {
             stage_rt *r = &t->st[s];
-            int last = s == t->n_stages - 1;
+            int last = s == t->n_stages - 1 && !t->ve; /* with vocab_exec: the head below */
             zb_bsaved *sv = NULL;
             float loss = 0;
             if ((rc = be->ops->saved_new(be, r->bs, B, 0, &sv, err)) != 0)
@@ -1202,6 +1265,14 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
             if (rc == 0)
                 rc = be->ops->sync(be, r->bs, err);
             be->ops->saved_free(be, sv);
+            if (rc == 0 && t->ve && s == t->n_stages - 1) {
+                /* the head over its shards (CPU only: the host mirror is the buffer) */
+                const float *params = be->ops->host(be, r->bs, ZB_BUF_PARAMS);
+                double vl = 0;
+                rc = vocab_exec_eval(t->ve, params + r->norm_layout.n_params, b, y, B, &vl, err);
+                loss = (float)vl;
+                last = 1;
+            }
             if (rc != 0) {
                 zb_wrap(err, "evaluation, stage %d: ", s);
                 break;
@@ -1558,6 +1629,7 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     /* Per stage: summed durations and counts of F, B, W (BW ops split at
      * the end of their B half), for the costs of the traced file. */
     double *sum = calloc((size_t)c->n_stages * 6, sizeof *sum);
+    double vocab_sum[4] = { 0 }; /* S, T durations then counts */
     if (!sum) {
         sched_free(c);
         return zb_fail(err, "out of memory");
@@ -1586,9 +1658,8 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
                 acc[5]++;
                 break;
             }
-            case OP_S:
-            case OP_T:
-                break; /* never in a trained schedule */
+            case OP_S: vocab_sum[0] += en - st; vocab_sum[2]++; break;
+            case OP_T: vocab_sum[1] += en - st; vocab_sum[3]++; break;
             }
         }
     }
@@ -1602,6 +1673,11 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
         c->cost[i].t_w = acc[5] > 0 ? acc[2] / acc[5] : 0;
     }
     c->t_comm = 0;
+    if (sched_has_vocab(c)) { /* measured passes; barriers are waits inside them */
+        c->vocab.t_s = vocab_sum[2] > 0 ? vocab_sum[0] / vocab_sum[2] : 0;
+        c->vocab.t_t = vocab_sum[3] > 0 ? vocab_sum[1] / vocab_sum[3] : 0;
+        c->vocab.t_c0 = c->vocab.t_c1 = 0;
+    }
     free(sum);
     strcpy(c->time_unit, "ms");
     if (trace_add_measured(c, t->act_peak) != 0) {

@@ -30,6 +30,14 @@
  *      arithmetic inverse).  opts.sync_optimizer selects the plain
  *      synchronous clip instead (the reference the tests compare against).
  *
+ * A schedule with vocabulary parallelism (sched_has_vocab: S and T passes)
+ * runs the same way, with the output layer split by vocabulary over the
+ * devices (runtime/vocab_exec.h): the last stage keeps its layers and the
+ * final norm, its F hands the head input over and its B takes the input
+ * gradient back from the barriers; the head's parameters stay in the last
+ * stage's buffer (checkpoints, norms and accessors as without it).  Not
+ * with one_device (pipeline ranks).
+ *
  * A step can also be taken in two halves, for data parallelism across
  * replicas: trainer_backward runs steps 1-2 (the gradients of the step are
  * then in each stage's buffer, trainer_stage_grads, where the caller may

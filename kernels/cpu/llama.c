@@ -129,6 +129,8 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
     if (l0 < 0 || l1 < l0 || l1 > m->n_layers)
         return zb_fail(err, "stage layers [%d, %d) outside the model's %d",
                        l0, l1, m->n_layers);
+    if (has_head < LLAMA_HEAD_NONE || has_head > LLAMA_HEAD_NORM_ONLY)
+        return zb_fail(err, "stage [%d, %d): bad head mode %d", l0, l1, has_head);
     if (l0 == l1 && !has_embedding && !has_head)
         return zb_fail(err, "stage [%d, %d) holds nothing", l0, l1);
     if (model_memory_check(m, err) != 0)
@@ -144,7 +146,8 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
     st->l0 = l0;
     st->l1 = l1;
     st->has_embedding = has_embedding ? 1 : 0;
-    st->has_head = has_head ? 1 : 0;
+    st->has_head = has_head == LLAMA_HEAD_FULL;
+    st->norm_only = has_head == LLAMA_HEAD_NORM_ONLY;
     st->head_dim = m->d_model / m->n_heads;
     st->q_dim = m->n_heads * st->head_dim;
     st->kv_dim = m->n_kv_heads * st->head_dim;
@@ -182,10 +185,10 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
             st->layer_stride = st->n_params - st->layer_offset0;
     }
     st->layer_tensor0[l1 - l0] = st->n_tensors;
-    if (st->has_head) {
+    if (st->has_head || st->norm_only)
         add_tensor(st, LLAMA_T_FINAL_NORM, -1);
+    if (st->has_head)
         add_tensor(st, LLAMA_T_LM_HEAD, -1);
-    }
     assert(st->n_tensors <= cap);
     if (!(st->pool = buf_pool_new())) {
         llama_stage_free(st);
@@ -454,7 +457,10 @@ static void slot_spec(llama_saved *sv)
         [HS_LSE] = N, [HS_TARGETS] = N, [HS_DLOGITS] = N * V, [HS_DNF] = N * d,
     };
     for (int k = 0; k < HS_COUNT; k++) {
-        sv->slot_bytes[head_base(sv) + k] = st->has_head ? hsize[k] * f : 0;
+        /* a norm-only stage (vocabulary parallelism) keeps the norm's slots */
+        int norm_slot = k == HS_XF || k == HS_RSTD || k == HS_DNF;
+        sv->slot_bytes[head_base(sv) + k] =
+            st->has_head || (st->norm_only && norm_slot) ? hsize[k] * f : 0;
         sv->slot_phase[head_base(sv) + k] = hphase[k];
     }
     sv->slot_bytes[emb_base(sv) + ES_TOKENS] = st->has_embedding ? N * sizeof(int32_t) : 0;
@@ -703,7 +709,7 @@ int llama_stage_forward(const llama_stage *st, const float *params,
     /* the stream x enters layer 0's LS_X; with no layers, the head's input
      * or (embedding-only stage) the output directly */
     float *x0 = sv->n_local > 0 ? LSLOT(sv, 0, LS_X)
-                : st->has_head ? HSLOT(sv, HS_XF) : act_out;
+                : st->has_head || st->norm_only ? HSLOT(sv, HS_XF) : act_out;
     if (st->has_embedding) {
         memcpy(ESLOT(sv, ES_TOKENS), tokens, sizeof(int32_t) * (size_t)N);
         kern_embedding_forward(x0, tokens, params + st->tensors[0].offset, N, d);
@@ -712,7 +718,7 @@ int llama_stage_forward(const llama_stage *st, const float *params,
     }
     for (int i = 0; i < sv->n_local; i++) {
         float *out = i + 1 < sv->n_local ? LSLOT(sv, i + 1, LS_X)
-                     : st->has_head ? HSLOT(sv, HS_XF) : act_out;
+                     : st->has_head || st->norm_only ? HSLOT(sv, HS_XF) : act_out;
         if (layer_forward(st, params, sv, i, out) != 0) {
             release_phase(sv, PH_F_KEEP | PH_F_ONLY);
             return zb_fail(err, "forward: out of memory for attention or memory scratch");
@@ -731,6 +737,11 @@ int llama_stage_forward(const llama_stage *st, const float *params,
                                                  targets, N, V);
         if (logits)
             memcpy(logits, lg, sizeof(float) * (size_t)N * V);
+    } else if (st->norm_only) {
+        const llama_tensor *gf = &st->tensors[st->n_tensors - 1];
+        assert(gf->kind == LLAMA_T_FINAL_NORM);
+        kern_rmsnorm_forward(act_out, HSLOT(sv, HS_RSTD), HSLOT(sv, HS_XF),
+                             params + gf->offset, N, d);
     }
     sv->state = 1;
     if (sv->recompute)
@@ -904,6 +915,11 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
         kern_matmul_backward_b(dnf, dlg, params + H->offset, N, d, V);
         kern_rmsnorm_backward_b(dstream, dnf, HSLOT(sv, HS_XF), HSLOT(sv, HS_RSTD),
                                 params + gf->offset, N, d);
+    } else if (st->norm_only) {
+        const llama_tensor *gf = &st->tensors[st->n_tensors - 1];
+        memcpy(HSLOT(sv, HS_DNF), dy_in, sizeof(float) * Nd);
+        kern_rmsnorm_backward_b(dstream, HSLOT(sv, HS_DNF), HSLOT(sv, HS_XF),
+                                HSLOT(sv, HS_RSTD), params + gf->offset, N, d);
     } else {
         memcpy(dstream, dy_in, sizeof(float) * Nd);
     }

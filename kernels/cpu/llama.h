@@ -150,6 +150,9 @@ typedef struct llama_stage {
     int l0, l1;             /* layers [l0, l1) live here; l0 == l1 allowed */
     int has_embedding;      /* 1: input is tokens, stage starts with E */
     int has_head;           /* 1: stage ends with final norm, LM head, loss */
+    int norm_only;          /* 1: stage ends with the final norm only and outputs
+                             * its result; the head and loss run elsewhere
+                             * (vocabulary parallelism, runtime/vocab_exec.h) */
     int head_dim;           /* d_model / n_heads */
     int q_dim, kv_dim;      /* n_heads·hd, n_kv_heads·hd */
     size_t n_params;        /* floats in the param (and grad) buffer */
@@ -172,6 +175,15 @@ typedef struct llama_stage {
 /* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).
  * Owned by the caller; one object per micro-batch in flight. */
 typedef struct llama_saved llama_saved;
+
+/* Values of llama_stage_init's has_head. */
+enum {
+    LLAMA_HEAD_NONE = 0,      /* no final norm, no head */
+    LLAMA_HEAD_FULL = 1,      /* final norm, LM head and loss */
+    LLAMA_HEAD_NORM_ONLY = 2, /* final norm only: act_out is its output and
+                               * B's dy_in its gradient; the LM head and the
+                               * loss are split by vocabulary elsewhere */
+};
 
 /* Describes the stage [l0, l1) of model m (fields used: n_layers, d_model,
  * n_heads, n_kv_heads, d_ff, vocab, seq_len, rope_theta, memory).  Checks

@@ -120,10 +120,13 @@ static void cb_stage_free(zb_backend *be, zb_bstage *bst)
     free(cs);
 }
 
-static int cb_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_bstage **out,
-                        zb_err *err)
+static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
+                        int dev, zb_bstage **out, zb_err *err)
 {
     cuda_impl *im = IMPL(be);
+    if (compute && compute != layout)
+        return zb_fail(err, "the CUDA backend does not run vocabulary-parallel stages yet (their "
+                       "passes are CPU-only); generate the schedule with --vocab plain");
     if (dev < 0 || dev >= im->n_devices)
         return zb_fail(err, "device %d is not one of the backend's %d", dev, im->n_devices);
     cuda_stage *cs = calloc(1, sizeof *cs);

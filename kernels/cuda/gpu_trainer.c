@@ -155,6 +155,9 @@ static int create_common(const sched_t *s, const zb_model *m, const zb_data *d,
                          const trainer_opts *opts, int device, const gpu_rank_info *rk,
                          gpu_comm *comm, gpu_trainer **out, zb_err *err)
 {
+    if (sched_has_vocab(s)) /* the passes' kernels exist (vocab_cuda.h), the executor does not */
+        return zb_fail(err, "vocabulary-parallel passes (S, T) are not executed by the GPU "
+                       "trainer; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the loader's context %d differs from the model's seq_len %d", d->ctx,
                        m->seq_len);

@@ -882,9 +882,10 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
-    if (sched_has_vocab(s)) { /* before any data is read or the GPU touched */
-        cli_error("%s: vocabulary-parallel passes (S, T) are not executed by the runtime yet; "
-                  "generate the schedule with --vocab plain", a.file);
+    if (sched_has_vocab(s) && (a.cuda || mpi_ranks)) { /* before any data is read or the GPU touched */
+        cli_error("%s: vocabulary-parallel passes (S, T) run on the CPU in one process only, "
+                  "not %s; generate the schedule with --vocab plain", a.file,
+                  a.cuda ? "on the GPU" : "over MPI ranks");
         goto out;
     }
     if ((rc = run_plan_resolve(a.file, s, a.model, a.batch, &setup)) != 0)

@@ -131,6 +131,11 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
     }
     free(stage_bytes);
     free(first);
+    /* Vocabulary parallelism (runtime/vocab_exec.c) keeps, for every
+     * micro-batch, the head input, each shard's logits, statistics and
+     * input-gradient partial, allocated once for the whole run. */
+    if (sched_has_vocab(s))
+        out->activations += (double)s->n_micro * N * (V + d + s->n_devices * (d + 4.0)) * f;
     /* At worst every micro-batch's activation and gradient wait at every
      * stage boundary. */
     out->messages = 2.0 * s->n_micro * (s->n_stages - 1) * N * d * f;

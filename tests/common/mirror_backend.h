@@ -90,14 +90,14 @@ static void w_stage_free(zb_backend *be, zb_bstage *st)
     free(ws);
 }
 
-static int w_stage_new(zb_backend *be, const llama_stage *layout, int dev, zb_bstage **out,
-                       zb_err *err)
+static int w_stage_new(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
+                       int dev, zb_bstage **out, zb_err *err)
 {
     mb_bump(MB_C_STAGE);
     wrap_stage *ws = calloc(1, sizeof *ws);
     if (!ws)
         return zb_fail(err, "out of memory");
-    if (IN(be)->ops->stage_new(IN(be), layout, dev, &ws->inner, err) != 0) {
+    if (IN(be)->ops->stage_new(IN(be), layout, compute, dev, &ws->inner, err) != 0) {
         free(ws);
         return -1;
     }

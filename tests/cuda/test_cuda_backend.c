@@ -57,8 +57,8 @@ static void test_stage(int l0, int l1, int emb, int head)
     CC_OK(llama_stage_init(&L, &m, l0, l1, emb, head, err));
     size_t n = llama_stage_num_params(&L);
     zb_bstage *cs, *gs;
-    CC_OK(cpu->ops->stage_new(cpu, &L, 0, &cs, err));
-    CC_OK(gpu->ops->stage_new(gpu, &L, 0, &gs, err));
+    CC_OK(cpu->ops->stage_new(cpu, &L, NULL, 0, &cs, err));
+    CC_OK(gpu->ops->stage_new(gpu, &L, NULL, 0, &gs, err));
     float *cp = cpu->ops->host(cpu, cs, ZB_BUF_PARAMS);
     llama_stage_init_params(&L, cp, 11);
     for (size_t i = 0; i < n; i++)
@@ -232,7 +232,7 @@ int main(void)
         zb_bstage *gs;
         zb_bsaved *sv = NULL;
         zb_err e = { { 0 } };
-        CC_OK(gpu->ops->stage_new(gpu, &L, 0, &gs, err));
+        CC_OK(gpu->ops->stage_new(gpu, &L, NULL, 0, &gs, err));
         cc_true("recompute is refused with a reason",
                 gpu->ops->saved_new(gpu, gs, 2, 1, &sv, &e) != 0 && strstr(e.msg, "recomput"));
         gpu->ops->stage_free(gpu, gs);
