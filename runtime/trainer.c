@@ -78,7 +78,7 @@ typedef struct stage_rt {
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
-    int recompute;         /* 1: this stage's saved states recompute (opts.recompute_stages) */
+    int recompute;         /* LLAMA_RC_* level of this stage's saved states (opts.recompute_stages) */
 } stage_rt;
 
 /* What a worker thread runs: the lane's ops, the post-validated optimizer
@@ -383,7 +383,13 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             return zb_wrap(err, "stage %d: ", i);
         }
         r->device = s->stage_device[i];
-        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
+        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] : LLAMA_RC_NONE;
+        if (r->recompute < LLAMA_RC_NONE || r->recompute > LLAMA_RC_MLP) {
+            free(first);
+            trainer_free(t);
+            return zb_fail(err, "stage %d: recompute level %d is not 0 (none), 1 (full) or 2 (mlp)",
+                           i, opts->recompute_stages[i]);
+        }
         r->n_params = llama_stage_num_params(&r->layout);
         r->params = alloc_floats(r->n_params);
         r->grads = alloc_floats(r->n_params);
@@ -400,7 +406,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
               || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
         for (int j = 0; j < t->n_micro && !oom; j++)
             if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && r->recompute)
-                llama_saved_set_recompute(r->saved[j], 1);
+                llama_saved_set_recompute(r->saved[j], r->recompute);
         if (oom) {
             free(first);
             trainer_free(t);
@@ -858,7 +864,7 @@ static void reset_step_state(trainer *t)
                 llama_saved_free(r->saved[j]);
                 r->saved[j] = llama_saved_new(&r->layout, t->batch);
                 if (r->saved[j] && r->recompute)
-                    llama_saved_set_recompute(r->saved[j], 1);
+                    llama_saved_set_recompute(r->saved[j], r->recompute);
             }
         }
     }
