@@ -9,7 +9,9 @@
  * layer-count error about `tiny`, and a GPT-style plan one line saying the
  * CPU kernels are Llama-style only.  Every run starts in / to show that the
  * default data path does not depend on the working directory, and
- * ZBSCHED_DATA overrides it.
+ * ZBSCHED_DATA overrides it.  A plan's recompute_levels (none, full,
+ * mlp per stage) train to the losses of no recompute, bit for bit, and bad
+ * levels are refused in one line.
  */
 #include <check.h>
 #include <stdarg.h>
@@ -112,6 +114,80 @@ START_TEST(trains_the_planned_split_and_micro_batch)
     ck_assert_msg(rc == 0, "run failed: %s", err_text);
     ck_assert_int_eq(json_ints(out_text, "layers_per_stage", split, 8), 4);
     ck_assert_int_eq(split[1], 2);
+}
+END_TEST
+
+/* Writes dir/rc.json: dir/plan.json with recompute_stages `stages` and,
+ * when levels is not NULL, recompute_levels `levels` (JSON arrays). */
+static void plan_with_levels(const char *stages, const char *levels)
+{
+    char path[128], *text = NULL;
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 1 << 22, n = 0;
+    text = malloc(cap);
+    n = fread(text, 1, cap - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    ck_assert_ptr_nonnull(o);
+    cJSON *plan = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "meta"), "plan");
+    if (!plan)
+        plan = cJSON_GetObjectItemCaseSensitive(o, "plan");
+    ck_assert_ptr_nonnull(plan);
+    cJSON_ReplaceItemInObjectCaseSensitive(plan, "recompute_stages", cJSON_Parse(stages));
+    if (levels)
+        cJSON_AddItemToObject(plan, "recompute_levels", cJSON_Parse(levels));
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "%s/rc.json", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+}
+
+/* The text of the "losses" array and of "val_loss" in a run's JSON. */
+static void losses_text(const char *json, char *buf, size_t len)
+{
+    cJSON *o = cJSON_Parse(json);
+    ck_assert_msg(o != NULL, "not JSON: %s", json);
+    char *l = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "losses"));
+    char *v = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "val_loss"));
+    snprintf(buf, len, "%s %s", l, v);
+    free(l);
+    free(v);
+    cJSON_Delete(o);
+}
+
+/* A plan whose stages recompute at the MLP level, full level and not at
+ * all (recompute_levels) trains to the same losses, bit for bit, as the
+ * plan without recompute; a plan without recompute_levels still loads
+ * (its recompute_stages alone mean full recompute); a bad or contradicting
+ * level is refused in one line. */
+START_TEST(recompute_levels_train_the_same_losses)
+{
+    make_plan();
+    char want[1024], got[1024];
+    ck_assert_msg(zb("run %s/plan.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, want, sizeof want);
+    plan_with_levels("[true, true, true, false]", "[\"mlp\", \"full\", \"mlp\", \"none\"]");
+    ck_assert_msg(zb("run %s/rc.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, got, sizeof got);
+    ck_assert_str_eq(got, want);
+    plan_with_levels("[true, false, true, false]", NULL);
+    ck_assert_msg(zb("run %s/rc.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, got, sizeof got);
+    ck_assert_str_eq(got, want);
+    plan_with_levels("[true, true, true, false]", "[\"mlp\", \"half\", \"mlp\", \"none\"]");
+    ck_assert_int_eq(zb("run %s/rc.json --steps 1", dir), 1);
+    cli_assert_one_line(err_text, "recompute_levels[1] is not");
+    plan_with_levels("[true, false, true, false]", "[\"mlp\", \"full\", \"mlp\", \"none\"]");
+    ck_assert_int_eq(zb("run %s/rc.json --steps 1", dir), 1);
+    cli_assert_one_line(err_text, "contradicts recompute_stages[1]");
 }
 END_TEST
 
@@ -221,6 +297,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, trains_the_planned_split_and_micro_batch);
     tcase_add_test(tc, contradicting_batch_size_is_refused);
+    tcase_add_test(tc, recompute_levels_train_the_same_losses);
     tcase_add_test(tc, another_model_warns_and_splits_evenly);
     tcase_add_test(tc, default_search_plan_says_what_it_needs);
     tcase_add_test(tc, data_path_from_the_environment);
