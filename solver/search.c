@@ -1214,8 +1214,10 @@ out:
  * of F on Llama-3 8B) and keeps the attention half's activations.  The
  * most of the last stages of the prefix (up to one round of pp) that may
  * drop to the MLP level and still fit is found by bisection on the plan
- * without passes; the plan with passes is built there and one step
- * lower, and replaces *best when it fits and is faster. */
+ * without passes; the plan with passes is built there and two steps
+ * lower (the time is not monotone in j: each step moves one device's
+ * chunk, and the order's bubble shifts with it), and the fastest that
+ * fits replaces *best when it beats it. */
 static int vocab_stage_mlp(search_state *st, const search_candidate *src, int variant,
                            search_candidate *best, zb_err *err)
 {
@@ -1229,7 +1231,7 @@ static int vocab_stage_mlp(search_state *st, const search_candidate *src, int va
         else
             hi = mid - 1;
     }
-    for (int j = lo; j > 0 && j >= lo - 1; j--) {
+    for (int j = lo; j > 0 && j >= lo - 2; j--) {
         search_config cf;
         if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
             config_free(&cf);
@@ -1250,10 +1252,10 @@ static int vocab_stage_mlp(search_state *st, const search_candidate *src, int va
             sched_free(best->sched);
             free(best->layers);
             *best = trial;
-            break;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
         }
-        sched_free(trial.sched);
-        free(trial.layers);
     }
     return 0;
 }
