@@ -129,6 +129,8 @@ typedef struct search_state {
                               * stage_q (the variants share it: memory does not depend on
                               * the variant's pass times), or -1 */
     int stage_q;             /* that bisection's fewest recomputed stages */
+    int stage_mlp;           /* the MLP-level bisection's most stages for stage_q_src at
+                              * stage_q (shared by the variants likewise), or -1 */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -1214,14 +1216,41 @@ out:
  * of F on Llama-3 8B) and keeps the attention half's activations.  The
  * most of the last stages of the prefix (up to one round of pp) that may
  * drop to the MLP level and still fit is found by bisection on the plan
- * without passes; the plan with passes is built there and two steps
- * lower (the time is not monotone in j: each step moves one device's
- * chunk, and the order's bubble shifts with it), and the fastest that
- * fits replaces *best when it beats it. */
+ * without passes (shared by the two variants, as the q bisection is); the
+ * plan with passes is built there and one step lower (the time is not
+ * monotone in j: each step moves one device's chunk, and the order's
+ * bubble shifts with it), and the fastest that fits replaces *best when
+ * it beats it. */
 static int vocab_stage_mlp(search_state *st, const search_candidate *src, int variant,
                            search_candidate *best, zb_err *err)
 {
     int q = best->rc_stages, lo = 0, hi = q < st->pp ? q : st->pp;
+    /* Moving a stage from full to MLP-level recompute removes
+     * (B_full − B_mlp) per layer and micro-batch from its device; with
+     * the pass order fixed no start moves later and no end earlier by
+     * more than the compute removed, so a plan cannot gain more than all
+     * of it.  When even that leaves it at or above the time to beat (the
+     * V family here: twice the winner's time), it is not refined. */
+    search_config pc;
+    if (config_init(st, &pc, src->micro_batch, 0, src->split, err) < 0) {
+        config_free(&pc);
+        return -1;
+    }
+    cost_part lf, lm, e2, h2;
+    cost_options one = pc.copt;
+    one.recompute_stage = NULL;
+    one.recompute = COST_RC_FULL;
+    int priced = cost_parts(&pc.model, &st->o->gpu, &one, &lf, &e2, &h2, NULL) == 0;
+    one.recompute = COST_RC_MLP;
+    priced = priced && cost_parts(&pc.model, &st->o->gpu, &one, &lm, &e2, &h2, NULL) == 0;
+    double per_layer_ms = priced ? (lf.t_b - lm.t_b) * 1e3 : INFINITY;
+    double layers = (double)pc.model.n_layers / src->n_stages;
+    double removed = hi * ceil(layers) * pc.m * per_layer_ms;
+    config_free(&pc);
+    if (best->time_ms - removed >= st->vocab_beat)
+        return 0;
+    if (st->stage_mlp >= 0 && q == st->stage_q)
+        lo = hi = st->stage_mlp;
     while (lo < hi) { /* largest j that fits */
         int mid = (lo + hi + 1) / 2, f = vocab_stage_fits(st, src, variant, q, mid, err);
         if (f < 0)
@@ -1231,7 +1260,9 @@ static int vocab_stage_mlp(search_state *st, const search_candidate *src, int va
         else
             hi = mid - 1;
     }
-    for (int j = lo; j > 0 && j >= lo - 2; j--) {
+    if (q == st->stage_q)
+        st->stage_mlp = lo;
+    for (int j = lo; j > 0 && j >= lo - 1; j--) {
         search_config cf;
         if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
             config_free(&cf);
@@ -1278,6 +1309,8 @@ static int vocab_stage_rc(search_state *st, int src_index, const search_candidat
         else
             lo = mid + 1;
     }
+    if (st->stage_q_src != src_index || st->stage_q != lo)
+        st->stage_mlp = -1;
     st->stage_q_src = src_index;
     st->stage_q = lo;
     for (int q = lo; q < S && q <= lo + 3; q++) {
@@ -1430,6 +1463,7 @@ static int vocab_depth(search_state *st, zb_err *err)
     /* The best fit that may win so far (fits sort first, fastest first). */
     st->vocab_beat = INFINITY;
     st->stage_q_src = -1;
+    st->stage_mlp = -1;
     for (int i = 0; i < r->n_fit; i++)
         if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
             /* one resolution up: a time that close ties, and ties go to the lower peak */
