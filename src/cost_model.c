@@ -349,7 +349,9 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
         estimate_layer(m, &no, &plain);
         double share = est.f_flops > 0 ? (est.b_flops - plain.b_flops) / est.f_flops : 0;
         layer->t_b += share * layer->t_f;
-        layer->m_b = est.m_b;
+        /* measured in full: less what the MLP level drops (the same slots
+         * the CPU kernels free); measured with recompute: the estimate */
+        layer->m_b = pr->recompute ? est.m_b : fmax(0, layer->m_b - est.transient);
         layer->transient = est.transient;
     } else if (pr->recompute && !o->recompute) {
         layer->t_b = fmax(0, layer->t_b - layer->t_f);

@@ -499,6 +499,20 @@ START_TEST(test_recompute_mlp_level)
     ck_assert_double_eq(st[1].t_b, ref_m[1].t_b);
     ck_assert_int_eq(cost_stage_recomputes(&o, 1), COST_RC_MLP);
     ck_assert_double_eq(st[1].m_b - st[1].n_layers * lm.m_b, st[2].m_b - st[2].n_layers * ln.m_b);
+    /* with a profile measured without recompute: B gains the MLP's share
+     * of the measured F (by FLOPs), M_B loses the dropped bytes */
+    zb_profile p;
+    profile_init(&p);
+    p.micro_batch = 1;
+    p.seq_len = m.seq_len;
+    p.layer = (profile_part){ 10e-3, 20e-3, 5e-3, 2e9, 1e9 };
+    p.head = (profile_part){ 1e-3, 1e-3, 1e-3, 1e6, 1e6 };
+    mlp.profile = &p;
+    cost_part pm;
+    ck_assert_int_eq(cost_parts(&m, &g, &mlp, &pm, &e, &h, &err), 0);
+    ck_assert_double_eq_tol(pm.t_b, 20e-3 + 10e-3 * (2 * t * hd * f * 3) / lm.f_flops, 1e-12);
+    ck_assert_double_eq(pm.m_b, 2e9 - 2 * t * (hd + 3 * f));
+    ck_assert_double_eq(pm.transient, 2 * t * (hd + 3 * f));
 }
 END_TEST
 
