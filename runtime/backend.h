@@ -129,8 +129,9 @@ typedef struct zb_backend_ops {
     int (*upload)(zb_backend *be, zb_bstage *st, zb_bbuf which, zb_err *err);
 
     /* ---- saved state ---- */
-    /* A saved state for micro-batches of `batch` sequences; recompute as
-     * llama_saved_set_recompute (a backend without it refuses).  0 or -1. */
+    /* A saved state for micro-batches of `batch` sequences; recompute is a
+     * LLAMA_RC_* level as llama_saved_set_recompute takes it (0: none; a
+     * backend without recomputation refuses the others).  0 or -1. */
     int (*saved_new)(zb_backend *be, zb_bstage *st, int batch, int recompute, zb_bsaved **out,
                      zb_err *err);
     void (*saved_free)(zb_backend *be, zb_bsaved *sv); /* NULL is fine */

@@ -94,7 +94,7 @@ static int cpu_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recomput
     if (!sv)
         return zb_fail(err, "out of memory for a saved state");
     if (recompute)
-        llama_saved_set_recompute(sv, 1);
+        llama_saved_set_recompute(sv, recompute); /* a LLAMA_RC_* level */
     *out = (zb_bsaved *)sv;
     return 0;
 }

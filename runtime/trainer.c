@@ -85,7 +85,7 @@ typedef struct stage_rt {
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
-    int recompute;         /* 1: this stage's saved states recompute (opts.recompute_stages) */
+    int recompute;         /* LLAMA_RC_* level of this stage's saved states (opts.recompute_stages) */
 } stage_rt;
 
 /* What a worker thread runs: the lane's ops, the post-validated optimizer
@@ -419,7 +419,13 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             r->kern = &r->norm_layout;
         }
         r->device = s->stage_device[i];
-        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
+        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] : LLAMA_RC_NONE;
+        if (r->recompute < LLAMA_RC_NONE || r->recompute > LLAMA_RC_MLP) {
+            free(first);
+            trainer_free(t);
+            return zb_fail(err, "stage %d: recompute level %d is not 0 (none), 1 (full) or 2 (mlp)",
+                           i, opts->recompute_stages[i]);
+        }
         r->n_params = llama_stage_num_params(&r->layout);
         r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
         r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);

@@ -97,9 +97,10 @@ typedef struct trainer_opts {
     const int *layers_per_stage; /* [S] layers of each virtual stage (a plan's
                            * split, summing to the model's layers), or NULL
                            * for split.h's even split; read by trainer_create only */
-    const int *recompute_stages; /* [S] 1 where a stage recomputes activations
-                           * (llama_saved_set_recompute: F keeps only the stage's input,
-                           * B reruns F; same bits, less memory), or NULL for none;
+    const int *recompute_stages; /* [S] each stage's recompute level, LLAMA_RC_*: 1 full
+                           * (F keeps only the stage's input, B reruns F), 2 mlp (F drops
+                           * the MLP blocks' activations, B reruns them); same bits, less
+                           * memory (llama_saved_set_recompute), or NULL for none;
                            * read by trainer_create only */
     int threads;          /* kernel threads per device (its team, kernels/cpu/
                            * team.h); <= 0: trainer_default_threads(p).  The

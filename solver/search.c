@@ -129,6 +129,8 @@ typedef struct search_state {
                               * stage_q (the variants share it: memory does not depend on
                               * the variant's pass times), or -1 */
     int stage_q;             /* that bisection's fewest recomputed stages */
+    int stage_mlp;           /* the MLP-level bisection's most stages for stage_q_src at
+                              * stage_q (shared by the variants likewise), or -1 */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -140,6 +142,8 @@ typedef struct search_config {
     int rc_devices;      /* leading devices that recompute */
     int rc_first_stages; /* > 0: the first this many virtual stages (model order) recompute
                           * instead of the first rc_devices devices' stages */
+    int rc_mlp_stages;   /* with rc_first_stages: the last this many of them recompute at
+                          * the MLP level only */
     unsigned char *rc_stage; /* [SEARCH_MAX_STAGES] per-stage recompute of the schedule being costed */
     sched_t *plain;      /* p stages, plain placement, costs filled; no ops */
     sched_t *vshape;     /* 2p stages, V placement, costs filled; NULL when layers are too few */
@@ -169,6 +173,7 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->n_micro = cf->m;
     c->rc_devices = cf->rc_devices;
     c->rc_stages = cf->rc_first_stages;
+    c->rc_mlp_stages = cf->rc_first_stages > 0 ? cf->rc_mlp_stages : 0;
     c->recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
     c->pp = st->pp;
     c->dp = st->dp;
@@ -192,14 +197,23 @@ static void skip(search_candidate *c, const char *why)
     snprintf(c->note, sizeof c->note, "%s", why);
 }
 
-/* Per-stage recompute of schedule s: a stage recomputes when its device is
- * among the first rc_devices, or, with rc_first_stages, when it is among
- * the first rc_first_stages stages in model order. */
+/* Recompute level (COST_RC_*) of stage i of s under a candidate's or a
+ * config's setting: by device (the first rc_devices), or by stage (the
+ * first rc_stages in model order, the last rc_mlp of them at the MLP
+ * level only). */
+static int rc_level(const sched_t *s, int i, int rc_devices, int rc_stages, int rc_mlp)
+{
+    if (rc_stages <= 0)
+        return s->stage_device[i] < rc_devices ? COST_RC_FULL : COST_RC_NONE;
+    return i < rc_stages - rc_mlp ? COST_RC_FULL : i < rc_stages ? COST_RC_MLP : COST_RC_NONE;
+}
+
+/* Per-stage recompute of schedule s: rc_level under cf's setting. */
 static void fill_rc_stage(search_config *cf, const sched_t *s)
 {
     for (int i = 0; i < s->n_stages && i < SEARCH_MAX_STAGES; i++)
-        cf->rc_stage[i] = cf->rc_first_stages > 0 ? i < cf->rc_first_stages
-                                                  : s->stage_device[i] < cf->rc_devices;
+        cf->rc_stage[i] = (unsigned char)rc_level(s, i, cf->rc_devices, cf->rc_first_stages,
+                                                  cf->rc_mlp_stages);
     cf->copt.recompute_stage = cf->rc_stage;
     cf->copt.recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
 }
@@ -1142,11 +1156,12 @@ out:
 }
 
 /* Whether the vocabulary-parallel version of src with the first q stages
- * recomputing is likely to fit: its plan without passes (src's order,
+ * recomputing (the last j of them at the MLP level only) is likely to fit: its plan without passes (src's order,
  * even split, shards) simulated, its peak plus two logits shards (what
  * the passes hold at most per device, docs/vocab-parallel.md) within the
  * limit.  Returns 1 or 0, or -1 when it cannot be priced. */
-static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, zb_err *err)
+static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, int j,
+                            zb_err *err)
 {
     int S = src->n_stages, ok = -1;
     search_config cf;
@@ -1159,6 +1174,7 @@ static int vocab_stage_fits(search_state *st, const search_candidate *src, int v
         goto out;
     }
     cf.rc_first_stages = q;
+    cf.rc_mlp_stages = j;
     cost_vocab_options vo;
     cost_vocab_options_default(&vo);
     vo.variant = variant;
@@ -1194,6 +1210,87 @@ out:
     return ok;
 }
 
+/* The MLP-level refinement of a by-stage recompute result *best (first q
+ * stages in full): a recomputed layer costs its device a whole forward,
+ * while the MLP level reruns three of its matmuls (about three quarters
+ * of F on Llama-3 8B) and keeps the attention half's activations.  The
+ * most of the last stages of the prefix (up to one round of pp) that may
+ * drop to the MLP level and still fit is found by bisection on the plan
+ * without passes (shared by the two variants, as the q bisection is); the
+ * plan with passes is built there and one step lower (the time is not
+ * monotone in j: each step moves one device's chunk, and the order's
+ * bubble shifts with it), and the fastest that fits replaces *best when
+ * it beats it. */
+static int vocab_stage_mlp(search_state *st, const search_candidate *src, int variant,
+                           search_candidate *best, zb_err *err)
+{
+    int q = best->rc_stages, lo = 0, hi = q < st->pp ? q : st->pp;
+    /* Moving a stage from full to MLP-level recompute removes
+     * (B_full − B_mlp) per layer and micro-batch from its device; with
+     * the pass order fixed no start moves later and no end earlier by
+     * more than the compute removed, so a plan cannot gain more than all
+     * of it.  When even that leaves it at or above the time to beat (the
+     * V family here: twice the winner's time), it is not refined. */
+    search_config pc;
+    if (config_init(st, &pc, src->micro_batch, 0, src->split, err) < 0) {
+        config_free(&pc);
+        return -1;
+    }
+    cost_part lf, lm, e2, h2;
+    cost_options one = pc.copt;
+    one.recompute_stage = NULL;
+    one.recompute = COST_RC_FULL;
+    int priced = cost_parts(&pc.model, &st->o->gpu, &one, &lf, &e2, &h2, NULL) == 0;
+    one.recompute = COST_RC_MLP;
+    priced = priced && cost_parts(&pc.model, &st->o->gpu, &one, &lm, &e2, &h2, NULL) == 0;
+    double per_layer_ms = priced ? (lf.t_b - lm.t_b) * 1e3 : INFINITY;
+    double layers = (double)pc.model.n_layers / src->n_stages;
+    double removed = hi * ceil(layers) * pc.m * per_layer_ms;
+    config_free(&pc);
+    if (best->time_ms - removed >= st->vocab_beat)
+        return 0;
+    if (st->stage_mlp >= 0 && q == st->stage_q)
+        lo = hi = st->stage_mlp;
+    while (lo < hi) { /* largest j that fits */
+        int mid = (lo + hi + 1) / 2, f = vocab_stage_fits(st, src, variant, q, mid, err);
+        if (f < 0)
+            return -1;
+        if (f)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (q == st->stage_q)
+        st->stage_mlp = lo;
+    for (int j = lo; j > 0 && j >= lo - 1; j--) {
+        search_config cf;
+        if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+            config_free(&cf);
+            return -1;
+        }
+        cf.rc_first_stages = q;
+        cf.rc_mlp_stages = j;
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        (void)vocab_build(st, &cf, src, variant, &trial);
+        config_free(&cf);
+        trial.rc_devices = 0;
+        trial.rc_stages = q;
+        trial.rc_mlp_stages = j;
+        int take = trial.status == SEARCH_FIT && trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms;
+        if (take) {
+            sched_free(best->sched);
+            free(best->layers);
+            *best = trial;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+    }
+    return 0;
+}
+
 /* The by-stage recompute search of vocab_candidate: replaces *best (a
  * by-device result) when a version with the first q stages recomputing
  * fits and is faster. */
@@ -1204,7 +1301,7 @@ static int vocab_stage_rc(search_state *st, int src_index, const search_candidat
     if (st->stage_q_src == src_index)
         lo = hi = st->stage_q;
     while (lo < hi) { /* smallest q whose plan without passes fits */
-        int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, err);
+        int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, 0, err);
         if (f < 0)
             return -1;
         if (f)
@@ -1212,6 +1309,8 @@ static int vocab_stage_rc(search_state *st, int src_index, const search_candidat
         else
             lo = mid + 1;
     }
+    if (st->stage_q_src != src_index || st->stage_q != lo)
+        st->stage_mlp = -1;
     st->stage_q_src = src_index;
     st->stage_q = lo;
     for (int q = lo; q < S && q <= lo + 3; q++) {
@@ -1241,6 +1340,8 @@ static int vocab_stage_rc(search_state *st, int src_index, const search_candidat
         if (pruned || trial.status == SEARCH_FIT)
             break; /* more recompute only adds work */
     }
+    if (best->status == SEARCH_FIT && best->rc_stages > 0 && best->rc_mlp_stages == 0)
+        return vocab_stage_mlp(st, src, variant, best, err);
     return 0;
 }
 
@@ -1319,6 +1420,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         return -1;
     }
     cf.rc_first_stages = best.rc_stages;
+    cf.rc_mlp_stages = best.rc_mlp_stages;
     char label[40];
     snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
     search_candidate *c = new_candidate(st, &cf, label, src.family, src.chunks, err);
@@ -1337,6 +1439,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     c->n_micro = base.n_micro;
     c->rc_devices = base.rc_devices;
     c->rc_stages = base.rc_stages;
+    c->rc_mlp_stages = base.rc_mlp_stages;
     c->recompute = base.recompute;
     c->pp = base.pp;
     c->dp = base.dp;
@@ -1360,6 +1463,7 @@ static int vocab_depth(search_state *st, zb_err *err)
     /* The best fit that may win so far (fits sort first, fastest first). */
     st->vocab_beat = INFINITY;
     st->stage_q_src = -1;
+    st->stage_mlp = -1;
     for (int i = 0; i < r->n_fit; i++)
         if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
             /* one resolution up: a time that close ties, and ties go to the lower peak */
@@ -1769,17 +1873,28 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         bad |= !cJSON_AddNumberToObject(plan, "pipeline_parallel", c->pp);
         bad |= !cJSON_AddNumberToObject(plan, "data_parallel", c->dp);
         bad |= !cJSON_AddBoolToObject(plan, "recompute", c->recompute);
+        /* recompute_stages: whether each stage recomputes at all (what
+         * files before the MLP level carry); recompute_levels, only when
+         * some stage recomputes at the MLP level, says how */
         cJSON *rs = cJSON_CreateArray();
-        bad |= !rs;
+        cJSON *rl = c->rc_stages > 0 && c->rc_mlp_stages > 0 ? cJSON_CreateArray() : NULL;
+        bad |= !rs || (c->rc_stages > 0 && c->rc_mlp_stages > 0 && !rl);
         for (int i = 0; rs && i < S; i++) {
-            cJSON *b = cJSON_CreateBool(c->rc_stages > 0 ? i < c->rc_stages
-                                                          : s->stage_device[i] < c->rc_devices);
+            int level = rc_level(s, i, c->rc_devices, c->rc_stages, c->rc_mlp_stages);
+            cJSON *b = cJSON_CreateBool(level != COST_RC_NONE);
             bad |= !b;
             if (b)
                 cJSON_AddItemToArray(rs, b);
+            cJSON *l = rl ? cJSON_CreateString(level == COST_RC_FULL ? "full"
+                                               : level == COST_RC_MLP ? "mlp" : "none") : NULL;
+            bad |= rl && !l;
+            if (l)
+                cJSON_AddItemToArray(rl, l);
         }
         if (rs)
             cJSON_AddItemToObject(plan, "recompute_stages", rs);
+        if (rl)
+            cJSON_AddItemToObject(plan, "recompute_levels", rl);
         bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
         bad |= !cJSON_AddStringToObject(plan, "loss", o->loss == COST_LOSS_FUSED ? "fused" : "plain");
         bad |= !cJSON_AddStringToObject(plan, "split", c->split_tuned ? "searched"

@@ -96,6 +96,8 @@ typedef struct search_candidate {
     int rc_stages;         /* > 0: instead, the first rc_stages virtual stages in model order
                             * recompute (vocabulary-parallel versions of interleaved and V
                             * plans: the stages whose activations wait the longest) */
+    int rc_mlp_stages;     /* with rc_stages: the last this many of those stages recompute
+                            * only their MLP blocks (COST_RC_MLP), the others in full */
     int pp, dp;            /* pipeline depth, data-parallel width */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */

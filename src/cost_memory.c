@@ -69,7 +69,12 @@ void cost_memory_delta(const zb_model *m, const zb_gpu *g, const cost_options *o
     delta->w_flops = w_mem - ffn_flops;
     delta->useful_flops = delta->f_flops + delta->b_flops + delta->w_flops;
     delta->m_w = w_keep - ffn_w;
-    if (o->recompute) {
+    if (o->recompute == COST_RC_MLP) {
+        /* the runtime recomputes no memory block: undo the plain layer's
+         * MLP-level drop and rerun */
+        delta->m_b = keep - ffn_keep + e * t * h + (m->swiglu ? 3 * e * t * f : 2 * e * t * f);
+        delta->b_flops -= ffn_flops;
+    } else if (o->recompute) {
         delta->b_flops += delta->f_flops; /* B reruns F */
         delta->hbm_b += t * H * k * v * e;
         delta->transient = keep - ffn_keep;
@@ -162,7 +167,7 @@ void cost_memory_stage_adjust(const zb_model *m, const zb_gpu *g, const cost_opt
         st->params += values;
         st->static_bytes += values * bpp;
     }
-    if (o->recompute && d.transient > 0) {
+    if (o->recompute == COST_RC_FULL && d.transient > 0) {
         cost_part plain, emb, head;
         if (cost_parts(m, g, o, &plain, &emb, &head, NULL) == 0 &&
             plain.transient + d.transient > st->transient)

@@ -155,7 +155,9 @@ double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o
 
 int cost_stage_recomputes(const cost_options *o, int i)
 {
-    return o->recompute_stage ? o->recompute_stage[i] != 0 : o->recompute != 0;
+    int level = o->recompute_stage ? o->recompute_stage[i] : o->recompute;
+    assert(level >= COST_RC_NONE && level <= COST_RC_MLP);
+    return level;
 }
 
 /* Parameters of one transformer layer. */
@@ -234,10 +236,18 @@ static void estimate_layer(const zb_model *m, const cost_options *o, cost_part *
     double inputs = 3 * h + f;
     double out_grads = h * (1 + 2 * kvr) + h + (m->swiglu ? 2 * f : f) + h;
     l->m_w = e * t * (inputs + out_grads);
-    if (o->recompute) {
+    /* What the MLP level drops: the pre-MLP norm's output and, for SwiGLU,
+     * gate, up and their product (GeLU: its input and output); it keeps
+     * the block input (the residual after attention, the norm's input). */
+    double mlp_drop = e * t * h + (m->swiglu ? 3 * e * t * f : 2 * e * t * f);
+    if (o->recompute == COST_RC_FULL) {
         l->m_b = e * t * h;                 /* only the layer input is checkpointed */
         l->transient = full;                /* B rebuilds the whole layer */
         l->b_flops += l->f_flops;           /* ...by running F again */
+    } else if (o->recompute == COST_RC_MLP) {
+        l->m_b = full - mlp_drop;
+        l->transient = mlp_drop;            /* B rebuilds one layer's MLP block */
+        l->b_flops += mlp;                  /* ...by running its matmuls again */
     } else {
         l->m_b = full;
         l->transient = 0;
@@ -329,7 +339,21 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
     apply_profile(&pr->head, scale, head);
     /* A profile taken with the other recompute setting: move F's time in
      * or out of B and take M_B from the estimate (docs/cost-model.md). */
-    if (pr->recompute && !o->recompute) {
+    if (o->recompute == COST_RC_MLP) {
+        /* B without recompute, plus the MLP's share of F (by FLOPs) */
+        if (pr->recompute)
+            layer->t_b = fmax(0, layer->t_b - layer->t_f);
+        cost_options no = *o;
+        no.recompute = COST_RC_NONE;
+        cost_part plain;
+        estimate_layer(m, &no, &plain);
+        double share = est.f_flops > 0 ? (est.b_flops - plain.b_flops) / est.f_flops : 0;
+        layer->t_b += share * layer->t_f;
+        /* measured in full: less what the MLP level drops (the same slots
+         * the CPU kernels free); measured with recompute: the estimate */
+        layer->m_b = pr->recompute ? est.m_b : fmax(0, layer->m_b - est.transient);
+        layer->transient = est.transient;
+    } else if (pr->recompute && !o->recompute) {
         layer->t_b = fmax(0, layer->t_b - layer->t_f);
         cost_options no = *o;
         no.recompute = 0;
@@ -390,11 +414,11 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
 {
     if (model_check(m, err) < 0)
         return -1;
-    cost_part layer, emb, head, layer_rc[2];
+    cost_part layer, emb, head, layer_rc[3];
     if (cost_parts(m, g, o, &layer, &emb, &head, err) < 0)
         return -1;
-    /* The layer with recompute off and on, for per-stage recompute. */
-    for (int rc = 0; rc < 2; rc++) {
+    /* The layer at each recompute level, for per-stage recompute. */
+    for (int rc = COST_RC_NONE; rc <= COST_RC_MLP; rc++) {
         cost_options one = *o;
         one.recompute = rc;
         one.recompute_stage = NULL;

@@ -36,9 +36,20 @@ typedef enum cost_loss {
     COST_LOSS_FUSED = 1, /* fused linear + cross-entropy in token chunks (Liger-Kernel): no logits kept */
 } cost_loss;
 
+/* Recompute levels (cost_options.recompute, recompute_stage[i], and a
+ * plan's recompute_stages values). */
+enum {
+    COST_RC_NONE = 0, /* F keeps every activation B needs */
+    COST_RC_FULL = 1, /* F keeps the layer input only; B reruns the whole layer's forward */
+    COST_RC_MLP = 2,  /* F drops the MLP block's activations (pre-MLP norm output, gate, up,
+                       * their SwiGLU product) and keeps the block input; B reruns the
+                       * norm and the MLP's three matmuls (Megatron-core's selective
+                       * recompute of the "mlp" and "layernorm" modules) */
+};
+
 typedef struct cost_options {
-    int recompute;             /* 1: full per-layer activation recompute (checkpoint layer inputs) */
-    const unsigned char *recompute_stage; /* [n_stages] per-virtual-stage recompute (overrides recompute), or NULL */
+    int recompute;             /* COST_RC_*: per-layer activation recompute level of every stage */
+    const unsigned char *recompute_stage; /* [n_stages] per-virtual-stage COST_RC_* level (overrides recompute), or NULL */
     const int *layers;         /* [n_stages] explicit layer split (sums to n_layers), or NULL: the split rule */
     cost_loss loss;            /* loss kernel; default COST_LOSS_PLAIN */
     int devices_per_node;      /* consecutive pipeline devices sharing a node's fast link; 0: all */
@@ -122,7 +133,8 @@ double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o);
  * (o->devices_per_node); 0 when d1 == d2. */
 double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o, int d1, int d2);
 
-/* Whether virtual stage i recomputes under o. */
+/* Virtual stage i's recompute level under o (COST_RC_*; nonzero when it
+ * recomputes at all). */
 int cost_stage_recomputes(const cost_options *o, int i);
 
 /* Fills stage[n_stages] for a pipeline of n_stages virtual stages.  When

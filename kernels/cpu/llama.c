@@ -381,14 +381,16 @@ struct llama_saved {
     int batch;             /* sequences per micro-batch B */
     int n_local;           /* layers in the stage */
     int state;             /* 0 empty, 1 after F, 2 after B, 3 after F with
-                            * recompute (inputs only) */
+                            * full recompute (inputs only), 4 after F with
+                            * MLP-level recompute (MLP blocks dropped) */
     int n_slots;           /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
     void **slot;           /* [n_slots] buffers, NULL when not held */
     size_t *slot_bytes;    /* [n_slots] size of each (0: unused here) */
     unsigned char *slot_phase; /* [n_slots] PH_* of each */
     size_t bytes;          /* sum of slot_bytes over held slots, plus the
                             * recompute inputs below */
-    int recompute;         /* 1: F keeps only its inputs; B reruns F first */
+    int recompute;         /* LLAMA_RC_*: FULL, F keeps only its inputs and B reruns F
+                            * first; MLP, F drops the MLP blocks and B reruns them */
     void *rc_input;        /* recompute: copy of tokens or act_in, or NULL */
     int32_t *rc_targets;   /* recompute: copy of the targets (head), or NULL */
     size_t rc_bytes;       /* bytes of rc_input + rc_targets while held */
@@ -568,10 +570,75 @@ void llama_saved_reset(llama_saved *sv)
 
 size_t llama_saved_bytes(const llama_saved *sv) { return sv ? sv->bytes : 0; }
 
-void llama_saved_set_recompute(llama_saved *sv, int on)
+void llama_saved_set_recompute(llama_saved *sv, int level)
 {
     assert(sv->state == 0);
-    sv->recompute = on != 0;
+    assert(level >= LLAMA_RC_NONE && level <= LLAMA_RC_MLP);
+    sv->recompute = level;
+}
+
+/* The MLP block's slots of a SwiGLU layer: what MLP-level recompute drops
+ * after F and rebuilds at B (LS_H and LS_RSTD2, the block's input and its
+ * norm statistic, stay; the norm's rerun rewrites LS_RSTD2 with the same
+ * bits). */
+static const int mlp_slots[] = { LS_N2, LS_A, LS_B, LS_HS };
+enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
+
+/* Frees whichever MLP block slots are held (a failed rebuild's). */
+static void drop_mlp_blocks_partial(llama_saved *sv)
+{
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; !local_is_memory(sv->st, i) && k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            if (!sv->slot[s])
+                continue;
+            sv_release(sv, sv->slot[s], sv->slot_bytes[s]);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+}
+
+/* MLP-level recompute, after a forward: frees every SwiGLU layer's MLP
+ * block slots, leaving state 4, or state 1 when the stage has none. */
+static void drop_mlp_blocks(llama_saved *sv)
+{
+    size_t before = sv->bytes;
+    drop_mlp_blocks_partial(sv);
+    if (sv->bytes != before)
+        sv->state = 4;
+}
+
+/* MLP-level recompute, at B: rebuilds what drop_mlp_blocks freed by
+ * rerunning each SwiGLU layer's norm and MLP matmuls exactly as
+ * layer_forward ran them (same kernels, same inputs: same bits), leaving
+ * state 1.  Returns 0, or -1 with err set when out of memory (the rebuilt
+ * slots are freed again and state 4 kept). */
+static int rerun_mlp_blocks(const llama_stage *st, const float *params, llama_saved *sv,
+                            zb_err *err)
+{
+    const zb_model *m = &st->cfg;
+    int N = sv->batch * m->seq_len, d = m->d_model, ff = m->d_ff;
+    for (int i = 0; i < sv->n_local; i++) {
+        if (local_is_memory(st, i))
+            continue;
+        for (int k = 0; k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            assert(!sv->slot[s]);
+            if (!(sv->slot[s] = sv_alloc(sv, sv->slot_bytes[s]))) {
+                drop_mlp_blocks_partial(sv);
+                return zb_fail(err, "backward B: out of memory recomputing the MLP blocks");
+            }
+            sv->bytes += sv->slot_bytes[s];
+        }
+        float *n2 = LSLOT(sv, i, LS_N2), *a = LSLOT(sv, i, LS_A), *b = LSLOT(sv, i, LS_B);
+        kern_rmsnorm_forward(n2, LSLOT(sv, i, LS_RSTD2), LSLOT(sv, i, LS_H),
+                             layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
+        kern_matmul_forward(a, n2, layer_param(st, params, i, LLAMA_T_W1), N, d, ff);
+        kern_matmul_forward(b, n2, layer_param(st, params, i, LLAMA_T_W3), N, d, ff);
+        kern_swiglu_forward(LSLOT(sv, i, LS_HS), a, b, (size_t)N * ff);
+    }
+    sv->state = 1;
+    return 0;
 }
 
 /* Recompute, after a forward: copies the micro-batch's inputs into the
@@ -744,8 +811,10 @@ int llama_stage_forward(const llama_stage *st, const float *params,
                              params + gf->offset, N, d);
     }
     sv->state = 1;
-    if (sv->recompute)
+    if (sv->recompute == LLAMA_RC_FULL)
         (void)keep_inputs_only(st, sv, tokens, act_in, targets);
+    else if (sv->recompute == LLAMA_RC_MLP)
+        drop_mlp_blocks(sv);
     return 0;
 }
 
@@ -764,11 +833,11 @@ static int rerun_forward(const llama_stage *st, const float *params, llama_saved
     void *input = sv->rc_input;
     int32_t *targets = sv->rc_targets;
     sv->state = 0;
-    sv->recompute = 0;
+    sv->recompute = LLAMA_RC_NONE;
     int rc = llama_stage_forward(st, params, st->has_embedding ? input : NULL,
                                  st->has_embedding ? NULL : input, targets, sv, out, &loss,
                                  NULL, err);
-    sv->recompute = 1;
+    sv->recompute = LLAMA_RC_FULL;
     free(out);
     if (rc != 0) {
         sv->state = 3;
@@ -884,6 +953,8 @@ int llama_stage_backward_b(const llama_stage *st, const float *params,
     assert(sv && sv->st == st);
     assert(st->has_head || dy_in != NULL);
     assert(st->has_embedding || dx_out != NULL);
+    if (sv->state == 4 && rerun_mlp_blocks(st, params, sv, err) != 0)
+        return -1;
     if (sv->state == 3 && rerun_forward(st, params, sv, err) != 0)
         return -1;
     if (sv->state != 1)

@@ -62,9 +62,10 @@
  * output gradients B computed).  W consumes that and frees it; after W the
  * object is empty and can be reused for another micro-batch or freed.
  * llama_saved_bytes() reports the bytes held at any time (for the runtime's
- * memory profile: after F, after B, after W = 0).  With recompute
+ * memory profile: after F, after B, after W = 0).  With full recompute
  * (llama_saved_set_recompute) F keeps only the stage's inputs, and B
- * reruns the forward before its own work.
+ * reruns the forward before its own work; with MLP-level recompute F drops
+ * the MLP blocks' activations and B reruns only those.
  *
  * DETERMINISM CONTRACT (the runtime promises bit-identical results for
  * every schedule):
@@ -231,15 +232,30 @@ void llama_saved_reset(llama_saved *sv);
 /* Bytes of activation/gradient buffers the object currently holds. */
 size_t llama_saved_bytes(const llama_saved *sv);
 
+/* Recompute levels of llama_saved_set_recompute (the values of a plan's
+ * recompute levels and of src/cost_model.h's COST_RC_*). */
+enum {
+    LLAMA_RC_NONE = 0, /* F keeps every activation B needs */
+    LLAMA_RC_FULL = 1, /* F keeps the stage's inputs only; B reruns the forward */
+    LLAMA_RC_MLP = 2,  /* F drops each SwiGLU layer's MLP block; B reruns it */
+};
+
 /* Activation recomputation for the micro-batches that use this object
- * (call while it is empty).  With on != 0, forward keeps only the stage's
- * inputs (tokens or act_in, and the targets on the head stage) and frees
- * every activation; B first reruns the forward from those inputs, then
- * proceeds as usual.  B's and W's results are bit-identical to a run
- * without recompute (the forward is a pure function, contract 2); the
- * cost is one more forward per micro-batch inside B.  If the input copies
- * cannot be allocated, the forward keeps its full state instead. */
-void llama_saved_set_recompute(llama_saved *sv, int on);
+ * (call while it is empty), at level LLAMA_RC_*.
+ *   LLAMA_RC_FULL: forward keeps only the stage's inputs (tokens or act_in,
+ *     and the targets on the head stage) and frees every activation; B
+ *     first reruns the forward from those inputs, then proceeds as usual.
+ *     The cost is one more forward per micro-batch inside B.  If the input
+ *     copies cannot be allocated, the forward keeps its full state instead.
+ *   LLAMA_RC_MLP: forward frees, in every SwiGLU layer, the MLP block's
+ *     activations (the pre-MLP norm output, gate and up pre-activations and
+ *     their product) and keeps attention's and the block input (the
+ *     residual after attention); B first reruns each layer's norm and its
+ *     three MLP matmuls from that input.  Memory layers keep their state.
+ * B's and W's results are bit-identical to a run without recompute (the
+ * forward is a pure function, contract 2).  Any other level is a
+ * programming error (assert). */
+void llama_saved_set_recompute(llama_saved *sv, int level);
 
 /* Forward of one micro-batch of sv's batch size B and T = cfg.seq_len.
  *   tokens  int32 [B·T]   input when has_embedding (else NULL)

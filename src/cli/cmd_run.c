@@ -915,7 +915,7 @@ int cmd_run(int argc, char **argv)
     if (!a.cuda) {
         /* Refuse before allocating what this machine cannot hold. */
         run_memory mem;
-        run_estimate_memory(s, &m, d->n_tokens, a.isl.replicas, &mem);
+        run_estimate_memory(s, &m, d->n_tokens, a.isl.replicas, setup.recompute_stages, &mem);
         if (run_check_memory(&mem, run_physical_memory(), &err) != 0) {
             cli_fail(&err);
             goto out;

@@ -81,9 +81,14 @@ static const char *status_name(search_status s)
 }
 
 /* "0-3" for the first k of p devices, "on", "off"; "s0-20" for the first
- * 21 virtual stages in model order. */
+ * 21 virtual stages in model order; "s0-20m16" when stages 16-20 of them
+ * recompute only their MLP blocks. */
 static const char *rc_text(const search_candidate *c, char *buf, size_t len)
 {
+    if (c->rc_stages > 0 && c->rc_mlp_stages > 0) {
+        snprintf(buf, len, "s0-%dm%d", c->rc_stages - 1, c->rc_stages - c->rc_mlp_stages);
+        return buf;
+    }
     if (c->rc_stages > 0) {
         snprintf(buf, len, "s0-%d", c->rc_stages - 1);
         return buf;
@@ -119,7 +124,7 @@ static void print_why_vocab(const search_result *r, int vocab_mode)
     else
         printf("  vocabulary parallelism   not chosen");
     if (other) {
-        char rcb[24];
+        char rcb[32];
         printf("; the best %s plan, %s (pp=%d, recompute %s), takes %.1f ms (%.3fx the winner's time)",
                other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp, rc_text(other, rcb, sizeof rcb),
                other->time_ms, other->time_ms / w->time_ms);
@@ -199,7 +204,7 @@ static void print_table(const search_options *o, const search_result *r, int row
     int shown = 0;
     for (int i = 0; i < r->n_fit && shown < rows; i++, shown++) {
         const search_candidate *c = &r->c[i];
-        char rcb[16], ppdp[16], label[48];
+        char rcb[32], ppdp[16], label[48];
         snprintf(ppdp, sizeof ppdp, "%dx%d", c->pp, c->dp);
         snprintf(label, sizeof label, "%s%s", c->label, c->split_tuned ? " *" : c->split == COST_SPLIT_PAPER ? " P" : "");
         printf("%-4d %-20s %5s %4d %5d %-4s %8s (%2d) %10s %10s %10s %6.4f %5.1f%% %5.3fx\n", i + 1, label,
@@ -227,7 +232,7 @@ static void print_table(const search_options *o, const search_result *r, int row
         return;
     for (int i = r->n_fit; i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        char rcb[16];
+        char rcb[32];
         printf("  %-7s %-18s pp=%-3d b=%-3d m=%-4d rc=%-4s %s\n", status_name(c->status), c->label, c->pp,
                c->micro_batch, c->n_micro, rc_text(c, rcb, sizeof rcb), c->note);
     }
@@ -252,6 +257,8 @@ static cJSON *candidate_json(const search_candidate *c)
     cJSON_AddNumberToObject(j, "recompute_devices", c->rc_devices);
     if (c->rc_stages > 0)
         cJSON_AddNumberToObject(j, "recompute_first_stages", c->rc_stages);
+    if (c->rc_stages > 0 && c->rc_mlp_stages > 0)
+        cJSON_AddNumberToObject(j, "recompute_mlp_stages", c->rc_mlp_stages);
     cJSON_AddStringToObject(j, "split", c->split_tuned ? "searched" : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
     if (c->layers) {
         cJSON *a = cJSON_AddArrayToObject(j, "layers_per_stage");
@@ -626,7 +633,7 @@ int cmd_search(int argc, char **argv)
             (svg && viz_render_svg_file(best->sched, svg, &err) < 0)) {
             status = cli_fail(&err);
         } else if (!json && strcmp(output, "-") != 0) {
-            char rcb[16];
+            char rcb[32];
             printf("best: %s, pp=%d x dp=%d, b=%d, m=%d, recompute %s -> %s%s%s\n", best->label, best->pp, best->dp,
                    best->micro_batch, best->n_micro, rc_text(best, rcb, sizeof rcb), output, svg ? ", " : "",
                    svg ? svg : "");

@@ -70,7 +70,7 @@ static double memory_layer_params(const zb_model *m)
 }
 
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
-                         run_memory *out)
+                         const int *recompute_stages, run_memory *out)
 {
     const double f = sizeof(float);
     double N = (double)m->micro_batch * m->seq_len; /* tokens per micro-batch */
@@ -86,19 +86,35 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
     if (trainer_footprint(m, s->n_stages, NULL, &n_params, &param_bytes, &split_err) == 0)
         out->params = param_bytes;
 
-    /* Bytes one micro-batch keeps on each stage, from its layers. */
+    /* Bytes one micro-batch keeps on each stage, from its layers, and of
+     * those what a recomputing stage keeps from F to B (kernels/cpu/
+     * llama.h, llama_saved_set_recompute): full, the stage input; MLP
+     * level, all but each layer's norm output, gate, up and product.  B
+     * brings a recomputing stage back to the whole. */
     double *stage_bytes = calloc((size_t)s->n_stages, sizeof *stage_bytes);
+    double *after_f = calloc((size_t)s->n_stages, sizeof *after_f);
     int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
     zb_err ignored;
-    if (stage_bytes && first && split_layers(m->n_layers, s->n_stages, first, &ignored) == 0) {
+    if (stage_bytes && after_f && first && split_layers(m->n_layers, s->n_stages, first, &ignored) == 0) {
         double lf = layer_floats_per_token(m);
         for (int st = 0; st < s->n_stages; st++) {
-            double floats = (first[st + 1] - first[st]) * lf;
+            int n_layers = first[st + 1] - first[st];
+            double floats = n_layers * lf;
             if (st == 0)
                 floats += 1 + d; /* tokens, input gradient */
             if (st == s->n_stages - 1)
                 floats += 3 * d + 3 + 2 * V; /* final norm, logits and their gradient */
             stage_bytes[st] = N * floats * f;
+            int level = recompute_stages ? recompute_stages[st] : 0;
+            after_f[st] = stage_bytes[st];
+            if (level == 1) /* full: tokens or the input activation, and the targets */
+                after_f[st] = N * ((st == 0 ? 1 : d) + (st == s->n_stages - 1 ? 1 : 0)) * f;
+            else if (level == 2) { /* memory layers keep theirs */
+                int swiglu = n_layers;
+                for (int k = 0; k < m->memory.n_layers; k++)
+                    swiglu -= m->memory.layers[k] >= first[st] && m->memory.layers[k] < first[st + 1];
+                after_f[st] -= N * swiglu * (d + 3 * ff) * f;
+            }
         }
         for (int dev = 0; dev < s->n_devices; dev++) {
             const sched_lane *l = &s->dev[dev];
@@ -107,9 +123,14 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
             for (int i = 0; i < l->n_ops; i++) {
                 sched_op op = l->ops[i];
                 if (op.kind == OP_F) {
-                    now += stage_bytes[op.stage];
+                    now += after_f[op.stage];
                     count++;
-                } else if (op.kind == OP_W || op.kind == OP_BW) {
+                } else if (op.kind == OP_B || op.kind == OP_BW) {
+                    now += stage_bytes[op.stage] - after_f[op.stage];
+                }
+                if (now > peak)
+                    peak = now;
+                if (op.kind == OP_W || op.kind == OP_BW) {
                     now -= stage_bytes[op.stage];
                     count--;
                 }
@@ -130,6 +151,7 @@ void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, i
         out->in_flight = s->n_micro;
     }
     free(stage_bytes);
+    free(after_f);
     free(first);
     /* Vocabulary parallelism (runtime/vocab_exec.c) keeps, for every
      * micro-batch, the head input, each shard's logits, statistics and

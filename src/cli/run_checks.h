@@ -45,9 +45,12 @@ typedef struct run_memory {
 
 /* Estimates the memory of `replicas` CPU trainers of schedule s (valid)
  * for model m (micro_batch and vocab as the trainer will use them) on a
- * text of n_tokens tokens.  Never allocates more than O(stages). */
+ * text of n_tokens tokens, with each stage's recompute level
+ * (recompute_stages[S], LLAMA_RC_* / a plan's levels; NULL: none): a
+ * recomputing stage holds less from F to B.  Never allocates more than
+ * O(stages). */
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
-                         run_memory *out);
+                         const int *recompute_stages, run_memory *out);
 
 /* Estimates `profile`'s memory: one micro-batch of m through one layer,
  * the embedding and the head (the profiler measures them one at a time,

@@ -22,6 +22,7 @@
 
 #include "runtime/footprint.h"
 #include "src/cli/cli.h"
+#include "src/cost_model.h"
 
 /* Same architecture: the fields that decide the layers, the split and the
  * costs (vocab and micro-batch are taken from elsewhere). */
@@ -78,6 +79,38 @@ static int read_ints(const cJSON *plan, const char *key, int S, int hi, int **ou
     return 0;
 }
 
+/* Reads plan.recompute_levels (S of "none", "full", "mlp") over
+ * p->recompute: each must agree with recompute_stages where that is given
+ * (it says whether a stage recomputes at all, all a file before the MLP
+ * level could say).  -1 with err set when it is malformed. */
+static int read_levels(const cJSON *levels, int S, plan_info *p, zb_err *err)
+{
+    static const char *const names[] = { [COST_RC_NONE] = "none", [COST_RC_FULL] = "full",
+                                         [COST_RC_MLP] = "mlp" };
+    if (!cJSON_IsArray(levels) || cJSON_GetArraySize(levels) != S)
+        return zb_fail(err, "the plan's recompute_levels does not have %d entries (one per "
+                       "virtual stage)", S);
+    int had = p->recompute != NULL;
+    if (!had && !(p->recompute = calloc((size_t)S, sizeof *p->recompute)))
+        return zb_fail(err, "out of memory");
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, levels) {
+        int level = -1;
+        for (int k = 0; k < 3 && cJSON_IsString(e); k++)
+            if (!strcmp(e->valuestring, names[k]))
+                level = k;
+        if (level < 0)
+            return zb_fail(err, "the plan's recompute_levels[%d] is not \"none\", \"full\" or "
+                           "\"mlp\"", i);
+        if (had && (p->recompute[i] != 0) != (level != COST_RC_NONE))
+            return zb_fail(err, "the plan's recompute_levels[%d] (\"%s\") contradicts "
+                           "recompute_stages[%d]", i, names[level], i);
+        p->recompute[i++] = level;
+    }
+    return 0;
+}
+
 /* Fills *p from s's meta.  Returns 1 when the file has a plan, 0 when not,
  * -1 with err set when the plan is malformed (p then holds nothing). */
 static int read_plan(const sched_t *s, plan_info *p, zb_err *err)
@@ -123,8 +156,13 @@ static int read_plan(const sched_t *s, plan_info *p, zb_err *err)
         for (int i = 0; i < S; i++)
             p->recompute[i] = 1;
     }
+    const cJSON *levels = cJSON_GetObjectItemCaseSensitive(plan, "recompute_levels");
+    if (levels && read_levels(levels, S, p, err) != 0) {
+        plan_info_free(p);
+        return -1;
+    }
     for (int i = 0; p->recompute && i < S; i++)
-        p->any_recompute |= p->recompute[i];
+        p->any_recompute |= p->recompute[i] != COST_RC_NONE;
     return 1;
 }
 

@@ -43,7 +43,7 @@ typedef struct run_setup {
     int *layers_per_stage; /* [n_stages] the plan's split, owned; NULL: even split */
     int n_stages;          /* entries of layers_per_stage */
     int from_plan;         /* 1 when the file's plan chose model, batch and split */
-    int *recompute_stages; /* [n_stages] 1 where the plan recomputes activations, owned;
+    int *recompute_stages; /* [n_stages] COST_RC_* level of each stage (0 none, 1 full, 2 mlp), owned;
                             * NULL: no stage does */
     int data_parallel;     /* the plan's data-parallel degree (1: one pipeline) */
 } run_setup;

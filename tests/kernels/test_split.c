@@ -310,10 +310,12 @@ START_TEST(test_deferred_equals_fused)
 }
 END_TEST
 
-/* Recompute keeps only the stage's inputs after F and gives B and W the
- * same bits as a run that kept every activation, on the three kinds of
- * stage (embedding, middle, head); an interleaved second micro-batch shows
- * that B reruns its own micro-batch's forward, not the last one run. */
+/* Recompute keeps only the stage's inputs after F (full level), or all but
+ * each layer's MLP block (MLP level: exactly the norm output, gate, up and
+ * product fewer bytes), and gives B and W the same bits as a run that kept
+ * every activation, on the three kinds of stage (embedding, middle, head);
+ * an interleaved second micro-batch shows that B reruns its own
+ * micro-batch's forward, not the last one run. */
 START_TEST(test_recompute_bit_identical)
 {
     zb_model m = test_model();
@@ -326,7 +328,8 @@ START_TEST(test_recompute_bit_identical)
         float *p = malloc(sizeof(float) * st.n_params);
         llama_stage_init_params(&st, p, SEED);
         size_t N = (size_t)BATCH * m.seq_len, Nd = N * m.d_model;
-        float *g[2] = { calloc(st.n_params, sizeof(float)), calloc(st.n_params, sizeof(float)) };
+        float *g[3] = { calloc(st.n_params, sizeof(float)), calloc(st.n_params, sizeof(float)),
+                        calloc(st.n_params, sizeof(float)) };
         float *x[2], *y = malloc(sizeof(float) * Nd), *dy = malloc(sizeof(float) * Nd);
         float *dx[2] = { malloc(sizeof(float) * Nd), malloc(sizeof(float) * Nd) };
         float *dx_ref[2] = { malloc(sizeof(float) * Nd), malloc(sizeof(float) * Nd) };
@@ -339,8 +342,9 @@ START_TEST(test_recompute_bit_identical)
         }
         for (size_t i = 0; i < Nd; i++)
             dy[i] = (float)((int)(i % 13) - 6) * 0.01f;
-        float loss[2][2] = { { 0 } };
-        for (int rc = 0; rc < 2; rc++) {
+        float loss[3][2] = { { 0 } };
+        size_t full_bytes = 0; /* one micro-batch's bytes after F without recompute */
+        for (int rc = LLAMA_RC_NONE; rc <= LLAMA_RC_MLP; rc++) {
             llama_saved *a = llama_saved_new(&st, BATCH), *b = llama_saved_new(&st, BATCH);
             llama_saved_set_recompute(a, rc);
             llama_saved_set_recompute(b, rc);
@@ -354,10 +358,15 @@ START_TEST(test_recompute_bit_identical)
                 size_t want_in = st.has_embedding ? N * sizeof(int32_t) : Nd * sizeof(float);
                 if (st.has_head)
                     want_in += N * sizeof(int32_t);
-                if (rc)
+                /* MLP level: the norm output, gate, up and product of each layer */
+                size_t mlp = (size_t)(spans[k][1] - spans[k][0]) *
+                             (Nd + 3 * N * (size_t)m.d_ff) * sizeof(float);
+                if (rc == LLAMA_RC_FULL)
                     ck_assert_uint_eq(llama_saved_bytes(sv[mb]), want_in);
+                else if (rc == LLAMA_RC_MLP)
+                    ck_assert_uint_eq(llama_saved_bytes(sv[mb]), full_bytes - mlp);
                 else
-                    ck_assert_uint_gt(llama_saved_bytes(sv[mb]), want_in);
+                    ck_assert_uint_gt(full_bytes = llama_saved_bytes(sv[mb]), want_in);
             }
             for (int mb = 1; mb >= 0; mb--) /* the later micro-batch first */
                 ck_assert_int_eq(llama_stage_backward_b(&st, p, sv[mb], 0.5f,
@@ -376,14 +385,17 @@ START_TEST(test_recompute_bit_identical)
             llama_saved_free(a);
             llama_saved_free(b);
         }
-        ck_assert(memcmp(g[0], g[1], sizeof(float) * st.n_params) == 0);
-        ck_assert(memcmp(loss[0], loss[1], sizeof loss[0]) == 0);
+        for (int rc = 1; rc < 3; rc++) {
+            ck_assert(memcmp(g[0], g[rc], sizeof(float) * st.n_params) == 0);
+            ck_assert(memcmp(loss[0], loss[rc], sizeof loss[0]) == 0);
+        }
         for (int mb = 0; mb < 2; mb++) {
             free(x[mb]);
             free(dx[mb]);
             free(dx_ref[mb]);
-            free(g[mb]);
         }
+        for (int rc = 0; rc < 3; rc++)
+            free(g[rc]);
         free(y);
         free(dy);
         free(p);

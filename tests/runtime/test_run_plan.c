@@ -9,7 +9,9 @@
  * layer-count error about `tiny`, and a GPT-style plan one line saying the
  * CPU kernels are Llama-style only.  Every run starts in / to show that the
  * default data path does not depend on the working directory, and
- * ZBSCHED_DATA overrides it.
+ * ZBSCHED_DATA overrides it.  A plan's recompute_levels (none, full,
+ * mlp per stage) train to the losses of no recompute, bit for bit, and bad
+ * levels are refused in one line.
  */
 #include <check.h>
 #include <stdarg.h>
@@ -112,6 +114,119 @@ START_TEST(trains_the_planned_split_and_micro_batch)
     ck_assert_msg(rc == 0, "run failed: %s", err_text);
     ck_assert_int_eq(json_ints(out_text, "layers_per_stage", split, 8), 4);
     ck_assert_int_eq(split[1], 2);
+}
+END_TEST
+
+/* Writes dir/rc.json: dir/plan.json with recompute_stages `stages` and,
+ * when levels is not NULL, recompute_levels `levels` (JSON arrays), and
+ * with micro-batch `micro_batch` when it is not 0. */
+static void plan_with_levels(const char *stages, const char *levels, int micro_batch)
+{
+    char path[128], *text = NULL;
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 1 << 22, n = 0;
+    text = malloc(cap);
+    n = fread(text, 1, cap - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    ck_assert_ptr_nonnull(o);
+    cJSON *plan = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "meta"), "plan");
+    if (!plan)
+        plan = cJSON_GetObjectItemCaseSensitive(o, "plan");
+    ck_assert_ptr_nonnull(plan);
+    cJSON_ReplaceItemInObjectCaseSensitive(plan, "recompute_stages", cJSON_Parse(stages));
+    if (levels)
+        cJSON_AddItemToObject(plan, "recompute_levels", cJSON_Parse(levels));
+    if (micro_batch) {
+        cJSON_ReplaceItemInObjectCaseSensitive(plan, "micro_batch", cJSON_CreateNumber(micro_batch));
+        cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+        if (!model)
+            model = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "meta"), "model");
+        ck_assert_ptr_nonnull(model);
+        cJSON_ReplaceItemInObjectCaseSensitive(model, "micro_batch", cJSON_CreateNumber(micro_batch));
+    }
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "%s/rc.json", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+}
+
+/* The text of the "losses" array and of "val_loss" in a run's JSON. */
+static void losses_text(const char *json, char *buf, size_t len)
+{
+    cJSON *o = cJSON_Parse(json);
+    ck_assert_msg(o != NULL, "not JSON: %s", json);
+    char *l = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "losses"));
+    char *v = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "val_loss"));
+    snprintf(buf, len, "%s %s", l, v);
+    free(l);
+    free(v);
+    cJSON_Delete(o);
+}
+
+/* A plan whose stages recompute at the MLP level, full level and not at
+ * all (recompute_levels) trains to the same losses, bit for bit, as the
+ * plan without recompute; a plan without recompute_levels still loads
+ * (its recompute_stages alone mean full recompute); a bad or contradicting
+ * level is refused in one line. */
+START_TEST(recompute_levels_train_the_same_losses)
+{
+    make_plan();
+    char want[1024], got[1024];
+    ck_assert_msg(zb("run %s/plan.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, want, sizeof want);
+    plan_with_levels("[true, true, true, false]", "[\"mlp\", \"full\", \"mlp\", \"none\"]", 0);
+    ck_assert_msg(zb("run %s/rc.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, got, sizeof got);
+    ck_assert_str_eq(got, want);
+    plan_with_levels("[true, false, true, false]", NULL, 0);
+    ck_assert_msg(zb("run %s/rc.json --steps 2 --eval-windows 2 --json -q", dir) == 0, "%s", err_text);
+    losses_text(out_text, got, sizeof got);
+    ck_assert_str_eq(got, want);
+    plan_with_levels("[true, true, true, false]", "[\"mlp\", \"half\", \"mlp\", \"none\"]", 0);
+    ck_assert_int_eq(zb("run %s/rc.json --steps 1", dir), 1);
+    cli_assert_one_line(err_text, "recompute_levels[1] is not");
+    plan_with_levels("[true, false, true, false]", "[\"mlp\", \"full\", \"mlp\", \"none\"]", 0);
+    ck_assert_int_eq(zb("run %s/rc.json --steps 1", dir), 1);
+    cli_assert_one_line(err_text, "contradicts recompute_stages[1]");
+}
+END_TEST
+
+/* The activations `run` refuses with, in GB ("activations 1.2 TB" read as
+ * 1200), for dir/rc.json. */
+static double refused_activations_gb(void)
+{
+    ck_assert_int_eq(zb("run %s/rc.json --steps 1", dir), 1);
+    cli_assert_one_line(err_text, "the run needs about");
+    const char *a = strstr(err_text, "activations ");
+    ck_assert_ptr_nonnull(a);
+    char unit[8] = "";
+    double v = 0;
+    ck_assert_int_eq(sscanf(a, "activations %lf %7s", &v, unit), 2);
+    return !strcmp(unit, "TB") ? v * 1000 : !strcmp(unit, "GB") ? v : v / 1000;
+}
+
+/* The run's memory check knows the level: at a micro-batch too large for
+ * any machine, the activations it refuses with fall from no recompute to
+ * the MLP level to full recompute. */
+START_TEST(memory_check_knows_the_recompute_level)
+{
+    make_plan();
+    plan_with_levels("[false, false, false, false]", NULL, 65536);
+    double none = refused_activations_gb();
+    plan_with_levels("[true, true, true, true]", "[\"mlp\", \"mlp\", \"mlp\", \"mlp\"]", 65536);
+    double mlp = refused_activations_gb();
+    plan_with_levels("[true, true, true, true]", NULL, 65536);
+    double full = refused_activations_gb();
+    ck_assert_msg(full < mlp && mlp < none, "activations: full %g, mlp %g, none %g GB", full, mlp, none);
 }
 END_TEST
 
@@ -221,6 +336,8 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, trains_the_planned_split_and_micro_batch);
     tcase_add_test(tc, contradicting_batch_size_is_refused);
+    tcase_add_test(tc, recompute_levels_train_the_same_losses);
+    tcase_add_test(tc, memory_check_knows_the_recompute_level);
     tcase_add_test(tc, another_model_warns_and_splits_evenly);
     tcase_add_test(tc, default_search_plan_says_what_it_needs);
     tcase_add_test(tc, data_path_from_the_environment);

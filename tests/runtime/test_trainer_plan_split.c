@@ -13,7 +13,8 @@
  *     every W, a device holds all m micro-batches' state at its peak, so
  *     the peak at m = 4 is exactly twice the peak at m = 2;
  *   - opts.recompute_stages (a plan's recompute) gives the same bits and a
- *     lower activation peak on every device.
+ *     lower activation peak on every device; at the MLP level (2), alone or
+ *     mixed with full, the same bits and a peak between full's and none's.
  */
 #include <check.h>
 #include <string.h>
@@ -109,15 +110,18 @@ END_TEST
 
 /* The measured activation peaks of one step of fixture_scrambled_w(m),
  * or of fixture_gpipe2 (m = 2, BW right after the forwards) when m is 0. */
+/* Each device's activation peak in one step of a scrambled-W schedule of m
+ * micro-batches (GPipe when m is 0) with every stage at recompute level
+ * `recompute` (LLAMA_RC_*). */
 static void peaks(int m, int recompute, double *p0, double *p1)
 {
     zb_data *d = fixture_data(32);
     sched_t *s = m ? fixture_scrambled_w(m) : fixture_gpipe2();
     zb_model mo = fixture_model();
     trainer_opts o = opts(NULL);
-    static const int all[2] = { 1, 1 };
+    static const int level[3][2] = { { 0, 0 }, { 1, 1 }, { 2, 2 } };
     o.record_times = 1;
-    o.recompute_stages = recompute ? all : NULL;
+    o.recompute_stages = recompute ? level[recompute] : NULL;
     trainer *t = NULL;
     zb_err err = { { 0 } };
     ck_assert_msg(trainer_create(s, &mo, d, &o, &t, &err) == 0, "%s", err.msg);
@@ -169,6 +173,42 @@ START_TEST(recompute_is_bit_identical_and_holds_less)
 }
 END_TEST
 
+/* MLP-level recompute (trainer_opts.recompute_stages = 2) and a mix of
+ * levels give the same bits; GPipe's peak sits between full recompute's
+ * and none's; a level outside 0..2 is refused with a message. */
+START_TEST(mlp_recompute_is_bit_identical_and_holds_between)
+{
+    zb_data *d = fixture_data(32);
+    sched_t *s = fixture_scrambled_w(M);
+    static const int mlp[2] = { 2, 2 }, mixed[2] = { 2, 1 }, bad[2] = { 0, 3 };
+    trainer_opts plain = opts(NULL), rc = opts(NULL), mx = opts(NULL);
+    rc.recompute_stages = mlp;
+    mx.recompute_stages = mixed;
+    fixture_run a = fixture_train(s, d, &plain, STEPS), b = fixture_train(s, d, &rc, STEPS);
+    fixture_run c = fixture_train(s, d, &mx, STEPS);
+    fixture_assert_same(&a, &b, "mlp recompute");
+    fixture_assert_same(&a, &c, "mixed recompute");
+    free(a.params);
+    free(b.params);
+    free(c.params);
+    zb_model mo = fixture_model();
+    trainer_opts o = opts(NULL);
+    o.recompute_stages = bad;
+    trainer *t = NULL;
+    zb_err err = { { 0 } };
+    ck_assert_int_ne(trainer_create(s, &mo, d, &o, &t, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "recompute level 3"));
+    sched_free(s);
+    data_free(d);
+    double p0, p1, q0, q1, r0, r1;
+    peaks(0, 0, &p0, &p1);
+    peaks(0, 1, &q0, &q1);
+    peaks(0, 2, &r0, &r1);
+    ck_assert_msg(q0 < r0 && r0 < p0 && q1 < r1 && r1 < p1,
+                  "mlp peaks %g %g, full %g %g, none %g %g", r0, r1, q0, q1, p0, p1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("trainer_plan_split");
@@ -179,6 +219,7 @@ int main(void)
     tcase_add_test(tc, bad_splits_are_refused);
     tcase_add_test(tc, trace_records_activation_peaks);
     tcase_add_test(tc, recompute_is_bit_identical_and_holds_less);
+    tcase_add_test(tc, mlp_recompute_is_bit_identical_and_holds_between);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -461,6 +461,61 @@ START_TEST(test_recompute_per_stage)
 }
 END_TEST
 
+START_TEST(test_recompute_mlp_level)
+{
+    /* MLP level on Llama-3 8B, b = 1 (t = 8192, e = 2): F keeps all but the
+     * pre-MLP norm output and gate, up and their product, e·t·(h + 3f) =
+     * 771,751,936 bytes per layer, which B rebuilds (the transient) by
+     * rerunning the three MLP matmuls, 2·t·h·f·3 FLOPs. */
+    zb_model m = preset("llama3-8b");
+    zb_gpu g = gpu("H100-80G");
+    cost_options none, mlp, full;
+    cost_options_default(&none);
+    mlp = full = none;
+    mlp.recompute = COST_RC_MLP;
+    full.recompute = COST_RC_FULL;
+    cost_part ln, lm, lf, e, h;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(cost_parts(&m, &g, &none, &ln, &e, &h, &err), 0);
+    ck_assert_int_eq(cost_parts(&m, &g, &mlp, &lm, &e, &h, &err), 0);
+    ck_assert_int_eq(cost_parts(&m, &g, &full, &lf, &e, &h, &err), 0);
+    double t = 8192, hd = 4096, f = 14336;
+    ck_assert_double_eq(ln.m_b - lm.m_b, 2 * t * (hd + 3 * f));
+    ck_assert_double_eq(lm.transient, 2 * t * (hd + 3 * f));
+    ck_assert_double_eq_tol(lm.b_flops - ln.b_flops, 2 * t * hd * f * 3, 1);
+    ck_assert_double_eq(lm.w_flops, ln.w_flops);
+    ck_assert_double_eq(lm.m_w, ln.m_w);
+    /* between none and full in time and in memory */
+    ck_assert(ln.t_b < lm.t_b && lm.t_b < lf.t_b);
+    ck_assert(lf.m_b < lm.m_b && lm.m_b < ln.m_b);
+    /* per stage: level 2 prices the stage's layers at the MLP level */
+    unsigned char rc[4] = { 1, 2, 0, 2 };
+    cost_options o = none;
+    o.recompute_stage = rc;
+    cost_stage st[4], ref_m[4];
+    ck_assert_int_eq(cost_stages(&m, &g, &o, 4, 0, st, &err), 0);
+    ck_assert_int_eq(cost_stages(&m, &g, &mlp, 4, 0, ref_m, &err), 0);
+    ck_assert_double_eq(st[1].m_b, ref_m[1].m_b);
+    ck_assert_double_eq(st[1].t_b, ref_m[1].t_b);
+    ck_assert_int_eq(cost_stage_recomputes(&o, 1), COST_RC_MLP);
+    ck_assert_double_eq(st[1].m_b - st[1].n_layers * lm.m_b, st[2].m_b - st[2].n_layers * ln.m_b);
+    /* with a profile measured without recompute: B gains the MLP's share
+     * of the measured F (by FLOPs), M_B loses the dropped bytes */
+    zb_profile p;
+    profile_init(&p);
+    p.micro_batch = 1;
+    p.seq_len = m.seq_len;
+    p.layer = (profile_part){ 10e-3, 20e-3, 5e-3, 2e9, 1e9 };
+    p.head = (profile_part){ 1e-3, 1e-3, 1e-3, 1e6, 1e6 };
+    mlp.profile = &p;
+    cost_part pm;
+    ck_assert_int_eq(cost_parts(&m, &g, &mlp, &pm, &e, &h, &err), 0);
+    ck_assert_double_eq_tol(pm.t_b, 20e-3 + 10e-3 * (2 * t * hd * f * 3) / lm.f_flops, 1e-12);
+    ck_assert_double_eq(pm.m_b, 2e9 - 2 * t * (hd + 3 * f));
+    ck_assert_double_eq(pm.transient, 2 * t * (hd + 3 * f));
+}
+END_TEST
+
 START_TEST(test_explicit_split_and_nodes)
 {
     zb_model m = preset("llama3-8b");
@@ -528,6 +583,7 @@ int main(void)
     tcase_add_test(tc, test_head_memory_shows);
     tcase_add_test(tc, test_loss_kinds);
     tcase_add_test(tc, test_recompute_per_stage);
+    tcase_add_test(tc, test_recompute_mlp_level);
     tcase_add_test(tc, test_explicit_split_and_nodes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

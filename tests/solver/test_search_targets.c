@@ -114,12 +114,12 @@ END_TEST
 /* Issue 11's job: `zbsched search --mem 40G` with --vocab auto (the CLI's
  * default) ranks vocabulary-parallel plans with the plain ones.  The
  * winner is vocabulary-parallel: interleaved v=4 +vocab-1 at pp=8 with
- * recompute on the first 21 of 32 virtual stages, 8258.4 ms, 1.343x the
- * baseline; it re-simulates to its figure and fits 40 GB on every device,
- * and the file's recompute_stages say which stages recompute.  The work
- * bounds of both layouts sit below it.  The issue's 1.35x (<= 8213 ms)
- * is not reached (docs/vocab-parallel.md, "Search"): the assertion is the
- * 1.34x the search reaches, and that the bounds leave 1.35x open. */
+ * recompute on the first 21 of 32 virtual stages, the last of them only at
+ * the MLP level (8090.5 ms, 1.370x the baseline, where full recompute of
+ * all 21 gave 8258.4 ms, 1.343x); it re-simulates to its figure and fits
+ * 40 GB on every device, and the file's recompute_stages and
+ * recompute_levels say which stages recompute and how.  The work bounds of
+ * both layouts sit below it.  The issue's target is 1.35x. */
 START_TEST(test_default_40g_vocab_auto)
 {
     search_options o;
@@ -130,7 +130,7 @@ START_TEST(test_default_40g_vocab_auto)
     ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
     ck_assert_int_ge(r.n_fit, 2);
     const search_candidate *w = &r.c[0];
-    ck_assert_msg(w->speedup >= 1.34, "winner %s %.1f ms vs baseline %.1f ms: %.3fx", w->label, w->time_ms,
+    ck_assert_msg(w->speedup >= 1.35, "winner %s %.1f ms vs baseline %.1f ms: %.3fx", w->label, w->time_ms,
                   r.baseline.time_ms, w->speedup);
     ck_assert_ptr_nonnull(w->sched);
     ck_assert_int_ne(w->vocab, 0);
@@ -145,6 +145,13 @@ START_TEST(test_default_40g_vocab_auto)
     ck_assert_int_eq(cJSON_GetArraySize(rs), w->n_stages);
     for (int i = 0; i < w->n_stages; i++)
         ck_assert_int_eq(cJSON_IsTrue(cJSON_GetArrayItem(rs, i)), i < w->rc_stages);
+    /* ...and recompute_levels which of them recompute only the MLP block */
+    ck_assert_int_gt(w->rc_mlp_stages, 0);
+    const cJSON *rl = cJSON_GetObjectItemCaseSensitive(plan, "recompute_levels");
+    ck_assert_int_eq(cJSON_GetArraySize(rl), w->n_stages);
+    for (int i = 0; i < w->n_stages; i++)
+        ck_assert_str_eq(cJSON_GetArrayItem(rl, i)->valuestring,
+                         i < w->rc_stages - w->rc_mlp_stages ? "full" : i < w->rc_stages ? "mlp" : "none");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(plan, "vocab")->valuestring, "parallel");
     sim_result sr;
     memset(&sr, 0, sizeof sr);
