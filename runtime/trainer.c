@@ -18,6 +18,14 @@
  * caller averaged them between the halves, the norm, clip and rollback
  * decisions are those of the averaged gradient.
  *
+ * trainer_steps runs PHASE_BATCH: each worker loops over the batch's
+ * steps (run_batch), with no barrier between them; the only shared state a
+ * step changes (the learning rate) is written by stage 0's device after
+ * stage 0's validation, which every stage update of the step precedes and
+ * every one of the next step follows.  Speculation (the next step's
+ * leading stage-0 forwards, between stage 0's optimistic step and its
+ * validation) is in post_validated_step, see trainer.h.
+ *
  * Post-validation in detail (per stage s, devices handle their stages in
  * increasing order on the way up and decreasing order on the way down, which
  * cannot deadlock because the chain follows the total stage order):

@@ -27,6 +27,13 @@
  *      arithmetic inverse).  opts.sync_optimizer selects the plain
  *      synchronous clip instead (the reference the tests compare against).
  *
+ * trainer_steps runs n such steps as one job of the workers, without the
+ * barrier that ends a trainer_step: the data of all n is drawn first, each
+ * device goes on to step i+1 once its own step i is validated, and stage
+ * 0's device runs step i+1's leading forwards speculatively, right after
+ * its optimistic step (redone on a rollback), so that an iteration lasts
+ * the schedule's cost, not its makespan.  Same bits as n trainer_steps.
+ *
  * A step can also be taken in two halves, for data parallelism across
  * replicas: trainer_backward runs steps 1-2 (the gradients of the step are
  * then in each stage's buffer, trainer_stage_grads, where the caller may
