@@ -29,7 +29,7 @@
  *      follows the makespan.
  *
  * Usage: bench_realised [--model NAME|FILE] [--m M] [--steps N] [--rounds R]
- *                       [--threads T] [--clip X] [--data PATH]
+ *                       [--threads T] [--clip X] [--batch B] [--data PATH]
  * Defaults: bench/runtime/wide.json (W about half of F, as in the paper),
  * m = 6, 8 steps, 7 rounds, 1 kernel thread per device, clip 0 (no
  * rollbacks; with a clip, speculation that a rollback voids is redone and
@@ -68,13 +68,14 @@ static double median(double *v, int n)
 int main(int argc, char **argv)
 {
     const char *model_name = "bench/runtime/wide.json", *data_path = "../shared/data/tinyshakespeare.txt";
-    int m = 6, steps = 8, rounds = 7, threads = 1, c;
+    int m = 6, steps = 8, rounds = 7, threads = 1, batch = 0, c;
     double clip = 0;
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'M' }, { "m", required_argument, NULL, 'm' },
         { "steps", required_argument, NULL, 'n' }, { "rounds", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' }, { "clip", required_argument, NULL, 'c' },
-        { "data", required_argument, NULL, 'd' }, { NULL, 0, NULL, 0 },
+        { "data", required_argument, NULL, 'd' }, { "batch", required_argument, NULL, 'b' },
+        { NULL, 0, NULL, 0 },
     };
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -85,9 +86,10 @@ int main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case 'c': clip = atof(optarg); break;
         case 'd': data_path = optarg; break;
+        case 'b': batch = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: bench_realised [--model NAME|FILE] [--m M] [--steps N] [--rounds R] "
-                            "[--threads T] [--clip X] [--data PATH]\n");
+                            "[--threads T] [--clip X] [--batch B] [--data PATH]\n");
             return 2;
         }
     }
@@ -104,6 +106,8 @@ int main(int argc, char **argv)
         return 1;
     }
     model.vocab = data->vocab;
+    if (batch > 0)
+        model.micro_batch = batch;
     zb_profile prof;
     if (profiler_measure(&model, model.micro_batch, 7, &prof, &err) != 0) {
         fprintf(stderr, "bench_realised: %s\n", err.msg);
