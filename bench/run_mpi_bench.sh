@@ -7,8 +7,8 @@
 # copied through Open MPI over loopback TCP), both with one kernel thread
 # per device, same seed and steps.  Prints the mean step time of each and
 # the bytes per step the MPI run put on the wire; then the same for the
-# islands (2 replicas, DiLoCo H=5, int8) in one process, on 2 ranks and on
-# 2 x 2 ranks.  The losses are checked to be the same bits first.
+# islands (2 replicas, DiLoCo H=5, int8, then EDiT H=5, int8) in one
+# process, on 2 ranks and on 2 x 2 ranks.  The losses are checked to be the same bits first.
 set -eu
 B=${1:-build}
 STEPS=${2:-20}
@@ -48,6 +48,22 @@ for f in i2 i4; do
     [ "$(losses "$T/i1.json")" = "$(losses "$T/$f.json")" ] || { echo "islands $f: losses differ"; exit 1; }
 done
 for f in "i1 one process" "i2 2 ranks (replica per rank)" "i4 4 ranks (2 x 2 pipeline)"; do
+    set -- $f
+    printf '%-34s %12.1f %14s\n' "${f#* }" "$(echo "$(num "$T/$1.json" train_seconds)*1000/$STEPS" | bc -l)" \
+        "$(num "$T/$1.json" bytes_sent)"
+done
+
+# the same islands with EDiT (norms all-gathered, weighted all-reduce)
+echo
+printf '%-34s %12s %14s\n' "EDiT: 2 replicas of 1f1b p=2" "ms/step" "outer bytes"
+eargs=("${iargs[@]/diloco/edit}")
+"$ZB" "${eargs[@]}" > "$T/e1.json"
+"${MPIRUN[@]}" -np 2 "$ZB" "${eargs[@]}" > "$T/e2.json"
+"${MPIRUN[@]}" -np 4 "$ZB" "${eargs[@]}" > "$T/e4.json"
+for f in e2 e4; do
+    [ "$(losses "$T/e1.json")" = "$(losses "$T/$f.json")" ] || { echo "EDiT $f: losses differ"; exit 1; }
+done
+for f in "e1 one process" "e2 2 ranks (replica per rank)" "e4 4 ranks (2 x 2 pipeline)"; do
     set -- $f
     printf '%-34s %12.1f %14s\n' "${f#* }" "$(echo "$(num "$T/$1.json" train_seconds)*1000/$STEPS" | bc -l)" \
         "$(num "$T/$1.json" bytes_sent)"

@@ -14,8 +14,11 @@
  * The module exports one symbol, ZB_CUDA_MODULE_ENTRY, a function that
  * returns a table of function pointers (zb_cuda_api).  The table is the
  * whole contract between the two sides: plain C types of this project's
- * headers (sched_t, zb_model, zb_data, trainer_opts, zb_profile, zb_err)
- * and two opaque handles.  Because both sides are compiled from the same
+ * headers (sched_t, zb_model, zb_data, trainer_opts, zb_profile, zb_err,
+ * the backend interface of runtime/backend.h) and two opaque handles.
+ * Since version 3 a one-GPU run is the executor of runtime/trainer.h over
+ * the module's backend (backend_create); the module's own executor
+ * remains only for the multi-GPU NCCL ranks (trainer_create_ranked).  Because both sides are compiled from the same
  * headers but may come from different builds, the table carries a version
  * and a fingerprint of the sizes of every struct it passes; the loader
  * refuses a module whose fingerprint differs instead of crashing in it.
@@ -38,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/backend.h"
 #include "runtime/data.h"
 #include "runtime/rank.h"
 #include "runtime/trainer.h"
@@ -54,7 +58,7 @@ extern "C" {
 #define ZB_CUDA_MODULE_FILE "zbsched_cuda.so"
 #define ZB_CUDA_MODULE_ENTRY "zbsched_cuda_module"
 /* Bumped whenever a member of zb_cuda_api changes meaning. */
-#define ZB_CUDA_API_VERSION 2
+#define ZB_CUDA_API_VERSION 3
 
 /* The module's handles, opaque on this side (kernels/cuda/gpu_trainer.h
  * and gpu_transport.h define them). */
@@ -77,11 +81,11 @@ typedef struct zb_cuda_api {
     /* gpu_comm_create / gpu_comm_free: this rank's NCCL communicator */
     int (*comm_create)(const zb_rank_info *r, int timeout_s, struct gpu_comm **out, zb_err *err);
     void (*comm_free)(struct gpu_comm *c);
-    /* gpu_trainer_create: every schedule device a stream on CUDA device `device` */
-    int (*trainer_create)(const sched_t *s, const zb_model *m, const zb_data *d,
-                          const trainer_opts *opts, int device, struct gpu_trainer **out,
-                          zb_err *err);
-    /* gpu_trainer_create_ranked: this rank's schedule device on its own GPU */
+    /* backend_cuda_create (version 3): the executor's backend, every
+     * schedule device a stream on CUDA device `gpu` (kernels/cuda/backend_cuda.h) */
+    int (*backend_create)(int gpu, int n_devices, zb_backend **out, zb_err *err);
+    /* gpu_trainer_create_ranked: this rank's schedule device on its own GPU
+     * (the NCCL executor; trainer_free .. trainer_memory belong to it) */
     int (*trainer_create_ranked)(const sched_t *s, const zb_model *m, const zb_data *d,
                                  const trainer_opts *opts, const zb_rank_info *rk,
                                  struct gpu_comm *comm, struct gpu_trainer **out, zb_err *err);
@@ -107,7 +111,8 @@ static inline uint64_t zb_cuda_api_layout(void)
     const size_t sizes[] = { sizeof(zb_cuda_api), sizeof(sched_t), sizeof(sched_lane),
                              sizeof(zb_model), sizeof(zb_data), sizeof(trainer_opts),
                              sizeof(adamw_config), sizeof(zb_profile), sizeof(zb_err),
-                             sizeof(zb_rank_info) };
+                             sizeof(zb_rank_info), sizeof(zb_backend_ops), sizeof(zb_backend),
+                             sizeof(llama_stage), sizeof(llama_tensor) };
     uint64_t h = 1469598103934665603ULL; /* FNV-1a over the sizes */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         h ^= (uint64_t)sizes[i];

@@ -32,6 +32,7 @@
 #include "kernels/cpu/memory_layer.h"
 #include "kernels/cpu/ops.h"
 #include "runtime/checkpoint.h"
+#include "runtime/ckpt_set.h"
 #include "runtime/rng.h"
 #include "src/sched_io.h"
 
@@ -153,38 +154,130 @@ static int load_model_file(const char *dir, gen_model *g, zb_err *err)
     return rc;
 }
 
-/* Joins the per-stage parameter parts of dir/checkpoint.bin.  The trainer
- * writes: part 0 metadata, part 1 progress, then per stage s the parts
- * 2+4s (parameters), 3+4s and 4+4s (AdamW moments), 5+4s (step count). */
-static int load_params(const char *dir, gen_model *g, zb_err *err)
+/* One checkpoint file, read whole (ckpt_read_any). */
+typedef struct gen_file {
+    ckpt_part *parts; /* its parts, owned */
+    int n;            /* how many */
+} gen_file;
+
+static void files_free(gen_file *f, int n)
 {
-    char *path = join_path(dir, GEN_CKPT_FILE);
-    if (!path)
+    for (int i = 0; f && i < n; i++)
+        ckpt_parts_free(f[i].parts, f[i].n);
+    free(f);
+}
+
+/* The trainer's progress record (part 1) starts with the int64 step. */
+static long file_step(const gen_file *f)
+{
+    int64_t step = -1;
+    if (f->n > 1 && f->parts[1].bytes >= sizeof step)
+        memcpy(&step, f->parts[1].data, sizeof step);
+    return (long)step;
+}
+
+/* Reads dir's newest checkpoint (runtime/ckpt_set.h): checkpoint.bin, or
+ * the per-rank parts that checkpoint.parts.json names, whichever holds
+ * the later step.  *files_out gets the files read, *n_out how many;
+ * *shown the path to name in messages (malloc'd). */
+static int read_newest(const char *dir, gen_file **files_out, int *n_out, char **shown,
+                       zb_err *err)
+{
+    ckptset_manifest m;
+    int have_set = ckptset_manifest_read(dir, &m, err);
+    if (have_set < 0)
+        return -1;
+    char *single = join_path(dir, GEN_CKPT_FILE);
+    if (!single)
         return zb_fail(err, "out of memory");
-    ckpt_part *parts = NULL;
-    int n = 0;
-    if (ckpt_read_any(path, &parts, &n, err) != 0) {
-        free(path);
+    gen_file one = { NULL, 0 };
+    zb_err single_err = { { 0 } };
+    int have_single = ckpt_read_any(single, &one.parts, &one.n, &single_err) == 0;
+    if (!have_set || (have_single && file_step(&one) >= m.step)) {
+        if (!have_single) {
+            *err = single_err;
+            free(single);
+            return -1;
+        }
+        gen_file *f = malloc(sizeof *f);
+        if (!f) {
+            ckpt_parts_free(one.parts, one.n);
+            free(single);
+            return zb_fail(err, "out of memory");
+        }
+        f[0] = one;
+        *files_out = f;
+        *n_out = 1;
+        *shown = single;
+        return 0;
+    }
+    ckpt_parts_free(one.parts, one.n);
+    free(single);
+    gen_file *f = calloc((size_t)m.ranks, sizeof *f);
+    size_t cap = strlen(dir) + 64;
+    char *path = malloc(cap);
+    int rc = f && path ? 0 : zb_fail(err, "out of memory");
+    for (int r = 0; r < m.ranks && rc == 0; r++) {
+        rc = ckptset_part_path(dir, m.tag, r, path, cap, err);
+        if (rc == 0)
+            rc = ckpt_read_any(path, &f[r].parts, &f[r].n, err);
+        if (rc == 0 && file_step(&f[r]) != m.step)
+            rc = zb_fail(err, "%s: a part of step %ld, but the manifest says step %ld", path,
+                         file_step(&f[r]), m.step);
+    }
+    free(path);
+    if (rc != 0) {
+        files_free(f, m.ranks);
         return -1;
     }
-    int rc = 0;
-    if (n < 6 || (n - 2) % 4 != 0)
-        rc = zb_fail(err, "%s: %d parts is not a trainer checkpoint", path, n);
+    *files_out = f;
+    *n_out = m.ranks;
+    *shown = join_path(dir, CKPTSET_MANIFEST);
+    return *shown ? 0 : zb_fail(err, "out of memory");
+}
+
+/* Joins the per-stage parameter parts of dir's newest checkpoint.  The
+ * trainer writes: part 0 metadata, part 1 progress, then per stage s the
+ * parts 2+4s (parameters), 3+4s and 4+4s (AdamW moments), 5+4s (step
+ * count); a part of a multi-process checkpoint leaves the stages of other
+ * ranks empty, so stage s comes from the file whose step count is there. */
+static int load_params(const char *dir, gen_model *g, zb_err *err)
+{
+    gen_file *files = NULL;
+    int n_files = 0;
+    char *path = NULL;
+    if (read_newest(dir, &files, &n_files, &path, err) != 0)
+        return -1;
+    int n = files[0].n, rc = 0;
+    for (int f = 0; f < n_files && rc == 0; f++)
+        if (files[f].n < 6 || (files[f].n - 2) % 4 != 0 || files[f].n != n)
+            rc = zb_fail(err, "%s: %d parts is not a trainer checkpoint", path, files[f].n);
+    int n_stages = (n - 2) / 4;
     size_t have = 0;
-    for (int s = 0; rc == 0 && s < (n - 2) / 4; s++)
-        have += parts[2 + 4 * s].bytes;
+    for (int s = 0; rc == 0 && s < n_stages; s++) {
+        int from = -1;
+        for (int f = 0; f < n_files; f++)
+            if (files[f].parts[5 + 4 * s].bytes == sizeof(int64_t) && from < 0)
+                from = f;
+        if (from < 0) {
+            rc = zb_fail(err, "%s: stage %d is in none of its files", path, s);
+            break;
+        }
+        const ckpt_part *pt = &files[from].parts[2 + 4 * s];
+        if (have + pt->bytes > sizeof(float) * g->st.n_params) {
+            have += pt->bytes;
+            break;
+        }
+        memcpy((char *)g->params + have, pt->data, pt->bytes);
+        have += pt->bytes;
+    }
     if (rc == 0 && have != sizeof(float) * g->st.n_params)
         rc = zb_fail(err, "%s: %zu parameters, but %s describes a model of %zu (another model?)",
                      path, have / sizeof(float), GEN_MODEL_FILE, g->st.n_params);
-    size_t off = 0;
-    for (int s = 0; rc == 0 && s < (n - 2) / 4; s++) {
-        memcpy((char *)g->params + off, parts[2 + 4 * s].data, parts[2 + 4 * s].bytes);
-        off += parts[2 + 4 * s].bytes;
-    }
     for (size_t i = 0; rc == 0 && i < g->st.n_params; i++)
         if (!isfinite(g->params[i]))
             rc = zb_fail(err, "%s: parameter %zu is not finite", path, i);
-    ckpt_parts_free(parts, n);
+    files_free(files, n_files);
     free(path);
     return rc;
 }

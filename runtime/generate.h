@@ -77,7 +77,9 @@ void gen_opts_default(gen_opts *o);
 int gen_write_model_file(const char *dir, const zb_model *m, const unsigned char *chars,
                          int vocab, zb_err *err);
 
-/* Loads dir/model.json and dir/checkpoint.bin.  Returns 0 and a new model
+/* Loads dir/model.json and dir's newest checkpoint: checkpoint.bin, or the
+ * per-rank parts of a multi-process run (runtime/ckpt_set.h), whichever
+ * holds the later step.  Returns 0 and a new model
  * in *out (free with gen_free), or -1 with err set (missing or malformed
  * files, a checkpoint whose parameters do not match the model). */
 int gen_load(const char *dir, gen_model **out, zb_err *err);

@@ -1,5 +1,9 @@
 /*
- * trainer.c: the pipeline executor (see trainer.h for the design).
+ * trainer.c: the pipeline executor (see trainer.h for the design).  It
+ * does no arithmetic itself: every stage op goes through the trainer's
+ * backend (backend.h), whose host mirrors it keeps in step with the device
+ * (mirror_get / mirrors_push) and whose activation fences it records at
+ * each hand-over of a buffer (act_get / act_put / tr_send / tr_recv).
  *
  * Life of one step:
  *
@@ -59,6 +63,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/team.h"
+#include "runtime/backend.h"
 #include "runtime/transport.h"
 #include "runtime/checkpoint.h"
 #include "runtime/rng.h"
@@ -69,20 +74,17 @@
 typedef struct stage_rt {
     llama_stage layout;    /* layers, tensors and their offsets */
     int device;            /* device (worker thread) that runs it */
-    size_t n_params;       /* floats per buffer below */
-    float *params;         /* [n_params] weights */
-    float *grads;          /* [n_params] weight gradients of the current step */
-    float *adam_m;         /* [n_params] AdamW first moment */
-    float *adam_v;         /* [n_params] AdamW second moment */
+    size_t n_params;       /* floats per buffer of the stage */
+    zb_bstage *bs;         /* params, grads, AdamW m and v on the backend (backend.h) */
+    unsigned dev_newer;    /* bits 1 << zb_bbuf: the device holds writes its host mirror lacks */
+    unsigned host_newer;   /* bits: the host mirror may hold writes the device lacks */
     int64_t adam_t;        /* AdamW steps taken by this stage (1-based in the update) */
-    float *snap_params;    /* [n_params] post-validation snapshot of params */
-    float *snap_m;         /* [n_params] snapshot of adam_m */
-    float *snap_v;         /* [n_params] snapshot of adam_v */
-    int64_t snap_t;        /* snapshot of adam_t */
+    int64_t snap_t;        /* post-validation snapshot of adam_t (the backend keeps
+                            * the snapshot of params, m and v) */
     double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
-    llama_saved **saved;   /* [m] per micro-batch saved state (F -> B -> W) */
-    float **w_scratch;     /* [m] weight gradients of W ops run ahead of order */
-    float **w_free;        /* [m] spare scratch buffers for w_scratch (reused) */
+    zb_bsaved **saved;     /* [m] per micro-batch saved state (F -> B -> W) */
+    zb_bgrads **w_scratch; /* [m] weight gradients of W ops run ahead of order */
+    zb_bgrads **w_free;    /* [m] spare scratch buffers for w_scratch (reused) */
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
@@ -121,6 +123,10 @@ struct trainer {
     int seq;               /* T */
     size_t act_floats;     /* B*T*d: one activation or gradient message */
     stage_rt *st;          /* [S] */
+    zb_backend *be;        /* the device's arithmetic and memory (backend.h), owned */
+    int mirrored;          /* 1 when the backend's host mirrors are copies (a GPU) */
+    int be_failed;         /* 1 after a backend failure outside a worker (sticky) */
+    zb_err be_err;         /* its message */
     zb_transport *tr;      /* transport between workers (transport.h) */
     zb_rng rng;            /* data window generator (checkpointed) */
     int32_t *x;            /* [m][B*T] input tokens of the step */
@@ -205,32 +211,23 @@ static double ms_since(const struct timespec *t0)
 
 /* ---- creation ---------------------------------------------------------- */
 
-static float *alloc_floats(size_t n)
+static void stage_free(zb_backend *be, stage_rt *r, int n_micro)
 {
-    return calloc(n ? n : 1, sizeof(float));
-}
-
-static void stage_free(stage_rt *r, int n_micro)
-{
-    if (r->saved)
-        for (int j = 0; j < n_micro; j++)
-            llama_saved_free(r->saved[j]);
-    if (r->w_scratch)
-        for (int j = 0; j < n_micro; j++)
-            free(r->w_scratch[j]);
-    if (r->w_free)
-        for (int j = 0; j < r->n_w_free; j++)
-            free(r->w_free[j]);
+    if (be) {
+        if (r->saved)
+            for (int j = 0; j < n_micro; j++)
+                be->ops->saved_free(be, r->saved[j]);
+        if (r->w_scratch)
+            for (int j = 0; j < n_micro; j++)
+                be->ops->grads_free(be, r->w_scratch[j]);
+        if (r->w_free)
+            for (int j = 0; j < r->n_w_free; j++)
+                be->ops->grads_free(be, r->w_free[j]);
+        be->ops->stage_free(be, r->bs);
+    }
     free(r->w_free);
     free(r->saved);
     free(r->w_scratch);
-    free(r->params);
-    free(r->grads);
-    free(r->adam_m);
-    free(r->adam_v);
-    free(r->snap_params);
-    free(r->snap_m);
-    free(r->snap_v);
     free(r->tensor_sq);
     llama_stage_free(&r->layout);
 }
@@ -250,14 +247,16 @@ void trainer_free(trainer *t)
     free(t->team);
     free(t->w);
     free(t->tid);
-    for (int i = 0; i < t->act_pool_n; i++)
-        free(t->act_pool[i]);
+    /* the transport first: its reset hands undelivered buffers back */
+    transport_free(t->tr);
+    for (int i = 0; i < t->act_pool_n && t->be; i++)
+        t->be->ops->act_free(t->be, t->act_pool[i]);
     free(t->act_pool);
     if (t->st)
         for (int s = 0; s < t->n_stages; s++)
-            stage_free(&t->st[s], t->n_micro);
+            stage_free(t->be, &t->st[s], t->n_micro);
     free(t->st);
-    transport_free(t->tr);
+    backend_free(t->be);
     if (t->op_start)
         for (int d = 0; d < t->n_devices; d++) {
             free(t->op_start[d]);
@@ -383,6 +382,15 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         trainer_free(t);
         return zb_fail(err, "out of memory");
     }
+    if ((opts->make_backend ? opts->make_backend(opts->make_backend_ctx, s->n_devices, &t->be, err)
+                            : backend_cpu_create(s->n_devices, &t->be, err))
+        != 0) {
+        t->be = NULL;
+        free(first);
+        trainer_free(t);
+        return -1;
+    }
+    t->mirrored = t->be->ops->download != NULL;
     zb_transport_pool pool = { pool_get, pool_put, t };
     if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices)) {
         free(first);
@@ -411,28 +419,32 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         r->device = s->stage_device[i];
         r->recompute = opts->recompute_stages ? opts->recompute_stages[i] != 0 : 0;
         r->n_params = llama_stage_num_params(&r->layout);
-        r->params = alloc_floats(r->n_params);
-        r->grads = alloc_floats(r->n_params);
-        r->adam_m = alloc_floats(r->n_params);
-        r->adam_v = alloc_floats(r->n_params);
-        r->snap_params = alloc_floats(r->n_params);
-        r->snap_m = alloc_floats(r->n_params);
-        r->snap_v = alloc_floats(r->n_params);
         r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
         r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);
         r->w_scratch = calloc((size_t)t->n_micro, sizeof *r->w_scratch);
         r->w_free = calloc((size_t)t->n_micro, sizeof *r->w_free);
-        oom = !r->w_free || !r->params || !r->grads || !r->adam_m || !r->adam_v || !r->snap_params
-              || !r->snap_m || !r->snap_v || !r->tensor_sq || !r->saved || !r->w_scratch;
-        for (int j = 0; j < t->n_micro && !oom; j++)
-            if (!(oom = !(r->saved[j] = llama_saved_new(&r->layout, t->batch))) && r->recompute)
-                llama_saved_set_recompute(r->saved[j], 1);
+        oom = !r->w_free || !r->tensor_sq || !r->saved || !r->w_scratch;
         if (oom) {
             free(first);
             trainer_free(t);
             return zb_fail(err, "out of memory for stage %d", i);
         }
-        llama_stage_init_params(&r->layout, r->params, opts->seed);
+        zb_backend *be = t->be;
+        int brc = be->ops->stage_new(be, &r->layout, r->device, &r->bs, err);
+        for (int j = 0; j < t->n_micro && brc == 0; j++)
+            brc = be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err);
+        if (brc == 0) {
+            /* the same initial weights on every backend: drawn on the host */
+            llama_stage_init_params(&r->layout, be->ops->host(be, r->bs, ZB_BUF_PARAMS),
+                                    opts->seed);
+            if (be->ops->upload)
+                brc = be->ops->upload(be, r->bs, ZB_BUF_PARAMS, err);
+        }
+        if (brc != 0) {
+            free(first);
+            trainer_free(t);
+            return zb_wrap(err, "stage %d on %s: ", i, be->ops->name);
+        }
     }
     free(first);
     const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
@@ -447,84 +459,124 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
 
 /* ---- the worker: one device's ops ------------------------------------- */
 
-/* An activation- or gradient-sized buffer (act_floats) from the trainer's
- * pool, malloc'd only while the pool has not yet reached the step's
- * high-water mark; NULL when memory runs out. */
-static float *act_get(trainer *t)
+/* An activation- or gradient-sized buffer (act_floats elements of the
+ * backend's type) from the trainer's pool, made by the backend only while
+ * the pool has not yet reached the step's high-water mark; NULL when
+ * memory runs out.  dev >= 0: the device that will write it, whose stream
+ * then waits for the buffer's last use (backend.h's fences); -1 for the
+ * transport, which only passes buffers on. */
+static void *act_get(trainer *t, int dev)
 {
-    float *p = NULL;
+    void *p = NULL;
     pthread_mutex_lock(&t->mu);
     if (t->act_pool_n > 0)
         p = t->act_pool[--t->act_pool_n];
     pthread_mutex_unlock(&t->mu);
-    return p ? p : malloc(sizeof(float) * (t->act_floats ? t->act_floats : 1));
+    if (!p)
+        return t->be->ops->act_new(t->be, t->act_floats);
+    if (dev >= 0 && t->be->ops->act_wait) {
+        zb_err ignored;
+        if (t->be->ops->act_wait(t->be, dev, p, &ignored) != 0) {
+            t->be->ops->act_free(t->be, p);
+            return NULL;
+        }
+    }
+    return p;
 }
 
-/* Returns a buffer of act_get to the pool (NULL is fine); frees it when
- * the pool is full. */
-static void act_put(trainer *t, float *p)
+/* Returns a buffer of act_get to the pool (NULL is fine) after device dev
+ * (-1: none) issued its last use; frees it when the pool is full. */
+static void act_put(trainer *t, int dev, void *p)
 {
     if (!p)
         return;
+    if (dev >= 0 && t->be->ops->act_issued) {
+        zb_err ignored; /* a failed record leaves an older fence: the next
+                         * user waits on that one, and the step fails anyway */
+        t->be->ops->act_issued(t->be, dev, p, &ignored);
+    }
     pthread_mutex_lock(&t->mu);
     if (t->act_pool_n < t->act_pool_cap) {
         t->act_pool[t->act_pool_n++] = p;
         p = NULL;
     }
     pthread_mutex_unlock(&t->mu);
-    free(p);
+    if (p)
+        t->be->ops->act_free(t->be, p);
 }
 
 /* The pool as the transport sees it (transport.h). */
 static void *pool_get(void *ctx)
 {
-    return act_get(ctx);
+    return act_get(ctx, -1);
 }
 
 static void pool_put(void *ctx, void *buf)
 {
-    act_put(ctx, buf);
+    act_put(ctx, -1, buf);
 }
 
-/* Sends key (kind, stage, mb) through the trainer's transport. */
-static int tr_send(trainer *t, int kind, int stage, int mb, void *buf, double val, zb_err *err)
+/* Sends key (kind, stage, mb) through the trainer's transport; dev >= 0
+ * with a buffer: the sending device, whose use of buf is marked issued. */
+static int tr_send(trainer *t, int dev, int kind, int stage, int mb, void *buf, double val,
+                   zb_err *err)
 {
+    if (buf && dev >= 0 && t->be->ops->act_issued
+        && t->be->ops->act_issued(t->be, dev, buf, err) != 0) {
+        act_put(t, -1, buf);
+        return -1;
+    }
     return t->tr->ops->send(t->tr, (zb_msg_key){ kind, stage, mb }, buf, val, err);
 }
 
-/* Receives key (kind, stage, mb); buf may be NULL for the norms. */
-static int tr_recv(trainer *t, int kind, int stage, int mb, void **buf, double *val, zb_err *err)
+/* Receives key (kind, stage, mb); buf may be NULL for the norms.  dev >= 0
+ * with a buffer: the receiving device, which waits for the sender's use. */
+static int tr_recv(trainer *t, int dev, int kind, int stage, int mb, void **buf, double *val,
+                   zb_err *err)
 {
-    return t->tr->ops->recv(t->tr, (zb_msg_key){ kind, stage, mb }, buf, val, err);
+    if (t->tr->ops->recv(t->tr, (zb_msg_key){ kind, stage, mb }, buf, val, err) != 0)
+        return -1;
+    if (buf && *buf && dev >= 0 && t->be->ops->act_wait
+        && t->be->ops->act_wait(t->be, dev, *buf, err) != 0) {
+        act_put(t, -1, *buf);
+        *buf = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* A zeroed weight-gradient scratch of stage r (only its device's worker,
- * or the main thread between steps, touches r's spares). */
-static float *w_scratch_get(stage_rt *r)
+ * or the main thread between steps, touches r's spares); NULL on failure. */
+static zb_bgrads *w_scratch_get(trainer *t, stage_rt *r)
 {
     if (r->n_w_free == 0)
-        return alloc_floats(r->n_params);
-    float *p = r->w_free[--r->n_w_free];
-    llama_grads_zero(&r->layout, p);
+        return t->be->ops->grads_new(t->be, r->bs);
+    zb_bgrads *p = r->w_free[--r->n_w_free];
+    zb_err ignored;
+    if (t->be->ops->grads_zero(t->be, r->bs, p, &ignored) != 0) {
+        t->be->ops->grads_free(t->be, p);
+        return NULL;
+    }
     return p;
 }
 
 /* Keeps a scratch of w_scratch_get for the next W that runs ahead. */
-static void w_scratch_put(trainer *t, stage_rt *r, float *p)
+static void w_scratch_put(trainer *t, stage_rt *r, zb_bgrads *p)
 {
     if (!p)
         return;
     if (r->n_w_free < t->n_micro)
         r->w_free[r->n_w_free++] = p;
     else
-        free(p);
+        t->be->ops->grads_free(t->be, p);
 }
 
 /* Each op function receives its input first and then stamps *start (when
  * not NULL), so that a measured op starts when its compute starts, as in
  * the simulator, and time blocked in a receive shows up as a bubble; it
  * stamps *end before it sends its output, so that a consumer never appears
- * to start before its producer ended. */
+ * to start before its producer ended.  On a GPU backend the stamps are
+ * when the op was issued, not when it ran. */
 static void stamp(const trainer *t, double *start)
 {
     if (start)
@@ -534,34 +586,29 @@ static void stamp(const trainer *t, double *start)
 static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_err *err)
 {
     stage_rt *r = &t->st[s];
+    zb_backend *be = t->be;
     size_t tok = (size_t)t->batch * (size_t)t->seq;
     int last = s == t->n_stages - 1;
-    float *in = NULL; /* the forward copies its input into the saved state */
-    if (s > 0) {
-        void *p;
-        if (tr_recv(t, CHAN_ACT, s, j, &p, NULL, err) != 0)
-            return -1;
-        in = p;
-    }
+    void *in = NULL; /* the forward copies its input into the saved state */
+    if (s > 0 && tr_recv(t, r->device, CHAN_ACT, s, j, &in, NULL, err) != 0)
+        return -1;
     stamp(t, start);
-    float *out = NULL;
-    if (!last && !(out = act_get(t))) {
-        act_put(t, in);
+    void *out = NULL;
+    if (!last && !(out = act_get(t, r->device))) {
+        act_put(t, r->device, in);
         return zb_fail(err, "out of memory for an activation");
     }
-    float loss = 0;
-    int rc = llama_stage_forward(&r->layout, r->params, s == 0 ? r->x + tok * (size_t)j : NULL,
-                                 in, last ? r->y + tok * (size_t)j : NULL, r->saved[j],
-                                 out, &loss, NULL, err);
-    act_put(t, in);
+    /* the loss lands in mb_loss[j] by the time the lane syncs its stages */
+    int rc = be->ops->forward(be, r->bs, r->saved[j], s == 0 ? r->x + tok * (size_t)j : NULL, in,
+                              last ? r->y + tok * (size_t)j : NULL, out,
+                              last ? &t->mb_loss[j] : NULL, err);
+    act_put(t, r->device, in);
     if (rc != 0) {
-        act_put(t, out);
+        act_put(t, r->device, out);
         return zb_wrap(err, "F of stage %d, micro-batch %d: ", s, j);
     }
     stamp(t, end);
-    if (last)
-        t->mb_loss[j] = loss;
-    else if (tr_send(t, CHAN_ACT, s + 1, j, out, 0, err) != 0)
+    if (!last && tr_send(t, r->device, CHAN_ACT, s + 1, j, out, 0, err) != 0)
         return -1;
     return 0;
 }
@@ -569,34 +616,30 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
 /* B of (s, j).  With held != NULL (the B half of a fused BW) the input
  * gradient is handed back in *held instead of sent, so that the caller
  * sends it after W: a fused op's outputs exist only when it ends. */
-static int op_backward_b(trainer *t, int s, int j, double *start, double *end, float **held,
+static int op_backward_b(trainer *t, int s, int j, double *start, double *end, void **held,
                          zb_err *err)
 {
     stage_rt *r = &t->st[s];
-    float *dy = NULL;
-    if (s < t->n_stages - 1) {
-        void *p;
-        if (tr_recv(t, CHAN_GRAD, s, j, &p, NULL, err) != 0)
-            return -1;
-        dy = p;
-    }
+    zb_backend *be = t->be;
+    void *dy = NULL;
+    if (s < t->n_stages - 1 && tr_recv(t, r->device, CHAN_GRAD, s, j, &dy, NULL, err) != 0)
+        return -1;
     stamp(t, start);
-    float *dx = NULL;
-    if (s > 0 && !(dx = act_get(t))) {
-        act_put(t, dy);
+    void *dx = NULL;
+    if (s > 0 && !(dx = act_get(t, r->device))) {
+        act_put(t, r->device, dy);
         return zb_fail(err, "out of memory for a gradient");
     }
-    int rc = llama_stage_backward_b(&r->layout, r->params, r->saved[j], 1.0f / (float)t->n_micro,
-                                    dy, dx, err);
-    act_put(t, dy);
+    int rc = be->ops->backward_b(be, r->bs, r->saved[j], 1.0f / (float)t->n_micro, dy, dx, err);
+    act_put(t, r->device, dy);
     if (rc != 0) {
-        act_put(t, dx);
+        act_put(t, r->device, dx);
         return zb_wrap(err, "B of stage %d, micro-batch %d: ", s, j);
     }
     stamp(t, end);
     if (held)
         *held = dx;
-    else if (s > 0 && tr_send(t, CHAN_GRAD, s - 1, j, dx, 0, err) != 0)
+    else if (s > 0 && tr_send(t, r->device, CHAN_GRAD, s - 1, j, dx, 0, err) != 0)
         return -1;
     return 0;
 }
@@ -607,22 +650,24 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, f
 static int op_backward_w(trainer *t, int s, int j, zb_err *err)
 {
     stage_rt *r = &t->st[s];
+    zb_backend *be = t->be;
     if (j == r->next_w) {
-        if (llama_stage_backward_w(&r->layout, r->saved[j], r->grads, err) != 0)
+        if (be->ops->backward_w(be, r->bs, r->saved[j], NULL, err) != 0)
             return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
         r->next_w++;
         while (r->next_w < t->n_micro && r->w_scratch[r->next_w]) {
-            llama_grads_add(&r->layout, r->grads, r->w_scratch[r->next_w]);
+            if (be->ops->grads_add(be, r->bs, r->w_scratch[r->next_w], err) != 0)
+                return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, r->next_w);
             w_scratch_put(t, r, r->w_scratch[r->next_w]);
             r->w_scratch[r->next_w] = NULL;
             r->next_w++;
         }
     } else {
         assert(j > r->next_w);
-        float *scratch = w_scratch_get(r);
+        zb_bgrads *scratch = w_scratch_get(t, r);
         if (!scratch)
             return zb_fail(err, "out of memory for a weight-gradient scratch");
-        if (llama_stage_backward_w(&r->layout, r->saved[j], scratch, err) != 0) {
+        if (be->ops->backward_w(be, r->bs, r->saved[j], scratch, err) != 0) {
             w_scratch_put(t, r, scratch);
             return zb_wrap(err, "W of stage %d, micro-batch %d: ", s, j);
         }
@@ -632,14 +677,15 @@ static int op_backward_w(trainer *t, int s, int j, zb_err *err)
 }
 
 /* Sum of squares of the stage's gradient added tensor by tensor onto
- * `partial`, so that the running total is the same sequence of additions
- * however the model is split. */
-static double add_stage_norm(stage_rt *r, double partial)
+ * *partial, so that the running total is the same sequence of additions
+ * however the model is split.  0 or -1 (backend failure). */
+static int add_stage_norm(trainer *t, stage_rt *r, double *partial, zb_err *err)
 {
-    adamw_tensor_sum_squares(&r->layout, r->grads, r->tensor_sq);
+    if (t->be->ops->grad_sumsq(t->be, r->bs, r->tensor_sq, err) != 0)
+        return -1;
     for (int i = 0; i < r->layout.n_tensors; i++)
-        partial += r->tensor_sq[i];
-    return partial;
+        *partial += r->tensor_sq[i];
+    return 0;
 }
 
 /* 1 when a squared norm calls for clipping (the same test the synchronous
@@ -649,29 +695,23 @@ static int needs_clip(const trainer *t, double sq)
     return t->opts.adamw.grad_clip > 0 && adamw_clip_scale(sq, t->opts.adamw.grad_clip) < 1.0f;
 }
 
-static void stage_update(trainer *t, stage_rt *r, float scale)
+static int stage_update(trainer *t, stage_rt *r, float scale, zb_err *err)
 {
     r->adam_t++;
-    adamw_step_stage(&r->layout, &t->opts.adamw, r->params, r->grads, r->adam_m, r->adam_v,
-                     (int)r->adam_t, (float)t->step_lr, scale);
+    return t->be->ops->adamw(t->be, r->bs, &t->opts.adamw, (int)r->adam_t, (float)t->step_lr,
+                             scale, err);
 }
 
-static void snapshot_take(stage_rt *r)
+static int snapshot_take(trainer *t, stage_rt *r, zb_err *err)
 {
-    size_t bytes = sizeof(float) * r->n_params;
-    memcpy(r->snap_params, r->params, bytes);
-    memcpy(r->snap_m, r->adam_m, bytes);
-    memcpy(r->snap_v, r->adam_v, bytes);
     r->snap_t = r->adam_t;
+    return t->be->ops->snapshot(t->be, r->bs, err);
 }
 
-static void snapshot_restore(stage_rt *r)
+static int snapshot_restore(trainer *t, stage_rt *r, zb_err *err)
 {
-    size_t bytes = sizeof(float) * r->n_params;
-    memcpy(r->params, r->snap_params, bytes);
-    memcpy(r->adam_m, r->snap_m, bytes);
-    memcpy(r->adam_v, r->snap_v, bytes);
     r->adam_t = r->snap_t;
+    return t->be->ops->restore(t->be, r->bs, err);
 }
 
 static int run_ops(worker *w, int from, int to);
@@ -709,18 +749,17 @@ static int post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
         if (r->device != dev)
             continue;
         double partial = 0;
-        if (s > 0 && tr_recv(t, CHAN_NORM_UP, s, 0, NULL, &partial, err) != 0)
+        if (s > 0 && tr_recv(t, -1, CHAN_NORM_UP, s, 0, NULL, &partial, err) != 0)
             return -1;
         if (s == 1) /* stage 0's partial: it stepped, and so speculated, iff this passes */
             spec_in = batch_spec(t, i) && isfinite(partial) && !needs_clip(t, partial);
-        partial = add_stage_norm(r, partial);
+        if (add_stage_norm(t, r, &partial, err) != 0)
+            return -1;
         r->stepped = isfinite(partial) && !needs_clip(t, partial);
-        if (r->stepped) {
-            snapshot_take(r);
-            stage_update(t, r, 1.0f);
-        }
+        if (r->stepped && (snapshot_take(t, r, err) != 0 || stage_update(t, r, 1.0f, err) != 0))
+            return -1;
         if (s < S - 1) {
-            if (tr_send(t, CHAN_NORM_UP, s + 1, 0, NULL, partial, err) != 0)
+            if (tr_send(t, -1, CHAN_NORM_UP, s + 1, 0, NULL, partial, err) != 0)
                 return -1;
         } else {
             t->full_sq = partial;
@@ -747,40 +786,47 @@ static int post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
         double full = 0;
         if (s == S - 1)
             full = t->full_sq; /* written by this same worker on the way up */
-        else if (tr_recv(t, CHAN_NORM_DOWN, s, 0, NULL, &full, err) != 0)
+        else if (tr_recv(t, -1, CHAN_NORM_DOWN, s, 0, NULL, &full, err) != 0)
             return -1;
         int finite = isfinite(full), clip = finite && needs_clip(t, full);
         if (!(r->stepped && finite && !clip)) {
             /* The optimistic action was wrong: undo it and do the right one. */
             if (r->stepped) {
-                snapshot_restore(r);
+                if (snapshot_restore(t, r, err) != 0)
+                    return -1;
                 pthread_mutex_lock(&t->mu);
                 t->rollbacks_step++;
                 pthread_mutex_unlock(&t->mu);
             }
-            if (finite)
-                stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip));
+            if (finite
+                && stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip), err) != 0)
+                return -1;
         }
         int spec_wrong = !(finite && !clip); /* stage 0's speculation was on wrong parameters */
         if (s == 1 && spec_in && spec_wrong)
             for (int k = 0; k < t->spec_len; k++) {
                 void *buf = NULL;
-                if (tr_recv(t, CHAN_ACT, 1, lane0->ops[k].mb, &buf, NULL, err) != 0)
+                if (tr_recv(t, dev, CHAN_ACT, 1, lane0->ops[k].mb, &buf, NULL, err) != 0)
                     return -1;
-                act_put(t, buf);
+                act_put(t, dev, buf);
             }
         if (s == 0 && spec_ran && *spec_ran && spec_wrong) {
-            for (int k = 0; k < t->spec_len; k++)
-                llama_saved_reset(r->saved[lane0->ops[k].mb]);
+            zb_backend *be = t->be;
+            for (int k = 0; k < t->spec_len; k++) {
+                int j = lane0->ops[k].mb;
+                be->ops->saved_free(be, r->saved[j]);
+                r->saved[j] = NULL;
+                if (be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err) != 0)
+                    return -1;
+            }
             if (run_ops(w, 0, t->spec_len) != 0)
                 return -1;
         }
-        if (s > 0 && tr_send(t, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
+        if (s > 0 && tr_send(t, -1, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
             return -1;
     }
     return 0;
 }
-
 /* Updates device dev's activation peak with what its stages hold now.
  * Only dev's worker touches its stages' saved state, so no lock.  O(S m)
  * per op, negligible next to the op itself. */
@@ -790,7 +836,7 @@ static void note_activations(trainer *t, int dev)
     for (int s = 0; s < t->n_stages; s++)
         if (t->st[s].device == dev)
             for (int j = 0; j < t->n_micro; j++)
-                held += (double)llama_saved_bytes(t->st[s].saved[j]);
+                held += (double)t->be->ops->saved_bytes(t->be, t->st[s].saved[j]);
     if (held > t->act_peak[dev])
         t->act_peak[dev] = held;
 }
@@ -819,16 +865,16 @@ static int run_ops(worker *w, int from, int to)
             stamp(t, end);
             break;
         case OP_BW: {
-            float *dx = NULL;
+            void *dx = NULL;
             double *mid = t->opts.record_times ? &t->op_mid[w->dev][k] : NULL;
             rc = op_backward_b(t, op.stage, op.mb, start, mid, &dx, &w->err);
             if (rc == 0)
                 rc = op_backward_w(t, op.stage, op.mb, &w->err);
             stamp(t, end);
             if (rc == 0 && op.stage > 0)
-                rc = tr_send(t, CHAN_GRAD, op.stage - 1, op.mb, dx, 0, &w->err);
+                rc = tr_send(t, w->dev, CHAN_GRAD, op.stage - 1, op.mb, dx, 0, &w->err);
             else
-                act_put(t, dx);
+                act_put(t, w->dev, dx);
             break;
         }
         case OP_S:
@@ -842,6 +888,17 @@ static int run_ops(worker *w, int from, int to)
             note_activations(t, w->dev);
     }
     return rc;
+}
+
+/* The lane's deferred results (the losses of its F ops) before anyone
+ * reads them; a no-op on the CPU.  0, or -1 with w->err set. */
+static int lane_sync(worker *w)
+{
+    trainer *t = w->t;
+    for (int s = 0; s < t->n_stages; s++)
+        if (t->st[s].device == w->dev && t->be->ops->sync(t->be, t->st[s].bs, &w->err) != 0)
+            return -1;
+    return 0;
 }
 
 /* Mean loss of the step's micro-batches, summed in micro-batch order. */
@@ -869,7 +926,7 @@ static int run_batch(worker *w)
                 t->st[s].x = t->bx + batch_tokens(t, i);
                 t->st[s].y = t->by + batch_tokens(t, i);
             }
-        if (run_ops(w, done, lane->n_ops) != 0)
+        if (run_ops(w, done, lane->n_ops) != 0 || lane_sync(w) != 0)
             return -1;
         if (t->st[S - 1].device == dev)
             t->b_loss[i] = step_loss(t);
@@ -878,7 +935,8 @@ static int run_batch(worker *w)
             return -1;
         for (int s = 0; s < S; s++)
             if (t->st[s].device == dev) {
-                llama_grads_zero(&t->st[s].layout, t->st[s].grads);
+                if (t->be->ops->grads_zero(t->be, t->st[s].bs, NULL, &w->err) != 0)
+                    return -1;
                 t->st[s].next_w = 0;
                 t->st[s].stepped = 0;
             }
@@ -900,10 +958,15 @@ static void run_job(worker *w, int phases)
     if (t->opts.one_device && w->dev != t->opts.device)
         return; /* another process runs this device */
     int rc = 0;
-    if (phases & PHASE_BATCH)
+    if (t->be->ops->bind)
+        rc = t->be->ops->bind(t->be, w->dev, &w->err);
+    if (rc == 0 && (phases & PHASE_BATCH))
         rc = run_batch(w);
-    if (phases & PHASE_OPS)
+    if (rc == 0 && (phases & PHASE_OPS)) {
         rc = run_ops(w, 0, t->sched->dev[w->dev].n_ops);
+        if (rc == 0)
+            rc = lane_sync(w);
+    }
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = post_validated_step(t, w, -1, NULL);
     if (rc != 0) {
@@ -977,18 +1040,93 @@ static void workers_stop(trainer *t)
     t->wstop = 0;
 }
 
+/* Records a backend failure of the calling thread (outside the workers),
+ * reported by the next be_check. */
+static void be_fail(trainer *t, const zb_err *e)
+{
+    if (!t->be_failed) {
+        t->be_failed = 1;
+        t->be_err = *e;
+    }
+}
+
+/* 0, or -1 with err naming the backend failure be_fail recorded. */
+static int be_check(const trainer *t, zb_err *err)
+{
+    if (t->be_failed)
+        return zb_fail(err, "%s backend: %s", t->be->ops->name, t->be_err.msg);
+    return 0;
+}
+
 /* The reference path: the full norm first, then every stage steps. */
 static void synchronous_step(trainer *t)
 {
     double full = 0;
+    zb_err e;
     for (int s = 0; s < t->n_stages; s++)
-        full = add_stage_norm(&t->st[s], full);
+        if (add_stage_norm(t, &t->st[s], &full, &e) != 0) {
+            be_fail(t, &e);
+            return;
+        }
     t->full_sq = full;
     if (!isfinite(full))
         return;
     float scale = adamw_clip_scale(full, t->opts.adamw.grad_clip);
     for (int s = 0; s < t->n_stages; s++)
-        stage_update(t, &t->st[s], scale);
+        if (stage_update(t, &t->st[s], scale, &e) != 0) {
+            be_fail(t, &e);
+            return;
+        }
+}
+
+/* Host mirrors (backend.h).  After a step the device holds the newest
+ * params, m and v (and grads after a backward); an accessor downloads a
+ * stale mirror and, since its caller may write it, marks it newer than the
+ * device; the next step or evaluation uploads it.  Nothing to do when the
+ * mirror is the buffer (the CPU). */
+static void mirrors_device_wrote(trainer *t, unsigned bits)
+{
+    if (!t->mirrored)
+        return;
+    for (int s = 0; s < t->n_stages; s++)
+        t->st[s].dev_newer |= bits;
+}
+
+/* Stage s's mirror of `which`, downloaded when stale; a failed download
+ * is recorded for be_check and the stale mirror returned. */
+static float *mirror_get(trainer *t, int s, zb_bbuf which, int for_write)
+{
+    stage_rt *r = &t->st[s];
+    unsigned bit = 1u << which;
+    if (t->mirrored && (r->dev_newer & bit)) {
+        zb_err e;
+        if (t->be->ops->download(t->be, r->bs, which, &e) != 0)
+            be_fail(t, &e);
+        else
+            r->dev_newer &= ~bit;
+    }
+    if (t->mirrored && for_write)
+        r->host_newer |= bit;
+    return t->be->ops->host(t->be, r->bs, which);
+}
+
+/* Uploads every mirror written since the last step.  0 or -1 with err. */
+static int mirrors_push(trainer *t, zb_err *err)
+{
+    if (be_check(t, err) != 0)
+        return -1;
+    if (!t->mirrored)
+        return 0;
+    for (int s = 0; s < t->n_stages; s++) {
+        stage_rt *r = &t->st[s];
+        for (int k = 0; k < ZB_BUF_COUNT; k++)
+            if (r->host_newer & (1u << k)) {
+                if (t->be->ops->upload(t->be, r->bs, (zb_bbuf)k, err) != 0)
+                    return zb_wrap(err, "%s backend, stage %d: ", t->be->ops->name, s);
+                r->host_newer &= ~(1u << k);
+            }
+    }
+    return 0;
 }
 
 /* Returns every per-micro-batch buffer to its empty state after a failed
@@ -1001,11 +1139,13 @@ static void reset_step_state(trainer *t)
         for (int j = 0; j < t->n_micro; j++) {
             w_scratch_put(t, r, r->w_scratch[j]);
             r->w_scratch[j] = NULL;
-            if (llama_saved_bytes(r->saved[j]) > 0) {
-                llama_saved_free(r->saved[j]);
-                r->saved[j] = llama_saved_new(&r->layout, t->batch);
-                if (r->saved[j] && r->recompute)
-                    llama_saved_set_recompute(r->saved[j], 1);
+            zb_backend *be = t->be;
+            if (be->ops->saved_bytes(be, r->saved[j]) > 0) {
+                zb_err e;
+                be->ops->saved_free(be, r->saved[j]);
+                r->saved[j] = NULL;
+                if (be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], &e) != 0)
+                    be_fail(t, &e);
             }
         }
     }
@@ -1026,7 +1166,9 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
                              t->y + tok * (size_t)j);
     }
     for (int s = 0; s < t->n_stages; s++) {
-        llama_grads_zero(&t->st[s].layout, t->st[s].grads);
+        zb_err e;
+        if (t->be->ops->grads_zero(t->be, t->st[s].bs, NULL, &e) != 0)
+            be_fail(t, &e);
         t->st[s].next_w = 0;
         t->st[s].stepped = 0;
         t->st[s].x = t->x;
@@ -1112,6 +1254,8 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
 {
     if (t->pending)
         return zb_fail(err, "trainer_step: a backward is pending its trainer_apply");
+    if (mirrors_push(t, err) != 0)
+        return -1;
     step_begin(t, NULL, NULL);
     /* Ops and optimizer step in one set of workers: each device steps as
      * soon as its lane is done, the post-validation overlap of the paper.
@@ -1120,7 +1264,8 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
         return -1;
     *loss = step_loss(t);
     step_end(t, *loss);
-    return 0;
+    mirrors_device_wrote(t, (1u << ZB_BUF_COUNT) - 1);
+    return be_check(t, err);
 }
 
 /* Room in the batch buffers for n steps.  0, or -1 (memory; the old
@@ -1192,6 +1337,8 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
     }
     if (batch_reserve(t, n) != 0)
         return zb_fail(err, "out of memory for %d steps' micro-batches", n);
+    if (mirrors_push(t, err) != 0)
+        return -1;
     size_t tok = (size_t)t->batch * (size_t)t->seq;
     for (int i = 0; i < n; i++) /* the draws of n single steps, in the same order */
         for (int j = 0; j < t->n_micro; j++) {
@@ -1199,10 +1346,14 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
             data_train_batch(t->data, &t->rng, t->batch, t->bx + off, t->by + off);
         }
     for (int s = 0; s < t->n_stages; s++) {
-        llama_grads_zero(&t->st[s].layout, t->st[s].grads);
+        zb_err e;
+        if (t->be->ops->grads_zero(t->be, t->st[s].bs, NULL, &e) != 0)
+            be_fail(t, &e);
         t->st[s].next_w = 0;
         t->st[s].stepped = 0;
     }
+    if (be_check(t, err) != 0)
+        return -1;
     t->b_n = n;
     t->b_step0 = t->stats.step;
     t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
@@ -1239,15 +1390,21 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
     if (t->opts.record_times)
         batch_trace_times(t);
     t->have_times = t->opts.record_times;
-    return 0;
+    mirrors_device_wrote(t, (1u << ZB_BUF_COUNT) - 1);
+    return be_check(t, err);
 }
 
 static int backward(trainer *t, const int32_t *x, const int32_t *y, double *loss, zb_err *err)
 {
     if (t->pending)
         return zb_fail(err, "trainer_backward: the previous backward was not applied");
+    if (mirrors_push(t, err) != 0)
+        return -1;
     step_begin(t, x, y);
     if (run_workers(t, PHASE_OPS, err) != 0)
+        return -1;
+    mirrors_device_wrote(t, 1u << ZB_BUF_GRADS);
+    if (be_check(t, err) != 0)
         return -1;
     t->pending_loss = step_loss(t);
     t->pending = 1;
@@ -1271,10 +1428,14 @@ int trainer_apply(trainer *t, zb_err *err)
     if (!t->pending)
         return zb_fail(err, "trainer_apply: no backward to apply");
     t->pending = 0;
+    /* the caller may have replaced the gradients (an average of replicas) */
+    if (mirrors_push(t, err) != 0)
+        return -1;
     if (!t->opts.sync_optimizer && run_workers(t, PHASE_STEP, err) != 0)
         return -1;
     step_end(t, t->pending_loss);
-    return 0;
+    mirrors_device_wrote(t, (1u << ZB_BUF_COUNT) - 1);
+    return be_check(t, err);
 }
 
 int trainer_pending(const trainer *t)
@@ -1288,49 +1449,65 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
 {
     /* The workers are idle between steps: the calling thread borrows
      * device 0's team for the forward passes. */
-    if (workers_start(t, err) != 0)
+    if (workers_start(t, err) != 0 || mirrors_push(t, err) != 0)
         return -1;
     kern_team *prev = kern_team_current();
     kern_team_bind(t->team[0]);
+    zb_backend *be = t->be;
     int B = t->batch;
     int n_batches = (t->opts.eval_windows + B - 1) / B;
     int n_total = n_batches * B;
     size_t tok = (size_t)B * (size_t)t->seq;
     int32_t *x = malloc(sizeof *x * tok), *y = malloc(sizeof *y * tok);
-    float *a = malloc(sizeof(float) * t->act_floats), *b = malloc(sizeof(float) * t->act_floats);
+    void *a = be->ops->act_new(be, t->act_floats), *b = be->ops->act_new(be, t->act_floats);
     int rc = 0;
     if (!x || !y || !a || !b)
         rc = zb_fail(err, "out of memory");
+    /* A stage's forward runs on its own device (stream); the activation
+     * passes between devices with the fences of backend.h. */
+    for (int dv = 0; dv < t->n_devices && rc == 0 && be->ops->bind; dv++)
+        rc = be->ops->bind(be, dv, err);
     double sum = 0;
     for (int k = 0; k < n_batches && rc == 0; k++) {
         data_val_batch(t->data, k * B, B, n_total, x, y);
         for (int s = 0; s < t->n_stages && rc == 0; s++) {
             stage_rt *r = &t->st[s];
             int last = s == t->n_stages - 1;
-            llama_saved *sv = llama_saved_new(&r->layout, B);
-            if (!sv) {
-                rc = zb_fail(err, "out of memory");
-                break;
-            }
+            zb_bsaved *sv = NULL;
             float loss = 0;
-            rc = llama_stage_forward(&r->layout, r->params, s == 0 ? x : NULL, s == 0 ? NULL : a,
-                                     last ? y : NULL, sv, last ? NULL : b, &loss, NULL, err);
-            llama_saved_free(sv);
+            if ((rc = be->ops->saved_new(be, r->bs, B, 0, &sv, err)) != 0)
+                break;
+            if (be->ops->act_wait && ((s > 0 && be->ops->act_wait(be, r->device, a, err) != 0)
+                                      || (!last && be->ops->act_wait(be, r->device, b, err) != 0)))
+                rc = -1;
+            if (rc == 0)
+                rc = be->ops->forward(be, r->bs, sv, s == 0 ? x : NULL, s == 0 ? NULL : a,
+                                      last ? y : NULL, last ? NULL : b, last ? &loss : NULL, err);
+            /* both buffers' last use is now this stage's (the next stage
+             * writes into the one read here) */
+            if (rc == 0 && be->ops->act_issued
+                && ((s > 0 && be->ops->act_issued(be, r->device, a, err) != 0)
+                    || (!last && be->ops->act_issued(be, r->device, b, err) != 0)))
+                rc = -1;
+            /* the loss (and x, y before the next batch overwrites them) */
+            if (rc == 0)
+                rc = be->ops->sync(be, r->bs, err);
+            be->ops->saved_free(be, sv);
             if (rc != 0) {
                 zb_wrap(err, "evaluation, stage %d: ", s);
                 break;
             }
             if (last)
                 sum += loss;
-            float *tmp = a;
+            void *tmp = a;
             a = b;
             b = tmp;
         }
     }
     free(x);
     free(y);
-    free(a);
-    free(b);
+    be->ops->act_free(be, a);
+    be->ops->act_free(be, b);
     kern_team_bind(prev);
     if (rc != 0)
         return -1;
@@ -1354,28 +1531,28 @@ float *trainer_stage_params(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
-    return t->st[stage].params;
+    return mirror_get(t, stage, ZB_BUF_PARAMS, 1);
 }
 
 float *trainer_stage_grads(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
-    return t->st[stage].grads;
+    return mirror_get(t, stage, ZB_BUF_GRADS, 1);
 }
 
 float *trainer_stage_adam_m(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
-    return t->st[stage].adam_m;
+    return mirror_get(t, stage, ZB_BUF_ADAM_M, 1);
 }
 
 float *trainer_stage_adam_v(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
     *n = t->st[stage].n_params;
-    return t->st[stage].adam_v;
+    return mirror_get(t, stage, ZB_BUF_ADAM_V, 1);
 }
 
 int64_t *trainer_stage_adam_t(trainer *t, int stage)
@@ -1445,8 +1622,17 @@ static int ckpt_part_count(const trainer *t)
     return 2 + 4 * t->n_stages;
 }
 
-int trainer_save(const trainer *t, const char *path, zb_err *err)
+int trainer_save(const trainer *t_in, const char *path, zb_err *err)
 {
+    return trainer_save_stages(t_in, path, NULL, err);
+}
+
+int trainer_save_stages(const trainer *t_in, const char *path, const unsigned char *own,
+                        zb_err *err)
+{
+    /* Logically const: only the host mirrors (a cache of the device's
+     * buffers) are refreshed. */
+    trainer *t = (trainer *)t_in;
     /* Mid-step the generator has moved past batches the parameters have
      * not learnt from: a resume would skip them. */
     if (t->pending)
@@ -1464,13 +1650,14 @@ int trainer_save(const trainer *t, const char *path, zb_err *err)
     parts[1] = (ckpt_part){ &prog, sizeof prog };
     for (int s = 0; s < t->n_stages; s++) {
         stage_rt *r = &t->st[s];
-        size_t bytes = sizeof(float) * r->n_params;
-        parts[2 + 4 * s] = (ckpt_part){ r->params, bytes };
-        parts[3 + 4 * s] = (ckpt_part){ r->adam_m, bytes };
-        parts[4 + 4 * s] = (ckpt_part){ r->adam_v, bytes };
-        parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, sizeof r->adam_t };
+        int mine = !own || own[s];
+        size_t bytes = mine ? sizeof(float) * r->n_params : 0; /* empty: another part's */
+        parts[2 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_PARAMS, 0) : NULL, bytes };
+        parts[3 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_ADAM_M, 0) : NULL, bytes };
+        parts[4 + 4 * s] = (ckpt_part){ mine ? mirror_get(t, s, ZB_BUF_ADAM_V, 0) : NULL, bytes };
+        parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, mine ? sizeof r->adam_t : 0 };
     }
-    int rc = ckpt_write(path, parts, n, err);
+    int rc = be_check(t, err) != 0 ? -1 : ckpt_write(path, parts, n, err);
     free(parts);
     return rc;
 }
@@ -1510,13 +1697,18 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
             rc = zb_fail(err, "%s: the checkpoint is of another model or stage split", path);
     }
     if (rc == 0) {
+        /* into the host mirrors (on the CPU, the buffers themselves); the
+         * next step or evaluation uploads them to a device */
+        static const zb_bbuf which[3] = { ZB_BUF_PARAMS, ZB_BUF_ADAM_M, ZB_BUF_ADAM_V };
         for (int s = 0; s < t->n_stages; s++) {
             stage_rt *r = &t->st[s];
-            float **dst[3] = { &r->params, &r->adam_m, &r->adam_v };
             for (int k = 0; k < 3; k++) {
-                float *old = *dst[k];
-                *dst[k] = parts[2 + 4 * s + k].data;
-                parts[2 + 4 * s + k].data = old; /* freed below */
+                float *dst = t->be->ops->host(t->be, r->bs, which[k]);
+                memcpy(dst, parts[2 + 4 * s + k].data, sizeof(float) * r->n_params);
+                if (t->mirrored) {
+                    r->dev_newer &= ~(1u << which[k]);
+                    r->host_newer |= 1u << which[k];
+                }
             }
             r->adam_t = adam_t[s];
         }
@@ -1531,6 +1723,98 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
                 free(parts[2 + 4 * s + k].data);
     free(parts);
     free(adam_t);
+    return rc;
+}
+
+int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
+                       zb_err *err)
+{
+    if (t->pending)
+        return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
+    if (n_paths < 1)
+        return zb_fail(err, "no checkpoint parts to load");
+    /* Every file is read and checked whole before the trainer changes. */
+    int n = ckpt_part_count(t);
+    ckpt_part **files = calloc((size_t)n_paths, sizeof *files);
+    int *owner = malloc((size_t)t->n_stages * sizeof *owner);
+    ckpt_meta mine;
+    ckpt_progress first;
+    memset(&first, 0, sizeof first);
+    int64_t rollbacks = 0;
+    int rc = files && owner ? 0 : zb_fail(err, "out of memory");
+    fill_meta(t, &mine);
+    for (int s = 0; s < t->n_stages && rc == 0; s++)
+        owner[s] = -1;
+    for (int f = 0; f < n_paths && rc == 0; f++) {
+        int got = 0;
+        if ((rc = ckpt_read_any(paths[f], &files[f], &got, err)) != 0)
+            break;
+        const ckpt_part *pt = files[f];
+        if (got != n || pt[0].bytes != sizeof mine || pt[1].bytes != sizeof first ||
+            memcmp(pt[0].data, &mine, sizeof mine) != 0) {
+            ckpt_parts_free(files[f], got);
+            files[f] = NULL;
+            rc = zb_fail(err, "%s: the checkpoint is of another model or stage split", paths[f]);
+            break;
+        }
+        ckpt_progress prog;
+        memcpy(&prog, pt[1].data, sizeof prog);
+        if (f == 0)
+            first = prog;
+        else if (prog.step != first.step) {
+            rc = zb_fail(err, "%s: a part of step %lld, but %s is of step %lld (parts of two "
+                         "checkpoints)", paths[f], (long long)prog.step, paths[0],
+                         (long long)first.step);
+            break;
+        }
+        rollbacks += prog.rollbacks; /* each part counts its own stages' */
+        for (int s = 0; s < t->n_stages && rc == 0; s++) {
+            size_t bytes = sizeof(float) * t->st[s].n_params;
+            int has = pt[5 + 4 * s].bytes == sizeof(int64_t);
+            int sizes_ok = has ? pt[2 + 4 * s].bytes == bytes && pt[3 + 4 * s].bytes == bytes &&
+                                     pt[4 + 4 * s].bytes == bytes
+                               : pt[2 + 4 * s].bytes == 0 && pt[3 + 4 * s].bytes == 0 &&
+                                     pt[4 + 4 * s].bytes == 0 && pt[5 + 4 * s].bytes == 0;
+            if (!sizes_ok)
+                rc = zb_fail(err, "%s: stage %d has parts of the wrong size (another model or "
+                             "split?)", paths[f], s);
+            else if (has && owner[s] >= 0)
+                rc = zb_fail(err, "%s: stage %d is also in %s", paths[f], s, paths[owner[s]]);
+            else if (has)
+                owner[s] = f;
+        }
+    }
+    for (int s = 0; s < t->n_stages && rc == 0 && need_all; s++)
+        if (owner[s] < 0)
+            rc = zb_fail(err, "%s: stage %d is in none of the %d checkpoint parts", paths[0], s,
+                         n_paths);
+    if (rc == 0) {
+        for (int s = 0; s < t->n_stages; s++) {
+            if (owner[s] < 0)
+                continue;
+            stage_rt *r = &t->st[s];
+            ckpt_part *pt = files[owner[s]];
+            /* into the host mirrors, as trainer_load does */
+            static const zb_bbuf which[3] = { ZB_BUF_PARAMS, ZB_BUF_ADAM_M, ZB_BUF_ADAM_V };
+            for (int k = 0; k < 3; k++) {
+                float *dst = t->be->ops->host(t->be, r->bs, which[k]);
+                memcpy(dst, pt[2 + 4 * s + k].data, pt[2 + 4 * s + k].bytes);
+                if (t->mirrored) {
+                    r->dev_newer &= ~(1u << which[k]);
+                    r->host_newer |= 1u << which[k];
+                }
+            }
+            memcpy(&r->adam_t, pt[5 + 4 * s].data, sizeof r->adam_t);
+        }
+        t->stats.step = first.step;
+        t->stats.rollbacks = rollbacks;
+        t->stats.skipped_steps = first.skipped_steps;
+        memcpy(t->rng.s, first.rng, sizeof first.rng);
+    }
+    for (int f = 0; files && f < n_paths; f++)
+        ckpt_parts_free(files[f], n);
+    free(files);
+    free(owner);
     return rc;
 }
 
@@ -1617,4 +1901,34 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     }
     *out = c;
     return 0;
+}
+
+/* ---- backend ------------------------------------------------------------ */
+
+/* trainer.h's bits are the backend's buffer bits. */
+_Static_assert(TRAINER_BUF_PARAMS == 1u << ZB_BUF_PARAMS && TRAINER_BUF_GRADS == 1u << ZB_BUF_GRADS
+                   && TRAINER_BUF_ADAM_M == 1u << ZB_BUF_ADAM_M
+                   && TRAINER_BUF_ADAM_V == 1u << ZB_BUF_ADAM_V,
+               "TRAINER_BUF_* must match 1 << zb_bbuf");
+
+int trainer_host_sync(trainer *t, unsigned bufs, zb_err *err)
+{
+    if (!t->mirrored)
+        return 0;
+    for (int s = 0; s < t->n_stages; s++)
+        for (int k = 0; k < ZB_BUF_COUNT; k++)
+            if (bufs & (1u << k))
+                mirror_get(t, s, (zb_bbuf)k, 1);
+    return be_check(t, err);
+}
+
+const char *trainer_backend_name(const trainer *t)
+{
+    return t->be->ops->name;
+}
+
+int trainer_memory(const trainer *t, size_t *static_bytes, size_t *peak_activation_bytes,
+                   zb_err *err)
+{
+    return t->be->ops->memory(t->be, static_bytes, peak_activation_bytes, err);
 }

@@ -1,6 +1,9 @@
 /*
  * trainer.h: train a Llama-style model by executing a pipeline schedule
- * for real on the CPU, one worker thread per device of the schedule.
+ * for real, one worker thread per device of the schedule.  The executor is
+ * the same for every device kind: its stage work (F, B, W, the optimizer,
+ * norms, snapshots, buffers) goes through a backend (backend.h), the CPU
+ * kernels by default or the CUDA module's backend (opts.make_backend).
  *
  * A trainer is built from a schedule (sched.h), a model (model.h), a text
  * loader (data.h), a seed and options.  The model's layers are split into
@@ -77,6 +80,7 @@
 
 struct zb_transport;
 struct zb_transport_pool;
+struct zb_backend;
 
 typedef struct trainer_opts {
     uint64_t seed;        /* parameter initialisation and data sampling */
@@ -108,6 +112,10 @@ typedef struct trainer_opts {
                           const struct zb_transport_pool *pool, struct zb_transport **out,
                           zb_err *err);
     void *make_transport_ctx; /* passed to make_transport */
+    /* The backend every stage runs on (runtime/backend.h), made by the
+     * trainer and freed with it; NULL: backend_cpu_create. */
+    int (*make_backend)(void *ctx, int n_devices, struct zb_backend **out, zb_err *err);
+    void *make_backend_ctx; /* passed to make_backend */
     int one_device;       /* 1: this process runs only device `device`'s
                            * ops and optimizer steps, the other devices being
                            * other processes (pipeline ranks); the step's loss
@@ -254,6 +262,33 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
  * stage's whole optimizer state from the rank that trains it). */
 int64_t *trainer_stage_adam_t(trainer *t, int stage);
 
+/* Buffers of trainer_host_sync (bits). */
+enum {
+    TRAINER_BUF_PARAMS = 1, /* trainer_stage_params */
+    TRAINER_BUF_GRADS = 2,  /* trainer_stage_grads */
+    TRAINER_BUF_ADAM_M = 4, /* trainer_stage_adam_m */
+    TRAINER_BUF_ADAM_V = 8, /* trainer_stage_adam_v */
+};
+
+/* The pointers the four accessors above return stay valid for the
+ * trainer's life.  On a backend whose host mirrors are copies (a GPU,
+ * backend.h), a caller that keeps such pointers across steps (the outer
+ * optimizer) calls this before reading or writing through them: it
+ * refreshes every stage's mirror of the given TRAINER_BUF_* buffers and
+ * marks them written, so that the next step, apply or evaluation uploads
+ * them.  Calling an accessor again does the same for its one buffer.  A
+ * no-op on the CPU.  Returns 0, or -1 with err set (a failed download). */
+int trainer_host_sync(trainer *t, unsigned bufs, zb_err *err);
+
+/* The name of the trainer's backend ("cpu", "cuda"). */
+const char *trainer_backend_name(const trainer *t);
+
+/* The backend's memory figures (backend.h's memory op): bytes held for
+ * the stages' buffers and the high-water mark of activations (0 where the
+ * backend does not track it).  0 or -1 with err set. */
+int trainer_memory(const trainer *t, size_t *static_bytes, size_t *peak_activation_bytes,
+                   zb_err *err);
+
 /* The stage's layer description (layers, tensors and their offsets). */
 const llama_stage *trainer_stage_layout(const trainer *t, int stage);
 
@@ -271,6 +306,22 @@ const trainer_stats *trainer_get_stats(const trainer *t);
  * to path (checkpoint.h).  Returns 0 or -1 with err set (also while a
  * backward is pending its apply). */
 int trainer_save(const trainer *t, const char *path, zb_err *err);
+
+/* trainer_save of only the stages with own[s] != 0 (NULL: all): the
+ * others' parts are written empty.  One process's part of a checkpoint
+ * written by several (runtime/ckpt_set.h); progress counters as in
+ * trainer_save, the rollbacks being those of this trainer's own stages. */
+int trainer_save_stages(const trainer *t, const char *path, const unsigned char *own, zb_err *err);
+
+/* Loads the checkpoint made of the files paths[0..n_paths) (each written
+ * by trainer_save or trainer_save_stages for this model and split): every
+ * stage comes from the one file that holds it, the step, data generator
+ * state and skipped steps from paths[0], the rollbacks summed.  Refuses
+ * (-1, err set, t unchanged) a file that is unreadable or of another
+ * shape, files of different steps, a stage held twice and, with need_all,
+ * a stage held by none; without need_all such stages keep their values. */
+int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
+                       zb_err *err);
 
 /* Restores a checkpoint written by trainer_save for the same model, split
  * and seed-independent shapes.  Returns 0, or -1 with err set (missing,

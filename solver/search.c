@@ -19,6 +19,16 @@
  * neighbouring virtual stages, the op order is kept, and a move stays when
  * it lowers the memory excess or, once it fits, the ranked time.
  *
+ * Then (search_options.vocab) each label's best of the depth gets
+ * vocabulary-parallel versions, Vocab-1 and Vocab-2: the same order, the
+ * layers split evenly, the head and embedding sharded over the devices
+ * and the S/T passes inserted (gen_vocab_insert).  Their recompute is
+ * searched again, by device and, for interleaved and V plans, by stage
+ * (the first q virtual stages in model order, whose activations wait the
+ * longest).  A version whose busiest device's compute alone reaches the
+ * best plan so far is not simulated: no order could make it win.  On the
+ * default job this is what beats the plain plans (docs/vocab-parallel.md).
+ *
  * Candidates are kept in one growing array.  Only the schedules of the
  * best few survive (and those of each family's best, which the local
  * search starts from): the rest are freed as soon as they are ranked, so
@@ -86,7 +96,7 @@ void search_options_default(search_options *o)
     o->max_micro_batch = 64;
     o->ilp_top = 3;
     o->ilp_time_limit = 10;
-    o->vocab = 0; /* the CLI turns it on (zbsched search --vocab parallel, its default) */
+    o->vocab = SEARCH_VOCAB_PLAIN; /* the CLI defaults to SEARCH_VOCAB_AUTO (zbsched search --vocab auto) */
 }
 
 void search_result_free(search_result *r)
@@ -113,6 +123,12 @@ typedef struct search_state {
     int pp, dp;              /* the pipeline depth being searched and its data-parallel width */
     int devices_per_node;    /* consecutive pipeline devices on one node */
     int dp_intra;            /* 1 when a data-parallel group fits inside a node */
+    double vocab_beat;       /* time a vocabulary-parallel version must beat to be worth
+                              * simulating: the best plan that may win so far (INFINITY: none) */
+    int stage_q_src;         /* candidate index whose by-stage recompute bisection gave
+                              * stage_q (the variants share it: memory does not depend on
+                              * the variant's pass times), or -1 */
+    int stage_q;             /* that bisection's fewest recomputed stages */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -122,6 +138,8 @@ typedef struct search_config {
     cost_options copt;   /* recompute, split, loss, ZeRO, topology */
     int b, m;            /* micro-batch size, count */
     int rc_devices;      /* leading devices that recompute */
+    int rc_first_stages; /* > 0: the first this many virtual stages (model order) recompute
+                          * instead of the first rc_devices devices' stages */
     unsigned char *rc_stage; /* [SEARCH_MAX_STAGES] per-stage recompute of the schedule being costed */
     sched_t *plain;      /* p stages, plain placement, costs filled; no ops */
     sched_t *vshape;     /* 2p stages, V placement, costs filled; NULL when layers are too few */
@@ -150,7 +168,8 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->micro_batch = cf->b;
     c->n_micro = cf->m;
     c->rc_devices = cf->rc_devices;
-    c->recompute = cf->rc_devices > 0;
+    c->rc_stages = cf->rc_first_stages;
+    c->recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
     c->pp = st->pp;
     c->dp = st->dp;
     c->split = cf->copt.split;
@@ -174,13 +193,15 @@ static void skip(search_candidate *c, const char *why)
 }
 
 /* Per-stage recompute of schedule s: a stage recomputes when its device is
- * among the first rc_devices. */
+ * among the first rc_devices, or, with rc_first_stages, when it is among
+ * the first rc_first_stages stages in model order. */
 static void fill_rc_stage(search_config *cf, const sched_t *s)
 {
     for (int i = 0; i < s->n_stages && i < SEARCH_MAX_STAGES; i++)
-        cf->rc_stage[i] = s->stage_device[i] < cf->rc_devices;
+        cf->rc_stage[i] = cf->rc_first_stages > 0 ? i < cf->rc_first_stages
+                                                  : s->stage_device[i] < cf->rc_devices;
     cf->copt.recompute_stage = cf->rc_stage;
-    cf->copt.recompute = cf->rc_devices > 0;
+    cf->copt.recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
 }
 
 /* Costs s under cf's options (with split layers, or the rule's when NULL). */
@@ -984,6 +1005,22 @@ static int tune_depth(search_state *st, zb_err *err)
 
 /* --- vocabulary parallelism ---------------------------------------------- */
 
+/* The busiest device's compute of s, priced by cost_vocab_fill_sched and
+ * without passes yet: its stages' F+B+W and one S and T per micro-batch,
+ * ms. */
+static double vocab_busiest_ms(const sched_t *s)
+{
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        double busy = s->n_micro * (s->vocab.t_s + s->vocab.t_t);
+        for (int i = 0; i < s->n_stages; i++)
+            if (s->stage_device[i] == d)
+                busy += s->n_micro * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
+        most = fmax(most, busy);
+    }
+    return most;
+}
+
 /* zb-auto plans its order for the memory it is given; the plain plan's
  * order spent every byte the head and embedding no longer use, and none on
  * the passes.  So a zb-auto plan is planned again on the vocabulary
@@ -1019,9 +1056,10 @@ static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
  * its layers and schedule; failures leave c skipped with the reason. */
-static void vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
-                        search_candidate *c)
+static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
+                       search_candidate *c)
 {
+    int pruned = 0;
     int S = src->n_stages;
     int *layers = malloc(sizeof *layers * (size_t)S);
     sched_t *s = sched_clone(src->sched), *v = NULL;
@@ -1048,6 +1086,19 @@ static void vocab_build(search_state *st, search_config *cf, const search_candid
     }
     if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
         skip(c, e2.msg);
+        goto out;
+    }
+    /* No schedule beats its busiest device's compute (its stages and
+     * every micro-batch's S and T).  When that alone reaches the best plan
+     * found so far, placing and simulating the passes cannot change the
+     * answer, and more recompute only adds work. */
+    double busiest = vocab_busiest_ms(s);
+    if (busiest >= st->vocab_beat) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot beat the best plan: its busiest device computes %.1f ms >= %.1f ms",
+                 busiest, st->vocab_beat);
+        skip(c, why);
+        pruned = 1;
         goto out;
     }
     sched_vocab pv = s->vocab;
@@ -1087,6 +1138,110 @@ out:
     free(layers);
     sched_free(s);
     sched_free(v);
+    return pruned;
+}
+
+/* Whether the vocabulary-parallel version of src with the first q stages
+ * recomputing is likely to fit: its plan without passes (src's order,
+ * even split, shards) simulated, its peak plus two logits shards (what
+ * the passes hold at most per device, docs/vocab-parallel.md) within the
+ * limit.  Returns 1 or 0, or -1 when it cannot be priced. */
+static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, zb_err *err)
+{
+    int S = src->n_stages, ok = -1;
+    search_config cf;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src->sched);
+    zb_err e2 = { { 0 } };
+    if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0 || !layers || !s) {
+        if (!layers || !s)
+            zb_fail(err, "out of memory");
+        goto out;
+    }
+    cf.rc_first_stages = q;
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.variant = variant;
+    cost_options co;
+    sim_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        cost_sched(st, &cf, layers, s, &e2) < 0) {
+        ok = 0; /* does not apply: treated as not fitting */
+        goto out;
+    }
+    co = cf.copt;
+    co.layers = layers;
+    double held = 0; /* the passes' memory: the plan is simulated without them */
+    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) == 0) {
+        held = 2 * s->vocab.d_s;
+        sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    }
+    if (held == 0 || sim_run(s, &sr, &e2) < 0) {
+        sim_result_free(&sr);
+        ok = 0;
+        goto out;
+    }
+    ok = 1;
+    for (int d = 0; d < s->n_devices; d++)
+        if (s->mem_static[d] + sr.dev[d].peak_mem + held > st->o->mem_bytes)
+            ok = 0;
+    sim_result_free(&sr);
+out:
+    config_free(&cf);
+    free(layers);
+    sched_free(s);
+    return ok;
+}
+
+/* The by-stage recompute search of vocab_candidate: replaces *best (a
+ * by-device result) when a version with the first q stages recomputing
+ * fits and is faster. */
+static int vocab_stage_rc(search_state *st, int src_index, const search_candidate *src, int variant,
+                          search_candidate *best, zb_err *err)
+{
+    int S = src->n_stages, lo = 0, hi = S;
+    if (st->stage_q_src == src_index)
+        lo = hi = st->stage_q;
+    while (lo < hi) { /* smallest q whose plan without passes fits */
+        int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, err);
+        if (f < 0)
+            return -1;
+        if (f)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    st->stage_q_src = src_index;
+    st->stage_q = lo;
+    for (int q = lo; q < S && q <= lo + 3; q++) {
+        search_config cf;
+        if (config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+            config_free(&cf);
+            return -1;
+        }
+        cf.rc_first_stages = q;
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        int pruned = vocab_build(st, &cf, src, variant, &trial);
+        config_free(&cf);
+        trial.rc_devices = 0;
+        trial.rc_stages = q;
+        int take = trial.status == SEARCH_FIT &&
+                   (best->status != SEARCH_FIT || trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms);
+        if (take) {
+            sched_free(best->sched);
+            free(best->layers);
+            *best = trial;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (pruned || trial.status == SEARCH_FIT)
+            break; /* more recompute only adds work */
+    }
+    return 0;
 }
 
 /* The vocabulary-parallel version of candidate src (its op order kept),
@@ -1116,8 +1271,21 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         search_candidate trial;
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
-        vocab_build(st, &cf, &src, variant, &trial);
+        int pruned = vocab_build(st, &cf, &src, variant, &trial);
         config_free(&cf);
+        if (pruned) {
+            st->r->vocab_pruned++;
+            if (best.status == SEARCH_SKIPPED) { /* nothing better built: keep the reason */
+                sched_free(best.sched);
+                free(best.layers);
+                best = trial;
+                best.rc_devices = k;
+            } else {
+                sched_free(trial.sched);
+                free(trial.layers);
+            }
+            break; /* more recompute only adds work */
+        }
         if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
             sched_free(best.sched);
             free(best.layers);
@@ -1130,6 +1298,19 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         if (best.status == SEARCH_FIT)
             break;
     }
+    /* Interleaved and V plans: recompute by stage instead of by device.
+     * Their later chunks hold activations briefly (the last chunk's B
+     * follows its F after a short round trip), so leaving only those
+     * without recompute balances the devices at a fraction of the
+     * memory.  The fewest recomputed stages (first q in model order) that
+     * fit is found by bisection on the plan without passes (its peak plus
+     * the two logits shards a device may hold), then the passes are
+     * placed at q and up to three more until one fits. */
+    if (src.n_stages > st->pp && src.sched && vocab_stage_rc(st, src_index, &src, variant, &best, err) < 0) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
     search_config cf;
     if (config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {
         config_free(&cf);
@@ -1137,6 +1318,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         free(best.layers);
         return -1;
     }
+    cf.rc_first_stages = best.rc_stages;
     char label[40];
     snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
     search_candidate *c = new_candidate(st, &cf, label, src.family, src.chunks, err);
@@ -1154,6 +1336,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     c->micro_batch = base.micro_batch;
     c->n_micro = base.n_micro;
     c->rc_devices = base.rc_devices;
+    c->rc_stages = base.rc_stages;
     c->recompute = base.recompute;
     c->pp = base.pp;
     c->dp = base.dp;
@@ -1174,6 +1357,15 @@ static int vocab_depth(search_state *st, zb_err *err)
     int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
     if (!pick)
         return zb_fail(err, "out of memory");
+    /* The best fit that may win so far (fits sort first, fastest first). */
+    st->vocab_beat = INFINITY;
+    st->stage_q_src = -1;
+    for (int i = 0; i < r->n_fit; i++)
+        if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
+            /* one resolution up: a time that close ties, and ties go to the lower peak */
+            st->vocab_beat = r->c[i].time_ms * SEARCH_TIME_RESOLUTION;
+            break;
+        }
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
         if (c->pp != st->pp || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
@@ -1294,6 +1486,52 @@ static int run_baseline(search_state *st, int p, zb_err *err)
     return 0;
 }
 
+/* The work bounds at depth p and micro-batch b (no recompute, balanced
+ * split): total F+B+W of the plain layout / p, and of the
+ * vocabulary-parallel layout (even split, head and embedding sharded, one
+ * S and T per device and micro-batch) / p.  No schedule of this depth and
+ * b beats them, whatever its recompute, split or order.  Sets
+ * r->bound_plain_ms and, when o->vocab, r->bound_vocab_ms. */
+static int work_bounds(search_state *st, int p, int b, zb_err *err)
+{
+    search_result *r = st->r;
+    set_depth(st, p);
+    search_config cf;
+    if (config_init(st, &cf, b, 0, COST_SPLIT_BALANCED, err) < 0) {
+        config_free(&cf);
+        return -1;
+    }
+    const sched_t *pl = cf.plain;
+    double total = 0;
+    for (int i = 0; i < pl->n_stages; i++)
+        total += pl->n_micro * (pl->cost[i].t_f + pl->cost[i].t_b + pl->cost[i].t_w);
+    r->bound_plain_ms = total / p;
+    int rc = 0;
+    if (st->o->vocab != SEARCH_VOCAB_PLAIN) {
+        int *layers = malloc(sizeof *layers * (size_t)p);
+        sched_t *v = sched_clone(pl);
+        zb_err e2 = { { 0 } };
+        cost_vocab_options vo;
+        cost_vocab_options_default(&vo);
+        cost_options co = cf.copt;
+        co.layers = layers;
+        if (!layers || !v) {
+            rc = zb_fail(err, "out of memory");
+        } else if (cost_layer_split_balanced(cf.model.n_layers, p, 0, 0, layers, &e2) == 0 &&
+                   cost_sched(st, &cf, layers, v, &e2) == 0 &&
+                   cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, v, NULL, &e2) == 0) {
+            total = (double)p * v->n_micro * (v->vocab.t_s + v->vocab.t_t);
+            for (int i = 0; i < v->n_stages; i++)
+                total += v->n_micro * (v->cost[i].t_f + v->cost[i].t_b + v->cost[i].t_w);
+            r->bound_vocab_ms = total / p;
+        } /* else: the layout does not apply at this depth; no bound */
+        free(layers);
+        sched_free(v);
+    }
+    config_free(&cf);
+    return rc;
+}
+
 int search_run(const search_options *o, search_result *r, zb_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -1342,9 +1580,19 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         search_result_free(r);
         return -1;
     }
+    /* --vocab parallel: plain plans served as the passes' sources; only
+     * vocabulary-parallel ones may win. */
+    if (o->vocab == SEARCH_VOCAB_PARALLEL)
+        for (int i = 0; i < r->n; i++)
+            if (!r->c[i].vocab && r->c[i].status != SEARCH_SKIPPED)
+                skip(&r->c[i], "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
     if (rank(r) < 0) {
         search_result_free(r);
         return zb_fail(err, "out of memory");
+    }
+    if (r->n_fit > 0 && work_bounds(&st, r->c[0].pp, r->c[0].micro_batch, err) < 0) {
+        search_result_free(r);
+        return -1;
     }
     double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
     r->baseline.speedup = base > 0 ? 1 : 0;
@@ -1524,7 +1772,8 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         cJSON *rs = cJSON_CreateArray();
         bad |= !rs;
         for (int i = 0; rs && i < S; i++) {
-            cJSON *b = cJSON_CreateBool(s->stage_device[i] < c->rc_devices);
+            cJSON *b = cJSON_CreateBool(c->rc_stages > 0 ? i < c->rc_stages
+                                                          : s->stage_device[i] < c->rc_devices);
             bad |= !b;
             if (b)
                 cJSON_AddItemToArray(rs, b);

@@ -54,10 +54,13 @@ typedef struct search_options {
     cost_split split;          /* layer split; default COST_SPLIT_BALANCED */
     int zero1_dp;              /* extra ZeRO-1 degree beyond the data-parallel split; 1 = none */
     int max_micro_batch;       /* largest b tried (default 64) */
-    int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md): 0 (library
-                                * default) plain plans only; 1 (the CLI's default) also each
-                                * label's best of every depth with the output layer and
-                                * embedding split over the devices, Vocab-1 and Vocab-2 */
+    int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md), one of
+                                * SEARCH_VOCAB_*: plain plans only (library default), both
+                                * kinds ranked together (the CLI's default, --vocab auto), or
+                                * only vocabulary-parallel plans may win (--vocab parallel);
+                                * the vocabulary-parallel plans are each label's best of every
+                                * depth with the output layer and embedding split over the
+                                * devices, Vocab-1 and Vocab-2 */
     int ilp;                   /* 1: also run the ILP on the best few plain-placement configs */
     int ilp_top;               /* how many configs the ILP refines (default 3) */
     double ilp_time_limit;     /* seconds per ILP run (default 10) */
@@ -69,6 +72,12 @@ typedef struct search_options {
      * ILP run: "ilp on b=1, recompute on"), with progress_ctx; may be NULL. */
     void (*progress_stage)(void *ctx, const char *what);
 } search_options;
+
+/* search_options.vocab */
+#define SEARCH_VOCAB_PLAIN 0    /* plain plans only: the head on the last stage */
+#define SEARCH_VOCAB_AUTO 1     /* plain and vocabulary-parallel plans, the fastest wins */
+#define SEARCH_VOCAB_PARALLEL 2 /* only vocabulary-parallel plans may win (plain ones are built
+                                 * as their sources, then listed as skipped) */
 
 typedef enum search_status {
     SEARCH_FIT = 0,     /* simulated; its peak fits the limit */
@@ -84,6 +93,9 @@ typedef struct search_candidate {
     int n_micro;           /* m */
     int recompute;         /* 1 when some stage recomputes */
     int rc_devices;        /* leading pipeline devices that recompute (0 none .. pp all) */
+    int rc_stages;         /* > 0: instead, the first rc_stages virtual stages in model order
+                            * recompute (vocabulary-parallel versions of interleaved and V
+                            * plans: the stages whose activations wait the longest) */
     int pp, dp;            /* pipeline depth, data-parallel width */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */
@@ -114,6 +126,13 @@ typedef struct search_result {
     int n_fit;                /* leading candidates that fit */
     double min_peak_bytes;    /* smallest simulated peak over all candidates (what would fit); 0 if none ran */
     int min_peak_index;       /* candidate with that peak, or -1 */
+    double bound_plain_ms;    /* work bound without recompute at the winner's depth and b
+                               * (plain layout, balanced split): total F+B+W / devices; 0 when
+                               * nothing fits */
+    double bound_vocab_ms;    /* the same with vocabulary parallelism (even split, every
+                               * device's S and T passes); 0 when not searched */
+    int vocab_pruned;         /* vocabulary-parallel versions not simulated: their busiest
+                               * device's compute alone reached the best plan's time */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest
                                 * pipeline; status SEARCH_SKIPPED when it could not be built */
 } search_result;

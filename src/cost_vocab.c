@@ -31,6 +31,8 @@
  *   summed by an all-reduce of e*t*h (forward); the output gradient is
  *   broadcast back (e*t*h) for every shard's scatter-add (backward).
  *
+ * T's dW matmul runs at the W efficiency (gpu_w_efficiency), as the
+ * unsharded head's W does; every other matmul at the F/B efficiency.
  * Times are divided by the shard scaling (1 ideal; the paper measured
  * 0.932 on 8 GPUs).  Static memory: a head shard and an embedding shard of
  * v*h parameters each (one matrix when the embedding is tied) at
@@ -94,9 +96,14 @@ int cost_vocab_parts(const zb_model *m, const zb_gpu *g, const cost_options *o, 
     double hbm_s = fused ? 0 : t * v * (e + 8);
     double hbm_t = fused ? 0 : t * v * (v2 ? e + 4 : 4);
     double rate = g->peak_flops * g->efficiency;
+    /* T's weight gradient dW = G^T X reduces over the t tokens, like every
+     * W op's GEMM, and runs at the W efficiency as the unsharded head's W
+     * does (docs/cost-model.md, "W efficiency"); its other matmuls (the
+     * logits again, the input-gradient partial) run at F/B's. */
+    double w_rate = g->peak_flops * gpu_w_efficiency(g);
     double bw = g->hbm_bw > 0 ? g->hbm_bw : INFINITY;
     out->t_s = (out->s_flops / rate + hbm_s / bw) / vo->scaling;
-    out->t_t = (out->t_flops / rate + hbm_t / bw) / vo->scaling;
+    out->t_t = ((out->t_flops - unit) / rate + unit / w_rate + hbm_t / bw) / vo->scaling;
     double stats = 12 * t; /* max, sum of exponentials, target logit: fp32 */
     double grad = 4 * t * h;
     out->m_s = e * t * h + stats + (fused ? 0 : 4 * t * v);

@@ -10,8 +10,9 @@
 #      train the plan for 20 steps on tinyshakespeare, then draw predicted
 #      against measured on one time scale (ms) and print both iteration
 #      times, their ratio and the activation peaks.  The ratio is whatever
-#      this machine measures: on a busy machine the run is slower than the
-#      quiet-machine profile predicts (bench/README.md has figures).
+#      this machine measures: when other work shares the cores, the profile
+#      and the run meet it at different moments (bench/README.md, "plan
+#      loop", has figures and the load they were taken at).
 set -euo pipefail
 B=${1:-build}
 Z="$B/zbsched"
@@ -45,6 +46,9 @@ if [ -f "$DATA" ]; then
   "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
        --trace "$O/tiny-trace.json" -q
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"
+  # Other work on the machine stretches the measured step (its threads wait
+  # for the cores), so say how busy the machine was.
+  echo "(load average during the loop: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown))"
 else
   echo "(skipping the training step: $DATA not found)"
 fi

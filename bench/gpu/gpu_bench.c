@@ -12,8 +12,10 @@
  *                                        writes the profile to $PROFILE_OUT
  *                                        when set
  *   zb_gpu_bench train KIND MODEL DATA STEPS [P M]
- *                                        KIND = 1f1b, zb-h2, ...: the CPU
- *                                        trainer and the one-GPU executor on
+ *                                        KIND = 1f1b, zb-h2, ...: the one
+ *                                        executor (runtime/trainer.h) on the
+ *                                        CPU backend and on the CUDA backend
+ *                                        (one GPU, a stream per device), on
  *                                        the same seed and data, losses side
  *                                        by side, GPU step time, GPU memory
  *                                        (static + pool peak) vs the cost
@@ -37,6 +39,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gpu_profile.h"
+#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/gpu_trainer.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
@@ -176,6 +179,13 @@ static int bench_layer(const char *model, int batch, int reps)
     return 0;
 }
 
+/* trainer_opts.make_backend: the CUDA backend on GPU 0. */
+static int make_gpu0_backend(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    (void)ctx;
+    return backend_cuda_create(0, n_devices, out, err);
+}
+
 static int bench_train(const char *kind, const char *model, const char *data, int steps, int p,
                        int mb)
 {
@@ -185,7 +195,7 @@ static int bench_train(const char *kind, const char *model, const char *data, in
     zb_data *d = NULL;
     sched_t *s = NULL;
     trainer *ct = NULL;
-    gpu_trainer *gt = NULL;
+    trainer *gt = NULL;
     int rc = 1;
     gen_fn gen = gen_lookup(kind);
     if (!gen) {
@@ -205,27 +215,30 @@ static int bench_train(const char *kind, const char *model, const char *data, in
     trainer_opts_default(&o);
     o.sync_optimizer = 1;
     kernels_init_threads(1);
+    trainer_opts og = o;
+    og.make_backend = make_gpu0_backend;
+    og.threads = 1;
     if (trainer_create(s, &m, d, &o, &ct, &err) != 0 ||
-        gpu_trainer_create(s, &m, d, &o, 0, &gt, &err) != 0)
+        trainer_create(s, &m, d, &og, &gt, &err) != 0)
         goto out;
     printf("train %s model %s p=%d m=%d\n", kind, m.name, p, mb);
     double worst = 0.0, gsum = 0.0;
     for (int i = 0; i < steps; i++) {
         double lc, lg;
-        if (trainer_step(ct, &lc, &err) != 0 || gpu_trainer_step(gt, &lg, &err) != 0)
+        if (trainer_step(ct, &lc, &err) != 0 || trainer_step(gt, &lg, &err) != 0)
             goto out;
         double rel = fabs(lg - lc) / fabs(lc);
         worst = rel > worst ? rel : worst;
         if (i > 0)
-            gsum += gpu_trainer_last_step_s(gt);
+            gsum += trainer_get_stats(gt)->last_step_s;
         printf("step %d loss_cpu %.6f loss_gpu %.6f rel %.2e cpu_s %.4f gpu_s %.4f\n", i + 1, lc,
-               lg, rel, trainer_get_stats(ct)->last_step_s, gpu_trainer_last_step_s(gt));
+               lg, rel, trainer_get_stats(ct)->last_step_s, trainer_get_stats(gt)->last_step_s);
     }
     printf("train_%s_worst_rel_loss_diff %.2e\n", kind, worst);
     if (steps > 1)
         printf("train_%s_gpu_step_ms %.3f\n", kind, gsum / (steps - 1) * 1e3);
     size_t st = 0, peak = 0;
-    if (gpu_trainer_memory(gt, &st, &peak, &err) != 0)
+    if (trainer_memory(gt, &st, &peak, &err) != 0)
         goto out;
     /* prediction: cost model per-stage deltas, simulator per-device peaks
      * (all devices share this one GPU, so their sum bounds the pool peak) */
@@ -251,7 +264,7 @@ static int bench_train(const char *kind, const char *model, const char *data, in
 out:
     if (rc)
         fail(&err);
-    gpu_trainer_free(gt);
+    trainer_free(gt);
     trainer_free(ct);
     sched_free(s);
     data_free(d);

@@ -12,10 +12,14 @@
 #   2. unpack .deps/ into $PREFIX, point PATH / PKG_CONFIG_PATH / CPATH /
 #      LIBRARY_PATH / LD_LIBRARY_PATH / PYTHONPATH there; find NCCL in the wheel
 #   3. meson setup -Dcuda=enabled -Dnccl_dir=..., build the GPU targets
-#   4. every CUDA op against the CPU op (tests/cuda/test_cuda_ops)
-#   5. the GPU stage and the one-GPU executor (1F1B, ZB-H2) against the CPU
-#      stage and trainer (tests/cuda/test_cuda_train, tiny model); the NCCL
-#      transport on one rank (tests/cuda/test_cuda_nccl)
+#   4. every CUDA op against the CPU op (tests/cuda/test_cuda_ops); every
+#      op of the CUDA backend against the CPU backend through the executor's
+#      interface, runtime/backend.h (tests/cuda/test_cuda_backend)
+#   5. the GPU stage against the CPU stage, and the one executor on the CUDA
+#      backend against it on the CPU backend (1F1B, ZB-H2; synchronous clip
+#      and post-validation; a GPU checkpoint evaluated on the CPU)
+#      (tests/cuda/test_cuda_train, tiny model); the NCCL transport on one
+#      rank (tests/cuda/test_cuda_nccl)
 #   6. the card's bf16 cuBLASLt GEMM rate (8192³)
 #   7. 1F1B and ZB-H2 on shakespeare-char: CPU vs GPU losses per step, GPU
 #      step time, GPU memory vs the cost model + simulator prediction;
@@ -29,9 +33,12 @@
 #      (zbsched must link no CUDA library; simulate's whole-process time and
 #      peak RSS are recorded), then `zbsched run --device cuda` with
 #      1F1B and ZB-H2 (shakespeare-char, b 4, 3 stages, 6 micro-batches, 20
-#      steps): losses per step of both and their largest relative
-#      difference (same data and weights, only the op order differs); with
-#      >= 2 GPUs also `zbsched launch --gpus W run ... --device cuda`
+#      steps, with --eval-every and --trace: the executor's CPU flags on
+#      the GPU): losses per step of both and their largest relative
+#      difference (same data and weights, only the op order differs); a
+#      GPU run checkpointed at step 10 and resumed on the CPU (one file
+#      format for both backends); with >= 2 GPUs also `zbsched launch
+#      --gpus W run ... --device cuda` (the NCCL executor)
 #  11. summary.txt
 #
 # Output, in $OUT (default ./gpu-out), at most 8 files:
@@ -220,7 +227,8 @@ configure() {
 export MESON NCCL_OPT CUDA_OPT MESON_PYTHONPATH
 export -f configure
 step configure 90 configure
-TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
+TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_backend
+         tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
 [ -n "${ZB_CONFIGURE_ONLY:-}" ] && TARGETS=(runtime/libzb_runtime.a)
 PYTHONPATH=$MESON_PYTHONPATH step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
 if [ -n "${ZB_CONFIGURE_ONLY:-}" ]; then
@@ -236,6 +244,9 @@ BENCH="$BUILD/kernels/cuda/zb_gpu_bench"
 step ops_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_ops" > "$WORK/ops.txt" 2>&1
 cat "$WORK/ops.txt"
 keep "$WORK/ops.txt" 'FAIL|passed,'
+step backend_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_backend" > "$WORK/backend.txt" 2>&1
+cat "$WORK/backend.txt"
+keep "$WORK/backend.txt" 'FAIL|passed,'
 step train_vs_cpu 180 "$BUILD/tests/cuda/test_cuda_train" > "$WORK/train.txt" 2>&1
 cat "$WORK/train.txt"
 keep "$WORK/train.txt" 'FAIL|step [0-9]+ loss|passed,'
@@ -341,7 +352,16 @@ module_check() {
 cli_run() { # kind
     "$ZB" gen "$1" -p 3 -m 6 -o "$WORK/cli-$1.json" || return 1
     "$ZB" run "$WORK/cli-$1.json" --device cuda --model "$WORK/shakespeare-b4.json" \
-        --data "$DATA" --steps 20 --json -q > "$WORK/cli-$1.out"
+        --data "$DATA" --steps 20 --eval-every 10 --trace "$WORK/cli-$1-trace.json" \
+        --json -q > "$WORK/cli-$1.out"
+}
+cli_resume() { # a GPU checkpoint at step 10, resumed on the CPU for 2 steps
+    "$ZB" run "$WORK/cli-1f1b.json" --device cuda --model "$WORK/shakespeare-b4.json" \
+        --data "$DATA" --steps 12 --stop-at 10 --checkpoint "$WORK/ck" --json -q \
+        > "$WORK/cli-resume-gpu.out" || return 1
+    "$ZB" run "$WORK/cli-1f1b.json" --device cpu --model "$WORK/shakespeare-b4.json" \
+        --data "$DATA" --steps 12 --checkpoint "$WORK/ck" --resume --json -q \
+        > "$WORK/cli-resume-cpu.out"
 }
 cli_launch() { # world
     "$ZB" gen 1f1b -p "$1" -m $(( 2 * $1 )) -o "$WORK/cli-w$1.json" || return 1
@@ -349,7 +369,7 @@ cli_launch() { # world
         --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1.out"
 }
 export ZB BUILD ROOT
-export -f cli_run cli_launch module_check
+export -f cli_run cli_resume cli_launch module_check
 if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc)" zbsched zbsched_cuda.so; then
     step module_check 60 module_check > "$WORK/module.txt" 2>&1
     cat "$WORK/module.txt"
@@ -358,6 +378,10 @@ if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc
         step "cli_run_$kind" 60 cli_run "$kind"
         cat "$WORK/cli-$kind.out"
     done
+    step cli_resume_gpu_to_cpu 120 cli_resume
+    cat "$WORK/cli-resume-gpu.out" "$WORK/cli-resume-cpu.out"
+    sed 's/^/cli_resume_gpu /' "$WORK/cli-resume-gpu.out" >> "$SUMMARY"
+    sed 's/^/cli_resume_cpu /' "$WORK/cli-resume-cpu.out" >> "$SUMMARY"
     LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$PY" - "$WORK/cli-1f1b.out" "$WORK/cli-zb-h2.out" \
         >> "$SUMMARY" <<'PYEOF'
 import json, sys
@@ -371,6 +395,8 @@ for kind, r in runs.items():
     print(f"cli_run_{kind}_losses " + " ".join(f"{x:.4f}" for x in r["losses"]))
     print(f"cli_run_{kind}_tokens_per_s {r['tokens_per_s']:.0f}")
     print(f"cli_run_{kind}_gpu_peak_activation_bytes {r['gpu_peak_activation_bytes']:.0f}")
+    print(f"cli_run_{kind}_val_loss {r['val_loss']}")
+    print(f"cli_run_{kind}_rollbacks {r.get('rollbacks')}")
 if len(runs) == 2:
     a, b = runs["1f1b"]["losses"], runs["zb-h2"]["losses"]
     d = max(abs(x - y) / abs(x) for x, y in zip(a, b))

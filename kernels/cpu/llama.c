@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/buf_pool.h"
 #include "kernels/cpu/memory_layer.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/team.h"
@@ -186,11 +187,17 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
         add_tensor(st, LLAMA_T_LM_HEAD, -1);
     }
     assert(st->n_tensors <= cap);
+    if (!(st->pool = buf_pool_new())) {
+        llama_stage_free(st);
+        return zb_fail(err, "out of memory for the stage's buffer pool");
+    }
     return 0;
 }
 
 void llama_stage_free(llama_stage *st)
 {
+    buf_pool_free(st->pool);
+    st->pool = NULL;
     free(st->tensors);
     free(st->layer_tensor0);
     st->tensors = NULL;
@@ -477,12 +484,28 @@ llama_saved *llama_saved_new(const llama_stage *st, int batch)
     return sv;
 }
 
-/* Frees every held slot whose phase is in mask. */
+/* A saved-state buffer of `bytes` from the stage's pool (malloc when the
+ * stage has none); NULL when out of memory. */
+static void *sv_alloc(const llama_saved *sv, size_t bytes)
+{
+    return sv->st->pool ? buf_pool_get(sv->st->pool, bytes) : malloc(bytes);
+}
+
+/* Gives a buffer of sv_alloc (NULL is fine) back to the stage's pool. */
+static void sv_release(const llama_saved *sv, void *buf, size_t bytes)
+{
+    if (sv->st->pool)
+        buf_pool_put(sv->st->pool, buf, bytes);
+    else
+        free(buf);
+}
+
+/* Releases every held slot whose phase is in mask. */
 static void release_phase(llama_saved *sv, int mask)
 {
     for (int s = 0; s < sv->n_slots; s++)
         if (sv->slot[s] && (sv->slot_phase[s] & mask)) {
-            free(sv->slot[s]);
+            sv_release(sv, sv->slot[s], sv->slot_bytes[s]);
             sv->slot[s] = NULL;
             sv->bytes -= sv->slot_bytes[s];
         }
@@ -495,7 +518,7 @@ static int acquire_phase(llama_saved *sv, int mask)
         if (!(sv->slot_phase[s] & mask) || sv->slot_bytes[s] == 0)
             continue;
         assert(sv->slot[s] == NULL);
-        sv->slot[s] = malloc(sv->slot_bytes[s]);
+        sv->slot[s] = sv_alloc(sv, sv->slot_bytes[s]);
         if (!sv->slot[s]) {
             release_phase(sv, mask);
             return -1;

@@ -142,7 +142,9 @@ typedef struct llama_tensor {
 } llama_tensor;
 
 /* A stage: a contiguous range of layers of one model, immutable after
- * llama_stage_init (safe to share between threads). */
+ * llama_stage_init (safe to share between threads) except for its buffer
+ * pool, which locks itself.  Never copy one by value: the copy would share
+ * the pool, and both llama_stage_free calls would free it. */
 typedef struct llama_stage {
     zb_model cfg;           /* the model (copied) */
     int l0, l1;             /* layers [l0, l1) live here; l0 == l1 allowed */
@@ -160,6 +162,11 @@ typedef struct llama_stage {
     int values_tensor;      /* tensors[] index of the shared memory value table
                              * this stage holds, or -1 */
     int n_memory;           /* memory layers in [l0, l1) */
+    struct buf_pool *pool;  /* owned; the saved-state buffers of this stage's
+                             * llama_saved objects, reused across micro-batches
+                             * and steps (kernels/cpu/buf_pool.h; internally
+                             * locked, the one mutable part of a stage), or
+                             * NULL: plain malloc/free */
 } llama_stage;
 
 /* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).

@@ -27,6 +27,7 @@ struct gpu_stage {
     float *grads;              /* fp32 [n] weight-gradient accumulators */
     float *m, *v;              /* fp32 [n] AdamW moments */
     double *scalars;           /* device doubles: per-tensor sums of squares */
+    float *snap[3];            /* fp32 [n] snapshot of master, m, v (first gpu_stage_snapshot) */
 };
 
 enum { PH_F_KEEP = 1, PH_F_ONLY = 2, PH_B_KEEP = 4 };
@@ -106,12 +107,96 @@ extern "C" void gpu_stage_free(gpu_stage *st)
     zb_cuda_release(st->m);
     zb_cuda_release(st->v);
     zb_cuda_release(st->scalars);
+    for (int k = 0; k < 3; k++)
+        zb_cuda_release(st->snap[k]);
     free(st);
 }
 
 extern "C" zb_cuda *gpu_stage_ctx(const gpu_stage *st) { return st->c; }
 extern "C" const llama_stage *gpu_stage_layout(const gpu_stage *st) { return st->layout; }
-extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st) { return st->n * (4 + 2 + 4 + 4 + 4); }
+extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st)
+{
+    return st->n * (4 + 2 + 4 + 4 + 4 + (st->snap[0] ? 3 * 4 : 0));
+}
+
+/* The fp32 device buffer `which` (GPU_BUF_*). */
+static float *stage_buf(gpu_stage *st, int which)
+{
+    switch (which) {
+    case GPU_BUF_MASTER: return st->master;
+    case GPU_BUF_GRADS: return st->grads;
+    case GPU_BUF_M: return st->m;
+    case GPU_BUF_V: return st->v;
+    }
+    return NULL;
+}
+
+extern "C" int gpu_stage_get(gpu_stage *st, int which, float *host, zb_err *err)
+{
+    float *src = stage_buf(st, which);
+    if (!src)
+        return zb_fail(err, "GPU stage: no buffer %d", which);
+    return zb_cuda_download(st->c, host, src, st->n * 4, err);
+}
+
+extern "C" int gpu_stage_set(gpu_stage *st, int which, const float *host, zb_err *err)
+{
+    if (which == GPU_BUF_MASTER)
+        return gpu_stage_upload(st, host, err);
+    float *dst = stage_buf(st, which);
+    if (!dst)
+        return zb_fail(err, "GPU stage: no buffer %d", which);
+    if (zb_cuda_upload(st->c, dst, host, st->n * 4, err) != 0)
+        return -1;
+    return zb_cuda_sync(st->c, err);
+}
+
+extern "C" int gpu_stage_snapshot(gpu_stage *st, zb_err *err)
+{
+    float *src[3] = { st->master, st->m, st->v };
+    for (int k = 0; k < 3; k++) {
+        if (!st->snap[k] && zb_cuda_alloc((void **)&st->snap[k], st->n * 4, err) != 0)
+            return zb_wrap(err, "post-validation snapshot: ");
+        if (zb_cuda_copy(st->c, st->snap[k], src[k], st->n * 4, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+extern "C" int gpu_stage_restore(gpu_stage *st, zb_err *err)
+{
+    if (!st->snap[0])
+        return zb_fail(err, "GPU stage: restore without a snapshot");
+    float *dst[3] = { st->master, st->m, st->v };
+    for (int k = 0; k < 3; k++)
+        if (zb_cuda_copy(st->c, dst[k], st->snap[k], st->n * 4, err) != 0)
+            return -1;
+    /* the bf16 compute copy follows the restored master */
+    return zb_cuda_f32_to_bf16(st->c, st->w, st->master, st->n, err);
+}
+
+/* y[i] += x[i], fp32. */
+__global__ void grads_add_kernel(float *y, const float *x, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride)
+        y[i] += x[i];
+}
+
+extern "C" int gpu_stage_grads_add(gpu_stage *st, const float *src, zb_err *err)
+{
+    if (st->n == 0)
+        return 0;
+    size_t blocks = (st->n + 255) / 256;
+    if (blocks > 65535)
+        blocks = 65535;
+    grads_add_kernel<<<(unsigned)blocks, 256, 0, st->c->stream>>>(st->grads, src, st->n);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return zb_fail(err, "GPU grads add: %s", cudaGetErrorString(e));
+    return 0;
+}
 
 extern "C" int gpu_stage_upload(gpu_stage *st, const float *params, zb_err *err)
 {
@@ -302,6 +387,7 @@ extern "C" void gpu_saved_free(gpu_saved *sv)
 }
 
 extern "C" size_t gpu_saved_bytes(const gpu_saved *sv) { return sv ? sv->bytes : 0; }
+extern "C" int gpu_saved_batch(const gpu_saved *sv) { return sv->batch; }
 
 /* ---------------------------------------------------------------------- */
 /* Forward                                                                 */
@@ -544,6 +630,11 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
 
 extern "C" int gpu_stage_backward_w(gpu_stage *st, gpu_saved *sv, zb_err *err)
 {
+    return gpu_stage_backward_w_into(st, sv, st->grads, err);
+}
+
+extern "C" int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *grads, zb_err *err)
+{
     const llama_stage *L = st->layout;
     const zb_model *m = &L->cfg;
     zb_cuda *c = st->c;
@@ -556,7 +647,7 @@ extern "C" int gpu_stage_backward_w(gpu_stage *st, gpu_saved *sv, zb_err *err)
     for (int t = 0; t < L->n_tensors && rc == 0; t++) {
         const llama_tensor *ten = &L->tensors[t];
         int i = ten->layer - L->l0;
-        float *g = st->grads + ten->offset;
+        float *g = grads + ten->offset;
         switch (ten->kind) {
         case LLAMA_T_EMBEDDING:
             rc = zb_cuda_embedding_backward_w(c, g, (const int32_t *)ESL(sv, ES_TOKENS),

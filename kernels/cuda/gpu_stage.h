@@ -79,6 +79,25 @@ int gpu_stage_upload(gpu_stage *st, const float *params, zb_err *err);
 int gpu_stage_download(gpu_stage *st, float *params, zb_err *err);
 int gpu_stage_download_grads(gpu_stage *st, float *grads, zb_err *err);
 
+/* The stage's fp32 buffers, as gpu_stage_get / gpu_stage_set name them. */
+enum { GPU_BUF_MASTER = 0, GPU_BUF_GRADS = 1, GPU_BUF_M = 2, GPU_BUF_V = 3 };
+
+/* Copies buffer `which` (llama_stage_num_params floats) to the host, or
+ * from the host (GPU_BUF_MASTER also refreshes the bf16 copy).  Both
+ * synchronous.  0 or -1. */
+int gpu_stage_get(gpu_stage *st, int which, float *host, zb_err *err);
+int gpu_stage_set(gpu_stage *st, int which, const float *host, zb_err *err);
+
+/* Post-validation: copies master, m and v aside on the device (three more
+ * fp32 buffers, allocated by the first call), and back (refreshing the
+ * bf16 copy).  Queued.  0 or -1. */
+int gpu_stage_snapshot(gpu_stage *st, zb_err *err);
+int gpu_stage_restore(gpu_stage *st, zb_err *err);
+
+/* grads += src (device fp32 [n], e.g. a W run ahead of micro-batch order
+ * into a spare buffer).  Queued.  0 or -1. */
+int gpu_stage_grads_add(gpu_stage *st, const float *src, zb_err *err);
+
 /* grads := 0 (queued on the stage's stream). */
 int gpu_stage_grads_zero(gpu_stage *st, zb_err *err);
 
@@ -95,6 +114,9 @@ int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr, float
  * host memory runs out (device memory is taken by F, B and W). */
 gpu_saved *gpu_saved_new(gpu_stage *st, int batch);
 void gpu_saved_free(gpu_saved *sv);
+
+/* Sequences per micro-batch the object was made for. */
+int gpu_saved_batch(const gpu_saved *sv);
 
 /* Device bytes of activations the object holds now. */
 size_t gpu_saved_bytes(const gpu_saved *sv);
@@ -127,6 +149,9 @@ int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss, const zb_bf1
 
 /* W: weight gradients, accumulated into the stage's grads; empties sv. */
 int gpu_stage_backward_w(gpu_stage *st, gpu_saved *sv, zb_err *err);
+
+/* W into another device fp32 [n] accumulator instead of the stage's. */
+int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *grads, zb_err *err);
 
 #ifdef __cplusplus
 }

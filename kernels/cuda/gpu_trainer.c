@@ -1,7 +1,9 @@
 /*
- * gpu_trainer.c: the pipeline executor on GPUs (gpu_trainer.h): every
- * device of the schedule on one GPU (one stream each), or, in the ranked
- * variant, one device per process with NCCL between them.
+ * gpu_trainer.c: the multi-GPU NCCL executor (gpu_trainer.h): one
+ * schedule device per process and GPU, NCCL between them.  A one-GPU run
+ * is no longer this file's: it is runtime/trainer.c over the CUDA backend
+ * (backend_cuda.c).  What remains here is only what the ranks need until
+ * NCCL becomes a transport of the one executor (runtime/transport.h).
  *
  * Per stage s and micro-batch j the trainer owns: a gpu_saved (activations
  * between F, B and W), an input buffer in[s][j] (s > 0) and output buffer
@@ -261,12 +263,6 @@ fail:
     return -1;
 }
 
-int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
-                       const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err)
-{
-    return create_common(s, m, d, opts, device, NULL, NULL, out, err);
-}
-
 /* The micro-batch order in which stage `stage` runs ops of the given
  * direction (F; or B/BW) on its device, into order[m]. */
 static void stage_order(const sched_t *s, int stage, int backward, int *order)
@@ -412,42 +408,6 @@ static int ready(const gpu_trainer *t, const issue_state *is, sched_op op)
     return 0;
 }
 
-static int issue_all(gpu_trainer *t, issue_state *is, zb_err *err)
-{
-    const sched_t *s = t->sched;
-    for (;;) {
-        int progressed = 0, left = 0;
-        for (int dv = 0; dv < t->p; dv++) {
-            const sched_lane *lane = &s->dev[dv];
-            while (is->pos[dv] < lane->n_ops && ready(t, is, lane->ops[is->pos[dv]])) {
-                sched_op op = lane->ops[is->pos[dv]];
-                int rc = 0;
-                gstage *g = &t->st[op.stage];
-                switch (op.kind) {
-                case OP_F: rc = op_forward(t, is, op.stage, op.mb, err); break;
-                case OP_B: rc = op_backward_b(t, is, op.stage, op.mb, err); break;
-                case OP_W: rc = gpu_stage_backward_w(g->st, g->saved[op.mb], err); break;
-                case OP_BW:
-                    rc = op_backward_b(t, is, op.stage, op.mb, err);
-                    if (rc == 0)
-                        rc = gpu_stage_backward_w(g->st, g->saved[op.mb], err);
-                    break;
-                }
-                if (rc != 0)
-                    return zb_wrap(err, "device %d, %s of stage %d micro-batch %d: ", dv,
-                                   op_kind_name((op_kind)op.kind), op.stage, op.mb);
-                is->pos[dv]++;
-                progressed = 1;
-            }
-            left += lane->n_ops - is->pos[dv];
-        }
-        if (left == 0)
-            return 0;
-        if (!progressed)
-            return zb_fail(err, "the schedule deadlocks: %d ops can never run", left);
-    }
-}
-
 /* Ranked variant: the NCCL messages around op `done` (its outgoing
  * activation or gradient, when the consumer is another rank) and before op
  * `next` (its incoming one, when the producer is another rank), posted as
@@ -542,7 +502,7 @@ int gpu_trainer_step(gpu_trainer *t, double *loss, zb_err *err)
         zb_fail(err, "out of memory");
         goto out;
     }
-    if ((t->comm ? issue_rank(t, &is, err) : issue_all(t, &is, err)) != 0)
+    if (issue_rank(t, &is, err) != 0)
         goto out;
     for (int i = 0; i < t->p; i++)
         if (t->ctx[i] && zb_cuda_sync(t->ctx[i], err) != 0)

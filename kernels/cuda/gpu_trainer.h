@@ -1,17 +1,17 @@
 /*
- * gpu_trainer.h: train the Llama-style model by executing a pipeline
- * schedule on ONE GPU, the GPU twin of runtime/trainer.h.
+ * gpu_trainer.h: the multi-GPU executor of a pipeline schedule, one
+ * schedule device per process and GPU with NCCL between them (the
+ * `zbsched launch` ranks).  A one-GPU run uses the one executor,
+ * runtime/trainer.h, over the CUDA backend (backend_cuda.h); this file
+ * keeps the ranked path only, until NCCL is a transport of that executor
+ * (runtime/transport.h).  It shares the issue logic described below.
  *
- * Every device of the schedule gets its own zb_cuda context (a stream and
- * a cuBLASLt handle) on the same GPU; every virtual stage a gpu_stage on
- * its device's context.  One host thread issues the ops of all devices:
- * it walks the devices round-robin and issues each device's next op as
- * soon as its inputs have been ISSUED (not finished): the producer records
- * a fence (CUDA event) after the op, the consumer's stream waits for it
- * and copies the activation (or gradient) device to device into its own
- * buffer (gpu_transport.h).  The GPU then overlaps the streams exactly as
- * the schedule allows, and the host never blocks inside a step.  A round
- * that issues nothing means the schedule deadlocks (an error).
+ * The rank's schedule device gets a zb_cuda context (a stream and a
+ * cuBLASLt handle) on its GPU; each of its virtual stages a gpu_stage.
+ * One host thread issues the rank's ops in lane order, each as soon as
+ * its inputs have been ISSUED (not finished): a producer on the same rank
+ * records a fence (CUDA event) after the op and the consumer's stream
+ * waits for it (gpu_transport.h); across ranks the NCCL group below.
  *
  * Data, initial weights, the split into stages, the learning-rate schedule
  * and AdamW follow the CPU trainer (same seed, same generator, same
@@ -42,14 +42,7 @@ extern "C" {
 
 typedef struct gpu_trainer gpu_trainer;
 
-/* Creates a one-GPU trainer on CUDA device `device` for schedule s (must
- * pass sched_validate; copied), model m (vocab from d, batch from
- * opts->batch_size when positive) and loader d (borrowed).  Returns 0 and
- * *out, or -1 with err set (no device, sizes, device memory). */
-int gpu_trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
-                       const trainer_opts *opts, int device, gpu_trainer **out, zb_err *err);
-
-/* The multi-GPU variant: this process is rank gpu_comm_rank(comm) of
+/* This process is rank gpu_comm_rank(comm) of
  * gpu_comm_size(comm) == s->n_devices ranks and runs schedule device
  * `rank` on CUDA device rk->local_rank, holding only that device's stages.
  * Stage boundaries between ranks go through NCCL: right after each op, one

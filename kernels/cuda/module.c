@@ -8,6 +8,7 @@
  * so that zbsched itself needs no CUDA library to start.  This file only
  * fills the table; each member is the function of gpu_*.h it names.
  */
+#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/gpu_profile.h"
 #include "kernels/cuda/gpu_trainer.h"
 #include "kernels/cuda/gpu_transport.h"
@@ -29,7 +30,7 @@ const zb_cuda_api *zbsched_cuda_module(void)
         .check_ranked = gpu_trainer_check_ranked,
         .comm_create = gpu_comm_create,
         .comm_free = gpu_comm_free,
-        .trainer_create = gpu_trainer_create,
+        .backend_create = backend_cuda_create,
         .trainer_create_ranked = gpu_trainer_create_ranked,
         .trainer_free = gpu_trainer_free,
         .trainer_step = gpu_trainer_step,

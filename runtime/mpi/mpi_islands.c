@@ -23,6 +23,7 @@
 
 #include "runtime/mpi/mpi_pipeline.h"
 #include "runtime/mpi/mpi_ring.h"
+#include "runtime/outer/outer_edit.h"
 
 /* This rank's part of a replica and the run's shared bookkeeping. */
 typedef struct mpi_replica {
@@ -45,6 +46,8 @@ typedef struct mpi_replica {
     int me;                 /* rank in ring (replica order) */
     int cur_rank;           /* rank in cur (0: the speaker) */
     int per;                /* P: ranks per replica */
+    outer_zdetect *det;     /* [l.n] EDiT: this replica's anomaly detector per segment, or NULL */
+    double last_sync;       /* A-EDiT: clock of the last outer step (start: creation) */
     outer_ring_stats local; /* bytes this rank sent since the last tally */
     double *losses;         /* [initial K] scratch for the gathered losses */
 } mpi_replica;
@@ -86,6 +89,10 @@ static void replica_free(mpi_replica *p)
         mpi_pipeline_free(p->pipe); /* owns p->t */
     else
         trainer_free(p->t);
+    if (p->det) /* before the layout, which knows how many */
+        for (int i = 0; i < p->l.n; i++)
+            outer_zdetect_free(&p->det[i]);
+    free(p->det);
     islands_seg_layout_free(&p->l);
     free(p->params);
     free(p->grads);
@@ -167,6 +174,121 @@ static int diloco_step(mpi_replica *p, const outer_config *cfg, zb_err *err)
         memcpy(p->params[s], p->global + off, len * sizeof(float));
     }
     return 0;
+}
+
+/* EDiT's / A-EDiT's outer step over the current members: outer.c's
+ * outer_step for this rank's segments of one replica, with the exchanges
+ * as collectives over the ring.  Per segment: this replica's
+ * pseudo-gradient and norm; its own detector decides whether it is an
+ * anomaly (every replica feeds only its own, as in outer.c); the (norm,
+ * kept) pairs are all-gathered, so every rank computes the same softmax
+ * weights (and A-EDiT's blend with the step shares: the replicas step in
+ * lockstep, so each did since_sync steps); the weighted pseudo-gradients
+ * are all-reduced with divisor 1; the clip factor comes from the result,
+ * the same bits everywhere.  The norm exchange is counted as outer.c
+ * counts it (one float per replica through the ring), by ring rank 0.
+ * Adds to *eliminated and *skipped.  Returns 0 or -1. */
+static int edit_step(mpi_replica *p, const outer_config *cfg, long since_sync, long *eliminated,
+                     long *skipped, zb_err *err)
+{
+    int k = p->k;
+    double pairs[2 * k], norm[k], w[k];
+    int keep[k];
+    for (int s = 0; s < p->l.n; s++) {
+        size_t off = p->seg_off[s], len = p->l.len[s];
+        const float *g = p->global + off, *x = p->params[s];
+        float *dl = p->delta + off;
+        for (size_t j = 0; j < len; j++)
+            dl[j] = g[j] - x[j];
+        double ss = 0.0;
+        for (size_t j = 0; j < len; j++)
+            ss += (double)dl[j] * (double)dl[j];
+        double mine[2] = { sqrt(ss), 0.0 };
+        if (isfinite(mine[0]) && !outer_zdetect_feed(&p->det[s], mine[0], NULL))
+            mine[1] = 1.0;
+        int rc = MPI_Allgather(mine, 2, MPI_DOUBLE, pairs, 2, MPI_DOUBLE, p->ring);
+        if (rc != MPI_SUCCESS)
+            return mpi_failed(err, rc, "MPI_Allgather of the EDiT norms");
+        if (p->me == 0)
+            outer_ring_count_allgather(&p->local, k, 1);
+        long steps_kept = 0;
+        for (int a = 0; a < k; a++) {
+            norm[a] = pairs[2 * a];
+            keep[a] = pairs[2 * a + 1] != 0.0;
+            *eliminated += !keep[a];
+            steps_kept += keep[a] ? since_sync : 0;
+        }
+        int kept = outer_edit_weights(norm, keep, k, cfg->edit_temperature, w);
+        if (kept && cfg->kind == OUTER_AEDIT && steps_kept > 0) {
+            double rr = cfg->aedit_step_weight;
+            for (int a = 0; a < k; a++)
+                if (keep[a])
+                    w[a] = (1.0 - rr) * w[a] + rr * (double)since_sync / (double)steps_kept;
+        }
+        if (!kept) {
+            (*skipped)++;
+            memcpy(p->params[s], g, len * sizeof(float));
+            continue;
+        }
+        if (w[p->me] == 0.0) {
+            memset(dl, 0, len * sizeof(float)); /* also clears NaN */
+        } else {
+            float wf = (float)w[p->me];
+            for (size_t j = 0; j < len; j++)
+                dl[j] *= wf;
+        }
+        if (mpi_allreduce_mean(cfg->wire, dl, len, 1.0f, p->ring, &p->local, err))
+            return -1;
+        ss = 0.0;
+        for (size_t j = 0; j < len; j++)
+            ss += (double)dl[j] * (double)dl[j];
+        double f = outer_edit_clip_factor(sqrt(ss), cfg->edit_clip);
+        if (f < 1.0) {
+            float ff = (float)f;
+            for (size_t j = 0; j < len; j++)
+                dl[j] *= ff;
+        }
+        outer_nesterov(p->global + off, p->mom + off, dl, len, cfg->outer_lr, cfg->outer_momentum);
+        memcpy(p->params[s], p->global + off, len * sizeof(float));
+    }
+    return 0;
+}
+
+/* A-EDiT's "is an outer step due": the interval on the clock of rank 0 of
+ * the current members (broadcast, so every rank decides alike), then the
+ * total steps since the last sync against the minimum; the step-counter
+ * exchange is counted as outer.c counts it.  Sets *due. */
+static int aedit_due(mpi_replica *p, const outer_config *cfg, long since_sync, int *due,
+                     zb_err *err)
+{
+    double now = cfg->clock ? cfg->clock(cfg->clock_ctx) : now_s();
+    int up = now - p->last_sync >= cfg->aedit_interval_s;
+    int rc = MPI_Bcast(&up, 1, MPI_INT, 0, p->cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Bcast of the A-EDiT clock");
+    *due = 0;
+    if (!up)
+        return 0;
+    if (p->cur_rank == 0)
+        outer_ring_count_allgather(&p->local, p->k, 1);
+    long total = since_sync * p->k;
+    *due = total >= cfg->aedit_min_steps && total > 0;
+    return 0;
+}
+
+/* The outer step of the run's kind, counted in res.  Returns 0, -2 (an
+ * agreed error) or -1. */
+static int outer_sync(mpi_replica *p, const outer_config *cfg, long since_sync,
+                      mpi_islands_result *res, zb_err *err)
+{
+    int rc = cfg->kind == OUTER_DILOCO
+                 ? diloco_step(p, cfg, err)
+                 : edit_step(p, cfg, since_sync, &res->eliminated, &res->skipped, err);
+    if (rc == 0) {
+        res->outer_steps++;
+        p->last_sync = cfg->clock ? cfg->clock(cfg->clock_ctx) : now_s();
+    }
+    return rc;
 }
 
 /* sync: every gradient segment replaced by its mean over the replicas. */
@@ -285,7 +407,7 @@ static int replica_init(mpi_replica *p, const sched_t *s, const zb_model *m, con
         p->seg_off[i] = p->n_total;
         p->n_total += p->l.len[i];
     }
-    if (io->outer.kind == OUTER_DILOCO) {
+    if (io->outer.kind != OUTER_SYNC) {
         p->global = malloc((p->n_total ? p->n_total : 1) * sizeof(float));
         p->mom = calloc(p->n_total ? p->n_total : 1, sizeof(float));
         p->delta = malloc((p->n_total ? p->n_total : 1) * sizeof(float));
@@ -294,6 +416,15 @@ static int replica_init(mpi_replica *p, const sched_t *s, const zb_model *m, con
         /* Same seed on every rank: the replicas start identical, so each
          * one's own parameters are the global start (outer.c copies
          * replica 0's, the same bits). */
+        if (io->outer.kind == OUTER_EDIT || io->outer.kind == OUTER_AEDIT) {
+            p->det = calloc(n_seg, sizeof *p->det);
+            if (!p->det)
+                return zb_fail(err, "islands: out of memory");
+            for (int i = 0; i < p->l.n; i++)
+                if (outer_zdetect_init(&p->det[i], io->outer.edit_warmup, io->outer.edit_alpha,
+                                       io->outer.edit_threshold) != 0)
+                    return zb_fail(err, "islands: out of memory");
+        }
         for (int i = 0; i < p->l.n; i++)
             memcpy(p->global + p->seg_off[i], p->params[i], p->l.len[i] * sizeof(float));
     }
@@ -330,9 +461,6 @@ static int eval_shared(mpi_replica *p, double *val, zb_err *err)
 
 int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, zb_err *err)
 {
-    if (io->outer.kind != OUTER_DILOCO && io->outer.kind != OUTER_SYNC)
-        return zb_fail(err, "islands: --outer %s does not run across processes yet (diloco or sync)",
-                       outer_kind_name(io->outer.kind));
     if (io->n_events > 0)
         return zb_fail(err, "islands: scripted elastic events do not run across processes");
     if (io->steps < 1)
@@ -384,17 +512,19 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
     for (int i = 0; i < initial_k; i++)
         res->left_at[i] = -1;
 
-    const int diloco = io->outer.kind == OUTER_DILOCO;
+    const int outer = io->outer.kind != OUTER_SYNC; /* DiLoCo, EDiT, A-EDiT */
+    const int edit = io->outer.kind == OUTER_EDIT || io->outer.kind == OUTER_AEDIT;
+    p.last_sync = io->outer.clock ? io->outer.clock(io->outer.clock_ctx) : now_s();
     long since_sync = 0, tokens_per_step = trainer_get_stats(p.t)->tokens_per_step;
     int gone = 0;
     long step;
     for (step = 0; step < io->steps && rc == 0 && !gone; step++) {
         double loss;
         if (p.pipe)
-            rc = diloco ? mpi_pipeline_step(p.pipe, &loss, err)
+            rc = outer ? mpi_pipeline_step(p.pipe, &loss, err)
                         : mpi_pipeline_backward(p.pipe, &loss, err);
         else
-            rc = diloco ? trainer_step(p.t, &loss, err) : trainer_backward(p.t, &loss, err);
+            rc = outer ? trainer_step(p.t, &loss, err) : trainer_backward(p.t, &loss, err);
         if (rc)
             break;
         int e = MPI_Allgather(&loss, 1, MPI_DOUBLE, p.losses, 1, MPI_DOUBLE, p.ring);
@@ -421,11 +551,18 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
         if (rc)
             break;
         int boundary = 0;
-        if (diloco) {
-            if (++since_sync >= io->outer.inner_steps) {
-                if ((rc = diloco_step(&p, &io->outer, err)) != 0)
-                    break;
-                res->outer_steps++;
+        if (outer) {
+            int due = 0;
+            ++since_sync;
+            if (io->outer.kind == OUTER_AEDIT)
+                rc = aedit_due(&p, &io->outer, since_sync, &due, err);
+            else
+                due = since_sync >= io->outer.inner_steps;
+            if (rc == 0 && due)
+                rc = outer_sync(&p, &io->outer, since_sync, res, err);
+            if (rc)
+                break;
+            if (due) {
                 since_sync = 0;
                 boundary = 1;
             }
@@ -453,14 +590,22 @@ int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
         replica_free(&p);
         return 0;
     }
-    if (rc == 0 && diloco && since_sync > 0) { /* the synchronized model at the end */
-        if ((rc = diloco_step(&p, &io->outer, err)) == 0)
-            res->outer_steps++;
-    }
+    if (rc == 0 && outer && since_sync > 0) /* the synchronized model at the end */
+        rc = outer_sync(&p, &io->outer, since_sync, res, err);
     if (rc == 0)
         rc = eval_shared(&p, &res->final_val_loss, err);
     if (rc == 0)
         rc = tally_bytes(&p, res, err);
+    if (rc == 0 && edit) { /* every ring counted its own segments, on each of its ranks */
+        long mine[2] = { p.me == 0 ? res->eliminated : 0, p.me == 0 ? res->skipped : 0 }, all[2];
+        int e = MPI_Allreduce(mine, all, 2, MPI_LONG, MPI_SUM, p.cur);
+        if (e != MPI_SUCCESS) {
+            rc = mpi_failed(err, e, "MPI_Allreduce of the EDiT counts");
+        } else {
+            res->eliminated = all[0];
+            res->skipped = all[1];
+        }
+    }
     res->final_replicas = p.k;
     res->speaker = p.cur_rank == 0;
     res->wall_s = now_s() - t0;

@@ -1,7 +1,8 @@
 /*
  * mpi_islands.h: islands across processes, K replicas of the pipeline
- * trainer on K*P MPI ranks, joined by DiLoCo or by data-parallel gradient
- * averaging (sync), with replicas that leave on SIGTERM.
+ * trainer on K*P MPI ranks, joined by DiLoCo, EDiT, A-EDiT or by
+ * data-parallel gradient averaging (sync), with replicas that leave on
+ * SIGTERM.
  *
  * runtime/outer/islands.h runs K replicas in one process and simulates
  * their ring.  This file runs the same arithmetic with each replica in its
@@ -42,9 +43,17 @@
  * crash, a lost node).  Standard MPI then has no communicator left to
  * agree on; mpirun ends the job (docs/mpi.md).
  *
- * EDiT and A-EDiT are not offered across processes: their anomaly
- * detector state is per (replica, layer) and their exchanges are not yet
- * expressed as collectives.  Elastic joins are not offered either.
+ * EDiT and A-EDiT: each replica keeps the anomaly detectors of its own
+ * segments (outer.c keeps one per (replica, segment) too, fed only with
+ * that replica's norm); the norms and the detectors' verdicts are
+ * all-gathered per segment, so every rank computes the same weights; then
+ * the weighted all-reduce and the clip as in outer.c: the same bits as
+ * the in-process islands for the wires and K given above.  A-EDiT's
+ * wall-clock interval is read on rank 0 of the current members and
+ * broadcast, so every rank decides alike; the in-process run is
+ * deterministic only when the interval is always over (tiny
+ * --sync-interval), and then so is this one.  Elastic joins are not
+ * offered across processes.
  *
  * Workload: K <= a few dozen ranks on one or several hosts, the `tiny` and
  * `shakespeare-char` models, hundreds to thousands of steps.
@@ -66,6 +75,9 @@ typedef struct mpi_islands_result {
     double final_val_loss; /* validation loss of the final synchronized model (speaker) */
     uint64_t bytes_sent;   /* bytes put on links by every rank that took part, summed */
     long outer_steps;      /* outer synchronizations taken (sync: gradient all-reduces) */
+    long eliminated;       /* EDiT: (replica, segment) contributions dropped, this rank's
+                            * segments (the same on every rank of a ring) */
+    long skipped;          /* EDiT: (outer step, segment) pairs left unchanged, likewise */
     int initial_replicas;  /* K at the start: the communicator's size */
     int final_replicas;    /* replicas present at the end */
     long *left_at;         /* [initial_replicas] step after which each rank left, -1: stayed */
@@ -88,8 +100,7 @@ int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, z
 
 /* Runs this rank's part of the islands over comm (io->replicas K divides
  * the size of comm into P = 1 or P = s->n_devices ranks per replica, as
- * mpi_islands_check requires; io->outer.kind is OUTER_DILOCO or
- * OUTER_SYNC; no events).  leave is the SIGTERM flag of this process
+ * mpi_islands_check requires; any outer kind; no events).  leave is the SIGTERM flag of this process
  * (may be NULL).  Collective over comm.  Fills *res (free with
  * mpi_islands_result_free).  Returns 0, or -1 with err set (the same error
  * on every rank when it is about the options or a rank's non-finite

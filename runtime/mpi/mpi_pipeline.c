@@ -3,6 +3,8 @@
  */
 #include "runtime/mpi/mpi_pipeline.h"
 
+#include "runtime/ckpt_set.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,8 @@ struct mpi_pipeline {
     transport_mpi_cfg cfg;   /* its transport's communicator, sizes and counters */
     const sched_t *s;        /* the schedule (borrowed) */
     int me;                  /* rank = device */
+    long rollback_offset;    /* added to this rank's rollbacks in the totals: minus
+                              * those a one-process checkpoint gave every rank */
 };
 
 static int mpi_failed(zb_err *err, int rc, const char *what)
@@ -122,9 +126,9 @@ static int bcast_floats(float *x, size_t n, int root, MPI_Comm comm, zb_err *err
     return 0;
 }
 
-/* Every stage's current parameters (and with state, its AdamW moments and
- * step count) from the rank that trains it, to every rank. */
-static int gather_stages(mpi_pipeline *p, int state, zb_err *err)
+/* Every stage's current parameters from the rank that trains it, to
+ * every rank (for an evaluation on rank 0). */
+static int gather_params(mpi_pipeline *p, zb_err *err)
 {
     for (int st = 0; st < p->s->n_stages; st++) {
         int root = p->s->stage_device[st];
@@ -132,48 +136,77 @@ static int gather_stages(mpi_pipeline *p, int state, zb_err *err)
         float *x = trainer_stage_params(p->t, st, &n);
         if (bcast_floats(x, n, root, p->cfg.comm, err))
             return -1;
-        if (!state)
-            continue;
-        float *mo = trainer_stage_adam_m(p->t, st, &n);
-        if (bcast_floats(mo, n, root, p->cfg.comm, err))
-            return -1;
-        float *ve = trainer_stage_adam_v(p->t, st, &n);
-        if (bcast_floats(ve, n, root, p->cfg.comm, err))
-            return -1;
-        int rc = MPI_Bcast(trainer_stage_adam_t(p->t, st), 1, MPI_INT64_T, root, p->cfg.comm);
-        if (rc != MPI_SUCCESS)
-            return mpi_failed(err, rc, "MPI_Bcast of a step count");
     }
     return 0;
 }
 
-int mpi_pipeline_save(mpi_pipeline *p, const char *path, zb_err *err)
+/* After a step every rank took part in: 0 when fail is 0 everywhere;
+ * else -1 on every rank, err holding the lowest failing rank's message
+ * ("rank R: ..." on the others), so that rank 0 can print it. */
+static int agree(mpi_pipeline *p, int fail, zb_err *err)
 {
-    if (gather_stages(p, 1, err))
-        return -1;
-    int fail = p->me == 0 && trainer_save(p->t, path, err) != 0;
-    int rc = MPI_Bcast(&fail, 1, MPI_INT, 0, p->cfg.comm);
+    int mine = fail ? p->me : p->s->n_devices, first = 0;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, p->cfg.comm);
     if (rc != MPI_SUCCESS)
-        return mpi_failed(err, rc, "MPI_Bcast of the checkpoint status");
-    if (fail && p->me != 0)
-        zb_fail(err, "rank 0 could not write the checkpoint %s", path);
-    return fail ? -1 : 0;
+        return mpi_failed(err, rc, "MPI_Allreduce of a status");
+    if (first == p->s->n_devices)
+        return 0;
+    char msg[sizeof err->msg];
+    memcpy(msg, err->msg, sizeof msg);
+    rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, p->cfg.comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Bcast of an error");
+    msg[sizeof msg - 1] = '\0';
+    if (p->me != first)
+        zb_fail(err, "rank %d: %s", first, msg);
+    return -1;
 }
 
-int mpi_pipeline_load(mpi_pipeline *p, const char *path, zb_err *err)
+int mpi_pipeline_save(mpi_pipeline *p, const char *dir, zb_err *err)
 {
-    int fail = trainer_load(p->t, path, err) != 0, any = 0;
-    int rc = MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_MAX, p->cfg.comm);
+    /* 1. a fresh tag from rank 0, so no part the manifest names is
+     * overwritten; each rank writes its own stages, atomically */
+    ckptset_manifest m = { .step = trainer_get_stats(p->t)->step, .ranks = p->s->n_devices };
+    if (p->me == 0)
+        ckptset_new_tag(m.tag);
+    int rc = MPI_Bcast(m.tag, (int)sizeof m.tag, MPI_CHAR, 0, p->cfg.comm);
     if (rc != MPI_SUCCESS)
-        return mpi_failed(err, rc, "MPI_Allreduce of the checkpoint status");
-    if (any && !fail)
-        zb_fail(err, "another rank could not read the checkpoint %s", path);
-    return any ? -1 : 0;
+        return mpi_failed(err, rc, "MPI_Bcast of the checkpoint tag");
+    unsigned char own[p->s->n_stages];
+    for (int st = 0; st < p->s->n_stages; st++)
+        own[st] = p->s->stage_device[st] == p->me;
+    char path[4096];
+    int fail = ckptset_part_path(dir, m.tag, p->me, path, sizeof path, err) != 0 ||
+               trainer_save_stages(p->t, path, own, err) != 0;
+    /* 2. every part is durable (outfile fsyncs file and directory) */
+    if (agree(p, fail, err))
+        return -1;
+    /* 3. the commit point: the manifest, by rank 0 */
+    fail = p->me == 0 && ckptset_manifest_write(dir, &m, err) != 0;
+    if (agree(p, fail, err))
+        return -1;
+    /* 4. what the new manifest no longer names */
+    ckptset_prune(dir, p->me, m.tag, p->me == 0);
+    return 0;
+}
+
+int mpi_pipeline_load(mpi_pipeline *p, const char *dir, zb_err *err)
+{
+    const char *what = NULL;
+    int fail = ckptset_load(p->t, dir, p->me, p->s->n_devices, &what, err) != 0;
+    if (agree(p, fail, err))
+        return -1;
+    /* A one-process checkpoint.bin holds the total rollbacks, now on every
+     * rank: count them once (a part holds only its own stages'). */
+    p->rollback_offset = what && strcmp(what, CKPTSET_SINGLE) == 0 && p->me != 0
+                             ? -trainer_get_stats(p->t)->rollbacks
+                             : 0;
+    return 0;
 }
 
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)
 {
-    if (gather_stages(p, 0, err))
+    if (gather_params(p, err))
         return -1;
     double msg[2] = { 0, 0 };
     if (p->me == 0) {
@@ -196,7 +229,8 @@ int mpi_pipeline_totals(mpi_pipeline *p, uint64_t *bytes, uint64_t *messages, lo
                         zb_err *err)
 {
     unsigned long long mine[3] = { p->cfg.bytes_sent, p->cfg.messages,
-                                   (unsigned long long)trainer_get_stats(p->t)->rollbacks };
+                                   (unsigned long long)(trainer_get_stats(p->t)->rollbacks +
+                                                        p->rollback_offset) };
     unsigned long long all[3];
     int rc = MPI_Allreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->cfg.comm);
     if (rc != MPI_SUCCESS)

@@ -68,13 +68,15 @@ int mpi_pipeline_device(const mpi_pipeline *p);
  * 0, or -1 with err set. */
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err);
 
-/* Checkpoints.  save: every stage's parameters, AdamW moments and step
- * count are gathered from their ranks, and rank 0 writes ONE complete
- * checkpoint (trainer_save: atomic, checksummed), which the one-process
- * run resumes as it is.  load: every rank reads that file (same layout,
- * or none: the file has every stage).  The post-validation rollback count
- * saved is rank 0's own.  Collective; 0, or -1 with err on every rank. */
-int mpi_pipeline_save(mpi_pipeline *p, const char *path, zb_err *err);
+/* Checkpoints in directory dir (runtime/ckpt_set.h).  save: every rank
+ * writes its own stages (trainer_save_stages) to its part file, and once
+ * every part is durable rank 0 commits the manifest; a rank that dies
+ * before that leaves the previous checkpoint as it was.  load: the newest
+ * complete checkpoint of dir, this rank's own part when the set was
+ * written by as many ranks, else every part (or DIR/checkpoint.bin of a
+ * one-process run).  Collective; 0, or -1 on every rank with err holding
+ * the first failing rank's message. */
+int mpi_pipeline_save(mpi_pipeline *p, const char *dir, zb_err *err);
 int mpi_pipeline_load(mpi_pipeline *p, const char *path, zb_err *err);
 
 /* This rank's trainer (its own stages are current). */

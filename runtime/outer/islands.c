@@ -183,6 +183,18 @@ static int island_check_eval(trainer *t, long step, double *val_loss, zb_err *er
     return 0;
 }
 
+/* The outer optimizer reads and writes the replicas' buffers through
+ * pointers taken when they joined: on a backend with host mirrors (a GPU)
+ * those are refreshed before every outer operation and uploaded by the
+ * next step (trainer_host_sync); a no-op on the CPU.  0 or -1. */
+static int islands_host_sync(island_set *is, unsigned bufs, zb_err *err)
+{
+    for (int id = 0; id < is->cap; id++)
+        if (is->t[id] && trainer_host_sync(is->t[id], bufs, err) != 0)
+            return -1;
+    return 0;
+}
+
 static int island_add(island_set *is, outer_t *o, const sched_t *s, const zb_model *m,
                       const zb_data *d, const trainer_opts *base, uint64_t stream, zb_err *err)
 {
@@ -313,7 +325,8 @@ static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
         if (rc)
             break;
         res->loss[step] = sum / io->replicas;
-        if ((rc = outer_sync_grads(o, err)) != 0)
+        if ((rc = islands_host_sync(&is, TRAINER_BUF_GRADS, err)) != 0
+            || (rc = outer_sync_grads(o, err)) != 0)
             break;
         for (int r = 0; r < io->replicas && rc == 0; r++)
             rc = trainer_apply(is.t[r], err);
@@ -402,7 +415,8 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
             break;
         res->loss[step] = trained ? sum / trained : NAN;
         if (outer_should_sync(o)) {
-            if ((rc = outer_step(o, &info, err)) != 0)
+            if ((rc = islands_host_sync(&is, TRAINER_BUF_PARAMS, err)) != 0
+                || (rc = outer_step(o, &info, err)) != 0)
                 break;
             res->eliminated += info.eliminated;
             res->skipped += info.skipped_segments;
@@ -425,7 +439,8 @@ static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
         int pending = 0;
         for (int a = 0; a < n; a++)
             pending |= outer_steps_since_sync(o, ids[a]) > 0;
-        if (pending && (rc = outer_step(o, &info, err)) == 0) {
+        if (pending && (rc = islands_host_sync(&is, TRAINER_BUF_PARAMS, err)) == 0
+            && (rc = outer_step(o, &info, err)) == 0) {
             res->eliminated += info.eliminated;
             res->skipped += info.skipped_segments;
         }

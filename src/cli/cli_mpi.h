@@ -14,6 +14,7 @@
 #include "runtime/outer/islands.h"
 #include "runtime/rank.h"
 #include "runtime/trainer.h"
+#include "src/cli/run_resume.h"
 
 /* What the multi-process run needs from the command line. */
 typedef struct cli_mpi_run {
@@ -27,6 +28,7 @@ typedef struct cli_mpi_run {
     int resume;             /* --resume */
     long stop_at;           /* --stop-at: last step of this invocation (steps when not given) */
     const char *inputs[3];  /* schedule, data, model: what a checkpoint must not overwrite */
+    const run_identity *identity; /* the settings DIR/run.json records and --resume checks */
     int json;               /* --json */
     int quiet;              /* --quiet */
     int threads_given;      /* 1 when --threads was given (else per rank: cores / (ranks * p)) */

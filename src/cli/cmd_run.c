@@ -15,17 +15,19 @@
  * a short run still decays.  A NaN or infinite loss stops the run with an
  * error (the step itself was skipped by the optimizer's NaN check).
  *
- * `--device cuda` runs the same schedule on GPUs instead (docs/gpu.md):
- * in one process, every schedule device becomes a stream on one GPU
- * (gpu_trainer_create, `--gpu N` picks the GPU); started by `zbsched
- * launch` (ZB_WORLD_SIZE > 1 in the environment), each process is one
- * rank driving one schedule device on its own GPU through NCCL
- * (gpu_trainer_create_ranked) and only rank 0 prints.  The GPU trainer has
- * the synchronous clip only and no evaluation, trace or checkpoint, so the
- * flags for those are refused with one line rather than ignored; --json
- * reports val_loss as null.  The GPU code is the module zbsched_cuda.so
- * (runtime/cuda_module.h), loaded here only for --device cuda; without
- * it, or without a GPU, the command fails with one line.
+ * `--device cuda` runs the same schedule on GPUs instead (docs/gpu.md).
+ * In one process it is the same executor with the CUDA backend
+ * (runtime/backend.h; every schedule device a stream on one GPU, `--gpu N`
+ * picks the GPU), so post-validation, evaluation, checkpoints, resume,
+ * traces and --replicas work as on the CPU; only --threads (CPU kernel
+ * threads) is refused.  Started by `zbsched launch` (ZB_WORLD_SIZE > 1 in
+ * the environment), each process is one rank driving one schedule device
+ * on its own GPU through NCCL, still with the module's own executor
+ * (gpu_trainer_create_ranked), which has the synchronous clip only and no
+ * evaluation, trace or checkpoint: those flags are refused there with one
+ * line, and --json reports val_loss as null.  The GPU code is the module
+ * zbsched_cuda.so (runtime/cuda_module.h), loaded here only for --device
+ * cuda; without it, or without a GPU, the command fails with one line.
  */
 #include "src/cli/cli.h"
 #include "src/cli/run_checks.h"
@@ -46,6 +48,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "runtime/ckpt_set.h"
 #include "runtime/trainer.h"
 #include "runtime/generate.h"
 #include "runtime/outer/islands.h"
@@ -86,17 +89,19 @@ static void usage(FILE *out)
         "      --eval-every K     validation loss every K steps (default: at the end only)\n"
         "      --eval-windows N   validation windows per evaluation (default 64)\n"
         "      --checkpoint DIR   write DIR/" CHECKPOINT_NAME " at every evaluation and at the end\n"
-        "                         (and DIR/model.json, for `zbsched generate`)\n"
-        "      --resume           continue from DIR/" CHECKPOINT_NAME " (needs --checkpoint)\n"
+        "                         (and DIR/model.json, for `zbsched generate`; under mpirun\n"
+        "                         one part per rank and DIR/checkpoint.parts.json)\n"
+        "      --resume           continue from the newest checkpoint in DIR (needs --checkpoint)\n"
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
         "      --threads N        kernel threads per device (default: cores / devices);\n"
         "                         results are the same bits at every N\n"
         "      --device cpu|cuda  where to train (default cpu); cuda: every schedule device\n"
-        "                         is a stream on one GPU, or under `zbsched launch` one\n"
-        "                         GPU per rank (NCCL); cuda has no --trace, --checkpoint,\n"
-        "                         --resume, --stop-at, --eval-*, --replicas (val_loss null)\n"
+        "                         is a stream on one GPU (same flags as the CPU but\n"
+        "                         --threads), or under `zbsched launch` one GPU per rank\n"
+        "                         (NCCL; no --trace, --checkpoint, --resume, --stop-at,\n"
+        "                         --eval-*, --replicas there, val_loss null)\n"
         "      --gpu N            with --device cuda in one process: the GPU (default 0)\n"
         "      --max-skipped N    stop (exit 1) after N consecutive steps skipped for a\n"
         "                         gradient that is not finite; 0 never stops (default 5)\n"
@@ -352,8 +357,18 @@ static int parse_args(int argc, char **argv, run_args *a)
         return cli_usage(argv[0], "--replicas does not support --checkpoint, --resume, --trace or --stop-at");
     if (a->gpu >= 0 && !a->cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
-    if (a->cuda) {
-        /* the GPU trainer (kernels/cuda/gpu_trainer.h) has none of these */
+    if (a->cuda && a->threads)
+        return cli_usage(argv[0], "--threads is not supported with --device cuda (it sets CPU "
+                         "kernel threads; on cuda every device is a stream)");
+    return -1; /* go on */
+}
+
+/* The flags the multi-GPU NCCL executor (kernels/cuda/gpu_trainer.h) does
+ * not have: refused with one line (usage error, 2) before any rank
+ * bootstraps, or -1 to go on. */
+static int refuse_for_ranks(const char *prog, const run_args *a)
+{
+    {
         const char *cpu_only = a->trace ? "--trace"
                              : a->ckpt_dir ? "--checkpoint"
                              : a->resume ? "--resume"
@@ -363,12 +378,12 @@ static int parse_args(int argc, char **argv, run_args *a)
                              : a->threads ? "--threads"
                              : NULL;
         if (cpu_only)
-            return cli_usage(argv[0], "%s is not supported with --device cuda (the GPU trainer "
-                             "has no %s)", cpu_only,
+            return cli_usage(prog, "%s is not supported with --device cuda across ranks (the "
+                             "multi-GPU NCCL executor has no %s)", cpu_only,
                              a->trace ? "op trace" : a->ckpt_dir || a->resume || a->stop_at != a->steps
                                  ? "checkpoints" : a->eval_flag ? "evaluation"
                                  : a->isl.replicas > 0 ? "outer optimizer" : "CPU kernel threads");
-        /* --sync-optimizer is accepted: it is the GPU trainer's only mode */
+        /* --sync-optimizer is accepted: it is the NCCL executor's only mode */
     }
     return -1; /* go on */
 }
@@ -476,7 +491,7 @@ static int train(trainer *t, const run_args *a, const char *ckpt_path, const run
             if (!isfinite(res->val_loss))
                 return cli_error("step %ld: the validation loss is not finite", step + 1);
             if (ckpt_path && streak == 0 &&
-                (trainer_save(t, ckpt_path, &err) != 0 || run_identity_save(a->ckpt_dir, id, &err) != 0))
+                (ckptset_save_single(t, a->ckpt_dir, &err) != 0 || run_identity_save(a->ckpt_dir, id, &err) != 0))
                 return cli_fail(&err);
         }
     }
@@ -488,10 +503,11 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     const trainer_stats *st = trainer_get_stats(t);
     double tps = res->train_s > 0 ? (double)res->tokens / res->train_s : 0;
     if (!a->json) {
-        printf("%s: %s, %d devices, %d stages, m=%d; %ld steps, final loss %.4f, val loss %.4f, "
+        printf("%s: %s, %d devices, %d stages, m=%d%s; %ld steps, final loss %.4f, val loss %.4f, "
                "%.0f tokens/s, %ld rollbacks\n",
                a->file, s->name[0] ? s->name : "schedule", s->n_devices, s->n_stages, s->n_micro,
-               st->step, res->n_losses ? res->losses[res->n_losses - 1] : NAN, res->val_loss, tps,
+               a->cuda ? " on cuda (one GPU)" : "", st->step,
+               res->n_losses ? res->losses[res->n_losses - 1] : NAN, res->val_loss, tps,
                st->rollbacks);
         return;
     }
@@ -516,6 +532,13 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     cJSON_AddNumberToObject(o, "val_loss", res->val_loss);
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
     cJSON_AddNumberToObject(o, "threads", trainer_threads(t));
+    cJSON_AddStringToObject(o, "device", trainer_backend_name(t));
+    size_t static_bytes = 0, peak_bytes = 0;
+    zb_err merr = { { 0 } };
+    if (a->cuda && trainer_memory(t, &static_bytes, &peak_bytes, &merr) == 0) {
+        cJSON_AddNumberToObject(o, "gpu_static_bytes", (double)static_bytes);
+        cJSON_AddNumberToObject(o, "gpu_peak_activation_bytes", (double)peak_bytes);
+    }
     cJSON_AddNumberToObject(o, "train_seconds", res->train_s);
     cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);
@@ -638,7 +661,7 @@ static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_mod
     for (long i = 0; i < n_losses; i++)
         cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
     cJSON_AddArrayToObject(o, "evals");
-    cJSON_AddNullToObject(o, "val_loss"); /* the GPU trainer has no evaluation */
+    cJSON_AddNullToObject(o, "val_loss"); /* the NCCL executor has no evaluation */
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
     cJSON_AddNumberToObject(o, "train_seconds", train_s);
     /* rank 0's figures in a ranked run: its own GPU */
@@ -720,9 +743,9 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
             cli_fail(&err);
             goto out;
         }
-    } else if (cu->trainer_create(s, m, d, o, gpu, &t, &err) != 0) {
-        zb_wrap(&err, "%s with model %s on GPU %d: ", a->file, m->name, gpu);
-        cli_fail(&err);
+    } else {
+        /* one process: the executor with the CUDA backend (cuda_backend_setup) */
+        cli_error("%s: internal error: the NCCL executor without ranks", a->file);
         goto out;
     }
     if (!quiet)
@@ -772,6 +795,41 @@ out:
         cu->comm_free(comm);
     cli_mpi_nccl_end();
     return rc;
+}
+
+/* The CUDA module and the GPU a one-process `--device cuda` run trains on. */
+typedef struct cuda_backend_ctx {
+    const zb_cuda_api *cu; /* the loaded module's table */
+    int gpu;               /* CUDA device index (--gpu, default 0) */
+} cuda_backend_ctx;
+
+/* trainer_opts.make_backend for --device cuda: every schedule device a
+ * stream on ctx's GPU (kernels/cuda/backend_cuda.h, inside the module). */
+static int make_cuda_backend(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    const cuda_backend_ctx *c = ctx;
+    return c->cu->backend_create(c->gpu, n_devices, out, err);
+}
+
+/* Loads the module, checks the GPU and points o at the CUDA backend, so
+ * that the rest of the command runs the one executor on it.  Returns 0, or
+ * 1 after printing one line (no module, no GPU, no such GPU). */
+static int cuda_backend_setup(const run_args *a, trainer_opts *o, cuda_backend_ctx *c)
+{
+    zb_err err = { { 0 } };
+    if (cuda_module_load(&c->cu, &err) != 0)
+        return cli_fail(&err);
+    c->gpu = a->gpu >= 0 ? (int)a->gpu : 0;
+    int visible = c->cu->device_count();
+    if (visible == 0)
+        return cli_error("%s: no CUDA device", a->file);
+    if (c->gpu >= visible)
+        return cli_error("%s: CUDA device %d does not exist (%d visible)", a->file, c->gpu,
+                         visible);
+    o->make_backend = make_cuda_backend;
+    o->make_backend_ctx = c;
+    o->threads = 1; /* the host threads only issue work to the GPU */
+    return 0;
 }
 
 /* Under mpirun or srun with several ranks, every rank meets the same bad
@@ -899,6 +957,9 @@ int cmd_run(int argc, char **argv)
     o.layers_per_stage = setup.layers_per_stage;
     o.recompute_stages = setup.recompute_stages;
     o.threads = (int)a.threads;
+    run_identity id = { .rope_theta = m.rope_theta, .batch_size = m.micro_batch,
+                        .micro_batches = s->n_micro, .seed = a.seed, .data_hash = run_data_hash(d),
+                        .data_bytes = d->n_tokens };
     if (mpi_ranks) {
         a.isl.steps = a.steps;
         a.isl.eval_every = (int)a.eval_every;
@@ -908,25 +969,28 @@ int cmd_run(int argc, char **argv)
                            .refused = a.sync_opt ? "--sync-optimizer"
                                     : a.trace ? "--trace" : NULL,
                            .ckpt_dir = a.ckpt_dir, .resume = a.resume, .stop_at = a.stop_at,
-                           .inputs = { a.file, a.data, a.model } };
+                           .inputs = { a.file, a.data, a.model }, .identity = &id };
         rc = cli_run_mpi(&mr, s, &m, d, &o);
         goto out;
     }
-    if (a.cuda) {
-        o.sync_optimizer = 1; /* the GPU trainer's only optimizer path */
+    if (a.cuda && rk.world > 1) { /* ranks of `zbsched launch`: the NCCL executor */
+        if ((rc = refuse_for_ranks("run", &a)) >= 0)
+            goto out;
+        rc = 1;
+        o.sync_optimizer = 1; /* the NCCL executor's only optimizer path */
         if (setup.layers_per_stage)
-            fprintf(stderr, "zbsched run: warning: the GPU trainer splits layers evenly, not by "
-                    "%s's plan\n", a.file);
+            fprintf(stderr, "zbsched run: warning: the multi-GPU executor splits layers evenly, "
+                    "not by %s's plan\n", a.file);
         rc = run_cuda(&a, s, &m, d, &o);
         goto out;
     }
+    cuda_backend_ctx cuda_ctx;
+    if (a.cuda && cuda_backend_setup(&a, &o, &cuda_ctx) != 0)
+        goto out;
     if (a.isl.replicas > 0) {
         rc = run_islands(&a, s, &m, d, &o);
         goto out;
     }
-    run_identity id = { .rope_theta = m.rope_theta, .batch_size = m.micro_batch,
-                        .micro_batches = s->n_micro, .seed = a.seed, .data_hash = run_data_hash(d),
-                        .data_bytes = d->n_tokens };
     if (trainer_create(s, &m, d, &o, &t, &err) != 0) {
         zb_wrap(&err, "%s with model %s: ", a.file, m.name);
         cli_fail(&err);
@@ -960,7 +1024,7 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         if (a.resume) {
-            if (trainer_load(t, ckpt_path, &err) != 0) {
+            if (ckptset_load(t, a.ckpt_dir, -1, 1, NULL, &err) != 0) {
                 cli_fail(&err);
                 goto out;
             }

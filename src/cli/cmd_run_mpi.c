@@ -1,7 +1,8 @@
 /*
  * cmd_run_mpi.c: `zbsched run` under mpirun or srun (docs/mpi.md):
  *   - `mpirun -np P zbsched run FILE`: pipeline ranks, one schedule device
- *     per rank (runtime/mpi/mpi_pipeline.h), with checkpoints;
+ *     per rank (runtime/mpi/mpi_pipeline.h), with checkpoints in parts,
+ *     one per rank (runtime/ckpt_set.h), and run.json's resume checks;
  *   - `mpirun -np K[*P] zbsched run FILE --replicas K`: the islands, a
  *     replica per rank or per P ranks (runtime/mpi/mpi_islands.h);
  *   - `--device cuda`: only the NCCL bootstrap, the unique id over
@@ -17,7 +18,8 @@
  * Output: only the speaker (rank 0, or of the final membership) prints the
  * header, progress and the summary.  Errors:
  *   - one every rank meets alike (options, a non-finite pseudo-gradient
- *     agreed on in the outer step, a checkpoint rank 0 could not write) is
+ *     agreed on in the outer step, run.json's verdict, a checkpoint part
+ *     a rank could not write or read, agreed on with its message) is
  *     printed once, by rank 0, and every rank exits 1 after MPI_Finalize;
  *   - one of this rank's own (memory, a trainer or transport failure) is
  *     printed as "rank R of N: ...", then MPI_Abort ends every rank of the
@@ -41,6 +43,7 @@
 #include <cjson/cJSON.h>
 #include <mpi.h>
 
+#include "runtime/generate.h"
 #include "runtime/mpi/mpi_islands.h"
 #include "runtime/mpi/mpi_pipeline.h"
 
@@ -107,6 +110,10 @@ static void print_summary(const cli_mpi_run *r, const sched_t *s, const zb_model
     cJSON_AddNumberToObject(j, "val_loss", res->final_val_loss);
     cJSON_AddNumberToObject(j, "bytes_sent", (double)res->bytes_sent);
     cJSON_AddNumberToObject(j, "outer_steps", (double)res->outer_steps);
+    if (isl->outer.kind == OUTER_EDIT || isl->outer.kind == OUTER_AEDIT) {
+        cJSON_AddNumberToObject(j, "eliminated", (double)res->eliminated);
+        cJSON_AddNumberToObject(j, "skipped_segments", (double)res->skipped);
+    }
     cJSON_AddNumberToObject(j, "final_replicas", res->final_replicas);
     cJSON_AddNumberToObject(j, "tokens", (double)res->tokens);
     cJSON_AddNumberToObject(j, "train_seconds", res->wall_s);
@@ -157,8 +164,9 @@ int cli_mpi_available(void)
     return 1;
 }
 
-/* A failure every rank learnt of together (the checkpoint rank 0 could
- * not write): rank 0 says why, every rank exits 1. */
+/* A failure every rank learnt of together (a checkpoint part or the
+ * manifest that could not be written; err names the rank): rank 0 says
+ * why, every rank exits 1. */
 static int fail_together(mpi_pipeline *p, int rank, const zb_err *err)
 {
     if (rank == 0)
@@ -166,6 +174,18 @@ static int fail_together(mpi_pipeline *p, int rank, const zb_err *err)
     mpi_pipeline_free(p);
     MPI_Finalize();
     return 1;
+}
+
+/* The checkpoint (every rank its part, rank 0 the manifest) and then, by
+ * rank 0, DIR/run.json, as the one-process run writes them.  Collective;
+ * 0, or -1 on every rank with err set (rank 0's is the one to print). */
+static int save_checkpoint(mpi_pipeline *p, const cli_mpi_run *r, int rank, zb_err *err)
+{
+    if (mpi_pipeline_save(p, r->ckpt_dir, err) != 0)
+        return -1;
+    int fail = rank == 0 && run_identity_save(r->ckpt_dir, r->identity, err) != 0;
+    MPI_Bcast(&fail, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return fail ? -1 : 0;
 }
 
 /* Pipeline ranks: rank d runs schedule device d (mpi_pipeline.h). */
@@ -190,21 +210,31 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
         return fail_rank(r, rank, world, &err);
     trainer *t = mpi_pipeline_trainer(p);
     const zb_model *em = trainer_model(t);
-    /* --checkpoint DIR: rank 0 makes the directory and checks the path
-     * (it alone writes the file); every rank reads it for --resume. */
-    char ckpt_path[4096] = "";
-    if (r->ckpt_dir) {
-        snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", r->ckpt_dir);
-        int bad = 0;
+    /* --checkpoint DIR: rank 0 makes the directory, checks the paths and,
+     * for --resume, DIR/run.json against this run's settings (run_resume.h),
+     * then writes model.json; the verdict is broadcast, so every rank goes
+     * on or exits 1 alike, with rank 0's one line.  Then every rank loads
+     * its part (mpi_pipeline_load). */
+    const char *ckpt_dir = r->ckpt_dir;
+    if (ckpt_dir) {
+        char manifest[4096];
+        int bad = 0, same = 0;
+        char note[256] = "";
         if (rank == 0) {
             struct stat sb;
-            if (stat(r->ckpt_dir, &sb) != 0 && mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
-                bad = cli_error("%s: cannot create the checkpoint directory: %s", r->ckpt_dir,
+            snprintf(manifest, sizeof manifest, "%s/checkpoint.parts.json", ckpt_dir);
+            if (stat(ckpt_dir, &sb) != 0 && mkdir(ckpt_dir, 0777) != 0 && errno != EEXIST)
+                bad = cli_error("%s: cannot create the checkpoint directory: %s", ckpt_dir,
                                 strerror(errno));
-            else if (stat(r->ckpt_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-                bad = cli_error("%s: not a directory", r->ckpt_dir);
-            else if (cli_check_output_list(ckpt_path, r->inputs, 3))
+            else if (stat(ckpt_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                bad = cli_error("%s: not a directory", ckpt_dir);
+            else if (cli_check_output_list(manifest, r->inputs, 3))
                 bad = 1;
+            else if (r->resume &&
+                     (same = run_identity_check(ckpt_dir, r->identity, note, sizeof note, &err)) < 0)
+                bad = cli_fail(&err);
+            else if (gen_write_model_file(ckpt_dir, em, d->chars, d->vocab, &err) != 0)
+                bad = cli_fail(&err);
         }
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (bad) {
@@ -212,13 +242,15 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             MPI_Finalize();
             return 1;
         }
-        if (r->resume && mpi_pipeline_load(p, ckpt_path, &err) != 0) {
+        if (r->resume && mpi_pipeline_load(p, ckpt_dir, &err) != 0) {
             if (rank == 0)
                 cli_fail(&err);
             mpi_pipeline_free(p);
             MPI_Finalize();
             return 1;
         }
+        if (rank == 0 && same == 1 && !r->quiet)
+            fprintf(stderr, "zbsched run: %s\n", note);
     }
     long first = trainer_get_stats(t)->step;
     if (first >= r->stop_at) {
@@ -273,7 +305,7 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
             cJSON_AddNumberToObject(e, "step", (double)(step + 1));
             cJSON_AddNumberToObject(e, "val_loss", v);
             cJSON_AddItemToArray(evals, e);
-            if (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0)
+            if (ckpt_dir && save_checkpoint(p, r, rank, &err) != 0)
                 return fail_together(p, rank, &err);
         }
     }
@@ -282,7 +314,7 @@ static int run_pipeline(const cli_mpi_run *r, const sched_t *s, const zb_model *
     long rollbacks = 0;
     if (mpi_pipeline_eval(p, &val, &err) != 0)
         return fail_rank(r, rank, world, &err);
-    if (ckpt_path[0] && mpi_pipeline_save(p, ckpt_path, &err) != 0)
+    if (ckpt_dir && save_checkpoint(p, r, rank, &err) != 0)
         return fail_together(p, rank, &err);
     if (mpi_pipeline_totals(p, &bytes, &msgs, &rollbacks, &err) != 0)
         return fail_rank(r, rank, world, &err);

@@ -46,10 +46,12 @@ static void usage(FILE *out)
         "                        gpus_per_node); links across nodes use inter_node_bw\n"
         "  --loss plain|fused    loss kernel: logits kept (default) or fused linear\n"
         "                        cross-entropy in token chunks (Liger-Kernel)\n"
-        "  --vocab plain|parallel  plain (default): the head on the last stage only;\n"
-        "                        parallel: also plans with the output layer and embedding\n"
+        "  --vocab auto|plain|parallel\n"
+        "                        auto (default): rank plain plans (head on the last\n"
+        "                        stage) and plans with the output layer and embedding\n"
         "                        split over the pipeline devices (Vocab-1/2,\n"
-        "                        docs/vocab-parallel.md; `run` cannot execute them yet)\n"
+        "                        docs/vocab-parallel.md) together; plain or parallel:\n"
+        "                        only that kind may win\n"
         "  --global-batch N      sequences per iteration (default 64)\n"
         "  --profile FILE        measured per-op times/memory instead of the FLOP estimate\n"
         "  --recompute on|off|search\n"
@@ -78,9 +80,14 @@ static const char *status_name(search_status s)
     return s == SEARCH_FIT ? "fit" : s == SEARCH_OOM ? "oom" : "skipped";
 }
 
-/* "0-3" for the first k of p devices, "on", "off". */
+/* "0-3" for the first k of p devices, "on", "off"; "s0-20" for the first
+ * 21 virtual stages in model order. */
 static const char *rc_text(const search_candidate *c, char *buf, size_t len)
 {
+    if (c->rc_stages > 0) {
+        snprintf(buf, len, "s0-%d", c->rc_stages - 1);
+        return buf;
+    }
     if (c->rc_devices <= 0)
         return "off";
     if (c->rc_devices >= c->pp)
@@ -89,7 +96,45 @@ static const char *rc_text(const search_candidate *c, char *buf, size_t len)
     return buf;
 }
 
-static void print_why(const search_result *r)
+/* The why block's account of vocabulary parallelism: the work bounds of
+ * both layouts at the winner's depth, which kind won and the other kind's
+ * best. */
+static void print_why_vocab(const search_result *r, int vocab_mode)
+{
+    const search_candidate *w = &r->c[0];
+    if (r->bound_plain_ms > 0)
+        printf("  work bound, no recompute %8.1f ms  plain layout, pp=%d, b=%d: no schedule, split or recompute beats it\n",
+               r->bound_plain_ms, w->pp, w->micro_batch);
+    if (r->bound_vocab_ms > 0)
+        printf("  with vocab parallelism   %8.1f ms  output layer and embedding split over the %d devices\n",
+               r->bound_vocab_ms, w->pp);
+    if (vocab_mode == SEARCH_VOCAB_PLAIN)
+        return;
+    const search_candidate *other = NULL;
+    for (int i = 1; i < r->n_fit && !other; i++)
+        if (!r->c[i].vocab != !w->vocab)
+            other = &r->c[i];
+    if (w->vocab)
+        printf("  vocabulary parallelism   chosen (Vocab-%d): the head and embedding no longer load one device", w->vocab);
+    else
+        printf("  vocabulary parallelism   not chosen");
+    if (other) {
+        char rcb[24];
+        printf("; the best %s plan, %s (pp=%d, recompute %s), takes %.1f ms (%.3fx the winner's time)",
+               other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp, rc_text(other, rcb, sizeof rcb),
+               other->time_ms, other->time_ms / w->time_ms);
+    }
+    else if (vocab_mode == SEARCH_VOCAB_AUTO && (w->vocab || r->vocab_pruned == 0))
+        printf("; no %s plan fits", w->vocab ? "plain" : "vocabulary-parallel");
+    else if (vocab_mode == SEARCH_VOCAB_AUTO)
+        printf("; no vocabulary-parallel plan that fits was simulated");
+    if (r->vocab_pruned > 0)
+        printf("; %d vocabulary-parallel versions not simulated: their busiest device alone computes at least the best time",
+               r->vocab_pruned);
+    printf("\n");
+}
+
+static void print_why(const search_result *r, int vocab_mode)
 {
     const search_candidate *w = &r->c[0];
     search_why y;
@@ -107,6 +152,7 @@ static void print_why(const search_result *r)
         printf("  baseline        %10.1f ms  plain 1F1B, b=1, recompute everywhere, pp=%d: winner %.3fx faster%s\n",
                r->baseline.time_ms, r->baseline.pp, w->speedup,
                r->baseline.status == SEARCH_OOM ? " (the baseline itself does not fit)" : "");
+    print_why_vocab(r, vocab_mode);
     /* Which pipeline depth wins: the best of each other depth, and for a
      * depth where nothing fits, its smallest peak. */
     int shown = 0;
@@ -175,7 +221,7 @@ static void print_table(const search_options *o, const search_result *r, int row
     if (r->n_fit > 0 && rows > 0) {
         printf("time = largest per-device span (+ exposed data-parallel sync), what the runtime realises;\n"
                "makespan = first start to last end; P = paper split, * = split found by the local search\n");
-        print_why(r);
+        print_why(r, o->vocab);
     }
     if (!verbose)
         return;
@@ -204,6 +250,8 @@ static cJSON *candidate_json(const search_candidate *c)
     cJSON_AddNumberToObject(j, "n_micro", c->n_micro);
     cJSON_AddBoolToObject(j, "recompute", c->recompute);
     cJSON_AddNumberToObject(j, "recompute_devices", c->rc_devices);
+    if (c->rc_stages > 0)
+        cJSON_AddNumberToObject(j, "recompute_first_stages", c->rc_stages);
     cJSON_AddStringToObject(j, "split", c->split_tuned ? "searched" : c->split == COST_SPLIT_BALANCED ? "balanced" : "paper");
     if (c->layers) {
         cJSON *a = cJSON_AddArrayToObject(j, "layers_per_stage");
@@ -264,6 +312,11 @@ static int print_json(const search_options *o, const search_result *r)
             cJSON_AddNumberToObject(w, "idle_share", y.idle_share);
             cJSON_AddNumberToObject(w, "dp_sync_ms", r->c[0].dp_ms);
             cJSON_AddNumberToObject(w, "speedup", r->c[0].speedup);
+            cJSON_AddNumberToObject(w, "work_bound_no_recompute_ms", r->bound_plain_ms);
+            if (r->bound_vocab_ms > 0)
+                cJSON_AddNumberToObject(w, "work_bound_vocab_parallel_ms", r->bound_vocab_ms);
+            cJSON_AddStringToObject(w, "vocab", r->c[0].vocab ? "parallel" : "plain");
+            cJSON_AddNumberToObject(w, "vocab_pruned", r->vocab_pruned);
         }
     }
     /* Per pipeline depth: its best fit (time) or its smallest peak. */
@@ -363,10 +416,9 @@ int cmd_search(int argc, char **argv)
     };
     search_options o;
     search_options_default(&o);
-    /* Plain by default: `run` cannot execute vocabulary passes yet, so the
-     * default answer must be a plan it can train (and the search stays
-     * under a second); --vocab parallel ranks those plans too. */
-    o.vocab = 0;
+    /* Both kinds by default: the fastest plan wins, and the why block says
+     * which kind it is and what the other kind's best took. */
+    o.vocab = SEARCH_VOCAB_AUTO;
     const char *output = DEFAULT_OUTPUT, *svg = NULL, *profile_path = NULL;
     const char *model_path = NULL, *gpu_path = NULL; /* input files, kept for the output check */
     int have_mem = 0, json = 0, verbose = 0, gpus_seen = 0, stages_seen = 0, quiet = 0;
@@ -424,11 +476,13 @@ int cmd_search(int argc, char **argv)
             break;
         case OPT_VOCAB:
             if (!strcmp(optarg, "plain"))
-                o.vocab = 0;
+                o.vocab = SEARCH_VOCAB_PLAIN;
             else if (!strcmp(optarg, "parallel"))
-                o.vocab = 1;
+                o.vocab = SEARCH_VOCAB_PARALLEL;
+            else if (!strcmp(optarg, "auto"))
+                o.vocab = SEARCH_VOCAB_AUTO;
             else
-                return cli_usage("search", "--vocab: '%s' is not plain or parallel", optarg);
+                return cli_usage("search", "--vocab: '%s' is not auto, plain or parallel", optarg);
             break;
         case OPT_GLOBAL_BATCH:
             if (cli_parse_int("--global-batch", optarg, 1, 1 << 24, &num, &err) < 0)

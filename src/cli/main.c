@@ -42,7 +42,18 @@ static void usage(FILE *out)
 
 int cli_error(const char *fmt, ...)
 {
+    /* The line goes out in one fprintf (glibc writes an unbuffered
+     * stream's formatted output at once): the ranks of mpirun share one
+     * stream, where pieces of two ranks' lines would interleave. */
+    char line[4096];
     va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof line) {
+        fprintf(stderr, "zbsched: %s\n", line);
+        return 1;
+    }
     va_start(ap, fmt);
     fputs("zbsched: ", stderr);
     vfprintf(stderr, fmt, ap);

@@ -38,7 +38,7 @@ int run_check_model(const zb_model *m, int from_file, int cuda, zb_err *err)
     zb_dtype want = cuda ? ZB_BF16 : ZB_FP32;
     if (from_file && m->dtype != want)
         return zb_fail(err, "model '%s': dtype %s, but %s computes in %s only; set \"dtype\": \"%s\"",
-                       m->name, zb_dtype_name(m->dtype), cuda ? "the GPU trainer" : "the CPU trainer",
+                       m->name, zb_dtype_name(m->dtype), cuda ? "the CUDA backend" : "the CPU backend",
                        zb_dtype_name(want), zb_dtype_name(want));
     return 0;
 }

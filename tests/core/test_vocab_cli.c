@@ -148,9 +148,9 @@ START_TEST(renderers_mark_passes)
 }
 END_TEST
 
-/* search: --vocab is checked; plain (the default, since `run` cannot
- * execute the passes yet) ranks no vocabulary plan, --vocab parallel does
- * (1.5B on 4 GPUs: about a second). */
+/* search: --vocab is checked; plain ranks no vocabulary plan, parallel
+ * only those, auto (the default) both and says which kind won (1.5B on 4
+ * GPUs: about a second each). */
 START_TEST(search_flag)
 {
     static const char job[] = "search --mem 20G --model 1.5B --gpus 4 --stages 4 --global-batch 16 "
@@ -158,17 +158,20 @@ START_TEST(search_flag)
     char args[256];
     snprintf(args, sizeof args, "%s --vocab wide", job);
     ck_assert(run(args) != 0);
-    cli_assert_one_line(err_buf, "--vocab: 'wide' is not plain or parallel");
+    cli_assert_one_line(err_buf, "--vocab: 'wide' is not auto, plain or parallel");
     snprintf(args, sizeof args, "%s --vocab plain", job);
     ck_assert_msg(run(args) == 0, "%s", err_buf);
     ck_assert_ptr_null(strstr(out_buf, "+vocab-"));
+    ck_assert_ptr_null(strstr(out_buf, "vocabulary parallelism "));
     ck_assert_msg(run(job) == 0, "%s", err_buf);
-    ck_assert_ptr_null(strstr(out_buf, "+vocab-"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "  vocabulary parallelism "));
+    ck_assert_ptr_nonnull(strstr(out_buf, "  with vocab parallelism "));
     snprintf(args, sizeof args, "%s --vocab parallel", job);
     ck_assert_msg(run(args) == 0, "%s", err_buf);
     ck_assert_ptr_nonnull(strstr(out_buf, "+vocab-"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "vocabulary parallelism   chosen"));
     char *plan = slurp("s.json");
-    ck_assert_ptr_nonnull(strstr(plan, "\"vocab\":"));
+    ck_assert_ptr_nonnull(strstr(plan, "\"vocab\":\"parallel\""));
     free(plan);
 }
 END_TEST

@@ -1,16 +1,19 @@
 /*
  * test_cuda_train.c: the GPU stage against the CPU stage (kernels/cpu/
- * llama.h) on the `tiny` preset, and the one-GPU executor against the CPU
- * trainer (runtime/trainer.h): same seed, same data, 1F1B and ZB-H2 on two
- * stages; losses must agree within bf16 tolerance over the first steps.
- * Also checks the executor's memory report.  Skips (77) with no device.
+ * llama.h) on the `tiny` preset, and the one executor (runtime/trainer.h)
+ * on the CUDA backend against it on the CPU backend: same seed, same data,
+ * 1F1B and ZB-H2 on two stages, post-validation and the synchronous clip;
+ * losses must agree within bf16 tolerance over the first steps.  Also:
+ * evaluation, a checkpoint written on the GPU and resumed on the CPU, and
+ * the backend's memory report.  Skips (77) with no device.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/llama.h"
 #include "kernels/cuda/gpu_stage.h"
-#include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/backend_cuda.h"
 #include "runtime/data.h"
 #include "runtime/trainer.h"
 #include "schedules/gen.h"
@@ -143,12 +146,14 @@ static char *make_text(size_t len)
 
 #define STEPS 4
 
-/* Synchronous clip (the GPU executor's optimizer) and no warmup with a
- * large rate, so that four steps visibly lower the loss. */
+/* No warmup with a large rate, so that four steps visibly lower the loss;
+ * sync: the synchronous clip (else post-validation). */
+static int sync_opt;
+
 static void test_opts(trainer_opts *o)
 {
     trainer_opts_default(o);
-    o->sync_optimizer = 1;
+    o->sync_optimizer = sync_opt;
     o->adamw.warmup_steps = 0;
     o->adamw.lr = 1e-2f;
     o->adamw.min_lr = 1e-3f;
@@ -165,18 +170,32 @@ static void run_cpu(const sched_t *s, const zb_model *m, const zb_data *d, doubl
     trainer_free(t);
 }
 
+/* trainer_opts.make_backend: the CUDA backend on GPU 0. */
+static int make_gpu0(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    (void)ctx;
+    return backend_cuda_create(0, n_devices, out, err);
+}
+
+/* STEPS steps on the GPU, then the validation loss and a checkpoint of
+ * the GPU trainer in ckpt (when not NULL). */
 static void run_gpu(const sched_t *s, const zb_model *m, const zb_data *d, double *loss,
-                    size_t *peak)
+                    size_t *peak, double *val, const char *ckpt)
 {
     trainer_opts o;
     test_opts(&o);
-    gpu_trainer *t;
-    CC_OK(gpu_trainer_create(s, m, d, &o, 0, &t, err));
+    o.make_backend = make_gpu0;
+    o.threads = 1;
+    trainer *t;
+    CC_OK(trainer_create(s, m, d, &o, &t, err));
     for (int i = 0; i < STEPS; i++)
-        CC_OK(gpu_trainer_step(t, &loss[i], err));
+        CC_OK(trainer_step(t, &loss[i], err));
+    CC_OK(trainer_eval(t, val, err));
+    if (ckpt)
+        CC_OK(trainer_save(t, ckpt, err));
     size_t st = 0;
-    CC_OK(gpu_trainer_memory(t, &st, peak, err));
-    gpu_trainer_free(t);
+    CC_OK(trainer_memory(t, &st, peak, err));
+    trainer_free(t);
 }
 
 static void test_trainer(const char *kind)
@@ -194,10 +213,30 @@ static void test_trainer(const char *kind)
     gp.microbatches = 4;
     sched_t *s;
     CC_OK(gen_lookup(kind)(&gp, &s, err));
-    double lc[STEPS], lg[STEPS];
+    double lc[STEPS], lg[STEPS], gval = 0;
     size_t peak = 0;
+    char ckpt[] = "/tmp/zb_cuda_train_ckpt_XXXXXX";
+    int fd = mkstemp(ckpt);
+    if (fd >= 0)
+        close(fd);
     run_cpu(s, &m, d, lc);
-    run_gpu(s, &m, d, lg, &peak);
+    run_gpu(s, &m, d, lg, &peak, &gval, fd >= 0 ? ckpt : NULL);
+    /* the GPU's checkpoint loads on the CPU backend and evaluates alike */
+    {
+        trainer_opts o;
+        test_opts(&o);
+        trainer *t;
+        double cval = 0;
+        CC_OK(trainer_create(s, &m, d, &o, &t, err));
+        CC_OK(trainer_load(t, ckpt, err));
+        CC_OK(trainer_eval(t, &cval, err));
+        double rel = fabs(cval - gval) / fabs(cval);
+        snprintf(name, sizeof name, "%s GPU checkpoint on the CPU: val %.5f vs GPU %.5f", kind,
+                 cval, gval);
+        cc_true(name, rel < 1e-2 && trainer_get_stats(t)->step == STEPS);
+        trainer_free(t);
+        unlink(ckpt);
+    }
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(lg[i] - lc[i]) / fabs(lc[i]);
         snprintf(name, sizeof name, "%s step %d loss GPU %.5f CPU %.5f (rel %.1e)", kind, i + 1,
@@ -223,7 +262,10 @@ int main(void)
     test_stage(0, 1, 1, 0);   /* first stage */
     test_stage(3, 4, 0, 1);   /* last stage */
     zb_cuda_free(ctx);
+    sync_opt = 1;
     test_trainer("1f1b");
+    test_trainer("zb-h2");
+    sync_opt = 0; /* post-validation: snapshots and rollbacks on the device */
     test_trainer("zb-h2");
     return cc_summary();
 }

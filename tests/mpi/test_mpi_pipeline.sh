@@ -68,29 +68,117 @@ b=$(grep -o '"bytes_per_step":[0-9]*' "$T/1f1b.mpi.json" | cut -d: -f2)
 if [ "$b" = "$((2 * 4 * 65536 + 2 * 8))" ]; then pass "1f1b p=2: $b bytes per step"
 else fail "1f1b p=2: bytes per step $b"; fi
 
-# checkpoints: stop at 4 of 8 under mpirun, then resume under mpirun and,
-# from a copy of the same file, in one process; both must continue exactly
-# as the uninterrupted one-process run.
+# checkpoints: stop at 4 of 8 under mpirun (each rank writes its part,
+# rank 0 the manifest), then resume under mpirun (each rank reads its own
+# part) and, from a copy of the directory, in one process (the parts
+# assembled); both must continue exactly as the uninterrupted one-process
+# run.
 "$ZB" gen zb-v -p 2 -m 4 -o "$T/v.json"
 ck=(run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 8 --json -q)
 "$ZB" "${ck[@]}" > "$T/ref.json"
 "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckA" > "$T/ck1.json" 2> "$T/ck1.err" \
-    && mkdir -p "$T/ckB" && cp "$T/ckA/checkpoint.bin" "$T/ckB/" \
+    && cp -r "$T/ckA" "$T/ckB" && cp -r "$T/ckA" "$T/ckC" && cp -r "$T/ckA" "$T/ckD" \
     && "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckA" --resume > "$T/ck2.json" 2> "$T/ck2.err" \
     && "$ZB" "${ck[@]}" --checkpoint "$T/ckB" --resume > "$T/ck3.json"
 rc=$?
 tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
 vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
-# what a checkpoint directory may hold: the checkpoint, and the model and
-# run settings `run --checkpoint` writes beside it (generate, --resume)
-stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|model\.json|run\.json)$'; }
+rb() { grep -o '"rollbacks":[0-9]*' "$1"; }
+# what a checkpoint directory may hold: the checkpoint (one file, or the
+# manifest and the parts it names), and the model and run settings
+# `run --checkpoint` writes beside it (generate, --resume)
+stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|checkpoint\.parts\.json|checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin|model\.json|run\.json)$'; }
+nparts() { ls "$1" | grep -Ec '^checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin$'; }
 [ -n "$(stray "$T/ckA")" ] && fail "checkpoint: stray files in the directory: $(stray "$T/ckA")"
 if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
    && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck3.json")" ] \
    && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck2.json")" ] && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck3.json")" ] \
-   && grep -q '"first_step":4' "$T/ck2.json"
-then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits"
+   && grep -q '"first_step":4' "$T/ck2.json" \
+   && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck2.json")" ] && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck3.json")" ]
+then pass "checkpoint at 4 of 8: resumed under mpirun and in one process, same bits and $(rb "$T/ck2.json")"
 else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T/ck2.json") one $(tail4 "$T/ck3.json") $(cat "$T/ck1.err" "$T/ck2.err")"; fi
+# the layout on disk: a part per rank, written by that rank, and the
+# manifest; no checkpoint.bin.  After the resumed run's save, only the new
+# set (the old one is pruned); after the one-process run's save, only its
+# checkpoint.bin.
+if [ "$(nparts "$T/ckC")" = 2 ] && [ -f "$T/ckC/checkpoint.parts.json" ] && [ ! -e "$T/ckC/checkpoint.bin" ] \
+   && grep -q '"step":[[:space:]]*4' "$T/ckC/checkpoint.parts.json" \
+   && [ "$(nparts "$T/ckA")" = 2 ] && grep -q '"step":[[:space:]]*8' "$T/ckA/checkpoint.parts.json" \
+   && [ "$(nparts "$T/ckB")" = 0 ] && [ ! -e "$T/ckB/checkpoint.parts.json" ] && [ -f "$T/ckB/checkpoint.bin" ]
+then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one file"
+else fail "checkpoint files: $(ls "$T/ckC") / $(ls "$T/ckA") / $(ls "$T/ckB")"; fi
+
+# `zbsched generate` reads the parts of a multi-process checkpoint (ckC,
+# step 4) as it reads the one-process checkpoint.bin of the same step
+# (ckE): the same text.
+gen=(generate --prompt "ROMEO:" -n 20 --seed 3 -q)
+"$ZB" "${ck[@]}" --stop-at 4 --checkpoint "$T/ckE" > /dev/null \
+    && "$ZB" "${gen[@]}" --checkpoint "$T/ckC" > "$T/genC.txt" 2> "$T/genC.err" \
+    && "$ZB" "${gen[@]}" --checkpoint "$T/ckE" > "$T/genE.txt"
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$T/genC.txt" ] && cmp -s "$T/genC.txt" "$T/genE.txt"
+then pass "generate from the parts: the same text as from the one-process checkpoint"
+else fail "generate from parts: exit $rc, $(cat "$T/genC.err")"; fi
+
+# A one-process checkpoint.bin resumes under mpirun (every rank reads it),
+# with the same bits and the same rollback total as the uninterrupted run.
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckE" --resume > "$T/ck9.json" 2> "$T/ck9.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck9.json")" ] \
+   && [ "$(vl "$T/ref.json")" = "$(vl "$T/ck9.json")" ] && [ "$(rb "$T/ref.json")" = "$(rb "$T/ck9.json")" ]
+then pass "a one-process checkpoint resumed under mpirun: same bits, $(rb "$T/ck9.json")"
+else fail "one-process checkpoint under mpirun: exit $rc, $(tail4 "$T/ck9.json") $(rb "$T/ck9.json") $(cat "$T/ck9.err")"; fi
+
+# A rank that died between the parts of a later save leaves a part of a
+# tag the manifest does not name: the checkpoint stays the previous one
+# (resumes with the same bits), and the next save removes the orphan.
+tagC=$(grep -o '"tag":[[:space:]]*"[0-9a-f]*"' "$T/ckC/checkpoint.parts.json" | grep -o '[0-9a-f]\{16\}')
+cp "$T/ckC/checkpoint.$tagC.rank-1.bin" "$T/ckC/checkpoint.00000000deadbeef.rank-1.bin"
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckC" --resume > "$T/ck4.json" 2> "$T/ck4.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck4.json")" ] && [ "$(nparts "$T/ckC")" = 2 ] \
+   && [ ! -e "$T/ckC/checkpoint.00000000deadbeef.rank-1.bin" ]
+then pass "an orphan part of an unfinished save: ignored on resume, pruned by the next save"
+else fail "orphan part: exit $rc, $(ls "$T/ckC"), $(cat "$T/ck4.err")"; fi
+
+# A part the manifest names is missing: one line, naming it, from rank 0;
+# every rank exits 1 (no hang), under mpirun and in one process.
+rm "$T/ckD/checkpoint.$tagC.rank-1.bin"
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck5.out" 2> "$T/ck5.err"
+rc=$?
+"$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck6.out" 2> "$T/ck6.err"
+rc6=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank 1: .*rank-1.bin" "$T/ck5.err" \
+   && [ $rc6 -eq 1 ] && [ "$(grep -c . "$T/ck6.err")" = 1 ] && grep -q "rank-1.bin" "$T/ck6.err"
+then pass "a missing part: one line naming it ($(cat "$T/ck5.err"))"
+else fail "missing part: exit $rc / $rc6: $(cat "$T/ck5.err" "$T/ck6.err")"; fi
+
+# A rank that cannot write its part (MPMD: rank 1 is given a directory
+# that does not exist): every rank stops with one line naming it, and no
+# manifest is committed.
+"${MPIRUN[@]}" -np 1 "$ZB" "${ck[@]}" --checkpoint "$T/ckF" : -np 1 "$ZB" "${ck[@]}" \
+    --checkpoint "$T/no/such/dir" > "$T/ckF.out" 2> "$T/ckF.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ckF.err")" = 1 ] && grep -q "^zbsched: rank 1: .*no/such/dir" "$T/ckF.err" \
+   && [ ! -e "$T/ckF/checkpoint.parts.json" ]
+then pass "a part that cannot be written: one line naming the rank, nothing committed"
+else fail "unwritable part: exit $rc, $(ls "$T/ckF"), $(cat "$T/ckF.err")"; fi
+
+# run.json's resume checks apply under mpirun: rank 0 reads it, every
+# rank exits 1 with its one line (another batch size); a different seed
+# only gives a note.
+"${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckA" --resume --steps 12 --batch-size 1 \
+    > "$T/ck7.out" 2> "$T/ck7.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck7.err")" = 1 ] && grep -q "batch size 2, this run has 1" "$T/ck7.err"
+then pass "resume checks under mpirun: $(cat "$T/ck7.err")"
+else fail "resume checks under mpirun: exit $rc: $(cat "$T/ck7.err")"; fi
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 10 --checkpoint "$T/ckA" \
+    --resume --seed 7 > "$T/ck8.out" 2> "$T/ck8.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'resuming: --seed 7 differs' "$T/ck8.err")" = 1 ]
+then pass "resume under mpirun with another seed: one note"
+else fail "resume with another seed: exit $rc: $(cat "$T/ck8.err")"; fi
 
 # one rank fails on its own (MPMD: rank 1 is given another batch size, so
 # rank 0 receives a longer message than it expects): one line naming the
@@ -120,7 +208,7 @@ rc=$?
 # file would fail the checksum) and then says there is nothing to do.
 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 2000 --stop-at 1 \
     --checkpoint "$T/ckK" --resume -q > "$T/k2.out" 2> "$T/k2.err"
-if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -f "$T/ckK/checkpoint.bin" ] \
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -f "$T/ckK/checkpoint.parts.json" ] \
    && [ -z "$(stray "$T/ckK")" ] \
    && grep -q "the checkpoint is already at step [1-9]" "$T/k2.err"
 then pass "SIGKILL of rank 1: job ends (exit $rc), checkpoint intact: $(cat "$T/k2.err")"

@@ -6,16 +6,34 @@
  *
  *   nogpu (default)  a valid table that sees no GPU
  *   onegpu           a valid table that sees one GPU (for `launch --gpus 2`)
+ *                    and whose backend is a GPU-like wrapper of the CPU
+ *                    backend (tests/common/mirror_backend.h: host mirrors
+ *                    with download / upload, activation fences), so that
+ *                    `run --device cuda` trains end to end without a GPU
  *   badversion       a table from "another build" (wrong interface version)
  *   noentry          no table at all (the entry returns NULL)
+ *   mpi              the NCCL bootstrap under mpirun (tests/mpi): 8 GPUs,
+ *                    every schedule accepted; nccl_unique_id makes an id
+ *                    naming its process (and creates $FAKE_NCCL_LOG.made,
+ *                    failing if it exists: one rank only may make it);
+ *                    comm_create_from_id writes the id it was given to
+ *                    $FAKE_NCCL_LOG.R and fails ("no NCCL here"), since
+ *                    nothing past the bootstrap can run without a GPU
+ *   mpi-noid         as mpi, but making the id fails
+ *   mpi-v1           as mpi, but without the id functions (a version-1
+ *                    module's table)
  *
- * Nothing else is implemented: every path the tests take stops at the
- * device count.
+ * Nothing else is implemented: the profiler and the NCCL ranks' trainer
+ * stop at the device count, or at the NCCL communicator.
  */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/cuda_module.h"
+#include "tests/common/mirror_backend.h"
 
 __attribute__((visibility("default"))) const zb_cuda_api *zbsched_cuda_module(void);
 
@@ -26,14 +44,77 @@ static const char *mode(void)
     return m && *m ? m : "nogpu";
 }
 
+/* zb_fail's job; the module links nothing of zbsched's (the program does
+ * not export its symbols). */
+static int fake_fail(zb_err *err, const char *msg)
+{
+    snprintf(err->msg, sizeof err->msg, "%s", msg);
+    return -1;
+}
+
+static int is_mpi_mode(void)
+{
+    return strncmp(mode(), "mpi", 3) == 0;
+}
+
 static int fake_device_count(void)
 {
-    return strcmp(mode(), "onegpu") == 0 ? 1 : 0;
+    return is_mpi_mode() ? 8 : strcmp(mode(), "onegpu") == 0 ? 1 : 0;
+}
+
+static int fake_check_ranked(const sched_t *s, zb_err *err)
+{
+    (void)s;
+    (void)err;
+    return 0;
+}
+
+static int fake_unique_id(unsigned char id[128], zb_err *err)
+{
+    if (strcmp(mode(), "mpi-noid") == 0)
+        return fake_fail(err, "fake module: ncclGetUniqueId failed");
+    const char *log = getenv("FAKE_NCCL_LOG");
+    if (log) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.made", log);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0)
+            return fake_fail(err, "fake module: a second process made an NCCL id");
+        close(fd);
+    }
+    memset(id, 0, 128);
+    snprintf((char *)id, 128, "fake-nccl-id of pid %ld", (long)getpid());
+    return 0;
+}
+
+static int fake_comm_from_id(const zb_rank_info *r, const unsigned char id[128],
+                             struct gpu_comm **out, zb_err *err)
+{
+    (void)out;
+    const char *log = getenv("FAKE_NCCL_LOG");
+    if (log) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", log, r->rank);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%.128s\n", (const char *)id);
+            fclose(f);
+        }
+    }
+    return fake_fail(err, "fake module: no NCCL here (the id arrived)");
 }
 
 static int fake_nccl(void)
 {
     return 0;
+}
+
+/* backend_create: the mirrored CPU wrapper (the GPU index must exist). */
+static int fake_backend_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+{
+    if (gpu >= fake_device_count())
+        return zb_fail(err, "CUDA device %d does not exist", gpu);
+    return mb_make_wrapper((void *)1, n_devices, out, err);
 }
 
 const zb_cuda_api *zbsched_cuda_module(void)
@@ -45,5 +126,13 @@ const zb_cuda_api *zbsched_cuda_module(void)
     api.layout = zb_cuda_api_layout();
     api.device_count = fake_device_count;
     api.nccl_available = fake_nccl;
+    api.backend_create = fake_backend_create;
+    if (is_mpi_mode()) {
+        api.check_ranked = fake_check_ranked;
+        if (strcmp(mode(), "mpi-v1") != 0) {
+            api.nccl_unique_id = fake_unique_id;
+            api.comm_create_from_id = fake_comm_from_id;
+        }
+    }
     return &api;
 }

@@ -9,9 +9,12 @@
  * it sees no GPU), and otherwise the "no CUDA module" line.  Both must be
  * exactly one line on stderr with exit status 1, leave no output file
  * behind, and return quickly: a rank of a launched run must fail before it
- * would wait for its peers in the NCCL bootstrap.  The flags the GPU
- * trainer does not support are refused with one usage line (exit 2) in
- * every build, and `--device cpu` still trains as before.
+ * would wait for its peers in the NCCL bootstrap.  In one process,
+ * --device cuda is the one executor on the CUDA backend and takes the
+ * CPU's flags (trace, checkpoints, resume, eval, replicas): they reach the
+ * GPU check and write nothing; only --threads is refused (exit 2).  Across
+ * ranks (the NCCL executor) those flags are refused with one usage line
+ * (exit 2) in every build, and `--device cpu` still trains as before.
  *
  * The module loader itself (runtime/cuda_module.h) is tested in every
  * build through a stand-in module (fake_cuda_module.c, path in
@@ -126,7 +129,7 @@ END_TEST
 
 START_TEST(cpu_only_flags_are_refused_with_cuda)
 {
-    /* %s: the temporary directory, where the refused outputs would go */
+    /* %s: the temporary directory, where the outputs would go */
     static const char *flags[][2] = {
         { "--trace %s/T.json", "--trace" },
         { "--checkpoint %s/CK", "--checkpoint" },
@@ -135,15 +138,22 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
         { "--eval-every 1", "--eval-every" },
         { "--eval-windows 4", "--eval-windows" },
         { "--replicas 2", "--replicas" },
-        { "--threads 2", "--threads" },
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char extra[256];
         snprintf(extra, sizeof extra, flags[i][0], dir);
+        /* one process: the executor takes them; the run stops at the GPU */
         int rc = zb("run %s --device cuda --steps 2 %s", sched_path, extra);
+        assert_one_line(rc, 1, NO_GPU_LINE);
+        /* ranks of `zbsched launch`: the NCCL executor refuses them */
+        rc = zb_env("ZB_RANK=0 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2 %s", sched_path,
+                    extra);
         assert_one_line(rc, 2, flags[i][1]);
-        ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
+        ck_assert_msg(strstr(err_text, "not supported with --device cuda across ranks"), "%s",
+                      err_text);
     }
+    assert_one_line(zb("run %s --device cuda --steps 2 --threads 2", sched_path), 2, "--threads");
+    ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
     /* nothing was written where the refused flags pointed */
     char path[160];
     snprintf(path, sizeof path, "%s/T.json", dir);
@@ -233,6 +243,85 @@ START_TEST(module_loader_errors_are_one_line)
 }
 END_TEST
 
+/* The losses array and val_loss of a --json run's output (out_text). */
+static void json_losses(double *loss, int n, double *val)
+{
+    cJSON *o = cJSON_Parse(out_text);
+    ck_assert_msg(o != NULL, "not JSON: %s", out_text);
+    cJSON *l = cJSON_GetObjectItem(o, "losses");
+    ck_assert_int_eq(cJSON_GetArraySize(l), n);
+    for (int i = 0; i < n; i++)
+        loss[i] = cJSON_GetArrayItem(l, i)->valuedouble;
+    *val = cJSON_GetObjectItem(o, "val_loss")->valuedouble;
+    cJSON_Delete(o);
+}
+
+/* `run --device cuda` in one process is the one executor on the module's
+ * backend.  The stand-in module's backend is the CPU backend behind host
+ * mirrors and fences (tests/common/mirror_backend.h), so every flag the
+ * CPU has must work through it and give the CPU's bits: evaluation, a
+ * checkpoint stopped on "cuda" and resumed on the CPU, a trace, replicas. */
+START_TEST(cuda_takes_the_cpu_flags_through_the_backend)
+{
+    const char *fake = getenv("ZB_FAKE_CUDA_MODULE");
+    ck_assert_ptr_nonnull(fake);
+    char env[1024];
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=onegpu", fake);
+    double cpu[4], gpu[4], cval, gval;
+    int rc = zb("run %s --device cpu --model tiny --steps 4 --eval-windows 4 --json -q", sched_path);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    json_losses(cpu, 4, &cval);
+    rc = zb_env(env, "run %s --device cuda --model tiny --steps 4 --eval-windows 4 --eval-every 2 "
+                "--trace %s/T.json --json -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(out_text, "\"device\":\"mirrored\""));
+    ck_assert_ptr_nonnull(strstr(out_text, "\"gpu_static_bytes\""));
+    json_losses(gpu, 4, &gval);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(memcmp(&cpu[i], &gpu[i], sizeof cpu[i]) == 0, "step %d: %.9g vs %.9g", i,
+                      cpu[i], gpu[i]);
+    ck_assert(memcmp(&cval, &gval, sizeof cval) == 0);
+    char path[160];
+    snprintf(path, sizeof path, "%s/T.json", dir);
+    ck_assert_msg(access(path, R_OK) == 0, "no trace at %s", path);
+    /* stopped at step 2 on "cuda", resumed on the CPU: the same steps 3, 4 */
+    rc = zb_env(env, "run %s --device cuda --model tiny --steps 4 --stop-at 2 --eval-windows 4 "
+                "--checkpoint %s/CK -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    rc = zb("run %s --device cpu --model tiny --steps 4 --eval-windows 4 --checkpoint %s/CK "
+            "--resume --json -q", sched_path, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    double res[2], rval;
+    json_losses(res, 2, &rval);
+    ck_assert(memcmp(&res[0], &cpu[2], sizeof res[0]) == 0);
+    ck_assert(memcmp(&res[1], &cpu[3], sizeof res[1]) == 0);
+    ck_assert(memcmp(&rval, &cval, sizeof rval) == 0);
+    /* replicas under an outer optimizer, each its own backend: the outer
+     * step (DiLoCo with H = 2 inside 3 steps, then the final one) and the
+     * synchronous gradient average work on the host mirrors */
+    static const char *outer[] = { "--outer diloco --inner-steps 2", "--outer sync" };
+    for (int k = 0; k < 2; k++) {
+        double rl[3], rg[3], rvl, rvg;
+        rc = zb("run %s --device cpu --model tiny --steps 3 --replicas 2 %s --eval-windows 4 "
+                "--json -q", sched_path, outer[k]);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        json_losses(rl, 3, &rvl);
+        rc = zb_env(env, "run %s --device cuda --model tiny --steps 3 --replicas 2 %s "
+                    "--eval-windows 4 --json -q", sched_path, outer[k]);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        json_losses(rg, 3, &rvg);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(memcmp(&rl[i], &rg[i], sizeof rl[i]) == 0, "%s step %d: %.9g vs %.9g",
+                          outer[k], i, rl[i], rg[i]);
+        ck_assert_msg(memcmp(&rvl, &rvg, sizeof rvl) == 0, "%s: val %.9g vs %.9g", outer[k], rvl,
+                      rvg);
+    }
+    /* a GPU index the module does not have */
+    assert_one_line(zb_env(env, "run %s --device cuda --gpu 3 --steps 2", sched_path), 1,
+                    "CUDA device 3 does not exist");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_cli");
@@ -240,6 +329,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, run_cuda_without_gpu_is_one_line);
+    tcase_add_test(tc, cuda_takes_the_cpu_flags_through_the_backend);
     tcase_add_test(tc, launched_rank_fails_before_the_bootstrap);
     tcase_add_test(tc, cpu_only_flags_are_refused_with_cuda);
     tcase_add_test(tc, profile_cuda_without_gpu_is_one_line);

@@ -144,7 +144,7 @@ END_TEST
 
 START_TEST(default_search_plan_says_what_it_needs)
 {
-    int rc = zb("search --mem 40G -q -o %s/best.json", dir);
+    int rc = zb("search --mem 40G --vocab plain -q -o %s/best.json", dir); /* the runtime checks of a plain plan */
     ck_assert_msg(rc == 0, "search failed: %s", err_text);
     FILE *f = fopen("/proc/meminfo", "r");
     unsigned long long kb = 0;
@@ -203,7 +203,7 @@ END_TEST
 
 START_TEST(gpt_style_model_is_refused_in_one_line)
 {
-    ck_assert_int_eq(zb("search --model 1.5B --gpu A100-80G --global-batch 48 --mem 80G -q -o %s/g.json",
+    ck_assert_int_eq(zb("search --model 1.5B --gpu A100-80G --global-batch 48 --mem 80G --vocab plain -q -o %s/g.json",
                         dir), 0);
     int rc = zb("run %s/g.json --steps 1", dir);
     ck_assert_int_eq(rc, 1);

@@ -31,6 +31,7 @@
 #include "solver/search.h"
 #include "solver/solver.h"
 #include "src/sim.h"
+#include "src/validate.h"
 
 static int cmp_ms(const void *a, const void *b)
 {
@@ -106,6 +107,62 @@ START_TEST(test_default_40g)
         }
     }
     ck_assert_int_ge(tuned, 1);
+    search_result_free(&r);
+}
+END_TEST
+
+/* Issue 11's job: `zbsched search --mem 40G` with --vocab auto (the CLI's
+ * default) ranks vocabulary-parallel plans with the plain ones.  The
+ * winner is vocabulary-parallel: interleaved v=4 +vocab-1 at pp=8 with
+ * recompute on the first 21 of 32 virtual stages, 8258.4 ms, 1.343x the
+ * baseline; it re-simulates to its figure and fits 40 GB on every device,
+ * and the file's recompute_stages say which stages recompute.  The work
+ * bounds of both layouts sit below it.  The issue's 1.35x (<= 8213 ms)
+ * is not reached (docs/vocab-parallel.md, "Search"): the assertion is the
+ * 1.34x the search reaches, and that the bounds leave 1.35x open. */
+START_TEST(test_default_40g_vocab_auto)
+{
+    search_options o;
+    search_options_default(&o);
+    o.vocab = SEARCH_VOCAB_AUTO;
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_ge(r.n_fit, 2);
+    const search_candidate *w = &r.c[0];
+    ck_assert_msg(w->speedup >= 1.34, "winner %s %.1f ms vs baseline %.1f ms: %.3fx", w->label, w->time_ms,
+                  r.baseline.time_ms, w->speedup);
+    ck_assert_ptr_nonnull(w->sched);
+    ck_assert_int_ne(w->vocab, 0);
+    ck_assert(sched_has_vocab(w->sched));
+    ck_assert_msg(sched_validate(w->sched, &err) == 0, "%s", err.msg);
+    /* Recompute by stage: the plan names exactly the first rc_stages. */
+    ck_assert_int_gt(w->rc_stages, 0);
+    ck_assert_int_lt(w->rc_stages, w->n_stages);
+    ck_assert_int_eq(search_annotate(&o, (search_candidate *)w, &err), 0);
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(w->sched->meta, "plan");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(plan, "recompute_stages");
+    ck_assert_int_eq(cJSON_GetArraySize(rs), w->n_stages);
+    for (int i = 0; i < w->n_stages; i++)
+        ck_assert_int_eq(cJSON_IsTrue(cJSON_GetArrayItem(rs, i)), i < w->rc_stages);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(plan, "vocab")->valuestring, "parallel");
+    sim_result sr;
+    memset(&sr, 0, sizeof sr);
+    ck_assert_int_eq(sim_run(w->sched, &sr, &err), 0);
+    ck_assert_double_eq_tol(sr.cost, w->time_ms, 1e-6 * w->time_ms);
+    for (int d = 0; d < w->sched->n_devices; d++)
+        ck_assert(w->sched->mem_static[d] + sr.dev[d].peak_mem <= 40e9);
+    sim_result_free(&sr);
+    /* Both kinds were ranked: some vocabulary-parallel plan fits. */
+    int vocab_fit = 0;
+    for (int i = 0; i < r.n_fit; i++)
+        vocab_fit |= r.c[i].vocab != 0;
+    ck_assert(vocab_fit);
+    /* The bounds: positive, below the winner, and below 1.35x's time. */
+    double target = r.baseline.time_ms / 1.35;
+    ck_assert(r.bound_plain_ms > 0 && r.bound_vocab_ms > 0);
+    ck_assert(r.bound_plain_ms < w->time_ms && r.bound_vocab_ms < w->time_ms);
+    ck_assert_msg(r.bound_vocab_ms < target, "vocab bound %.1f vs %.1f", r.bound_vocab_ms, target);
     search_result_free(&r);
 }
 END_TEST
@@ -256,6 +313,7 @@ int main(void)
     TCase *tc = tcase_create("search_targets");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_default_40g);
+    tcase_add_test(tc, test_default_40g_vocab_auto);
     tcase_add_test(tc, test_vzb_80g);
     tcase_add_loop_test(tc, test_table4_ratios, 0, (int)(sizeof table4 / sizeof table4[0]));
     suite_add_tcase(s, tc);

@@ -63,7 +63,8 @@ START_TEST(hand_checked)
     ck_assert(close_to(v1.s_flops, 2 * unit) && close_to(v1.t_flops, unit));
     /* S: 2 matmuls at 5e14 plus t*v*(2+8) bytes at 2e12. */
     ck_assert(close_to(v1.t_s, 2 * unit / 5e14 + 1024.0 * 8000 * 10 / 2e12));
-    ck_assert(close_to(v1.t_t, unit / 5e14 + 1024.0 * 8000 * 4 / 2e12));
+    /* T: dW at the W efficiency (H100 preset 0.71), as the unsharded head's W. */
+    ck_assert(close_to(v1.t_t, unit / 7.1e14 + 1024.0 * 8000 * 4 / 2e12));
     /* Held S -> T: head input (bf16) + 3 fp32 statistics + fp32 logit gradient. */
     ck_assert(close_to(v1.m_s, 2.0 * 1024 * 1024 + 12.0 * 1024 + 4.0 * 1024 * 8000));
     ck_assert(v1.c1_bytes == 0 && v1.t_c1 == 0);
@@ -76,6 +77,8 @@ START_TEST(hand_checked)
     ck_assert(close_to(v2.s_flops + v2.t_flops, v1.s_flops + v1.t_flops));
     ck_assert(close_to(v2.t_c0 + v2.t_c1, v1.t_c0));
     ck_assert(v2.t_c1 > v2.t_c0);
+    /* Vocab-2's T: the partial G W at F/B's efficiency, dW at W's. */
+    ck_assert(close_to(v2.t_t, unit / 5e14 + unit / 7.1e14 + 1024.0 * 8000 * 6 / 2e12));
 
     /* Fused loss: no logits held, T recomputes them. */
     cost_options of = o;
@@ -161,8 +164,9 @@ START_TEST(fill_sched_moves_head)
 }
 END_TEST
 
-/* The search's vocabulary-parallel candidates: present with vocab = 1
- * (labelled, their schedule re-simulating to their time), absent with 0. */
+/* The search's vocabulary-parallel candidates: present with --vocab
+ * parallel (labelled, their schedule re-simulating to their time, the only
+ * ones that may win), absent with plain. */
 START_TEST(search_candidates)
 {
     search_options o;
@@ -173,7 +177,7 @@ START_TEST(search_candidates)
     o.global_batch = 16;
     o.mem_bytes = 20e9;
     o.split_search = 0;
-    o.vocab = 1;
+    o.vocab = SEARCH_VOCAB_PARALLEL; /* auto would not simulate versions that cannot win */
     search_result r;
     zb_err err = { "" };
     ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
@@ -195,11 +199,61 @@ START_TEST(search_candidates)
     }
     ck_assert_int_gt(n_vocab, 0);
     ck_assert_int_eq(checked, 1);
+    ck_assert_int_gt(r.n_fit, 0);
+    for (int i = 0; i < r.n_fit; i++)
+        ck_assert_int_ne(r.c[i].vocab, 0);
     search_result_free(&r);
     o.vocab = 0;
     ck_assert_int_eq(search_run(&o, &r, &err), 0);
     for (int i = 0; i < r.n; i++)
         ck_assert_int_eq(r.c[i].vocab, 0);
+    search_result_free(&r);
+}
+END_TEST
+
+/* Recompute by stage (vocab_stage_rc): at 12 GB the 1.5B model on 4
+ * devices fits only with some recompute, and interleaved versions leave
+ * their last chunks without it.  A fitting such candidate with a schedule
+ * re-simulates to its time, fits, recomputes exactly its first rc_stages
+ * stages (their B carries F again), and the plan file says so. */
+START_TEST(search_stage_recompute)
+{
+    search_options o;
+    search_options_default(&o);
+    ck_assert_int_eq(model_preset("1.5B", &o.model, NULL), 0);
+    o.n_gpus = 4;
+    o.n_devices = 4;
+    o.global_batch = 16;
+    o.mem_bytes = 12e9;
+    o.split_search = 0;
+    o.vocab = SEARCH_VOCAB_PARALLEL;
+    search_result r;
+    zb_err err = { "" };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    search_candidate *c = NULL;
+    for (int i = 0; i < r.n_fit && !c; i++)
+        if (r.c[i].rc_stages > 0 && r.c[i].sched)
+            c = &r.c[i];
+    ck_assert_ptr_nonnull(c);
+    ck_assert(c->rc_stages < c->n_stages && c->vocab != 0 && c->recompute);
+    sim_result sr;
+    ck_assert_int_eq(sim_run(c->sched, &sr, &err), 0);
+    ck_assert(fabs(sr.cost - c->cost_ms) <= 1e-9 * c->cost_ms);
+    for (int d = 0; d < c->sched->n_devices; d++)
+        ck_assert(c->sched->mem_static[d] + sr.dev[d].peak_mem <= o.mem_bytes);
+    sim_result_free(&sr);
+    /* A recomputing stage's B runs its F again: B - F is the same work as
+     * a plain stage's B with as many layers, so compare per layer. */
+    const sched_t *s = c->sched;
+    int q = c->rc_stages, last = s->n_stages - 1;
+    ck_assert(c->layers[q - 1] == c->layers[q] && q < last);
+    ck_assert(s->cost[q - 1].t_b > s->cost[q].t_b + 0.5 * s->cost[q].t_f);
+    ck_assert_int_eq(search_annotate(&o, c, &err), 0);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->meta, "plan"),
+                                                       "recompute_stages");
+    ck_assert_int_eq(cJSON_GetArraySize(rs), s->n_stages);
+    for (int i = 0; i < s->n_stages; i++)
+        ck_assert_int_eq(cJSON_IsTrue(cJSON_GetArrayItem(rs, i)), i < q);
     search_result_free(&r);
 }
 END_TEST
@@ -212,6 +266,7 @@ int main(void)
     tcase_add_test(tc, hand_checked);
     tcase_add_test(tc, fill_sched_moves_head);
     tcase_add_test(tc, search_candidates);
+    tcase_add_test(tc, search_stage_recompute);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
