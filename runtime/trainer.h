@@ -34,8 +34,9 @@
  * barrier that ends a trainer_step: the data of all n is drawn first, each
  * device goes on to step i+1 once its own step i is validated, and stage
  * 0's device runs step i+1's leading forwards speculatively, right after
- * its optimistic step (redone on a rollback), so that an iteration lasts
- * the schedule's cost, not its makespan.  Same bits as n trainer_steps.
+ * its optimistic step (redone on a rollback), so that an iteration can
+ * last the schedule's cost, not its makespan.  Same bits as n trainer_step
+ * calls.
  *
  * A step can also be taken in two halves, for data parallelism across
  * replicas: trainer_backward runs steps 1-2 (the gradients of the step are
@@ -195,8 +196,9 @@ typedef struct trainer_step_info {
  * point.  When the full norm then says the optimistic step was wrong (a
  * rollback), those forwards are dropped (the device of stage 1 discards
  * their activations before it passes the norm on) and rerun with the
- * corrected parameters.  So an iteration realises the largest per-device
- * span (the schedule's cost), not the makespan.  info, when not NULL,
+ * corrected parameters.  So an iteration can last the largest per-device
+ * span (the schedule's cost) rather than the makespan (bench/README.md,
+ * bench_realised, has what this machine measured).  info, when not NULL,
  * gets [n] per-step records; trainer_get_stats then describes the last
  * step (last_step_s = its info.seconds).  Needs the in-process keyed
  * transport (ZB_TRANSPORT_SLOTS) and post-validation; otherwise (FIFO,

@@ -448,7 +448,7 @@ static int train(trainer *t, const run_args *a, const char *ckpt_path, const run
     res->first_step = st->step;
     long streak = 0; /* consecutive skipped steps so far */
     /* Steps run in batches up to the next evaluation or checkpoint
-     * (trainer_steps: no barrier between them, so an iteration realises
+     * (trainer_steps: no barrier between them, so an iteration can last
      * the schedule's cost, not its makespan); the progress lines and the
      * divergence checks follow each batch, step by step. */
     trainer_step_info info[RUN_BATCH_MAX];
