@@ -22,6 +22,14 @@
  * caller averaged them between the halves, the norm, clip and rollback
  * decisions are those of the averaged gradient.
  *
+ * trainer_steps runs PHASE_BATCH: each worker loops over the batch's
+ * steps (run_batch), with no barrier between them; the only shared state a
+ * step changes (the learning rate) is written by stage 0's device after
+ * stage 0's validation, which every stage update of the step precedes and
+ * every one of the next step follows.  Speculation (the next step's
+ * leading stage-0 forwards, between stage 0's optimistic step and its
+ * validation) is in post_validated_step, see trainer.h.
+ *
  * Post-validation in detail (per stage s, devices handle their stages in
  * increasing order on the way up and decreasing order on the way down, which
  * cannot deadlock because the chain follows the total stage order):
@@ -86,6 +94,8 @@ typedef struct stage_rt {
     int next_w;            /* next micro-batch whose W is added into grads */
     int stepped;           /* post-validation: 1 when the optimistic step ran */
     int recompute;         /* LLAMA_RC_* level of this stage's saved states (opts.recompute_stages) */
+    const int32_t *x;      /* [m][B*T] input tokens of the step this stage runs (stage 0) */
+    const int32_t *y;      /* [m][B*T] its target tokens (stage S-1) */
 } stage_rt;
 
 /* What a worker thread runs: the lane's ops, the post-validated optimizer
@@ -94,6 +104,7 @@ typedef struct stage_rt {
 enum {
     PHASE_OPS = 1,  /* the lane's F, B, W ops (trainer_backward) */
     PHASE_STEP = 2, /* the post-validated optimizer step (trainer_apply) */
+    PHASE_BATCH = 4, /* trainer_steps: b_n steps back to back, no barrier */
 };
 
 /* One worker's identity and outcome.  Workers live as long as the
@@ -156,6 +167,16 @@ struct trainer {
     trainer_stats stats;   /* progress */
     vocab_exec *ve;        /* S/T passes and barriers (vocab_exec.h), or NULL
                             * when the schedule has no vocabulary parallelism */
+    /* trainer_steps (a batch of steps without a barrier between them): */
+    int32_t *bx, *by;      /* [b_cap][m][B*T] tokens of every step of the batch */
+    int b_cap;             /* steps bx and by have room for */
+    int b_n;               /* steps in the running batch */
+    long b_step0;          /* stats.step when the batch began */
+    int spec_len;          /* leading F ops of stage 0 in its device's lane: the
+                            * ops that need no message, run speculatively */
+    double *b_loss;        /* [b_cap] mean loss of each step (stage S-1's worker) */
+    double *b_full_sq;     /* [b_cap] full squared norm of each step (stage S-1's worker) */
+    double *b_end;         /* [b_cap][p] ms since t0 when each device finished each step */
 };
 
 void trainer_opts_default(trainer_opts *o)
@@ -257,6 +278,11 @@ void trainer_free(trainer *t)
     free(t->act_peak);
     free(t->x);
     free(t->y);
+    free(t->bx);
+    free(t->by);
+    free(t->b_loss);
+    free(t->b_full_sq);
+    free(t->b_end);
     free(t->mb_loss);
     sched_free(t->sched);
     pthread_mutex_destroy(&t->mu);
@@ -460,6 +486,10 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         trainer_free(t);
         return -1;
     }
+    const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
+    while (t->spec_len < lane0->n_ops && lane0->ops[t->spec_len].kind == OP_F
+           && lane0->ops[t->spec_len].stage == 0)
+        t->spec_len++;
     rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;
@@ -608,8 +638,8 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
         return zb_fail(err, "out of memory for an activation");
     }
     /* the loss lands in mb_loss[j] by the time the lane syncs its stages */
-    int rc = be->ops->forward(be, r->bs, r->saved[j], s == 0 ? t->x + tok * (size_t)j : NULL, in,
-                              last ? t->y + tok * (size_t)j : NULL, out,
+    int rc = be->ops->forward(be, r->bs, r->saved[j], s == 0 ? r->x + tok * (size_t)j : NULL, in,
+                              last ? r->y + tok * (size_t)j : NULL, out,
                               last ? &t->mb_loss[j] : NULL, err);
     act_put(t, r->device, in);
     if (rc != 0) {
@@ -735,10 +765,36 @@ static int snapshot_restore(trainer *t, stage_rt *r, zb_err *err)
     return t->be->ops->restore(t->be, r->bs, err);
 }
 
-/* The optimizer step of every stage of device dev, with post-validation. */
-static int post_validated_step(trainer *t, int dev, zb_err *err)
+static int run_ops(worker *w, int from, int to);
+
+/* 1 when batch step i (trainer_steps; -1: a single step) is followed by
+ * another whose leading stage-0 forwards may run speculatively. */
+static int batch_spec(const trainer *t, int i)
 {
+    return i >= 0 && i + 1 < t->b_n && t->spec_len > 0;
+}
+
+/* Offset of batch step i's tokens in bx and by. */
+static size_t batch_tokens(const trainer *t, int i)
+{
+    return (size_t)i * (size_t)t->n_micro * (size_t)t->batch * (size_t)t->seq;
+}
+
+/* The optimizer step of every stage of worker w's device, with
+ * post-validation.  i is the step's index in a trainer_steps batch, or -1
+ * for a single step.  In a batch, the device of stage 0 runs the next
+ * step's leading stage-0 forwards right after stage 0's optimistic step
+ * (*spec_ran = 1), and redoes them if the full norm rolls stage 0 back;
+ * the device of stage 1 then drops the activations they sent before it
+ * passes the norm down, so the redone ones find their keys free. */
+static int post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
+{
+    int dev = w->dev;
+    zb_err *err = &w->err;
     int S = t->n_stages;
+    int spec_in = 0; /* stage 1 here, and stage 0 speculated (same test as its device's) */
+    if (spec_ran)
+        *spec_ran = 0;
     for (int s = 0; s < S; s++) {
         stage_rt *r = &t->st[s];
         if (r->device != dev)
@@ -746,6 +802,8 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
         double partial = 0;
         if (s > 0 && tr_recv(t, -1, CHAN_NORM_UP, s, 0, NULL, &partial, err) != 0)
             return -1;
+        if (s == 1) /* stage 0's partial: it stepped, and so speculated, iff this passes */
+            spec_in = batch_spec(t, i) && isfinite(partial) && !needs_clip(t, partial);
         if (add_stage_norm(t, r, &partial, err) != 0)
             return -1;
         r->stepped = isfinite(partial) && !needs_clip(t, partial);
@@ -754,9 +812,24 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
         if (s < S - 1) {
             if (tr_send(t, -1, CHAN_NORM_UP, s + 1, 0, NULL, partial, err) != 0)
                 return -1;
-        } else
+        } else {
             t->full_sq = partial;
+            if (i >= 0)
+                t->b_full_sq[i] = partial;
+        }
+        if (s == 0 && r->stepped && batch_spec(t, i)) {
+            /* Speculate: the next step's forwards that need no message,
+             * on the optimistic parameters. */
+            r->x = t->bx + batch_tokens(t, i + 1);
+            r->y = t->by + batch_tokens(t, i + 1);
+            if (t->opts.record_times)
+                t->act_peak[dev] = 0;
+            if (run_ops(w, 0, t->spec_len) != 0)
+                return -1;
+            *spec_ran = 1;
+        }
     }
+    const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
     for (int s = S - 1; s >= 0; s--) {
         stage_rt *r = &t->st[s];
         if (r->device != dev)
@@ -778,6 +851,26 @@ static int post_validated_step(trainer *t, int dev, zb_err *err)
             }
             if (finite
                 && stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip), err) != 0)
+                return -1;
+        }
+        int spec_wrong = !(finite && !clip); /* stage 0's speculation was on wrong parameters */
+        if (s == 1 && spec_in && spec_wrong)
+            for (int k = 0; k < t->spec_len; k++) {
+                void *buf = NULL;
+                if (tr_recv(t, dev, CHAN_ACT, 1, lane0->ops[k].mb, &buf, NULL, err) != 0)
+                    return -1;
+                act_put(t, dev, buf);
+            }
+        if (s == 0 && spec_ran && *spec_ran && spec_wrong) {
+            zb_backend *be = t->be;
+            for (int k = 0; k < t->spec_len; k++) {
+                int j = lane0->ops[k].mb;
+                be->ops->saved_free(be, r->saved[j]);
+                r->saved[j] = NULL;
+                if (be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err) != 0)
+                    return -1;
+            }
+            if (run_ops(w, 0, t->spec_len) != 0)
                 return -1;
         }
         if (s > 0 && tr_send(t, -1, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
@@ -802,18 +895,13 @@ static void note_activations(trainer *t, int dev)
 }
 
 
-/* One job of worker w: its lane's ops and/or its optimizer step. */
-static void run_job(worker *w, int phases)
+/* Ops [from, to) of worker w's lane.  0, or -1 with w->err set. */
+static int run_ops(worker *w, int from, int to)
 {
     trainer *t = w->t;
-    if (t->opts.one_device && w->dev != t->opts.device)
-        return; /* another process runs this device */
     const sched_lane *lane = &t->sched->dev[w->dev];
     int rc = 0;
-    if (t->be->ops->bind)
-        rc = t->be->ops->bind(t->be, w->dev, &w->err);
-    int n_ops = (phases & PHASE_OPS) ? lane->n_ops : 0;
-    for (int k = 0; k < n_ops && rc == 0; k++) {
+    for (int k = from; k < to && rc == 0; k++) {
         sched_op op = lane->ops[k];
         double *start = t->opts.record_times ? &t->op_start[w->dev][k] : NULL;
         double *end = t->opts.record_times ? &t->op_end[w->dev][k] : NULL;
@@ -852,17 +940,93 @@ static void run_job(worker *w, int phases)
         if (t->opts.record_times)
             note_activations(t, w->dev);
     }
-    /* the lane's deferred results (the losses of its F ops) before anyone
-     * reads them; a no-op on the CPU */
-    for (int s = 0; s < t->n_stages && rc == 0 && n_ops > 0; s++)
-        if (t->st[s].device == w->dev)
-            rc = t->be->ops->sync(t->be, t->st[s].bs, &w->err);
-    /* the head's gradient is complete once every device's T has run */
+    return rc;
+}
+
+/* The lane's deferred results (the losses of its F ops) before anyone
+ * reads them; a no-op on the CPU.  0, or -1 with w->err set. */
+static int lane_sync(worker *w)
+{
+    trainer *t = w->t;
+    for (int s = 0; s < t->n_stages; s++)
+        if (t->st[s].device == w->dev && t->be->ops->sync(t->be, t->st[s].bs, &w->err) != 0)
+            return -1;
+    return 0;
+}
+
+/* Mean loss of the step's micro-batches, summed in micro-batch order. */
+static double step_loss(const trainer *t);
+
+/* Worker w's part of a trainer_steps batch: for each step, the rest of
+ * its lane (the speculative forwards may have run already), the step's
+ * loss where stage S-1 is, the post-validated optimizer step, then its
+ * stages made ready for the next step.  No barrier: the device goes on
+ * at once, its next step waiting only on its own messages.  Keys cannot
+ * collide across steps: a device begins step i+1 after its own step i is
+ * over, by which time every step-i message it sends has been taken (each
+ * was needed for an op of step i that its own lane waited on). */
+static int run_batch(worker *w)
+{
+    trainer *t = w->t;
+    int dev = w->dev, S = t->n_stages;
+    const sched_lane *lane = &t->sched->dev[dev];
+    int done = 0; /* ops of the current step already run speculatively */
+    for (int i = 0; i < t->b_n; i++) {
+        if (done == 0 && t->opts.record_times)
+            t->act_peak[dev] = 0;
+        for (int s = 0; s < S; s++)
+            if (t->st[s].device == dev) {
+                t->st[s].x = t->bx + batch_tokens(t, i);
+                t->st[s].y = t->by + batch_tokens(t, i);
+            }
+        if (run_ops(w, done, lane->n_ops) != 0 || lane_sync(w) != 0)
+            return -1;
+        if (t->st[S - 1].device == dev)
+            t->b_loss[i] = step_loss(t);
+        int spec = 0;
+        if (post_validated_step(t, w, i, &spec) != 0)
+            return -1;
+        for (int s = 0; s < S; s++)
+            if (t->st[s].device == dev) {
+                if (t->be->ops->grads_zero(t->be, t->st[s].bs, NULL, &w->err) != 0)
+                    return -1;
+                t->st[s].next_w = 0;
+                t->st[s].stepped = 0;
+            }
+        /* Stage 0's validation is the last of the step's down pass, so
+         * every stage update of step i is behind us, and every one of step
+         * i+1 comes after the up pass this device starts next. */
+        if (t->st[0].device == dev)
+            t->step_lr = adamw_lr(&t->opts.adamw, (int)(t->b_step0 + i + 1));
+        t->b_end[(size_t)i * (size_t)t->n_devices + (size_t)dev] = ms_since(&t->t0);
+        done = spec ? t->spec_len : 0;
+    }
+    return 0;
+}
+
+/* One job of worker w: its lane's ops and/or its optimizer step. */
+static void run_job(worker *w, int phases)
+{
+    trainer *t = w->t;
+    if (t->opts.one_device && w->dev != t->opts.device)
+        return; /* another process runs this device */
+    int rc = 0;
+    if (t->be->ops->bind)
+        rc = t->be->ops->bind(t->be, w->dev, &w->err);
+    if (rc == 0 && (phases & PHASE_BATCH))
+        rc = run_batch(w);
+    if (rc == 0 && (phases & PHASE_OPS)) {
+        rc = run_ops(w, 0, t->sched->dev[w->dev].n_ops);
+        if (rc == 0)
+            rc = lane_sync(w);
+    }
+    /* the head's gradient is complete once every device's T has run
+     * (trainer_steps does not overlap steps with vocabulary passes) */
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve
         && t->st[t->n_stages - 1].device == w->dev)
         rc = vocab_exec_wait_done(t->ve, &w->err);
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
-        rc = post_validated_step(t, w->dev, &w->err);
+        rc = post_validated_step(t, w, -1, NULL);
     if (rc != 0) {
         w->failed = 1;
         t->tr->ops->abort(t->tr);
@@ -1069,6 +1233,8 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
             be_fail(t, &e);
         t->st[s].next_w = 0;
         t->st[s].stepped = 0;
+        t->st[s].x = t->x;
+        t->st[s].y = t->y;
     }
     t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
     t->rollbacks_step = 0;
@@ -1168,6 +1334,133 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
         return -1;
     *loss = step_loss(t);
     step_end(t, *loss);
+    mirrors_device_wrote(t, (1u << ZB_BUF_COUNT) - 1);
+    return be_check(t, err);
+}
+
+/* Room in the batch buffers for n steps.  0, or -1 (memory; the old
+ * buffers are kept). */
+static int batch_reserve(trainer *t, int n)
+{
+    if (n <= t->b_cap)
+        return 0;
+    size_t tok = batch_tokens(t, n);
+    int32_t *bx = realloc(t->bx, sizeof *bx * tok);
+    if (bx)
+        t->bx = bx;
+    int32_t *by = realloc(t->by, sizeof *by * tok);
+    if (by)
+        t->by = by;
+    double *bl = realloc(t->b_loss, sizeof *bl * (size_t)n);
+    if (bl)
+        t->b_loss = bl;
+    double *bf = realloc(t->b_full_sq, sizeof *bf * (size_t)n);
+    if (bf)
+        t->b_full_sq = bf;
+    double *be = realloc(t->b_end, sizeof *be * (size_t)n * (size_t)t->n_devices);
+    if (be)
+        t->b_end = be;
+    if (!bx || !by || !bl || !bf || !be)
+        return -1;
+    t->b_cap = n;
+    return 0;
+}
+
+/* Shifts the recorded op times (the batch's last step) so that they count
+ * from that step's earliest op start, as trainer_trace promises. */
+static void batch_trace_times(trainer *t)
+{
+    double first = INFINITY;
+    for (int d = 0; d < t->n_devices; d++)
+        for (int k = 0; k < t->sched->dev[d].n_ops; k++)
+            first = fmin(first, t->op_start[d][k]);
+    if (!isfinite(first))
+        return;
+    for (int d = 0; d < t->n_devices; d++)
+        for (int k = 0; k < t->sched->dev[d].n_ops; k++) {
+            t->op_start[d][k] -= first;
+            t->op_end[d][k] -= first;
+            t->op_mid[d][k] -= first;
+        }
+}
+
+int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
+{
+    if (t->pending)
+        return zb_fail(err, "trainer_steps: a backward is pending its trainer_apply");
+    if (n < 1)
+        return zb_fail(err, "trainer_steps: %d steps", n);
+    int overlap = n > 1 && !t->ve && !t->opts.sync_optimizer && !t->opts.one_device
+                  && !t->opts.make_transport && t->opts.transport == ZB_TRANSPORT_SLOTS;
+    if (!overlap) {
+        /* Ordered links (FIFO, MPI) number a step's messages per link, the
+         * synchronous clip has a barrier by definition, and the vocabulary
+         * passes' barriers and head copy are per step: step by step. */
+        for (int i = 0; i < n; i++) {
+            double loss;
+            if (trainer_step(t, &loss, err) != 0)
+                return -1;
+            if (info)
+                info[i] = (trainer_step_info){ loss, t->stats.last_grad_norm, t->stats.last_lr,
+                                               t->stats.last_step_s, !isfinite(t->full_sq) };
+        }
+        return 0;
+    }
+    if (batch_reserve(t, n) != 0)
+        return zb_fail(err, "out of memory for %d steps' micro-batches", n);
+    if (mirrors_push(t, err) != 0)
+        return -1;
+    size_t tok = (size_t)t->batch * (size_t)t->seq;
+    for (int i = 0; i < n; i++) /* the draws of n single steps, in the same order */
+        for (int j = 0; j < t->n_micro; j++) {
+            size_t off = batch_tokens(t, i) + tok * (size_t)j;
+            data_train_batch(t->data, &t->rng, t->batch, t->bx + off, t->by + off);
+        }
+    for (int s = 0; s < t->n_stages; s++) {
+        zb_err e;
+        if (t->be->ops->grads_zero(t->be, t->st[s].bs, NULL, &e) != 0)
+            be_fail(t, &e);
+        t->st[s].next_w = 0;
+        t->st[s].stepped = 0;
+    }
+    if (be_check(t, err) != 0)
+        return -1;
+    t->b_n = n;
+    t->b_step0 = t->stats.step;
+    t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
+    t->rollbacks_step = 0;
+    t->full_sq = 0;
+    for (int d = 0; d < t->n_devices; d++)
+        t->act_peak[d] = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t->t0);
+    int rc = run_workers(t, PHASE_BATCH, err);
+    t->b_n = 0;
+    if (rc != 0)
+        return -1;
+    t->tr->ops->reset(t->tr);
+    double prev = 0;
+    for (int i = 0; i < n; i++) {
+        double end = 0;
+        for (int d = 0; d < t->n_devices; d++)
+            end = fmax(end, t->b_end[(size_t)i * (size_t)t->n_devices + (size_t)d]);
+        trainer_step_info r = { t->b_loss[i], sqrt(t->b_full_sq[i]),
+                                adamw_lr(&t->opts.adamw, (int)(t->b_step0 + i)),
+                                (end - prev) * 1e-3, !isfinite(t->b_full_sq[i]) };
+        prev = end;
+        if (info)
+            info[i] = r;
+        t->stats.step++;
+        t->stats.last_loss = r.loss;
+        t->stats.last_grad_norm = r.grad_norm;
+        t->stats.last_step_s = r.seconds;
+        t->stats.last_lr = r.lr;
+        t->stats.skipped_steps += r.skipped;
+    }
+    t->full_sq = t->b_full_sq[n - 1];
+    t->stats.rollbacks += t->rollbacks_step;
+    if (t->opts.record_times)
+        batch_trace_times(t);
+    t->have_times = t->opts.record_times;
     mirrors_device_wrote(t, (1u << ZB_BUF_COUNT) - 1);
     return be_check(t, err);
 }

@@ -37,6 +37,13 @@
  * gradient back from the barriers; the head's parameters stay in the last
  * stage's buffer (checkpoints, norms and accessors as without it).  Not
  * with one_device (pipeline ranks).
+ * trainer_steps runs n such steps as one job of the workers, without the
+ * barrier that ends a trainer_step: the data of all n is drawn first, each
+ * device goes on to step i+1 once its own step i is validated, and stage
+ * 0's device runs step i+1's leading forwards speculatively, right after
+ * its optimistic step (redone on a rollback), so that an iteration can
+ * last the schedule's cost, not its makespan.  Same bits as n trainer_step
+ * calls.
  *
  * A step can also be taken in two halves, for data parallelism across
  * replicas: trainer_backward runs steps 1-2 (the gradients of the step are
@@ -173,6 +180,42 @@ void trainer_free(trainer *t);
  * the trainer's parameters are unspecified. */
 int trainer_step(trainer *t, double *loss, zb_err *err);
 
+/* What one step of trainer_steps did. */
+typedef struct trainer_step_info {
+    double loss;      /* mean training loss of the step */
+    double grad_norm; /* global gradient norm before clipping */
+    double lr;        /* learning rate the step used */
+    double seconds;   /* wall seconds the step added: from the end of the
+                       * previous step (or the call) to the moment every
+                       * device had finished this step's ops and optimizer
+                       * step; the n values sum to the call's wall time */
+    int skipped;      /* 1 when the gradient was not finite (step skipped) */
+} trainer_step_info;
+
+/* n (>= 1) consecutive optimizer steps, with the same losses, parameters
+ * and counters, bit for bit, as n calls of trainer_step, but without a
+ * barrier between the steps: the n * m micro-batches are drawn up front
+ * (same generator, same order), and each device goes on to the next step
+ * as soon as its own optimizer step is validated.  The device of stage 0
+ * does not even wait for that: right after its optimistic (unvalidated)
+ * step it runs the next step's leading forwards of stage 0, the ops of its
+ * lane that need no message, speculatively, as the zero-bubble paper's
+ * runtime runs the next iteration's warm-up before its POST_VALIDATION
+ * point.  When the full norm then says the optimistic step was wrong (a
+ * rollback), those forwards are dropped (the device of stage 1 discards
+ * their activations before it passes the norm on) and rerun with the
+ * corrected parameters.  So an iteration can last the largest per-device
+ * span (the schedule's cost) rather than the makespan (bench/README.md,
+ * bench_realised, has what this machine measured).  info, when not NULL,
+ * gets [n] per-step records; trainer_get_stats then describes the last
+ * step (last_step_s = its info.seconds).  Needs the in-process keyed
+ * transport (ZB_TRANSPORT_SLOTS) and post-validation; otherwise (FIFO,
+ * a caller's transport, one_device, sync_optimizer, vocabulary passes) the
+ * steps are plain trainer_step calls.  With record_times, trainer_trace
+ * shows the last of the n steps (times from that step's first op start).  Returns 0, or -1
+ * with err set (as trainer_step; the parameters are then unspecified). */
+int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err);
+
 /* First half of a step: draws the m micro-batches and runs the schedule's
  * ops (F, B, W) so that every stage's gradient buffer holds this step's
  * gradient; no parameter changes.  Stores the mean training loss in *loss.
@@ -300,7 +343,10 @@ int trainer_load(trainer *t, const char *path, zb_err *err);
  * every op of the last step, in milliseconds from the step's start, and
  * whose per-stage costs are the measured mean F, B and W times of that step
  * (BW split where its B half ended), t_comm 0 (needs opts.record_times and
- * one finished step).  Its meta gains "measured": {"device_peak_activation_bytes":
+ * one finished step).  After trainer_steps the last step of the call is
+ * traced, its times counted from the earliest start of one of its ops: a
+ * device may still have been finishing the previous step when another
+ * began this one (overlap), which shows as a later first op.  Its meta gains "measured": {"device_peak_activation_bytes":
  * [p]}, the most bytes of saved activations and gradients (llama_saved_bytes)
  * each device held at once during that step, sampled after every op.  Stores it in *out (caller
  * frees with sched_free); returns 0 or -1 with err set. */

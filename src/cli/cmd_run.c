@@ -406,6 +406,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Most steps one trainer_steps call takes (bounds its token buffer). */
+#define RUN_BATCH_MAX 32
+
 /* What the run produced, for the summary. */
 typedef struct run_result {
     long first_step;     /* step index the run started at (resume) */
@@ -413,7 +416,7 @@ typedef struct run_result {
     int n_losses;        /* filled entries */
     cJSON *evals;        /* array of {step, val_loss} */
     double val_loss;     /* last validation loss */
-    double train_s;      /* seconds inside trainer_step */
+    double train_s;      /* seconds inside trainer_steps */
     long tokens;         /* tokens trained in this run */
 } run_result;
 
@@ -444,27 +447,42 @@ static int train(trainer *t, const run_args *a, const char *ckpt_path, const run
     const trainer_stats *st = trainer_get_stats(t);
     res->first_step = st->step;
     long streak = 0; /* consecutive skipped steps so far */
+    /* Steps run in batches up to the next evaluation or checkpoint
+     * (trainer_steps: no barrier between them, so an iteration can last
+     * the schedule's cost, not its makespan); the progress lines and the
+     * divergence checks follow each batch, step by step. */
+    trainer_step_info info[RUN_BATCH_MAX];
+    int n_info = 0, next_info = 0;
     for (long step = st->step; step < a->stop_at; step++) {
-        double loss;
-        double t0 = now_s();
-        long skipped_before = st->skipped_steps;
-        if (trainer_step(t, &loss, &err) != 0)
-            return cli_error("step %ld: %s", step + 1, err.msg);
-        res->train_s += now_s() - t0;
+        if (next_info == n_info) {
+            long end = a->stop_at;
+            if (a->eval_every > 0)
+                end = (step / a->eval_every + 1) * a->eval_every;
+            if (end > a->stop_at)
+                end = a->stop_at;
+            n_info = (int)(end - step < RUN_BATCH_MAX ? end - step : RUN_BATCH_MAX);
+            next_info = 0;
+            double t0 = now_s();
+            if (trainer_steps(t, n_info, info, &err) != 0)
+                return cli_error("step %ld: %s", step + 1, err.msg);
+            res->train_s += now_s() - t0;
+        }
+        const trainer_step_info *in = &info[next_info++];
+        double loss = in->loss;
         res->tokens += st->tokens_per_step;
         res->losses[res->n_losses++] = loss;
         if (!isfinite(loss))
             return cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)%s",
                              step + 1, isnan(loss) ? "NaN" : "infinite",
                              ckpt_path ? "; the last checkpoint is kept" : "");
-        streak = st->skipped_steps > skipped_before ? streak + 1 : 0;
+        streak = in->skipped ? streak + 1 : 0;
         if (a->max_skipped > 0 && streak >= a->max_skipped)
             return cli_error("step %ld: diverged: %ld steps in a row were skipped because the gradient "
                              "was not finite (loss %.4g; try a lower --lr, or raise --max-skipped)%s",
                              step + 1, streak, loss, ckpt_path ? "; the last checkpoint is kept" : "");
         if (!a->quiet)
             fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e\n", step + 1, a->steps,
-                    loss, (double)st->tokens_per_step / st->last_step_s, st->last_lr);
+                    loss, (double)st->tokens_per_step / in->seconds, in->lr);
         int last = step + 1 == a->stop_at;
         int eval_now = a->eval_every > 0 && (step + 1) % a->eval_every == 0;
         if (eval_now || last) {
