@@ -1360,8 +1360,11 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     best.status = SEARCH_SKIPPED;
     search_config keep_cf;
     memset(&keep_cf, 0, sizeof keep_cf);
-    /* k, then halfway to all, ...: a few settings, not every k. */
-    for (int k = src.rc_devices; k <= st->pp; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
+    /* k, then halfway to all, ...: a few settings, not every k.  With
+     * --recompute off or on (o->recompute 0 or 1) the source's setting is
+     * the only one: the user fixed it. */
+    int k_last = st->o->recompute >= 0 ? src.rc_devices : st->pp;
+    for (int k = src.rc_devices; k <= k_last; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
         search_config cf;
         if (config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
             config_free(&cf);
@@ -1407,7 +1410,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
      * fit is found by bisection on the plan without passes (its peak plus
      * the two logits shards a device may hold), then the passes are
      * placed at q and up to three more until one fits. */
-    if (src.n_stages > st->pp && src.sched && vocab_stage_rc(st, src_index, &src, variant, &best, err) < 0) {
+    if (st->o->recompute < 0 && src.n_stages > st->pp && src.sched
+        && vocab_stage_rc(st, src_index, &src, variant, &best, err) < 0) {
         sched_free(best.sched);
         free(best.layers);
         return -1;

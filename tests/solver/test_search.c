@@ -232,6 +232,41 @@ START_TEST(test_pp_dp)
 }
 END_TEST
 
+START_TEST(test_recompute_fixed_with_vocab)
+{
+    /* --recompute off / on fix the setting for the vocabulary-parallel
+     * versions too: they used to search recompute by device and by stage
+     * whatever the user asked.  A tight limit makes recompute matter. */
+    for (int on = 0; on <= 1; on++) {
+        search_options o; /* the default job: Llama 3 8B, 8 x H100, 40 GB */
+        search_options_default(&o);
+        zb_err err = { { 0 } };
+        ck_assert_int_eq(model_preset("llama3-8b", &o.model, &err), 0);
+        ck_assert_int_eq(gpu_preset("H100-80G", &o.gpu, &err), 0);
+        o.n_devices = 8;
+        o.mem_bytes = 40e9;
+        o.split_search = 0;
+        o.vocab = SEARCH_VOCAB_AUTO;
+        o.recompute = on;
+        search_result r;
+        ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+        int vocab_seen = 0;
+        for (int i = 0; i < r.n; i++) {
+            const search_candidate *c = &r.c[i];
+            if (c->status == SEARCH_SKIPPED || !strstr(c->label, "+vocab"))
+                continue;
+            vocab_seen++;
+            ck_assert_msg(c->rc_devices == (on ? c->pp : 0) && c->rc_stages == 0
+                          && c->rc_mlp_stages == 0,
+                          "%s (recompute %s): rc_devices %d, rc_stages %d, rc_mlp %d", c->label,
+                          on ? "on" : "off", c->rc_devices, c->rc_stages, c->rc_mlp_stages);
+        }
+        ck_assert_int_ge(vocab_seen, 1);
+        search_result_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(test_bad_options)
 {
     search_options o = scenario(40e9);
@@ -362,6 +397,7 @@ int main(void)
     tcase_add_test(tc, test_nothing_fits);
     tcase_add_test(tc, test_annotate);
     tcase_add_test(tc, test_pp_dp);
+    tcase_add_test(tc, test_recompute_fixed_with_vocab);
     tcase_add_test(tc, test_bad_options);
     tcase_add_test(tc, test_cli);
     suite_add_tcase(s, tc);
