@@ -29,6 +29,16 @@
  * gradients and moments, so results agree with the CPU backend within
  * bf16 tolerance (tests/cuda/test_cuda_backend.c), not bit for bit.
  *
+ * Pipeline ranks (backend_cuda_create_rank): a process that runs one
+ * schedule device of several (trainer_opts.one_device, one GPU per rank)
+ * gets a context for that device only, and the stages of the other
+ * devices are "remote": host mirrors and nothing on the GPU (a GPU cannot
+ * hold every stage of a real model, and this rank never runs them).  The
+ * executor still makes every stage, so checkpoints and accessors keep
+ * their shape; a remote stage's download and upload do nothing (the mirror
+ * is all there is), its gradients zero on the host, and any op on it
+ * fails naming the rank that owns it.
+ *
  * Not supported yet, refused with a reason: recomputation (saved_new with
  * recompute) and memory layers (gpu_stage_create).
  */
@@ -51,12 +61,14 @@
 typedef struct cuda_impl {
     int gpu;             /* CUDA device index */
     int n_devices;       /* schedule devices = contexts */
-    zb_cuda **ctx;       /* [n_devices] one stream each */
+    int local_dev;       /* pipeline ranks: the one device with a context, else -1 */
+    zb_cuda **ctx;       /* [n_devices] one stream each (ranks: NULL but local_dev) */
     size_t static_bytes; /* stage buffers and activation buffers (atomic adds) */
 } cuda_impl;
 
 typedef struct cuda_stage {
-    gpu_stage *st;               /* the device side */
+    gpu_stage *st;               /* the device side; NULL: a remote stage (mirrors only) */
+    int dev;                     /* its schedule device */
     zb_cuda *c;                  /* its context (borrowed from cuda_impl) */
     size_t n;                    /* parameters */
     float *mirror[ZB_BUF_COUNT]; /* host copies of params, grads, m, v */
@@ -94,8 +106,9 @@ static void on_gpu_quiet(zb_backend *be)
 static void cb_destroy(zb_backend *be)
 {
     cuda_impl *im = IMPL(be);
-    for (int d = 0; d < im->n_devices; d++)
-        zb_cuda_free(im->ctx[d]);
+    for (int d = 0; d < im->n_devices && im->ctx; d++)
+        if (im->ctx[d])
+            zb_cuda_free(im->ctx[d]);
     free(im->ctx);
     free(im);
     free(be);
@@ -113,8 +126,10 @@ static void cb_stage_free(zb_backend *be, zb_bstage *bst)
     if (!cs)
         return;
     on_gpu_quiet(be);
-    gpu_stage_free(cs->st);
-    zb_cuda_release(cs->loss_dev);
+    if (cs->st)
+        gpu_stage_free(cs->st);
+    if (cs->loss_dev)
+        zb_cuda_release(cs->loss_dev);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
         free(cs->mirror[k]);
     free(cs);
@@ -133,12 +148,17 @@ static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_s
     if (!cs)
         return zb_fail(err, "out of memory");
     cs->c = im->ctx[dev];
+    cs->dev = dev;
     cs->n = llama_stage_num_params(layout);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
         if (!(cs->mirror[k] = calloc(cs->n ? cs->n : 1, sizeof(float)))) {
             cb_stage_free(be, (zb_bstage *)cs);
             return zb_fail(err, "out of host memory for a stage's mirrors");
         }
+    if (!cs->c) { /* another rank's device: mirrors only */
+        *out = (zb_bstage *)cs;
+        return 0;
+    }
     if (gpu_stage_create(cs->c, layout, &cs->st, err) != 0
         || zb_cuda_alloc((void **)&cs->loss_dev, sizeof(double) * LOSS_SLOTS, err) != 0) {
         cb_stage_free(be, (zb_bstage *)cs);
@@ -162,9 +182,20 @@ static int gpu_buf(zb_bbuf which)
     return map[which];
 }
 
+/* The failure of an op on a remote stage. */
+static int remote(const cuda_stage *cs, const char *op, zb_err *err)
+{
+    return zb_fail(err, "%s of a stage of device %d, which another rank runs", op, cs->dev);
+}
+
+/* A remote stage's saved state: one shared token (nothing to hold). */
+static char remote_saved;
+
 static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
+    if (!cs->st)
+        return 0; /* the mirror is all there is */
     if (on_gpu(be, err) != 0 || zb_cuda_sync(cs->c, err) != 0)
         return -1;
     return gpu_stage_get(cs->st, gpu_buf(which), cs->mirror[which], err);
@@ -173,6 +204,8 @@ static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *er
 static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
+    if (!cs->st)
+        return 0;
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_set(cs->st, gpu_buf(which), cs->mirror[which], err);
@@ -184,6 +217,10 @@ static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute
     if (recompute)
         return zb_fail(err, "recomputation (a plan's recompute stages) is not implemented on "
                        "cuda yet");
+    if (!((cuda_stage *)bst)->st) {
+        *out = (zb_bsaved *)(void *)&remote_saved;
+        return 0;
+    }
     if (on_gpu(be, err) != 0)
         return -1;
     gpu_saved *sv = gpu_saved_new(((cuda_stage *)bst)->st, batch);
@@ -195,7 +232,7 @@ static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute
 
 static void cb_saved_free(zb_backend *be, zb_bsaved *sv)
 {
-    if (!sv)
+    if (!sv || (void *)sv == (void *)&remote_saved)
         return;
     on_gpu_quiet(be);
     gpu_saved_free((gpu_saved *)sv);
@@ -204,6 +241,8 @@ static void cb_saved_free(zb_backend *be, zb_bsaved *sv)
 static size_t cb_saved_bytes(zb_backend *be, const zb_bsaved *sv)
 {
     (void)be;
+    if ((const void *)sv == (const void *)&remote_saved)
+        return 0;
     return gpu_saved_bytes((const gpu_saved *)sv);
 }
 
@@ -234,9 +273,31 @@ static void *cb_act_new(zb_backend *be, size_t n)
     return a;
 }
 
+/* Device dev's context, or -1 with err when it is another rank's. */
+static int dev_ctx(zb_backend *be, int dev, zb_cuda **c, zb_err *err)
+{
+    cuda_impl *im = IMPL(be);
+    if (dev < 0 || dev >= im->n_devices || !im->ctx[dev])
+        return zb_fail(err, "device %d has no stream in this process (pipeline rank of device "
+                       "%d)", dev, im->local_dev);
+    *c = im->ctx[dev];
+    return 0;
+}
+
 static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
+    zb_cuda *c;
+    if (dev_ctx(be, dev, &c, err) != 0)
+        return -1;
+    return gpu_fence_signal(((cuda_act *)p)->last, c, err);
+}
+
+/* The context host copies of activations run on: device 0's, or the
+ * rank's own device's. */
+static zb_cuda *home(zb_backend *be)
+{
+    cuda_impl *im = IMPL(be);
+    return im->ctx[im->local_dev >= 0 ? im->local_dev : 0];
 }
 
 static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, zb_err *err)
@@ -247,13 +308,13 @@ static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, z
     for (size_t i = 0; i < n; i++)
         tmp[i] = zb_bf16_from_f32(host[i]);
     /* after the buffer's last use, on device 0's stream */
-    int rc = on_gpu(be, err) != 0 || gpu_fence_wait(((cuda_act *)p)->last, IMPL(be)->ctx[0], err)
+    int rc = on_gpu(be, err) != 0 || gpu_fence_wait(((cuda_act *)p)->last, home(be), err)
                  ? -1
-                 : zb_cuda_upload(IMPL(be)->ctx[0], ((cuda_act *)p)->p, tmp, 2 * n, err);
+                 : zb_cuda_upload(home(be), ((cuda_act *)p)->p, tmp, 2 * n, err);
     if (rc == 0) /* later users on any stream come after the copy */
-        rc = cb_act_issued(be, 0, p, err);
+        rc = gpu_fence_signal(((cuda_act *)p)->last, home(be), err);
     if (rc == 0)
-        rc = zb_cuda_sync(IMPL(be)->ctx[0], err);
+        rc = zb_cuda_sync(home(be), err);
     free(tmp);
     return rc;
 }
@@ -266,9 +327,9 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
     const cuda_act *a = p;
     int rc = on_gpu(be, err) != 0
                  ? -1
-                 : gpu_fence_wait(a->last, IMPL(be)->ctx[0], err);
+                 : gpu_fence_wait(a->last, home(be), err);
     if (rc == 0)
-        rc = zb_cuda_download(IMPL(be)->ctx[0], tmp, a->p, 2 * n, err);
+        rc = zb_cuda_download(home(be), tmp, a->p, 2 * n, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
         host[i] = zb_bf16_to_f32(tmp[i]);
     free(tmp);
@@ -277,7 +338,10 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
 
 static int cb_act_wait(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    return gpu_fence_wait(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
+    zb_cuda *c;
+    if (dev_ctx(be, dev, &c, err) != 0)
+        return -1;
+    return gpu_fence_wait(((cuda_act *)p)->last, c, err);
 }
 
 static zb_bf16 *act_ptr(const void *p)
@@ -291,6 +355,10 @@ static int cb_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int32
                       const void *act_in, const int32_t *targets, void *act_out, float *loss,
                       zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return 0; /* nothing queued */
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "a forward", err);
     cuda_stage *cs = (cuda_stage *)bst;
     gpu_saved *gs = (gpu_saved *)sv;
     if (gpu_stage_forward(cs->st, gs, tokens, act_ptr(act_in), targets, act_ptr(act_out), err)
@@ -310,6 +378,8 @@ static int cb_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int32
 static int cb_backward_b(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, float dloss,
                          const void *dy_in, void *dx_out, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "an input-gradient pass (B)", err);
     (void)be;
     return gpu_stage_backward_b(((cuda_stage *)bst)->st, (gpu_saved *)sv, dloss, act_ptr(dy_in),
                                 act_ptr(dx_out), err);
@@ -318,6 +388,8 @@ static int cb_backward_b(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, float dl
 static int cb_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgrads *into,
                          zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "a weight-gradient pass (W)", err);
     (void)be;
     cuda_stage *cs = (cuda_stage *)bst;
     if (!into)
@@ -343,6 +415,8 @@ static int cb_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static zb_bgrads *cb_grads_new(zb_backend *be, zb_bstage *bst)
 {
+    if (!((cuda_stage *)bst)->st)
+        return NULL;
     cuda_stage *cs = (cuda_stage *)bst;
     float *g = NULL;
     zb_err ignored;
@@ -367,6 +441,13 @@ static void cb_grads_free(zb_backend *be, zb_bgrads *g)
 
 static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st) {
+        cuda_stage *rs = (cuda_stage *)bst;
+        if (g)
+            return remote(rs, "zeroing a spare gradient", err);
+        memset(rs->mirror[ZB_BUF_GRADS], 0, rs->n * sizeof(float));
+        return 0;
+    }
     cuda_stage *cs = (cuda_stage *)bst;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -377,6 +458,8 @@ static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *e
 
 static int cb_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "adding gradients", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_grads_add(((cuda_stage *)bst)->st, (const float *)g, err);
@@ -384,6 +467,8 @@ static int cb_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_e
 
 static int cb_grad_sumsq(zb_backend *be, zb_bstage *bst, double *out, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "a gradient norm", err);
     double total;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -393,6 +478,8 @@ static int cb_grad_sumsq(zb_backend *be, zb_bstage *bst, double *out, zb_err *er
 static int cb_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t, float lr,
                     float grad_scale, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "an optimizer step", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_adamw(((cuda_stage *)bst)->st, c, t, lr, grad_scale, err);
@@ -400,6 +487,8 @@ static int cb_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t
 
 static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "a snapshot", err);
     cuda_stage *cs = (cuda_stage *)bst;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -414,6 +503,8 @@ static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static int cb_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
+    if (!((cuda_stage *)bst)->st)
+        return remote((cuda_stage *)bst, "a restore", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_restore(((cuda_stage *)bst)->st, err);
@@ -467,10 +558,14 @@ static const zb_backend_ops cuda_ops = {
     .memory = cb_memory,
 };
 
-int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+/* The backend of backend_cuda_create (local_dev -1: every device a
+ * context) or backend_cuda_create_rank (only local_dev has one). */
+static int create(int gpu, int n_devices, int local_dev, zb_backend **out, zb_err *err)
 {
     if (n_devices <= 0)
         return zb_fail(err, "the CUDA backend needs at least one device, got %d", n_devices);
+    if (local_dev >= n_devices)
+        return zb_fail(err, "device %d is not one of the schedule's %d", local_dev, n_devices);
     int visible = zb_cuda_device_count();
     if (visible == 0)
         return zb_fail(err, "no CUDA device");
@@ -487,11 +582,12 @@ int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
     }
     im->gpu = gpu;
     im->n_devices = n_devices;
+    im->local_dev = local_dev;
     im->ctx = ctx;
     be->ops = &cuda_ops;
     be->impl = im;
     for (int d = 0; d < n_devices; d++)
-        if (zb_cuda_create(gpu, &ctx[d], err) != 0) {
+        if ((local_dev < 0 || d == local_dev) && zb_cuda_create(gpu, &ctx[d], err) != 0) {
             cb_destroy(be);
             return zb_wrap(err, "CUDA context of device %d: ", d);
         }
@@ -507,4 +603,27 @@ int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
     cudaGetLastError();
     *out = be;
     return 0;
+}
+
+int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+{
+    return create(gpu, n_devices, -1, out, err);
+}
+
+int backend_cuda_create_rank(int gpu, int n_devices, int local_dev, zb_backend **out,
+                             zb_err *err)
+{
+    if (local_dev < 0)
+        return zb_fail(err, "device %d is not one of the schedule's %d", local_dev, n_devices);
+    return create(gpu, n_devices, local_dev, out, err);
+}
+
+void *backend_cuda_act_data(void *act)
+{
+    return act ? ((cuda_act *)act)->p : NULL;
+}
+
+struct gpu_fence *backend_cuda_act_fence(void *act)
+{
+    return act ? ((cuda_act *)act)->last : NULL;
 }

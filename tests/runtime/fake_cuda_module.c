@@ -23,8 +23,10 @@
  *   mpi-v1           as mpi, but without the id functions (a version-1
  *                    module's table)
  *
- * Nothing else is implemented: the profiler and the NCCL ranks' trainer
- * stop at the device count, or at the NCCL communicator.
+ * Nothing else is implemented: the profiler and the GPU ranks stop at the
+ * device count, or at the NCCL communicator (comm_create and
+ * comm_create_from_id fail, so the rank backend and the NCCL transport
+ * are never reached here).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -62,11 +64,15 @@ static int fake_device_count(void)
     return is_mpi_mode() ? 8 : strcmp(mode(), "onegpu") == 0 ? 1 : 0;
 }
 
-static int fake_check_ranked(const sched_t *s, zb_err *err)
+/* comm_create (the TCP rendezvous of `zbsched launch`): the last step a
+ * GPU rank takes before the executor; fails, as there is no NCCL here. */
+static int fake_comm_create(const zb_rank_info *r, int timeout_s, struct gpu_comm **out,
+                            zb_err *err)
 {
-    (void)s;
-    (void)err;
-    return 0;
+    (void)r;
+    (void)timeout_s;
+    (void)out;
+    return fake_fail(err, "fake module: no NCCL here (the TCP bootstrap was reached)");
 }
 
 static int fake_unique_id(unsigned char id[128], zb_err *err)
@@ -128,7 +134,7 @@ const zb_cuda_api *zbsched_cuda_module(void)
     api.nccl_available = fake_nccl;
     api.backend_create = fake_backend_create;
     if (is_mpi_mode()) {
-        api.check_ranked = fake_check_ranked;
+        api.comm_create = fake_comm_create;
         if (strcmp(mode(), "mpi-v1") != 0) {
             api.nccl_unique_id = fake_unique_id;
             api.comm_create_from_id = fake_comm_from_id;
