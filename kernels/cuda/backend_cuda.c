@@ -286,7 +286,7 @@ static int dev_ctx(zb_backend *be, int dev, zb_cuda **c, zb_err *err)
 
 static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    zb_cuda *c;
+    zb_cuda *c = NULL;
     if (dev_ctx(be, dev, &c, err) != 0)
         return -1;
     return gpu_fence_signal(((cuda_act *)p)->last, c, err);
@@ -338,7 +338,7 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
 
 static int cb_act_wait(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    zb_cuda *c;
+    zb_cuda *c = NULL;
     if (dev_ctx(be, dev, &c, err) != 0)
         return -1;
     return gpu_fence_wait(((cuda_act *)p)->last, c, err);
