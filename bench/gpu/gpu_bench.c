@@ -310,6 +310,8 @@ static int bench_ranked(const char *kind, const char *model, const char *data, i
     gen_params_default(&gp);
     gp.stages = rk.world;
     gp.microbatches = mb;
+    if (strcmp(kind, "zb-v") == 0 || strncmp(kind, "interleaved", 11) == 0)
+        gp.chunks = 2; /* two stages per rank */
     trainer_opts o;
     trainer_opts_default(&o);
     kernels_init_threads(1);
