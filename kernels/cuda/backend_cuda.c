@@ -31,13 +31,10 @@
  *
  * Pipeline ranks (backend_cuda_create_rank): a process that runs one
  * schedule device of several (trainer_opts.one_device, one GPU per rank)
- * gets a context for that device only, and the stages of the other
- * devices are "remote": host mirrors and nothing on the GPU (a GPU cannot
- * hold every stage of a real model, and this rank never runs them).  The
- * executor still makes every stage, so checkpoints and accessors keep
- * their shape; a remote stage's download and upload do nothing (the mirror
- * is all there is), its gradients zero on the host, and any op on it
- * fails naming the rank that owns it.
+ * gets a context for that device only, wrapped by runtime/backend_rank.h,
+ * which keeps the other devices' stages as host mirrors (nothing of them
+ * on the GPU: a GPU cannot hold every stage of a real model, and this
+ * rank never runs them).
  *
  * Not supported yet, refused with a reason: recomputation (saved_new with
  * recompute) and memory layers (gpu_stage_create).
@@ -50,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/gpu_stage.h"
+#include "runtime/backend_rank.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 
@@ -67,8 +65,7 @@ typedef struct cuda_impl {
 } cuda_impl;
 
 typedef struct cuda_stage {
-    gpu_stage *st;               /* the device side; NULL: a remote stage (mirrors only) */
-    int dev;                     /* its schedule device */
+    gpu_stage *st;               /* the device side */
     zb_cuda *c;                  /* its context (borrowed from cuda_impl) */
     size_t n;                    /* parameters */
     float *mirror[ZB_BUF_COUNT]; /* host copies of params, grads, m, v */
@@ -126,10 +123,8 @@ static void cb_stage_free(zb_backend *be, zb_bstage *bst)
     if (!cs)
         return;
     on_gpu_quiet(be);
-    if (cs->st)
-        gpu_stage_free(cs->st);
-    if (cs->loss_dev)
-        zb_cuda_release(cs->loss_dev);
+    gpu_stage_free(cs->st);
+    zb_cuda_release(cs->loss_dev);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
         free(cs->mirror[k]);
     free(cs);
@@ -147,18 +142,18 @@ static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_s
     cuda_stage *cs = calloc(1, sizeof *cs);
     if (!cs)
         return zb_fail(err, "out of memory");
+    if (!im->ctx[dev]) {
+        free(cs);
+        return zb_fail(err, "device %d has no stream in this process (the pipeline rank of "
+                       "device %d)", dev, im->local_dev);
+    }
     cs->c = im->ctx[dev];
-    cs->dev = dev;
     cs->n = llama_stage_num_params(layout);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
         if (!(cs->mirror[k] = calloc(cs->n ? cs->n : 1, sizeof(float)))) {
             cb_stage_free(be, (zb_bstage *)cs);
             return zb_fail(err, "out of host memory for a stage's mirrors");
         }
-    if (!cs->c) { /* another rank's device: mirrors only */
-        *out = (zb_bstage *)cs;
-        return 0;
-    }
     if (gpu_stage_create(cs->c, layout, &cs->st, err) != 0
         || zb_cuda_alloc((void **)&cs->loss_dev, sizeof(double) * LOSS_SLOTS, err) != 0) {
         cb_stage_free(be, (zb_bstage *)cs);
@@ -182,20 +177,9 @@ static int gpu_buf(zb_bbuf which)
     return map[which];
 }
 
-/* The failure of an op on a remote stage. */
-static int remote(const cuda_stage *cs, const char *op, zb_err *err)
-{
-    return zb_fail(err, "%s of a stage of device %d, which another rank runs", op, cs->dev);
-}
-
-/* A remote stage's saved state: one shared token (nothing to hold). */
-static char remote_saved;
-
 static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
-    if (!cs->st)
-        return 0; /* the mirror is all there is */
     if (on_gpu(be, err) != 0 || zb_cuda_sync(cs->c, err) != 0)
         return -1;
     return gpu_stage_get(cs->st, gpu_buf(which), cs->mirror[which], err);
@@ -204,8 +188,6 @@ static int cb_download(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *er
 static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 {
     cuda_stage *cs = (cuda_stage *)bst;
-    if (!cs->st)
-        return 0;
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_set(cs->st, gpu_buf(which), cs->mirror[which], err);
@@ -217,10 +199,6 @@ static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute
     if (recompute)
         return zb_fail(err, "recomputation (a plan's recompute stages) is not implemented on "
                        "cuda yet");
-    if (!((cuda_stage *)bst)->st) {
-        *out = (zb_bsaved *)(void *)&remote_saved;
-        return 0;
-    }
     if (on_gpu(be, err) != 0)
         return -1;
     gpu_saved *sv = gpu_saved_new(((cuda_stage *)bst)->st, batch);
@@ -232,7 +210,7 @@ static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute
 
 static void cb_saved_free(zb_backend *be, zb_bsaved *sv)
 {
-    if (!sv || (void *)sv == (void *)&remote_saved)
+    if (!sv)
         return;
     on_gpu_quiet(be);
     gpu_saved_free((gpu_saved *)sv);
@@ -241,8 +219,6 @@ static void cb_saved_free(zb_backend *be, zb_bsaved *sv)
 static size_t cb_saved_bytes(zb_backend *be, const zb_bsaved *sv)
 {
     (void)be;
-    if ((const void *)sv == (const void *)&remote_saved)
-        return 0;
     return gpu_saved_bytes((const gpu_saved *)sv);
 }
 
@@ -355,10 +331,6 @@ static int cb_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int32
                       const void *act_in, const int32_t *targets, void *act_out, float *loss,
                       zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return 0; /* nothing queued */
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "a forward", err);
     cuda_stage *cs = (cuda_stage *)bst;
     gpu_saved *gs = (gpu_saved *)sv;
     if (gpu_stage_forward(cs->st, gs, tokens, act_ptr(act_in), targets, act_ptr(act_out), err)
@@ -378,8 +350,6 @@ static int cb_forward(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, const int32
 static int cb_backward_b(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, float dloss,
                          const void *dy_in, void *dx_out, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "an input-gradient pass (B)", err);
     (void)be;
     return gpu_stage_backward_b(((cuda_stage *)bst)->st, (gpu_saved *)sv, dloss, act_ptr(dy_in),
                                 act_ptr(dx_out), err);
@@ -388,8 +358,6 @@ static int cb_backward_b(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, float dl
 static int cb_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgrads *into,
                          zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "a weight-gradient pass (W)", err);
     (void)be;
     cuda_stage *cs = (cuda_stage *)bst;
     if (!into)
@@ -415,8 +383,6 @@ static int cb_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static zb_bgrads *cb_grads_new(zb_backend *be, zb_bstage *bst)
 {
-    if (!((cuda_stage *)bst)->st)
-        return NULL;
     cuda_stage *cs = (cuda_stage *)bst;
     float *g = NULL;
     zb_err ignored;
@@ -441,13 +407,6 @@ static void cb_grads_free(zb_backend *be, zb_bgrads *g)
 
 static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st) {
-        cuda_stage *rs = (cuda_stage *)bst;
-        if (g)
-            return remote(rs, "zeroing a spare gradient", err);
-        memset(rs->mirror[ZB_BUF_GRADS], 0, rs->n * sizeof(float));
-        return 0;
-    }
     cuda_stage *cs = (cuda_stage *)bst;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -458,8 +417,6 @@ static int cb_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *e
 
 static int cb_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "adding gradients", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_grads_add(((cuda_stage *)bst)->st, (const float *)g, err);
@@ -467,8 +424,6 @@ static int cb_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_e
 
 static int cb_grad_sumsq(zb_backend *be, zb_bstage *bst, double *out, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "a gradient norm", err);
     double total;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -478,8 +433,6 @@ static int cb_grad_sumsq(zb_backend *be, zb_bstage *bst, double *out, zb_err *er
 static int cb_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t, float lr,
                     float grad_scale, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "an optimizer step", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_adamw(((cuda_stage *)bst)->st, c, t, lr, grad_scale, err);
@@ -487,8 +440,6 @@ static int cb_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t
 
 static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "a snapshot", err);
     cuda_stage *cs = (cuda_stage *)bst;
     if (on_gpu(be, err) != 0)
         return -1;
@@ -503,8 +454,6 @@ static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static int cb_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
-    if (!((cuda_stage *)bst)->st)
-        return remote((cuda_stage *)bst, "a restore", err);
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_restore(((cuda_stage *)bst)->st, err);
@@ -615,7 +564,10 @@ int backend_cuda_create_rank(int gpu, int n_devices, int local_dev, zb_backend *
 {
     if (local_dev < 0)
         return zb_fail(err, "device %d is not one of the schedule's %d", local_dev, n_devices);
-    return create(gpu, n_devices, local_dev, out, err);
+    zb_backend *inner;
+    if (create(gpu, n_devices, local_dev, &inner, err) != 0)
+        return -1;
+    return backend_rank_wrap(inner, local_dev, out, err);
 }
 
 void *backend_cuda_act_data(void *act)
