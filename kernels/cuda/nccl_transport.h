@@ -40,6 +40,14 @@
  * A device's link to itself (V-shape: two stages on one device) needs no
  * communicator: the buffer goes straight into the stash.
  *
+ * Caveat (never run: no two-GPU machine yet).  NCCL's guide ("Using
+ * multiple NCCL communicators concurrently") does not promise that
+ * communicators used at once on one GPU progress, since CUDA does not
+ * guarantee that kernels of different streams run concurrently; here one
+ * thread per rank issues every call (allowed), the channels are few and
+ * their kernels small, but the ranks issue in different orders.
+ * docs/gpu.md ("Several GPUs") says what to fall back to if it hangs.
+ *
  * Threading: one worker thread per rank sends and receives (one_device);
  * reset and destroy run between steps.  Workload: a few links per rank,
  * 2·S·m activation messages of B·T·d bf16 per step.
