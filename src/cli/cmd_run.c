@@ -754,6 +754,10 @@ static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_d
     if (rk.local_rank >= visible)
         return cli_error("%s: CUDA device %d does not exist (%d visible); ZB_LOCAL_RANK is the GPU "
                          "index", a->file, rk.local_rank, visible);
+    if (!cu->comm_create || !cu->backend_create_rank || !cu->transport_make || !cu->comm_bcast ||
+        !cu->comm_min_int)
+        return cli_error("%s: this CUDA module has no GPU ranks (no NCCL transport in its table)",
+                         a->file);
     int rank = rk.rank, quiet = a->quiet || rank != 0;
     struct gpu_comm *comm = NULL;
     trainer *t = NULL;

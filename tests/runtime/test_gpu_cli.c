@@ -357,6 +357,12 @@ START_TEST(gpu_ranks_take_the_flags_up_to_the_communicator)
     char path[160];
     snprintf(path, sizeof path, "%s/CK", dir);
     cli_assert_no_file(path);
+    /* a module without the GPU ranks' members: one line, no crash */
+    char env1[1024];
+    snprintf(env1, sizeof env1, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=onegpu ZB_RANK=0 "
+             "ZB_WORLD_SIZE=2 ZB_LOCAL_RANK=0", fake);
+    assert_one_line(zb_env(env1, "run %s --device cuda --model tiny --steps 3", kinds[0]), 1,
+                    "no GPU ranks");
     /* a refused flag stops before the bootstrap */
     assert_one_line(zb_env(env, "run %s --device cuda --model tiny --steps 3 --eval-every 1",
                            kinds[0]), 2, "pipeline is not implemented");
