@@ -37,7 +37,10 @@ typedef struct nt_link {
     int sent;          /* messages sent (sender's cursor) */
     nt_entry *stash;   /* [n_msgs] */
     double *val_dev;   /* device [n_msgs] scalar payloads (NULL: no scalars) */
-    double *val_host;  /* host [n_msgs]: sent values, received values once synced */
+    double *val_host;  /* pinned host [n_msgs]: sent values, received values once
+                        * synced (pinned, so both copies stay asynchronous); for a
+                        * link to itself or of others plain host memory */
+    int val_pinned;    /* 1: val_host is cudaMallocHost's */
 } nt_link;
 
 typedef struct nt_impl {
@@ -268,7 +271,10 @@ static void nt_destroy(zb_transport *tr)
                 cudaFree(ln->val_dev);
             if (ln->ctx)
                 zb_cuda_free(ln->ctx);
-            free(ln->val_host);
+            if (ln->val_pinned)
+                cudaFreeHost(ln->val_host);
+            else
+                free(ln->val_host);
             free(ln->stash);
         }
     }
@@ -309,6 +315,13 @@ static int link_open(nt_impl *im, int l, ncclComm_t parent, zb_err *err)
     if (zb_cuda_create(im->cfg->gpu, &ln->ctx, err) != 0)
         return zb_wrap(err, "transport, link %d -> %d: ", im->plan.links[l].from,
                        im->plan.links[l].to);
+    double *pinned = NULL;
+    if (cuda_ok(cudaMallocHost((void **)&pinned, sizeof(double) * (size_t)(n ? n : 1)),
+                "cudaMallocHost", err) != 0)
+        return -1;
+    free(ln->val_host);
+    ln->val_host = pinned;
+    ln->val_pinned = 1;
     return cuda_ok(cudaMalloc((void **)&ln->val_dev, sizeof(double) * (size_t)(n ? n : 1)),
                    "cudaMalloc", err);
 }
