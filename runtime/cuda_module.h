@@ -17,8 +17,10 @@
  * headers (sched_t, zb_model, zb_data, trainer_opts, zb_profile, zb_err,
  * the backend interface of runtime/backend.h) and two opaque handles.
  * Since version 3 a one-GPU run is the executor of runtime/trainer.h over
- * the module's backend (backend_create); the module's own executor
- * remains only for the multi-GPU NCCL ranks (trainer_create_ranked).  Because both sides are compiled from the same
+ * the module's backend (backend_create); since version 4 so are the
+ * multi-GPU NCCL ranks (trainer_opts.one_device over backend_create_rank
+ * and the NCCL transport, nccl_transport_make): the module has no
+ * executor of its own any more.  Because both sides are compiled from the same
  * headers but may come from different builds, the table carries a version
  * and a fingerprint of the sizes of every struct it passes; the loader
  * refuses a module whose fingerprint differs instead of crashing in it.
@@ -58,12 +60,24 @@ extern "C" {
 #define ZB_CUDA_MODULE_FILE "zbsched_cuda.so"
 #define ZB_CUDA_MODULE_ENTRY "zbsched_cuda_module"
 /* Bumped whenever a member of zb_cuda_api changes meaning. */
-#define ZB_CUDA_API_VERSION 3
+#define ZB_CUDA_API_VERSION 4
 
-/* The module's handles, opaque on this side (kernels/cuda/gpu_trainer.h
- * and gpu_transport.h define them). */
-struct gpu_trainer;
+/* The module's communicator, opaque on this side (kernels/cuda/
+ * gpu_transport.h defines it). */
 struct gpu_comm;
+struct zb_transport;
+struct zb_transport_pool;
+
+/* What the NCCL transport of a pipeline rank needs (the ctx of
+ * nccl_transport_make, kernels/cuda/nccl_transport.h): filled by the
+ * caller, counters by the transport. */
+typedef struct zb_nccl_cfg {
+    struct gpu_comm *comm; /* the ranks' communicator: rank r = schedule device r */
+    int gpu;               /* this rank's CUDA device */
+    size_t act_elems;      /* elements of an activation message (B*T*d; bf16 on the wire) */
+    uint64_t bytes_sent;   /* bytes this rank sent */
+    uint64_t messages;     /* messages this rank sent */
+} zb_nccl_cfg;
 
 /* Everything the CLI can ask of the CUDA backend. */
 typedef struct zb_cuda_api {
@@ -76,32 +90,31 @@ typedef struct zb_cuda_api {
     /* gpu_profile_measure: F, B, W and memory of one layer on a GPU */
     int (*profile_measure)(const zb_model *m, int batch, int reps, int device, zb_profile *p,
                            zb_err *err);
-    /* gpu_trainer_check_ranked: can every cross-rank link be matched by order */
-    int (*check_ranked)(const sched_t *s, zb_err *err);
     /* gpu_comm_create / gpu_comm_free: this rank's NCCL communicator */
     int (*comm_create)(const zb_rank_info *r, int timeout_s, struct gpu_comm **out, zb_err *err);
     void (*comm_free)(struct gpu_comm *c);
     /* backend_cuda_create (version 3): the executor's backend, every
      * schedule device a stream on CUDA device `gpu` (kernels/cuda/backend_cuda.h) */
     int (*backend_create)(int gpu, int n_devices, zb_backend **out, zb_err *err);
-    /* gpu_trainer_create_ranked: this rank's schedule device on its own GPU
-     * (the NCCL executor; trainer_free .. trainer_memory belong to it) */
-    int (*trainer_create_ranked)(const sched_t *s, const zb_model *m, const zb_data *d,
-                                 const trainer_opts *opts, const zb_rank_info *rk,
-                                 struct gpu_comm *comm, struct gpu_trainer **out, zb_err *err);
-    void (*trainer_free)(struct gpu_trainer *t);
-    /* one optimizer step; *loss = mean training loss */
-    int (*trainer_step)(struct gpu_trainer *t, double *loss, zb_err *err);
-    /* seconds of the last step */
-    double (*trainer_last_step_s)(const struct gpu_trainer *t);
-    /* static device bytes and the activation high-water mark */
-    int (*trainer_memory)(const struct gpu_trainer *t, size_t *static_bytes,
-                          size_t *peak_activation_bytes, zb_err *err);
     /* gpu_nccl_unique_id / gpu_comm_create_from_id (version 2): the NCCL
      * bootstrap over another channel, MPI_Bcast under mpirun (128 bytes) */
     int (*nccl_unique_id)(unsigned char id[128], zb_err *err);
     int (*comm_create_from_id)(const zb_rank_info *r, const unsigned char id[128],
                                struct gpu_comm **out, zb_err *err);
+    /* backend_cuda_create_rank (version 4): a pipeline rank's backend, one
+     * stream for schedule device local_dev, the other devices' stages host
+     * mirrors only */
+    int (*backend_create_rank)(int gpu, int n_devices, int local_dev, zb_backend **out,
+                               zb_err *err);
+    /* nccl_transport_make (version 4): trainer_opts.make_transport of a
+     * pipeline rank on GPUs; ctx is a zb_nccl_cfg.  Collective. */
+    int (*transport_make)(void *ctx, const sched_t *s, int with_norms,
+                          const struct zb_transport_pool *pool, struct zb_transport **out,
+                          zb_err *err);
+    /* gpu_comm_bcast_host / gpu_comm_min_int (version 4): the ranks' loss,
+     * checkpoint tag and status agreement, between steps.  Collective. */
+    int (*comm_bcast)(struct gpu_comm *c, void *buf, size_t bytes, int root, zb_err *err);
+    int (*comm_min_int)(struct gpu_comm *c, int *v, zb_err *err);
 } zb_cuda_api;
 
 /* A fingerprint of the sizes of every type the table passes across.  Both
@@ -112,7 +125,7 @@ static inline uint64_t zb_cuda_api_layout(void)
                              sizeof(zb_model), sizeof(zb_data), sizeof(trainer_opts),
                              sizeof(adamw_config), sizeof(zb_profile), sizeof(zb_err),
                              sizeof(zb_rank_info), sizeof(zb_backend_ops), sizeof(zb_backend),
-                             sizeof(llama_stage), sizeof(llama_tensor) };
+                             sizeof(llama_stage), sizeof(llama_tensor), sizeof(zb_nccl_cfg) };
     uint64_t h = 1469598103934665603ULL; /* FNV-1a over the sizes */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         h ^= (uint64_t)sizes[i];

@@ -135,3 +135,13 @@ int link_plan_build(const sched_t *s, int with_norms, zb_link_plan *out, zb_err 
     }
     return 0;
 }
+
+int link_plan_channel(const zb_link_plan *p, int l, int me, int *key)
+{
+    const zb_link *ln = &p->links[l];
+    *key = -1;
+    if (ln->from == ln->to || (me != ln->from && me != ln->to))
+        return -1;
+    *key = me == ln->from ? 0 : 1;
+    return l;
+}

@@ -79,6 +79,16 @@ int link_plan_build(const sched_t *s, int with_norms, zb_link_plan *out, zb_err 
 /* Frees what link_plan_build allocated; a zeroed plan is fine. */
 void link_plan_free(zb_link_plan *p);
 
+/* The channel of link l as device `me` sees it when every device is a
+ * process and each link between two of them gets a communicator of its
+ * own (the NCCL transport splits the ranks' communicator once per link,
+ * every rank calling for every link in plan order): the split's colour,
+ * l when me is one end of the link and -1 (no colour) otherwise or when
+ * the link is a device's link to itself (no communicator: in-process);
+ * *key, me's rank in the link's communicator: 0 the sender, 1 the
+ * receiver (-1 with no colour). */
+int link_plan_channel(const zb_link_plan *p, int l, int me, int *key);
+
 /* Index of key (kind, stage, mb) in the plan's per-key arrays. */
 static inline size_t link_plan_key(const zb_link_plan *p, int kind, int stage, int mb)
 {

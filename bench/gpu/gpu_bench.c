@@ -23,9 +23,13 @@
  *   zb_gpu_bench ranked KIND MODEL DATA STEPS [M]
  *                                        one rank of a multi-GPU run (rank
  *                                        variables as `zbsched launch` sets
- *                                        them, p = world size): the NCCL
- *                                        executor; rank 0 prints CPU and
- *                                        GPU losses (needs >= 2 GPUs)
+ *                                        them, p = world size): the one
+ *                                        executor on this rank's device
+ *                                        (one_device, the rank backend,
+ *                                        the NCCL transport); rank 0 prints
+ *                                        CPU and GPU losses (needs >= 2
+ *                                        GPUs: NCCL refuses two ranks on
+ *                                        one GPU)
  *
  * MODEL is a preset name or a model JSON file (src/model.h).  Output is
  * plain "key value" lines so run.sh can grep them into summary.txt.
@@ -40,7 +44,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gpu_profile.h"
 #include "kernels/cuda/backend_cuda.h"
-#include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/nccl_transport.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 #include "runtime/data.h"
@@ -271,9 +275,17 @@ out:
     return rc;
 }
 
+/* The rank backend of bench_ranked: ctx is the rank info. */
+static int make_rank_backend(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    const gpu_rank_info *rk = ctx;
+    return backend_cuda_create_rank(rk->local_rank, n_devices, rk->rank, out, err);
+}
+
 /* One rank of a multi-GPU run (ZB_RANK / ZB_WORLD_SIZE / ZB_LOCAL_RANK,
- * world = p): the ranked executor; rank 0 also runs the CPU trainer and
- * prints both losses. */
+ * world = p): the one executor on this rank's schedule device, as `zbsched
+ * run --device cuda` under `zbsched launch` runs it; rank 0 also runs the
+ * CPU trainer (all devices in one process) and prints both losses. */
 static int bench_ranked(const char *kind, const char *model, const char *data, int steps, int mb)
 {
     zb_err err = { { 0 } };
@@ -284,8 +296,7 @@ static int bench_ranked(const char *kind, const char *model, const char *data, i
     zb_model m;
     zb_data *d = NULL;
     sched_t *s = NULL;
-    trainer *ct = NULL;
-    gpu_trainer *gt = NULL;
+    trainer *ct = NULL, *gt = NULL;
     gpu_comm *comm = NULL;
     int rc = 1;
     gen_fn gen = gen_lookup(kind);
@@ -299,29 +310,46 @@ static int bench_ranked(const char *kind, const char *model, const char *data, i
     gen_params_default(&gp);
     gp.stages = rk.world;
     gp.microbatches = mb;
+    if (strcmp(kind, "zb-v") == 0 || strncmp(kind, "interleaved", 11) == 0)
+        gp.chunks = 2; /* two stages per rank */
     trainer_opts o;
     trainer_opts_default(&o);
-    o.sync_optimizer = 1;
     kernels_init_threads(1);
+    zb_nccl_cfg cfg = { .gpu = rk.local_rank };
+    cfg.act_elems = (size_t)m.micro_batch * (size_t)m.seq_len * (size_t)m.d_model;
+    trainer_opts go = o;
+    go.one_device = 1;
+    go.device = rk.rank;
+    go.make_backend = make_rank_backend;
+    go.make_backend_ctx = &rk;
+    go.make_transport = nccl_transport_make;
+    go.make_transport_ctx = &cfg;
+    go.threads = 1;
     if (gen(&gp, &s, &err) != 0 || sched_validate(s, &err) != 0 ||
-        gpu_comm_create(&rk, 60, &comm, &err) != 0 ||
-        gpu_trainer_create_ranked(s, &m, d, &o, &rk, comm, &gt, &err) != 0 ||
+        gpu_comm_create(&rk, 60, &comm, &err) != 0)
+        goto out;
+    cfg.comm = comm;
+    if (trainer_create(s, &m, d, &go, &gt, &err) != 0 ||
         (rk.rank == 0 && trainer_create(s, &m, d, &o, &ct, &err) != 0))
         goto out;
+    int root = s->stage_device[s->n_stages - 1];
     for (int i = 0; i < steps; i++) {
-        double lg, lc = NAN;
-        if (gpu_trainer_step(gt, &lg, &err) != 0 || (ct && trainer_step(ct, &lc, &err) != 0))
+        double lg = 0, lc = NAN;
+        if (trainer_step(gt, &lg, &err) != 0 ||
+            gpu_comm_bcast_host(comm, &lg, sizeof lg, root, &err) != 0 ||
+            (ct && trainer_step(ct, &lc, &err) != 0))
             goto out;
         if (rk.rank == 0)
-            printf("ranked %s world %d step %d loss_cpu %.6f loss_gpu %.6f rel %.2e gpu_s %.4f\n",
-                   kind, rk.world, i + 1, lc, lg, fabs(lg - lc) / fabs(lc),
-                   gpu_trainer_last_step_s(gt));
+            printf("ranked %s world %d step %d loss_cpu %.6f loss_gpu %.6f rel %.2e gpu_s %.4f "
+                   "bytes_sent_rank0 %llu\n", kind, rk.world, i + 1, lc, lg,
+                   fabs(lg - lc) / fabs(lc), trainer_get_stats(gt)->last_step_s,
+                   (unsigned long long)cfg.bytes_sent);
     }
     rc = 0;
 out:
     if (rc)
         fprintf(stderr, "zb_gpu_bench: rank %d: %s\n", rk.rank, err.msg);
-    gpu_trainer_free(gt);
+    trainer_free(gt);
     gpu_comm_free(comm);
     trainer_free(ct);
     sched_free(s);

@@ -23,7 +23,9 @@
 #   6. the card's bf16 cuBLASLt GEMM rate (8192³)
 #   7. 1F1B and ZB-H2 on shakespeare-char: CPU vs GPU losses per step, GPU
 #      step time, GPU memory vs the cost model + simulator prediction;
-#      with >= 2 GPUs also the NCCL executor (one process per GPU, 1F1B, tiny)
+#      with >= 2 GPUs also GPU ranks (one process per GPU, the one executor
+#      over the NCCL transport; 1F1B and ZB-V on tiny); with one GPU this is
+#      skipped: NCCL refuses two ranks on one GPU
 #   8. per-op F, B, W of one layer (and embedding, head) for the 1.5B shape
 #      (h 2304, 24 heads, s 1024, b 6; SwiGLU d_ff 6144) and the Llama-3 8B
 #      shape (h 4096, 32 heads, 8 KV heads, d_ff 14336, s 4096, b 1):
@@ -38,7 +40,9 @@
 #      difference (same data and weights, only the op order differs); a
 #      GPU run checkpointed at step 10 and resumed on the CPU (one file
 #      format for both backends); with >= 2 GPUs also `zbsched launch
-#      --gpus W run ... --device cuda` (the NCCL executor)
+#      --gpus W run ... --device cuda` (GPU ranks through the one executor:
+#      1F1B and ZB-V) and tests/cuda/test_cuda_ranks (two ranks vs the CPU,
+#      a checkpoint in parts resumed)
 #  11. summary.txt
 #
 # Output, in $OUT (default ./gpu-out), at most 8 files:
@@ -291,12 +295,14 @@ for kind in 1f1b zb-h2; do
     keep "$WORK/t-$kind.txt" '^(step|train_)'
 done
 
-# ---- 7b. several GPUs (only when the machine has them): the NCCL executor ---
-ranked_run() { # world
+# ---- 7b. several GPUs (only when the machine has them): GPU ranks ----------
+# (the one executor, one schedule device per process, the NCCL transport;
+# NCCL refuses two ranks on one GPU, so one GPU cannot run this)
+ranked_run() { # world kind
     local w=$1 r pids=() rc=0
     for ((r = 0; r < w; r++)); do
         ZB_RANK=$r ZB_WORLD_SIZE=$w ZB_LOCAL_RANK=$r ZB_MASTER_ADDR=127.0.0.1 ZB_MASTER_PORT=29677 \
-            "$BENCH" ranked 1f1b tiny "$DATA" 5 8 &
+            "$BENCH" ranked "$2" tiny "$DATA" 5 8 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -307,9 +313,11 @@ export -f ranked_run
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NGPU:-0}" -ge 2 ]; then
     W=$(( NGPU < 4 ? NGPU : 4 ))
-    step "ranked_w$W" 90 ranked_run "$W" > "$WORK/ranked.txt" 2>&1
-    cat "$WORK/ranked.txt"
-    keep "$WORK/ranked.txt" '^ranked|rank [0-9]+:'
+    for kind in 1f1b zb-v; do
+        step "ranked_${kind}_w$W" 90 ranked_run "$W" "$kind" > "$WORK/ranked-$kind.txt" 2>&1
+        cat "$WORK/ranked-$kind.txt"
+        keep "$WORK/ranked-$kind.txt" '^ranked|rank [0-9]+:'
+    done
 else
     note "step ranked: SKIPPED (one GPU; NCCL needs one GPU per rank)"
 fi
@@ -363,10 +371,10 @@ cli_resume() { # a GPU checkpoint at step 10, resumed on the CPU for 2 steps
         --data "$DATA" --steps 12 --checkpoint "$WORK/ck" --resume --json -q \
         > "$WORK/cli-resume-cpu.out"
 }
-cli_launch() { # world
-    "$ZB" gen 1f1b -p "$1" -m $(( 2 * $1 )) -o "$WORK/cli-w$1.json" || return 1
-    ZB_MASTER_PORT=29681 "$ZB" launch --gpus "$1" run "$WORK/cli-w$1.json" --device cuda \
-        --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1.out"
+cli_launch() { # world kind
+    "$ZB" gen "$2" -p "$1" -m $(( 2 * $1 )) -o "$WORK/cli-w$1-$2.json" || return 1
+    ZB_MASTER_PORT=29681 "$ZB" launch --gpus "$1" run "$WORK/cli-w$1-$2.json" --device cuda \
+        --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1-$2.out"
 }
 export ZB BUILD ROOT
 export -f cli_run cli_resume cli_launch module_check
@@ -404,9 +412,21 @@ if len(runs) == 2:
 PYEOF
     if [ "${NGPU:-0}" -ge 2 ]; then
         W=$(( NGPU < 4 ? NGPU : 4 ))
-        step "cli_launch_w$W" 90 cli_launch "$W"
-        cat "$WORK/cli-w$W.out"
-        sed "s/^/cli_launch_w$W /" "$WORK/cli-w$W.out" >> "$SUMMARY"
+        for kind in 1f1b zb-v; do
+            step "cli_launch_${kind}_w$W" 90 cli_launch "$W" "$kind"
+            cat "$WORK/cli-w$W-$kind.out"
+            sed "s/^/cli_launch_${kind}_w$W /" "$WORK/cli-w$W-$kind.out" >> "$SUMMARY"
+        done
+        # two ranks against the CPU, and a checkpoint in parts resumed
+        if PYTHONPATH=$MESON_PYTHONPATH step build_cuda_ranks 120 ninja -C "$BUILD" \
+                tests/cuda/test_cuda_ranks; then
+            step cuda_ranks 240 env ZBSCHED="$ZB" "$BUILD/tests/cuda/test_cuda_ranks" \
+                > "$WORK/cuda-ranks.txt" 2>&1
+            cat "$WORK/cuda-ranks.txt"
+            sed 's/^/cuda_ranks /' "$WORK/cuda-ranks.txt" | tail -n 12 >> "$SUMMARY"
+        fi
+    else
+        note "step cli_launch: SKIPPED (one GPU; NCCL refuses two ranks on one GPU)"
     fi
 fi
 

@@ -29,6 +29,13 @@
  * gradients and moments, so results agree with the CPU backend within
  * bf16 tolerance (tests/cuda/test_cuda_backend.c), not bit for bit.
  *
+ * Pipeline ranks (backend_cuda_create_rank): a process that runs one
+ * schedule device of several (trainer_opts.one_device, one GPU per rank)
+ * gets a context for that device only, wrapped by runtime/backend_rank.h,
+ * which keeps the other devices' stages as host mirrors (nothing of them
+ * on the GPU: a GPU cannot hold every stage of a real model, and this
+ * rank never runs them).
+ *
  * Not supported yet, refused with a reason: recomputation (saved_new with
  * recompute) and memory layers (gpu_stage_create).
  */
@@ -40,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/gpu_stage.h"
+#include "runtime/backend_rank.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 
@@ -51,7 +59,8 @@
 typedef struct cuda_impl {
     int gpu;             /* CUDA device index */
     int n_devices;       /* schedule devices = contexts */
-    zb_cuda **ctx;       /* [n_devices] one stream each */
+    int local_dev;       /* pipeline ranks: the one device with a context, else -1 */
+    zb_cuda **ctx;       /* [n_devices] one stream each (ranks: NULL but local_dev) */
     size_t static_bytes; /* stage buffers and activation buffers (atomic adds) */
 } cuda_impl;
 
@@ -94,8 +103,9 @@ static void on_gpu_quiet(zb_backend *be)
 static void cb_destroy(zb_backend *be)
 {
     cuda_impl *im = IMPL(be);
-    for (int d = 0; d < im->n_devices; d++)
-        zb_cuda_free(im->ctx[d]);
+    for (int d = 0; d < im->n_devices && im->ctx; d++)
+        if (im->ctx[d])
+            zb_cuda_free(im->ctx[d]);
     free(im->ctx);
     free(im);
     free(be);
@@ -132,6 +142,11 @@ static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_s
     cuda_stage *cs = calloc(1, sizeof *cs);
     if (!cs)
         return zb_fail(err, "out of memory");
+    if (!im->ctx[dev]) {
+        free(cs);
+        return zb_fail(err, "device %d has no stream in this process (the pipeline rank of "
+                       "device %d)", dev, im->local_dev);
+    }
     cs->c = im->ctx[dev];
     cs->n = llama_stage_num_params(layout);
     for (int k = 0; k < ZB_BUF_COUNT; k++)
@@ -234,9 +249,31 @@ static void *cb_act_new(zb_backend *be, size_t n)
     return a;
 }
 
+/* Device dev's context, or -1 with err when it is another rank's. */
+static int dev_ctx(zb_backend *be, int dev, zb_cuda **c, zb_err *err)
+{
+    cuda_impl *im = IMPL(be);
+    if (dev < 0 || dev >= im->n_devices || !im->ctx[dev])
+        return zb_fail(err, "device %d has no stream in this process (pipeline rank of device "
+                       "%d)", dev, im->local_dev);
+    *c = im->ctx[dev];
+    return 0;
+}
+
 static int cb_act_issued(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    return gpu_fence_signal(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
+    zb_cuda *c = NULL;
+    if (dev_ctx(be, dev, &c, err) != 0)
+        return -1;
+    return gpu_fence_signal(((cuda_act *)p)->last, c, err);
+}
+
+/* The context host copies of activations run on: device 0's, or the
+ * rank's own device's. */
+static zb_cuda *home(zb_backend *be)
+{
+    cuda_impl *im = IMPL(be);
+    return im->ctx[im->local_dev >= 0 ? im->local_dev : 0];
 }
 
 static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, zb_err *err)
@@ -247,13 +284,13 @@ static int cb_act_upload(zb_backend *be, void *p, const float *host, size_t n, z
     for (size_t i = 0; i < n; i++)
         tmp[i] = zb_bf16_from_f32(host[i]);
     /* after the buffer's last use, on device 0's stream */
-    int rc = on_gpu(be, err) != 0 || gpu_fence_wait(((cuda_act *)p)->last, IMPL(be)->ctx[0], err)
+    int rc = on_gpu(be, err) != 0 || gpu_fence_wait(((cuda_act *)p)->last, home(be), err)
                  ? -1
-                 : zb_cuda_upload(IMPL(be)->ctx[0], ((cuda_act *)p)->p, tmp, 2 * n, err);
+                 : zb_cuda_upload(home(be), ((cuda_act *)p)->p, tmp, 2 * n, err);
     if (rc == 0) /* later users on any stream come after the copy */
-        rc = cb_act_issued(be, 0, p, err);
+        rc = gpu_fence_signal(((cuda_act *)p)->last, home(be), err);
     if (rc == 0)
-        rc = zb_cuda_sync(IMPL(be)->ctx[0], err);
+        rc = zb_cuda_sync(home(be), err);
     free(tmp);
     return rc;
 }
@@ -266,9 +303,9 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
     const cuda_act *a = p;
     int rc = on_gpu(be, err) != 0
                  ? -1
-                 : gpu_fence_wait(a->last, IMPL(be)->ctx[0], err);
+                 : gpu_fence_wait(a->last, home(be), err);
     if (rc == 0)
-        rc = zb_cuda_download(IMPL(be)->ctx[0], tmp, a->p, 2 * n, err);
+        rc = zb_cuda_download(home(be), tmp, a->p, 2 * n, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
         host[i] = zb_bf16_to_f32(tmp[i]);
     free(tmp);
@@ -277,7 +314,10 @@ static int cb_act_download(zb_backend *be, const void *p, float *host, size_t n,
 
 static int cb_act_wait(zb_backend *be, int dev, void *p, zb_err *err)
 {
-    return gpu_fence_wait(((cuda_act *)p)->last, IMPL(be)->ctx[dev], err);
+    zb_cuda *c = NULL;
+    if (dev_ctx(be, dev, &c, err) != 0)
+        return -1;
+    return gpu_fence_wait(((cuda_act *)p)->last, c, err);
 }
 
 static zb_bf16 *act_ptr(const void *p)
@@ -467,10 +507,14 @@ static const zb_backend_ops cuda_ops = {
     .memory = cb_memory,
 };
 
-int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+/* The backend of backend_cuda_create (local_dev -1: every device a
+ * context) or backend_cuda_create_rank (only local_dev has one). */
+static int create(int gpu, int n_devices, int local_dev, zb_backend **out, zb_err *err)
 {
     if (n_devices <= 0)
         return zb_fail(err, "the CUDA backend needs at least one device, got %d", n_devices);
+    if (local_dev >= n_devices)
+        return zb_fail(err, "device %d is not one of the schedule's %d", local_dev, n_devices);
     int visible = zb_cuda_device_count();
     if (visible == 0)
         return zb_fail(err, "no CUDA device");
@@ -487,11 +531,12 @@ int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
     }
     im->gpu = gpu;
     im->n_devices = n_devices;
+    im->local_dev = local_dev;
     im->ctx = ctx;
     be->ops = &cuda_ops;
     be->impl = im;
     for (int d = 0; d < n_devices; d++)
-        if (zb_cuda_create(gpu, &ctx[d], err) != 0) {
+        if ((local_dev < 0 || d == local_dev) && zb_cuda_create(gpu, &ctx[d], err) != 0) {
             cb_destroy(be);
             return zb_wrap(err, "CUDA context of device %d: ", d);
         }
@@ -507,4 +552,30 @@ int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
     cudaGetLastError();
     *out = be;
     return 0;
+}
+
+int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err)
+{
+    return create(gpu, n_devices, -1, out, err);
+}
+
+int backend_cuda_create_rank(int gpu, int n_devices, int local_dev, zb_backend **out,
+                             zb_err *err)
+{
+    if (local_dev < 0)
+        return zb_fail(err, "device %d is not one of the schedule's %d", local_dev, n_devices);
+    zb_backend *inner;
+    if (create(gpu, n_devices, local_dev, &inner, err) != 0)
+        return -1;
+    return backend_rank_wrap(inner, local_dev, out, err);
+}
+
+void *backend_cuda_act_data(void *act)
+{
+    return act ? ((cuda_act *)act)->p : NULL;
+}
+
+struct gpu_fence *backend_cuda_act_fence(void *act)
+{
+    return act ? ((cuda_act *)act)->last : NULL;
 }

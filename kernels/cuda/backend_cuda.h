@@ -18,6 +18,20 @@ extern "C" {
  * with err set: no CUDA device, no such device, out of memory. */
 int backend_cuda_create(int gpu, int n_devices, zb_backend **out, zb_err *err);
 
+/* The backend of a pipeline rank (trainer_opts.one_device): one stream,
+ * for schedule device local_dev, on CUDA device `gpu`; the stages of the
+ * other devices are host mirrors only (backend_cuda.c).  0 or -1. */
+int backend_cuda_create_rank(int gpu, int n_devices, int local_dev, zb_backend **out,
+                             zb_err *err);
+
+/* Inside the module only (the NCCL transport, nccl_transport.c): an
+ * activation of this backend's act_new as its device buffer (bf16
+ * [B*T*d]) and its last-use fence (backend.h's fences), so that a
+ * transport with its own streams orders its copies like a device does. */
+struct gpu_fence;
+void *backend_cuda_act_data(void *act);
+struct gpu_fence *backend_cuda_act_fence(void *act);
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,6 +70,16 @@ int gpu_fence_wait(gpu_fence *f, zb_cuda *to, zb_err *err)
                    "cudaStreamWaitEvent", err);
 }
 
+int gpu_fence_done(gpu_fence *f, zb_err *err)
+{
+    cudaError_t st = cudaEventQuery(f->ev);
+    if (st == cudaErrorNotReady) {
+        cudaGetLastError(); /* not an error: clear it */
+        return 0;
+    }
+    return cuda_ok(st, "cudaEventQuery", err) == 0 ? 1 : -1;
+}
+
 int gpu_local_send(zb_cuda *from, zb_cuda *to, gpu_fence *f, void *dst, const void *src,
                    size_t bytes, zb_err *err)
 {
@@ -311,6 +321,51 @@ int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, z
 int gpu_comm_rank(const gpu_comm *c) { return c->me.rank; }
 int gpu_comm_size(const gpu_comm *c) { return c->me.world; }
 
+void *gpu_comm_nccl(gpu_comm *c) { return c->comm; }
+
+/* One collective of the host's: buf (bytes) staged through the device on
+ * a stream of its own, op 0 a broadcast from root, 1 an int minimum. */
+static int host_collective(gpu_comm *c, void *buf, size_t bytes, int root, int op, zb_err *err)
+{
+    void *dev = NULL;
+    cudaStream_t st = NULL;
+    int rc = cuda_ok(cudaSetDevice(c->me.local_rank), "cudaSetDevice", err);
+    if (rc == 0)
+        rc = cuda_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate",
+                     err);
+    if (rc == 0)
+        rc = cuda_ok(cudaMalloc(&dev, bytes ? bytes : 1), "cudaMalloc", err);
+    if (rc == 0)
+        rc = cuda_ok(cudaMemcpyAsync(dev, buf, bytes, cudaMemcpyHostToDevice, st), "cudaMemcpy",
+                     err);
+    if (rc == 0)
+        rc = op == 0 ? nccl_ok(ncclBroadcast(dev, dev, bytes, ncclChar, root, c->comm, st),
+                               "ncclBroadcast", err)
+                     : nccl_ok(ncclAllReduce(dev, dev, 1, ncclInt32, ncclMin, c->comm, st),
+                               "ncclAllReduce", err);
+    if (rc == 0)
+        rc = cuda_ok(cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, st), "cudaMemcpy",
+                     err);
+    if (rc == 0)
+        rc = cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize", err);
+    if (dev)
+        cudaFree(dev);
+    if (st)
+        cudaStreamDestroy(st);
+    return rc;
+}
+
+int gpu_comm_bcast_host(gpu_comm *c, void *buf, size_t bytes, int root, zb_err *err)
+{
+    return host_collective(c, buf, bytes, root, 0, err);
+}
+
+int gpu_comm_min_int(gpu_comm *c, int *v, zb_err *err)
+{
+    _Static_assert(sizeof(int) == 4, "ncclInt32 is an int");
+    return host_collective(c, v, sizeof *v, 0, 1, err);
+}
+
 #else /* no NCCL in this build */
 
 struct gpu_comm {
@@ -365,5 +420,19 @@ int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, z
 
 int gpu_comm_rank(const gpu_comm *c) { (void)c; return 0; }
 int gpu_comm_size(const gpu_comm *c) { (void)c; return 1; }
+
+void *gpu_comm_nccl(gpu_comm *c) { (void)c; return NULL; }
+
+int gpu_comm_bcast_host(gpu_comm *c, void *buf, size_t bytes, int root, zb_err *err)
+{
+    (void)c; (void)buf; (void)bytes; (void)root;
+    return zb_fail(err, "multi-GPU transport: built without NCCL");
+}
+
+int gpu_comm_min_int(gpu_comm *c, int *v, zb_err *err)
+{
+    (void)c; (void)v;
+    return zb_fail(err, "multi-GPU transport: built without NCCL");
+}
 
 #endif

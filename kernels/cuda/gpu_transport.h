@@ -51,6 +51,10 @@ int gpu_fence_signal(gpu_fence *f, zb_cuda *from, zb_err *err);
 /* Makes `to`'s stream wait for the work f captured (host does not block). */
 int gpu_fence_wait(gpu_fence *f, zb_cuda *to, zb_err *err);
 
+/* 1 when the work f captured has finished (or f was never signalled),
+ * 0 while it runs, -1 with err on a CUDA error.  Does not block. */
+int gpu_fence_done(gpu_fence *f, zb_err *err);
+
 /* The one-GPU transfer: signal f on `from`, wait on `to`, then copy bytes
  * from src (written by work queued on `from`) to dst (owned by `to`) on
  * `to`'s stream.  After the call, work queued on `to` sees dst. */
@@ -115,6 +119,17 @@ int gpu_comm_allreduce_sum(gpu_comm *c, zb_cuda *s, float *buf, size_t n, zb_err
 
 /* The same for n doubles (global gradient norm, losses).  Queued on s. */
 int gpu_comm_allreduce_sum_f64(gpu_comm *c, zb_cuda *s, double *buf, size_t n, zb_err *err);
+
+/* The communicator itself (an ncclComm_t), for the NCCL transport
+ * (nccl_transport.c), which splits it per link; NULL without NCCL. */
+void *gpu_comm_nccl(gpu_comm *c);
+
+/* Between steps, from the host: broadcast `bytes` of host memory buf from
+ * rank root to every rank, and the minimum of *v over the ranks into *v
+ * (the ranks' agreement on a status).  Collective and synchronous (a
+ * staging device buffer and a stream of their own).  0 or -1. */
+int gpu_comm_bcast_host(gpu_comm *c, void *buf, size_t bytes, int root, zb_err *err);
+int gpu_comm_min_int(gpu_comm *c, int *v, zb_err *err);
 
 /* This communicator's rank and size. */
 int gpu_comm_rank(const gpu_comm *c);

@@ -10,7 +10,7 @@
  */
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/gpu_profile.h"
-#include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/nccl_transport.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 #include "runtime/cuda_module.h"
@@ -27,17 +27,15 @@ const zb_cuda_api *zbsched_cuda_module(void)
         .device_count = zb_cuda_device_count,
         .nccl_available = gpu_nccl_available,
         .profile_measure = gpu_profile_measure,
-        .check_ranked = gpu_trainer_check_ranked,
         .comm_create = gpu_comm_create,
         .comm_free = gpu_comm_free,
         .backend_create = backend_cuda_create,
-        .trainer_create_ranked = gpu_trainer_create_ranked,
-        .trainer_free = gpu_trainer_free,
-        .trainer_step = gpu_trainer_step,
-        .trainer_last_step_s = gpu_trainer_last_step_s,
-        .trainer_memory = gpu_trainer_memory,
         .nccl_unique_id = gpu_nccl_unique_id,
         .comm_create_from_id = gpu_comm_create_from_id,
+        .backend_create_rank = backend_cuda_create_rank,
+        .transport_make = nccl_transport_make,
+        .comm_bcast = gpu_comm_bcast_host,
+        .comm_min_int = gpu_comm_min_int,
     };
     static zb_cuda_api filled;
     if (!filled.version) {

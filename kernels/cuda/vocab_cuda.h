@@ -17,7 +17,7 @@
  * shard k, else 0), so that the combine touches only per-shard buffers,
  * as it would across GPUs.
  *
- * Not wired into the GPU trainer (kernels/cuda/gpu_trainer.c), which,
+ * Not wired into the executor's CUDA backend (kernels/cuda/backend_cuda.c), which,
  * like `zbsched run --device cuda`, refuses vocabulary-parallel schedules.
  */
 #ifndef ZB_VOCAB_CUDA_H

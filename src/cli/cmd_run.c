@@ -20,12 +20,14 @@
  * (runtime/backend.h; every schedule device a stream on one GPU, `--gpu N`
  * picks the GPU), so post-validation, evaluation, checkpoints, resume,
  * traces and --replicas work as on the CPU; only --threads (CPU kernel
- * threads) is refused.  Started by `zbsched launch` (ZB_WORLD_SIZE > 1 in
- * the environment), each process is one rank driving one schedule device
- * on its own GPU through NCCL, still with the module's own executor
- * (gpu_trainer_create_ranked), which has the synchronous clip only and no
- * evaluation, trace or checkpoint: those flags are refused there with one
- * line, and --json reports val_loss as null.  The GPU code is the module
+ * threads) is refused.  Started by `zbsched launch` or mpirun
+ * (ZB_WORLD_SIZE > 1 in the environment), each process is one rank
+ * driving one schedule device on its own GPU, through the same executor
+ * (trainer_opts.one_device) with the module's rank backend and NCCL
+ * transport (run_cuda): post-validation, checkpoints in parts, resume,
+ * --stop-at, V-shape and interleaved schedules; evaluation, traces,
+ * --replicas and the synchronous clip are refused there with one line
+ * (refuse_for_ranks), and --json reports val_loss as null.  The GPU code is the module
  * zbsched_cuda.so (runtime/cuda_module.h), loaded here only for --device
  * cuda; without it, or without a GPU, the command fails with one line.
  */
@@ -99,9 +101,10 @@ static void usage(FILE *out)
         "                         results are the same bits at every N\n"
         "      --device cpu|cuda  where to train (default cpu); cuda: every schedule device\n"
         "                         is a stream on one GPU (same flags as the CPU but\n"
-        "                         --threads), or under `zbsched launch` one GPU per rank\n"
-        "                         (NCCL; no --trace, --checkpoint, --resume, --stop-at,\n"
-        "                         --eval-*, --replicas there, val_loss null)\n"
+        "                         --threads), or under `zbsched launch` / mpirun one GPU\n"
+        "                         per rank (NCCL; checkpoints in parts, any schedule; no\n"
+        "                         --trace, --eval-*, --replicas, --sync-optimizer there,\n"
+        "                         val_loss null)\n"
         "      --gpu N            with --device cuda in one process: the GPU (default 0)\n"
         "      --max-skipped N    stop (exit 1) after N consecutive steps skipped for a\n"
         "                         gradient that is not finite; 0 never stops (default 5)\n"
@@ -363,28 +366,29 @@ static int parse_args(int argc, char **argv, run_args *a)
     return -1; /* go on */
 }
 
-/* The flags the multi-GPU NCCL executor (kernels/cuda/gpu_trainer.h) does
- * not have: refused with one line (usage error, 2) before any rank
- * bootstraps, or -1 to go on. */
+/* The flags GPU ranks (one schedule device per process, run_cuda) do not
+ * support yet, refused with one line and the reason (usage error, 2)
+ * before any rank bootstraps, or -1 to go on.  Checkpoints, resume,
+ * --stop-at, V-shape and interleaved schedules are supported. */
 static int refuse_for_ranks(const char *prog, const run_args *a)
 {
-    {
-        const char *cpu_only = a->trace ? "--trace"
-                             : a->ckpt_dir ? "--checkpoint"
-                             : a->resume ? "--resume"
-                             : a->stop_at != a->steps ? "--stop-at"
-                             : a->eval_flag ? (a->eval_every ? "--eval-every" : "--eval-windows")
-                             : a->isl.replicas > 0 ? "--replicas"
-                             : a->threads ? "--threads"
-                             : NULL;
-        if (cpu_only)
-            return cli_usage(prog, "%s is not supported with --device cuda across ranks (the "
-                             "multi-GPU NCCL executor has no %s)", cpu_only,
-                             a->trace ? "op trace" : a->ckpt_dir || a->resume || a->stop_at != a->steps
-                                 ? "checkpoints" : a->eval_flag ? "evaluation"
-                                 : a->isl.replicas > 0 ? "outer optimizer" : "CPU kernel threads");
-        /* --sync-optimizer is accepted: it is the NCCL executor's only mode */
-    }
+    if (a->eval_flag)
+        return cli_usage(prog, "%s is not supported with --device cuda across ranks (each rank "
+                         "holds only its own stages on its GPU, and an evaluation through the "
+                         "pipeline is not implemented)", a->eval_every ? "--eval-every"
+                                                                       : "--eval-windows");
+    if (a->trace)
+        return cli_usage(prog, "--trace is not supported with --device cuda across ranks (a "
+                         "rank measures only its own lane; as under mpirun)");
+    if (a->isl.replicas > 0)
+        return cli_usage(prog, "--replicas is not supported with --device cuda across ranks");
+    if (a->threads)
+        return cli_usage(prog, "--threads is not supported with --device cuda (it sets CPU "
+                         "kernel threads)");
+    if (a->sync_opt)
+        return cli_usage(prog, "--sync-optimizer is not supported with --device cuda across ranks "
+                         "(the synchronous clip gathers every stage's norm in one process; "
+                         "post-validation passes the norms along the pipeline)");
     return -1; /* go on */
 }
 
@@ -625,46 +629,94 @@ static int run_islands(run_args *a, const sched_t *s, const zb_model *m, const z
     return 0;
 }
 
-/* Prints the GPU run's summary line or JSON object (rank 0 only). */
-static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_model *m,
-                               const zb_rank_info *rk, int gpu, const double *losses,
-                               long n_losses, double train_s, long tokens, size_t static_bytes,
-                               size_t peak_bytes)
+/* The GPU ranks' agreement after a collective step: 0 when ok is 1 on
+ * every rank, else -1 (err set on this rank: its own message, or that
+ * another rank failed, which has then said why on its own stderr). */
+static int gpu_agree(const zb_cuda_api *cu, struct gpu_comm *comm, int ok, zb_err *err)
+{
+    int all = ok;
+    zb_err e = { { 0 } };
+    if (cu->comm_min_int(comm, &all, &e) != 0) {
+        *err = e;
+        return -1;
+    }
+    if (all)
+        return 0;
+    if (ok)
+        zb_fail(err, "another rank failed (its own line above says why)");
+    return -1;
+}
+
+/* One rank's checkpoint: its stages into its part, then, once every part
+ * is written, rank 0's manifest and run.json (runtime/ckpt_set.h, as the
+ * MPI pipeline ranks write them).  Collective; 0 or -1 with err. */
+static int gpu_save(const zb_cuda_api *cu, struct gpu_comm *comm, trainer *t, const sched_t *s,
+                    const char *dir, const run_identity *id, int rank, zb_err *err)
+{
+    ckptset_manifest mf = { .step = trainer_get_stats(t)->step, .ranks = s->n_devices };
+    if (rank == 0)
+        ckptset_new_tag(mf.tag);
+    if (cu->comm_bcast(comm, mf.tag, sizeof mf.tag, 0, err) != 0)
+        return -1;
+    unsigned char own[s->n_stages];
+    for (int st = 0; st < s->n_stages; st++)
+        own[st] = s->stage_device[st] == rank;
+    char path[4096];
+    int ok = ckptset_part_path(dir, mf.tag, rank, path, sizeof path, err) == 0 &&
+             trainer_save_stages(t, path, own, err) == 0;
+    if (gpu_agree(cu, comm, ok, err) != 0)
+        return -1;
+    ok = rank != 0 || (ckptset_manifest_write(dir, &mf, err) == 0 &&
+                       run_identity_save(dir, id, err) == 0);
+    if (gpu_agree(cu, comm, ok, err) != 0)
+        return -1;
+    ckptset_prune(dir, rank, mf.tag, rank == 0);
+    return 0;
+}
+
+/* Prints the GPU ranks' summary line or JSON object (rank 0 only). */
+static void print_ranks_summary(const run_args *a, const sched_t *s, const trainer *t,
+                                int world, long first, const double *losses, long n_losses,
+                                double train_s, long tokens, const zb_nccl_cfg *cfg,
+                                size_t static_bytes, size_t peak_bytes)
 {
     double tps = train_s > 0 ? (double)tokens / train_s : 0;
+    double last = n_losses ? losses[n_losses - 1] : NAN;
     if (!a->json) {
-        printf("%s: %s, %d devices, %d stages, m=%d on cuda (%s); %ld steps, final loss %.4f, "
-               "%.0f tokens/s, GPU memory %.1f MB static + %.1f MB peak activations "
-               "(no validation on the GPU)\n",
-               a->file, s->name[0] ? s->name : "schedule", s->n_devices, s->n_stages, s->n_micro,
-               rk->world > 1 ? "one GPU per rank" : "one GPU", n_losses,
-               n_losses ? losses[n_losses - 1] : NAN, tps, (double)static_bytes / 1e6,
-               (double)peak_bytes / 1e6);
+        printf("%s: %s, %d devices on %d GPU ranks, %d stages, m=%d; %ld steps, final loss %.4f, "
+               "%.0f tokens/s, rank 0 sent %llu bytes, GPU memory of rank 0 %.1f MB static + "
+               "%.1f MB peak activations, %ld rollbacks on rank 0\n",
+               a->file, s->name[0] ? s->name : "schedule", s->n_devices, world, s->n_stages,
+               s->n_micro, first + n_losses, last, tps, (unsigned long long)cfg->bytes_sent,
+               (double)static_bytes / 1e6, (double)peak_bytes / 1e6,
+               trainer_get_stats(t)->rollbacks);
         return;
     }
+    const zb_model *em = trainer_model(t);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "schedule", s->name);
-    cJSON_AddStringToObject(o, "model", m->name);
+    cJSON_AddStringToObject(o, "model", em->name);
     cJSON_AddStringToObject(o, "device", "cuda");
-    if (rk->world > 1)
-        cJSON_AddNullToObject(o, "gpu");
-    else
-        cJSON_AddNumberToObject(o, "gpu", gpu);
-    cJSON_AddNumberToObject(o, "ranks", rk->world);
+    cJSON_AddNullToObject(o, "gpu");
+    cJSON_AddNumberToObject(o, "ranks", world);
+    cJSON_AddStringToObject(o, "transport", "nccl");
     cJSON_AddNumberToObject(o, "devices", s->n_devices);
     cJSON_AddNumberToObject(o, "stages", s->n_stages);
     cJSON_AddNumberToObject(o, "micro_batches", s->n_micro);
-    cJSON_AddNumberToObject(o, "batch_size", m->micro_batch);
-    cJSON_AddNumberToObject(o, "first_step", 0);
-    cJSON_AddNumberToObject(o, "steps", (double)n_losses);
+    cJSON_AddNumberToObject(o, "batch_size", em->micro_batch);
+    cJSON_AddNumberToObject(o, "parameters", (double)trainer_param_count(t));
+    cJSON_AddNumberToObject(o, "first_step", (double)first);
+    cJSON_AddNumberToObject(o, "steps", (double)(first + n_losses));
     cJSON *l = cJSON_AddArrayToObject(o, "losses");
     for (long i = 0; i < n_losses; i++)
         cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[i]));
     cJSON_AddArrayToObject(o, "evals");
-    cJSON_AddNullToObject(o, "val_loss"); /* the NCCL executor has no evaluation */
+    cJSON_AddNullToObject(o, "val_loss"); /* refused across GPU ranks (refuse_for_ranks) */
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
     cJSON_AddNumberToObject(o, "train_seconds", train_s);
-    /* rank 0's figures in a ranked run: its own GPU */
+    /* rank 0's own figures: its GPU, its sends */
+    cJSON_AddNumberToObject(o, "bytes_sent_rank0", (double)cfg->bytes_sent);
+    cJSON_AddNumberToObject(o, "messages_rank0", (double)cfg->messages);
     cJSON_AddNumberToObject(o, "gpu_static_bytes", (double)static_bytes);
     cJSON_AddNumberToObject(o, "gpu_peak_activation_bytes", (double)peak_bytes);
     char *text = cJSON_PrintUnformatted(o);
@@ -674,123 +726,183 @@ static void print_cuda_summary(const run_args *a, const sched_t *s, const zb_mod
     cJSON_Delete(o);
 }
 
-/* `--device cuda`: the schedule on one GPU (one stream per schedule
- * device), or, when a launcher set ZB_WORLD_SIZE > 1, this process's rank
- * of the multi-GPU executor.  m is the loaded model (vocab and batch size
- * still the preset's; the trainer takes them from d and o).  Returns the
- * exit status, having printed the error line itself. */
+/* The module's backend for a GPU rank: its schedule device on its GPU. */
+typedef struct rank_backend_ctx {
+    const zb_cuda_api *cu; /* the loaded module's table */
+    int gpu;               /* this rank's CUDA device (ZB_LOCAL_RANK) */
+    int device;            /* its schedule device (= rank) */
+} rank_backend_ctx;
+
+static int make_rank_backend(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    const rank_backend_ctx *c = ctx;
+    return c->cu->backend_create_rank(c->gpu, n_devices, c->device, out, err);
+}
+
+/* `--device cuda` with ZB_WORLD_SIZE > 1 (`zbsched launch`, or mpirun /
+ * srun): this process is rank r, running schedule device r on GPU
+ * ZB_LOCAL_RANK through the one executor (trainer_opts.one_device) with
+ * the module's rank backend (only this device's stages on the GPU) and
+ * its NCCL transport (a communicator and a stream per link).  The loss
+ * is broadcast from the last stage's rank; checkpoints are written in
+ * parts (runtime/ckpt_set.h).  Returns the exit status, having printed
+ * the error line itself. */
 static int run_cuda(const run_args *a, const sched_t *s, zb_model *m, const zb_data *d,
-                    const trainer_opts *o)
+                    const trainer_opts *o, const run_identity *id)
 {
     zb_err err = { { 0 } };
     const zb_cuda_api *cu;
     if (cuda_module_load(&cu, &err) != 0)
         return cli_fail(&err);
-    zb_rank_info rk = { .rank = 0, .world = 1, .local_rank = 0 };
-    int ranked = zb_rank_from_env(&rk, &err);
-    if (ranked < 0)
-        return cli_fail(&err);
-    ranked = ranked == 1 && rk.world > 1;
-    if (!ranked) /* one process: every schedule device on one GPU */
-        rk = (zb_rank_info){ .rank = 0, .world = 1, .local_rank = 0 };
-    if (ranked && a->gpu >= 0)
+    zb_rank_info rk;
+    if (zb_rank_from_env(&rk, &err) != 1)
+        return cli_error("internal error: GPU ranks without rank variables");
+    if (a->gpu >= 0)
         return cli_usage("run", "--gpu is set by the launcher (ZB_LOCAL_RANK) in a run of %d ranks",
                          rk.world);
-    int gpu = ranked ? rk.local_rank : a->gpu >= 0 ? (int)a->gpu : 0;
     /* Fail before the NCCL bootstrap, where a rank would otherwise wait
      * for peers that already gave up: a schedule that does not fit the
-     * ranks (checked first: needs no GPU), no GPU, a missing GPU. */
-    if (ranked && s->n_devices != rk.world)
+     * ranks (needs no GPU), no GPU, a missing GPU. */
+    if (s->n_devices != rk.world)
         return cli_error("%s: the schedule has %d devices but the run has %d ranks (one GPU per "
                          "device: use `zbsched launch --gpus %d`)", a->file, s->n_devices, rk.world,
                          s->n_devices);
-    if (ranked && cu->check_ranked(s, &err) != 0) {
-        zb_wrap(&err, "%s: ", a->file);
-        return cli_fail(&err);
-    }
     int visible = cu->device_count();
     if (visible == 0)
-        return cli_error("%s: no CUDA device%s", a->file,
-                         ranked ? " (this rank's GPU is missing)" : "");
-    if (gpu >= visible)
-        return cli_error("%s: CUDA device %d does not exist (%d visible)%s", a->file, gpu, visible,
-                         ranked ? "; ZB_LOCAL_RANK is the GPU index" : "");
-    int speaker = rk.rank == 0;  /* only rank 0 prints progress and the summary */
-    int quiet = a->quiet || !speaker;
-    m->vocab = d->vocab;
-    if (a->batch > 0)
-        m->micro_batch = (int)a->batch;
+        return cli_error("%s: no CUDA device (this rank's GPU is missing)", a->file);
+    if (rk.local_rank >= visible)
+        return cli_error("%s: CUDA device %d does not exist (%d visible); ZB_LOCAL_RANK is the GPU "
+                         "index", a->file, rk.local_rank, visible);
+    if (!cu->comm_create || !cu->backend_create_rank || !cu->transport_make || !cu->comm_bcast ||
+        !cu->comm_min_int)
+        return cli_error("%s: this CUDA module has no GPU ranks (no NCCL transport in its table)",
+                         a->file);
+    int rank = rk.rank, quiet = a->quiet || rank != 0;
     struct gpu_comm *comm = NULL;
-    struct gpu_trainer *t = NULL;
+    trainer *t = NULL;
     double *losses = NULL;
     int rc = 1;
-    if (ranked) {
-        /* under mpirun / srun the NCCL id travels over MPI (cli_mpi.h);
-         * otherwise zbsched launch's TCP rendezvous */
-        int by_mpi = cli_mpi_nccl_comm(cu, &rk, &comm, &err);
-        if (by_mpi < 0) {
-            zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
-            cli_fail(&err);
-            goto out;
-        }
-        if (by_mpi == 0 && cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0) {
-            zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
-            cli_fail(&err);
-            goto out;
-        }
-        if (cu->trainer_create_ranked(s, m, d, o, &rk, comm, &t, &err) != 0) {
-            zb_wrap(&err, "%s with model %s on rank %d of %d: ", a->file, m->name, rk.rank, rk.world);
-            cli_fail(&err);
-            goto out;
-        }
-    } else {
-        /* one process: the executor with the CUDA backend (cuda_backend_setup) */
-        cli_error("%s: internal error: the NCCL executor without ranks", a->file);
+    /* under mpirun / srun the NCCL id travels over MPI (cli_mpi.h);
+     * otherwise zbsched launch's TCP rendezvous */
+    int by_mpi = cli_mpi_nccl_comm(cu, &rk, &comm, &err);
+    if (by_mpi < 0 ||
+        (by_mpi == 0 && cu->comm_create(&rk, NCCL_BOOTSTRAP_TIMEOUT_S, &comm, &err) != 0)) {
+        zb_wrap(&err, "rank %d of %d: ", rk.rank, rk.world);
+        cli_fail(&err);
         goto out;
     }
+    rank_backend_ctx bctx = { cu, rk.local_rank, rank };
+    zb_nccl_cfg cfg = { .comm = comm, .gpu = rk.local_rank };
+    int batch = o->batch_size > 0 ? o->batch_size : m->micro_batch;
+    cfg.act_elems = (size_t)batch * (size_t)m->seq_len * (size_t)m->d_model;
+    trainer_opts ro = *o;
+    ro.one_device = 1;
+    ro.device = rank;
+    ro.make_backend = make_rank_backend;
+    ro.make_backend_ctx = &bctx;
+    ro.make_transport = cu->transport_make;
+    ro.make_transport_ctx = &cfg;
+    ro.threads = 1; /* the host thread only issues work to the GPU */
+    /* collective: every rank splits a communicator per link */
+    if (trainer_create(s, m, d, &ro, &t, &err) != 0) {
+        zb_wrap(&err, "%s with model %s on rank %d of %d: ", a->file, m->name, rank, rk.world);
+        cli_fail(&err);
+        goto out;
+    }
+    const char *dir = a->ckpt_dir;
+    if (dir) {
+        /* rank 0 prepares DIR and checks run.json; every rank then loads */
+        char note[256] = "";
+        int same = 0, ok = 1;
+        if (rank == 0) {
+            char manifest[4096];
+            snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPTSET_MANIFEST);
+            ok = ensure_dir(dir, &err) == 0;
+            if (!ok)
+                cli_fail(&err);
+            else if (cli_check_output_list(manifest, (const char *const[]){ a->file, a->data,
+                                                                            a->model }, 3))
+                ok = 0;
+            else if (a->resume &&
+                     (same = run_identity_check(dir, id, note, sizeof note, &err)) < 0)
+                ok = cli_fail(&err) == 0;
+            else if (gen_write_model_file(dir, trainer_model(t), d->chars, d->vocab, &err) != 0)
+                ok = cli_fail(&err) == 0;
+        }
+        if (gpu_agree(cu, comm, ok, &err) != 0)
+            goto out; /* rank 0 said why */
+        if (a->resume) {
+            ok = ckptset_load(t, dir, rank, rk.world, NULL, &err) == 0;
+            if (!ok)
+                cli_error("rank %d of %d: %s", rank, rk.world, err.msg);
+            if (gpu_agree(cu, comm, ok, &err) != 0)
+                goto out;
+        }
+        if (same == 1 && !quiet)
+            fprintf(stderr, "zbsched run: %s\n", note);
+    }
+    long first = trainer_get_stats(t)->step;
+    if (first >= a->stop_at) {
+        if (rank == 0)
+            cli_error("the checkpoint is already at step %ld; nothing to do for --steps %ld", first,
+                      a->stop_at);
+        goto out;
+    }
+    const zb_model *em = trainer_model(t);
     if (!quiet)
-        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on cuda (%s), model %s: "
-                "%d layers, d=%d, vocab %d, batch %d x %d tokens\n",
-                s->name[0] ? s->name : a->file, s->n_devices, s->n_stages, s->n_micro,
-                ranked ? "one GPU per rank" : "one GPU", m->name, m->n_layers, m->d_model,
-                m->vocab, m->micro_batch, m->seq_len);
-    losses = calloc((size_t)a->steps, sizeof *losses);
+        fprintf(stderr, "zbsched run: %s (%d devices, %d stages, m=%d) on cuda (one GPU per rank, "
+                "%d ranks, NCCL), model %s: %d layers, d=%d, vocab %d, %zu parameters, batch %d x "
+                "%d tokens%s\n", s->name[0] ? s->name : a->file, s->n_devices, s->n_stages,
+                s->n_micro, rk.world, em->name, em->n_layers, em->d_model, em->vocab,
+                trainer_param_count(t), em->micro_batch, em->seq_len,
+                a->resume ? ", resumed" : "");
+    long n_steps = a->stop_at - first;
+    losses = calloc((size_t)n_steps, sizeof *losses);
     if (!losses) {
         cli_error("out of memory");
         goto out;
     }
-    long tokens_per_step = (long)s->n_micro * m->micro_batch * m->seq_len, tokens = 0;
+    long tokens_per_step = trainer_get_stats(t)->tokens_per_step, tokens = 0;
+    int root = s->stage_device[s->n_stages - 1]; /* where the loss is known */
     double train_s = 0;
-    for (long step = 0; step < a->steps; step++) {
-        if (cu->trainer_step(t, &losses[step], &err) != 0) {
-            cli_error("step %ld: %s", step + 1, err.msg);
+    for (long i = 0; i < n_steps; i++) {
+        long step = first + i;
+        double l = 0;
+        if (trainer_step(t, &l, &err) != 0 || cu->comm_bcast(comm, &l, sizeof l, root, &err) != 0) {
+            /* the others wait in a receive for this rank: the launcher stops them */
+            cli_error("rank %d of %d: step %ld: %s", rank, rk.world, step + 1, err.msg);
             goto out;
         }
-        double dt = cu->trainer_last_step_s(t);
+        losses[i] = l;
+        double dt = trainer_get_stats(t)->last_step_s;
         train_s += dt;
         tokens += tokens_per_step;
-        if (!isfinite(losses[step])) {
-            cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)", step + 1,
-                      isnan(losses[step]) ? "NaN" : "infinite");
+        if (!isfinite(l)) {
+            if (rank == 0)
+                cli_error("step %ld: the training loss is %s (diverged; try a lower --lr)",
+                          step + 1, isnan(l) ? "NaN" : "infinite");
             goto out;
         }
         if (!quiet)
-            fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s\n", step + 1, a->steps,
-                    losses[step], dt > 0 ? (double)tokens_per_step / dt : 0.0);
+            fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s\n", step + 1, a->steps, l,
+                    dt > 0 ? (double)tokens_per_step / dt : 0.0);
+    }
+    if (dir && gpu_save(cu, comm, t, s, dir, id, rank, &err) != 0) {
+        cli_error("rank %d of %d: checkpoint: %s", rank, rk.world, err.msg);
+        goto out;
     }
     size_t static_bytes = 0, peak_bytes = 0;
-    if (cu->trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
+    if (trainer_memory(t, &static_bytes, &peak_bytes, &err) != 0) {
         cli_fail(&err);
         goto out;
     }
-    if (speaker)
-        print_cuda_summary(a, s, m, &rk, gpu, losses, a->steps, train_s, tokens, static_bytes,
-                           peak_bytes);
+    if (rank == 0)
+        print_ranks_summary(a, s, t, rk.world, first, losses, n_steps, train_s, tokens, &cfg,
+                            static_bytes, peak_bytes);
     rc = 0;
 out:
     free(losses);
-    if (t)
-        cu->trainer_free(t);
+    trainer_free(t); /* the transport's per-link communicators go with it */
     if (comm)
         cu->comm_free(comm);
     cli_mpi_nccl_end();
@@ -974,15 +1086,10 @@ int cmd_run(int argc, char **argv)
         rc = cli_run_mpi(&mr, s, &m, d, &o);
         goto out;
     }
-    if (a.cuda && rk.world > 1) { /* ranks of `zbsched launch`: the NCCL executor */
+    if (a.cuda && rk.world > 1) { /* GPU ranks: the one executor, one device per rank */
         if ((rc = refuse_for_ranks("run", &a)) >= 0)
             goto out;
-        rc = 1;
-        o.sync_optimizer = 1; /* the NCCL executor's only optimizer path */
-        if (setup.layers_per_stage)
-            fprintf(stderr, "zbsched run: warning: the multi-GPU executor splits layers evenly, "
-                    "not by %s's plan\n", a.file);
-        rc = run_cuda(&a, s, &m, d, &o);
+        rc = run_cuda(&a, s, &m, d, &o, &id);
         goto out;
     }
     cuda_backend_ctx cuda_ctx;

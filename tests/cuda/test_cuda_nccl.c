@@ -3,16 +3,19 @@
  * through the TCP bootstrap (rank 0 of 1 serves nobody), one grouped
  * exchange that sends a buffer to itself and receives it into another
  * (the same call shape a pipeline step uses between neighbours), one-rank
- * all-reduces (identity), and the ranked executor on that communicator
- * (a one-device schedule: its all-reduced norm and losses) against the
- * CPU trainer.  Skips (77) without a device or without NCCL in the build.
- * Two ranks need two GPUs (NCCL refuses two ranks on one): not covered.
+ * all-reduces (identity), the host collectives of the GPU ranks (a
+ * broadcast and a minimum: identities on one rank), and the one executor
+ * as a GPU rank runs it (one_device, backend_cuda_create_rank, the NCCL
+ * transport: a one-device schedule, so no link) against the CPU trainer.
+ * Skips (77) without a device or without NCCL in the build.  Two ranks
+ * need two GPUs (NCCL refuses two ranks on one): test_cuda_ranks.c.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
-#include "kernels/cuda/gpu_trainer.h"
+#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/nccl_transport.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "runtime/data.h"
 #include "runtime/trainer.h"
@@ -20,7 +23,14 @@
 #include "src/model.h"
 #include "tests/cuda/cuda_check.h"
 
-/* The ranked executor (world 1, schedule p = 1) against the CPU trainer. */
+/* The rank backend of device 0 on GPU 0. */
+static int make_rank0(void *ctx, int n_devices, zb_backend **out, zb_err *e)
+{
+    (void)ctx;
+    return backend_cuda_create_rank(0, n_devices, 0, out, e);
+}
+
+/* A GPU rank's executor (world 1, schedule p = 1) against the CPU trainer. */
 static void test_ranked(gpu_comm *comm)
 {
     zb_model m;
@@ -42,23 +52,30 @@ static void test_ranked(gpu_comm *comm)
     CC_OK(gen_1f1b(&gp, &s, err));
     trainer_opts o;
     trainer_opts_default(&o);
-    o.sync_optimizer = 1;
-    trainer *ct;
-    gpu_trainer *gt;
-    gpu_rank_info r = { 0, 1, 0 };
+    trainer *ct, *gt;
     kernels_init_threads(1);
     CC_OK(trainer_create(s, &m, d, &o, &ct, err));
-    CC_OK(gpu_trainer_create_ranked(s, &m, d, &o, &r, comm, &gt, err));
+    zb_nccl_cfg cfg = { .comm = comm, .gpu = 0 };
+    cfg.act_elems = (size_t)m.micro_batch * (size_t)m.seq_len * (size_t)m.d_model;
+    trainer_opts go = o;
+    go.one_device = 1;
+    go.device = 0;
+    go.make_backend = make_rank0;
+    go.make_transport = nccl_transport_make;
+    go.make_transport_ctx = &cfg;
+    go.threads = 1;
+    CC_OK(trainer_create(s, &m, d, &go, &gt, err));
     for (int i = 0; i < 3; i++) {
         double lc, lg;
         char name[128];
         CC_OK(trainer_step(ct, &lc, err));
-        CC_OK(gpu_trainer_step(gt, &lg, err));
+        CC_OK(trainer_step(gt, &lg, err));
+        CC_OK(gpu_comm_bcast_host(comm, &lg, sizeof lg, 0, err));
         snprintf(name, sizeof name, "ranked executor step %d loss %.5f vs CPU %.5f", i + 1, lg,
                  lc);
         cc_true(name, fabs(lg - lc) < 1e-2 * fabs(lc));
     }
-    gpu_trainer_free(gt);
+    trainer_free(gt);
     trainer_free(ct);
     sched_free(s);
     data_free(d);
@@ -95,6 +112,9 @@ int main(void)
     CC_OK(gpu_comm_allreduce_sum(comm, c, dst, n, err));
     CC_OK(zb_cuda_download(c, back, dst, n * 4, err));
     cc_true("one-rank all-reduce is the identity", memcmp(back, h, n * 4) == 0);
+    int v = 5;
+    CC_OK(gpu_comm_min_int(comm, &v, err));
+    cc_true("one-rank minimum is the identity", v == 5);
     test_ranked(comm);
     gpu_comm_free(comm);
     zb_cuda_release(src);

@@ -1,7 +1,6 @@
 /*
  * test_launch.c: the parts of the multi-GPU runtime that need no GPU: the
- * rank variables (gpu_rank_from_env), the ranked executor's schedule check
- * (gpu_trainer_check_ranked) and `zbsched launch` (fork/exec of N ranks,
+ * rank variables (gpu_rank_from_env) and `zbsched launch` (fork/exec of N ranks,
  * failure propagation, one-line errors on bad flags).  Check suite.
  */
 #include <check.h>
@@ -9,9 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/gpu_trainer.h"
 #include "kernels/cuda/gpu_transport.h"
-#include "schedules/gen.h"
 #include "tests/common/cli_run.h"
 
 static void clear_rank_env(void)
@@ -73,66 +70,6 @@ START_TEST(rank_env_malformed)
     unsetenv("ZB_WORLD_SIZE");
     ck_assert_int_eq(gpu_rank_from_env(&r, &err), -1); /* only one of the pair */
     clear_rank_env();
-}
-END_TEST
-
-static sched_t *make(const char *kind, int p, int m, int v)
-{
-    gen_params gp;
-    gen_params_default(&gp);
-    gp.stages = p;
-    gp.microbatches = m;
-    gp.chunks = v;
-    sched_t *s = NULL;
-    zb_err err = { { 0 } };
-    ck_assert_msg(gen_lookup(kind)(&gp, &s, &err) == 0, "%s: %s", kind, err.msg);
-    return s;
-}
-
-START_TEST(ranked_check_plain_pipelines_pass)
-{
-    const char *kinds[] = { "gpipe", "1f1b", "zb-h1", "zb-h2" };
-    for (int i = 0; i < 4; i++) {
-        sched_t *s = make(kinds[i], 4, 8, 1);
-        zb_err err = { { 0 } };
-        ck_assert_msg(gpu_trainer_check_ranked(s, &err) == 0, "%s: %s", kinds[i], err.msg);
-        sched_free(s);
-    }
-}
-END_TEST
-
-START_TEST(ranked_check_refuses_shared_channels)
-{
-    /* ZB-V: device d holds stages d and 2p-1-d, so gradients of chunk 0
-     * and activations of chunk 1 both flow from d+1 to d */
-    sched_t *s = make("zb-v", 2, 4, 2);
-    zb_err err = { { 0 } };
-    ck_assert_int_eq(gpu_trainer_check_ranked(s, &err), -1);
-    ck_assert_ptr_nonnull(strstr(err.msg, "several stages per rank"));
-    sched_free(s);
-    s = make("interleaved", 2, 4, 2);
-    ck_assert_int_eq(gpu_trainer_check_ranked(s, &err), -1);
-    sched_free(s);
-}
-END_TEST
-
-START_TEST(ranked_check_refuses_mismatched_order)
-{
-    /* 2 devices, 2 micro-batches; device 1 runs F1 before F0 */
-    sched_t *s = sched_new(2, 2, 2);
-    sched_place_interleaved(s);
-    sched_push(s, 0, OP_F, 0, 0);
-    sched_push(s, 0, OP_F, 0, 1);
-    sched_push(s, 1, OP_F, 1, 1);
-    sched_push(s, 1, OP_F, 1, 0);
-    sched_push(s, 1, OP_BW, 1, 0);
-    sched_push(s, 1, OP_BW, 1, 1);
-    sched_push(s, 0, OP_BW, 0, 0);
-    sched_push(s, 0, OP_BW, 0, 1);
-    zb_err err = { { 0 } };
-    ck_assert_int_eq(gpu_trainer_check_ranked(s, &err), -1);
-    ck_assert_ptr_nonnull(strstr(err.msg, "forward"));
-    sched_free(s);
 }
 END_TEST
 
@@ -199,9 +136,6 @@ int main(void)
     tcase_add_test(tc, rank_env_absent_is_single_process);
     tcase_add_test(tc, rank_env_read);
     tcase_add_test(tc, rank_env_malformed);
-    tcase_add_test(tc, ranked_check_plain_pipelines_pass);
-    tcase_add_test(tc, ranked_check_refuses_shared_channels);
-    tcase_add_test(tc, ranked_check_refuses_mismatched_order);
     tcase_add_test(tc, launch_runs_all_ranks);
     tcase_add_test(tc, launch_propagates_failure);
     tcase_add_test(tc, launch_bad_flags);

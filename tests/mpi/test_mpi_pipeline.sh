@@ -225,5 +225,14 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e2.err")" = 1 ]; then pass "--sync-optimizer refused: one line"
 else fail "--sync-optimizer: exit $rc: $(cat "$T/e2.err")"; fi
 
+# pipeline ranks whose backend holds only their own stages (backend_rank.h,
+# what a GPU rank uses over the CUDA backend), over the CPU backend
+if [ -n "${MPI_RANK_BACKEND_CHECK:-}" ]; then
+    out=$(ZB_SOURCE_ROOT=$ROOT "${MPIRUN[@]}" -np 2 "$MPI_RANK_BACKEND_CHECK" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "^ok:"; then pass "rank backend: $(echo "$out" | grep '^ok:')"
+    else fail "rank backend: exit $rc: $(echo "$out" | head -5)"; fi
+fi
+
 echo "$fails failed"
 [ $fails -eq 0 ]

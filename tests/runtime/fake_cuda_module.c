@@ -23,8 +23,10 @@
  *   mpi-v1           as mpi, but without the id functions (a version-1
  *                    module's table)
  *
- * Nothing else is implemented: the profiler and the NCCL ranks' trainer
- * stop at the device count, or at the NCCL communicator.
+ * Nothing else is implemented: the profiler and the GPU ranks stop at the
+ * device count, or at the NCCL communicator (comm_create and
+ * comm_create_from_id fail, so the rank backend and the NCCL transport
+ * are never reached here).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -62,11 +64,15 @@ static int fake_device_count(void)
     return is_mpi_mode() ? 8 : strcmp(mode(), "onegpu") == 0 ? 1 : 0;
 }
 
-static int fake_check_ranked(const sched_t *s, zb_err *err)
+/* comm_create (the TCP rendezvous of `zbsched launch`): the last step a
+ * GPU rank takes before the executor; fails, as there is no NCCL here. */
+static int fake_comm_create(const zb_rank_info *r, int timeout_s, struct gpu_comm **out,
+                            zb_err *err)
 {
-    (void)s;
-    (void)err;
-    return 0;
+    (void)r;
+    (void)timeout_s;
+    (void)out;
+    return fake_fail(err, "fake module: no NCCL here (the TCP bootstrap was reached)");
 }
 
 static int fake_unique_id(unsigned char id[128], zb_err *err)
@@ -104,6 +110,35 @@ static int fake_comm_from_id(const zb_rank_info *r, const unsigned char id[128],
     return fake_fail(err, "fake module: no NCCL here (the id arrived)");
 }
 
+/* The GPU ranks' members past the communicator: present (the CLI checks
+ * the table before the bootstrap) but never reached, as comm_create and
+ * comm_create_from_id fail first. */
+static int fake_backend_rank(int gpu, int n_devices, int local_dev, zb_backend **out, zb_err *err)
+{
+    (void)gpu; (void)n_devices; (void)local_dev; (void)out;
+    return fake_fail(err, "fake module: no rank backend here");
+}
+
+static int fake_transport(void *ctx, const sched_t *s, int with_norms,
+                          const struct zb_transport_pool *pool, struct zb_transport **out,
+                          zb_err *err)
+{
+    (void)ctx; (void)s; (void)with_norms; (void)pool; (void)out;
+    return fake_fail(err, "fake module: no NCCL transport here");
+}
+
+static int fake_bcast(struct gpu_comm *c, void *buf, size_t bytes, int root, zb_err *err)
+{
+    (void)c; (void)buf; (void)bytes; (void)root;
+    return fake_fail(err, "fake module: no NCCL here");
+}
+
+static int fake_min_int(struct gpu_comm *c, int *v, zb_err *err)
+{
+    (void)c; (void)v;
+    return fake_fail(err, "fake module: no NCCL here");
+}
+
 static int fake_nccl(void)
 {
     return 0;
@@ -128,7 +163,11 @@ const zb_cuda_api *zbsched_cuda_module(void)
     api.nccl_available = fake_nccl;
     api.backend_create = fake_backend_create;
     if (is_mpi_mode()) {
-        api.check_ranked = fake_check_ranked;
+        api.comm_create = fake_comm_create;
+        api.backend_create_rank = fake_backend_rank;
+        api.transport_make = fake_transport;
+        api.comm_bcast = fake_bcast;
+        api.comm_min_int = fake_min_int;
         if (strcmp(mode(), "mpi-v1") != 0) {
             api.nccl_unique_id = fake_unique_id;
             api.comm_create_from_id = fake_comm_from_id;

@@ -121,8 +121,10 @@ START_TEST(launched_rank_fails_before_the_bootstrap)
         char zbv[160];
         snprintf(zbv, sizeof zbv, "%s/zbv.json", dir);
         ck_assert_int_eq(zb("gen zb-v -p 2 -m 4 -o %s", zbv), 0);
+        /* V-shape across ranks goes through the one executor: it gets as
+         * far as the GPU check */
         assert_one_line(zb_env("ZB_RANK=1 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2", zbv),
-                        1, "not supported");
+                        1, NO_GPU_LINE);
     }
 }
 END_TEST
@@ -130,14 +132,16 @@ END_TEST
 START_TEST(cpu_only_flags_are_refused_with_cuda)
 {
     /* %s: the temporary directory, where the outputs would go */
-    static const char *flags[][2] = {
-        { "--trace %s/T.json", "--trace" },
-        { "--checkpoint %s/CK", "--checkpoint" },
-        { "--checkpoint %s/CK --resume", "--checkpoint" },
-        { "--stop-at 1", "--stop-at" },
-        { "--eval-every 1", "--eval-every" },
-        { "--eval-windows 4", "--eval-windows" },
-        { "--replicas 2", "--replicas" },
+    /* [2]: 1 when GPU ranks refuse the flag (else they take it) */
+    static const char *flags[][3] = {
+        { "--trace %s/T.json", "--trace", "1" },
+        { "--checkpoint %s/CK", "--checkpoint", "0" },
+        { "--checkpoint %s/CK --resume", "--checkpoint", "0" },
+        { "--stop-at 1", "--stop-at", "0" },
+        { "--eval-every 1", "--eval-every", "1" },
+        { "--eval-windows 4", "--eval-windows", "1" },
+        { "--replicas 2", "--replicas", "1" },
+        { "--sync-optimizer", "--sync-optimizer", "1" },
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char extra[256];
@@ -145,12 +149,17 @@ START_TEST(cpu_only_flags_are_refused_with_cuda)
         /* one process: the executor takes them; the run stops at the GPU */
         int rc = zb("run %s --device cuda --steps 2 %s", sched_path, extra);
         assert_one_line(rc, 1, NO_GPU_LINE);
-        /* ranks of `zbsched launch`: the NCCL executor refuses them */
+        /* GPU ranks (`zbsched launch`): the same executor, one device per
+         * rank; what it cannot do there yet is refused with the reason */
         rc = zb_env("ZB_RANK=0 ZB_WORLD_SIZE=2", "run %s --device cuda --steps 2 %s", sched_path,
                     extra);
-        assert_one_line(rc, 2, flags[i][1]);
-        ck_assert_msg(strstr(err_text, "not supported with --device cuda across ranks"), "%s",
-                      err_text);
+        if (flags[i][2][0] == '1') {
+            assert_one_line(rc, 2, flags[i][1]);
+            ck_assert_msg(strstr(err_text, "not supported with --device cuda across ranks"), "%s",
+                          err_text);
+        } else {
+            assert_one_line(rc, 1, NO_GPU_LINE);
+        }
     }
     assert_one_line(zb("run %s --device cuda --steps 2 --threads 2", sched_path), 2, "--threads");
     ck_assert_msg(strstr(err_text, "not supported with --device cuda"), "%s", err_text);
@@ -322,6 +331,44 @@ START_TEST(cuda_takes_the_cpu_flags_through_the_backend)
 }
 END_TEST
 
+/* GPU ranks take the CPU's checkpoint flags and V-shape and interleaved
+ * schedules, and get as far as the NCCL communicator (the stand-in fails
+ * there: no NCCL), with nothing written yet. */
+START_TEST(gpu_ranks_take_the_flags_up_to_the_communicator)
+{
+    const char *fake = getenv("ZB_FAKE_CUDA_MODULE");
+    ck_assert_ptr_nonnull(fake);
+    char env[1024], kinds[2][160];
+    snprintf(env, sizeof env, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=mpi ZB_RANK=1 "
+             "ZB_WORLD_SIZE=2 ZB_LOCAL_RANK=1", fake);
+    snprintf(kinds[0], sizeof kinds[0], "%s/zbv.json", dir);
+    ck_assert_int_eq(zb("gen zb-v -p 2 -m 4 -o %s", kinds[0]), 0);
+    snprintf(kinds[1], sizeof kinds[1], "%s/inter.json", dir);
+    ck_assert_int_eq(zb("gen interleaved -p 2 -m 4 --chunks 2 -o %s", kinds[1]), 0);
+    for (int k = 0; k < 2; k++) {
+        assert_one_line(zb_env(env, "run %s --device cuda --model tiny --steps 3 --stop-at 2 "
+                               "--checkpoint %s/CK", kinds[k], dir),
+                        1, "the TCP bootstrap was reached");
+        ck_assert_msg(strstr(err_text, "rank 1 of 2"), "%s", err_text);
+        assert_one_line(zb_env(env, "run %s --device cuda --model tiny --steps 3 "
+                               "--checkpoint %s/CK --resume", kinds[k], dir),
+                        1, "the TCP bootstrap was reached");
+    }
+    char path[160];
+    snprintf(path, sizeof path, "%s/CK", dir);
+    cli_assert_no_file(path);
+    /* a module without the GPU ranks' members: one line, no crash */
+    char env1[1024];
+    snprintf(env1, sizeof env1, "ZBSCHED_CUDA_MODULE=%s FAKE_CUDA_MODE=onegpu ZB_RANK=0 "
+             "ZB_WORLD_SIZE=2 ZB_LOCAL_RANK=0", fake);
+    assert_one_line(zb_env(env1, "run %s --device cuda --model tiny --steps 3", kinds[0]), 1,
+                    "no GPU ranks");
+    /* a refused flag stops before the bootstrap */
+    assert_one_line(zb_env(env, "run %s --device cuda --model tiny --steps 3 --eval-every 1",
+                           kinds[0]), 2, "pipeline is not implemented");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_cli");
@@ -331,6 +378,7 @@ int main(void)
     tcase_add_test(tc, run_cuda_without_gpu_is_one_line);
     tcase_add_test(tc, cuda_takes_the_cpu_flags_through_the_backend);
     tcase_add_test(tc, launched_rank_fails_before_the_bootstrap);
+    tcase_add_test(tc, gpu_ranks_take_the_flags_up_to_the_communicator);
     tcase_add_test(tc, cpu_only_flags_are_refused_with_cuda);
     tcase_add_test(tc, profile_cuda_without_gpu_is_one_line);
     tcase_add_test(tc, device_cpu_still_trains);

@@ -118,6 +118,56 @@ static fixture_run train(const sched_t *s, const zb_data *d, int transport, int 
     return fixture_train(s, d, &o, STEPS);
 }
 
+/* The NCCL transport's channels (link_plan_channel): every link between
+ * two devices is one communicator split from the ranks' one, whose only
+ * members are its two ends, the sender as rank 0; links to itself and
+ * links of other devices get no colour.  Every rank computes the same
+ * colours in the same plan order, so the splits match up. */
+START_TEST(each_link_is_a_channel_of_its_two_ends)
+{
+    static const struct { const char *kind; int p, v; } cases[] = {
+        { "1f1b", 4, 1 }, { "zb-v", 2, 2 }, { "zb-v", 4, 2 }, { "interleaved", 4, 2 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sched_t *s = make(cases[c].kind, cases[c].p, cases[c].v);
+        zb_link_plan p;
+        zb_err err = { { 0 } };
+        ck_assert_int_eq(link_plan_build(s, 1, &p, &err), 0);
+        int self_links = 0;
+        for (int l = 0; l < p.n_links; l++) {
+            const zb_link *ln = &p.links[l];
+            int members = 0;
+            for (int me = 0; me < p.n_devices; me++) {
+                int key, colour = link_plan_channel(&p, l, me, &key);
+                if (ln->from == ln->to || (me != ln->from && me != ln->to)) {
+                    ck_assert_int_eq(colour, -1);
+                    ck_assert_int_eq(key, -1);
+                    continue;
+                }
+                ck_assert_int_eq(colour, l); /* distinct per link: one channel each */
+                ck_assert_int_eq(key, me == ln->from ? 0 : 1);
+                members++;
+            }
+            ck_assert_int_eq(members, ln->from == ln->to ? 0 : 2);
+            self_links += ln->from == ln->to;
+            /* the opposite direction is another link, hence another channel */
+            for (int o = 0; o < p.n_links; o++)
+                if (o != l && p.links[o].from == ln->to && p.links[o].to == ln->from) {
+                    int k1, k2;
+                    ck_assert_int_ne(link_plan_channel(&p, o, ln->from, &k1),
+                                     link_plan_channel(&p, l, ln->from, &k2));
+                }
+        }
+        /* V-shape: the turn (stages p-1 and p on the last device) is a link
+         * to itself, carried in-process */
+        if (strcmp(cases[c].kind, "zb-v") == 0)
+            ck_assert_int_ge(self_links, 1);
+        link_plan_free(&p);
+        sched_free(s);
+    }
+}
+END_TEST
+
 START_TEST(fifo_transport_is_bit_identical)
 {
     zb_data *d = fixture_data(fixture_model().seq_len);
@@ -202,6 +252,7 @@ int main(void)
     TCase *tc = tcase_create("transport");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, plan_lists_every_message_once);
+    tcase_add_test(tc, each_link_is_a_channel_of_its_two_ends);
     tcase_add_test(tc, fifo_transport_is_bit_identical);
     tcase_add_test(tc, out_of_order_send_is_an_error);
     suite_add_tcase(s, tc);
