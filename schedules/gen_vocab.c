@@ -49,6 +49,7 @@
  */
 #include "schedules/gen.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,10 @@ typedef struct vwalk {
     int *pos;            /* [p] first base op of each device not yet run */
     uint8_t **taken;     /* [p][n_ops] base op already run ahead of its turn */
     int *ahead;          /* [p] ops run ahead of pos, not yet passed by it */
+    int *next_f;         /* [p] first lane index after pos holding a forward not
+                          * yet run (n_ops when none): only moves forward, as pos
+                          * and taken only grow, so commit keeps it up to date
+                          * and choose need not rescan the lane */
     int lookahead;       /* how many F ops may run ahead of a blocked backward */
     int hold;            /* 1: a device waits for an S that becomes ready before its
                           * next base op would end, instead of starting that op */
@@ -183,9 +188,7 @@ static vcand choose(const vwalk *w, int d)
          * barrier, or for the stage after it), the lane's next forward may
          * go first, at most `lookahead` of them at a time. */
         if (op.kind != OP_F && w->ahead[d] < w->lookahead) {
-            int i = w->pos[d] + 1;
-            while (i < s->dev[d].n_ops && (s->dev[d].ops[i].kind != OP_F || w->taken[d][i]))
-                i++;
+            int i = w->next_f[d];
             if (i < s->dev[d].n_ops) {
                 sched_op fo = s->dev[d].ops[i];
                 double rf = base_ready_strict(w, fo, d);
@@ -235,6 +238,16 @@ static vcand choose(const vwalk *w, int d)
     return best;
 }
 
+/* Moves device d's next_f to the first forward after pos not yet run. */
+static void next_f_advance(vwalk *w, int d)
+{
+    const sched_lane *lane = &w->base->dev[d];
+    int i = w->next_f[d] > w->pos[d] ? w->next_f[d] : w->pos[d] + 1;
+    while (i < lane->n_ops && (lane->ops[i].kind != OP_F || w->taken[d][i]))
+        i++;
+    w->next_f[d] = i < lane->n_ops ? i : lane->n_ops;
+}
+
 /* Commits candidate c on device d. */
 static int commit(vwalk *w, int d, vcand c)
 {
@@ -264,6 +277,7 @@ static int commit(vwalk *w, int d, vcand c)
     if (c.index != w->pos[d]) { /* a forward run ahead of its turn */
         w->taken[d][c.index] = 1;
         w->ahead[d]++;
+        next_f_advance(w, d);
         return 0;
     }
     w->pos[d]++; /* then past forwards already run ahead */
@@ -271,6 +285,7 @@ static int commit(vwalk *w, int d, vcand c)
         w->pos[d]++;
         w->ahead[d]--;
     }
+    next_f_advance(w, d);
     return 0;
 }
 
@@ -288,6 +303,7 @@ static void vwalk_free(vwalk *w)
             free(w->taken[d]);
     free(w->taken);
     free(w->ahead);
+    free(w->next_f);
     free(w->pos);
     free(w->next_s);
     free(w->next_t);
@@ -342,7 +358,7 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
 
 /* One placement with the given lookahead; base is valid and plain. */
 static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                        sched_t **out, zb_err *err)
+                        int validate_out, sched_t **out, zb_err *err)
 {
     vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
                 .lookahead = lookahead, .hold = hold };
@@ -360,6 +376,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.next_t = calloc(p, sizeof(int));
     w.free_at = calloc(p, sizeof(double));
     w.ahead = calloc(p, sizeof(int));
+    w.next_f = calloc(p, sizeof(int));
     w.taken = calloc(p, sizeof *w.taken);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
@@ -369,10 +386,12 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.taken) {
+        !w.ahead || !w.next_f || !w.taken) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
+    for (int d = 0; d < w.p; d++)
+        next_f_advance(&w, d);
     for (size_t i = 0; i < cells; i++)
         w.f_end[i] = w.b_end[i] = NAN;
     for (size_t j = 0; j < m; j++)
@@ -397,7 +416,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
             goto out;
         }
     }
-    if (sched_validate(w.out, err) != 0) {
+    if (validate_out && sched_validate(w.out, err) != 0) {
         zb_wrap(err, "vocabulary parallelism: placement gave an invalid schedule: ");
         goto out;
     }
@@ -416,6 +435,18 @@ int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookah
     return gen_vocab_insert_with(base, v, lookahead, 0, out, err);
 }
 
+/* gen_vocab_insert_with's checks of everything but the lookahead. */
+static int insert_checks(const sched_t *base, const sched_vocab *v, zb_err *err)
+{
+    if (gen_vocab_check(v, err) != 0)
+        return -1;
+    if (sched_has_vocab(base))
+        return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
+    if (sched_validate(base, err) != 0)
+        return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
+    return 0;
+}
+
 int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                           sched_t **out, zb_err *err)
 {
@@ -424,21 +455,32 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
     if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
         return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
-    if (sched_has_vocab(base))
-        return zb_fail(err, "vocabulary parallelism: the schedule already has vocabulary passes");
-    if (sched_validate(base, err) != 0)
-        return zb_wrap(err, "vocabulary parallelism: the base schedule is invalid: ");
-    return insert_ahead(base, v, lookahead, hold != 0, out, err);
+    if (insert_checks(base, v, err) != 0)
+        return -1;
+    return insert_ahead(base, v, lookahead, hold != 0, 1, out, err);
+}
+
+int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                             sched_t **out, zb_err *err)
+{
+    assert(lookahead >= 0 && lookahead <= GEN_VOCAB_MAX_LOOKAHEAD && !sched_has_vocab(base));
+    return insert_ahead(base, v, lookahead, hold != 0, 0, out, err);
 }
 
 int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
 {
     sched_t *best = NULL;
     double best_cost = INFINITY;
+    /* The arguments are checked once, and only the placement kept is
+     * validated (the validations were a sixth of the default search's
+     * time): every placement is valid by construction, as the walk
+     * commits each op once and only after what it waits for. */
+    if (insert_checks(base, v, err) != 0)
+        return -1;
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         int k = q / 2, hold = q % 2;
         sched_t *s = NULL;
-        if (gen_vocab_insert_with(base, v, k, hold, &s, err) != 0) {
+        if (insert_ahead(base, v, k, hold, 0, &s, err) != 0) {
             sched_free(best);
             return -1;
         }
@@ -458,6 +500,10 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
             sched_free(s);
         }
         sim_result_free(&r);
+    }
+    if (sched_validate(best, err) != 0) {
+        sched_free(best);
+        return zb_wrap(err, "vocabulary parallelism: placement gave an invalid schedule: ");
     }
     *out = best;
     return 0;
