@@ -77,6 +77,28 @@ static void fill_one(void *c, int from, int to, zb_msg_key key)
     ln->msgs[ln->n_msgs++] = key;
 }
 
+int link_plan_locate(const zb_link_plan *p, int me, int receiving, zb_msg_key key, int *link,
+                     int *seq, zb_err *err)
+{
+    size_t k = link_plan_key(p, key.kind, key.stage, key.mb);
+    int l = p->link_of_key[k];
+    if (!receiving && (l < 0 || p->links[l].from != me))
+        return zb_fail(err, "transport: message (%d, stage %d, mb %d) is not this device's to send",
+                       key.kind, key.stage, key.mb);
+    if (receiving && (l < 0 || p->links[l].to != me))
+        return zb_fail(err, "transport: nobody sends (%d, stage %d, mb %d) to this device",
+                       key.kind, key.stage, key.mb);
+    *link = l;
+    *seq = p->seq_of_key[k];
+    return 0;
+}
+
+int link_plan_order_error(zb_msg_key key, int sent, int planned, zb_err *err)
+{
+    return zb_fail(err, "transport: (%d, stage %d, mb %d) sent as message %d of its link, the "
+                   "plan has it at %d", key.kind, key.stage, key.mb, sent, planned);
+}
+
 void link_plan_free(zb_link_plan *p)
 {
     if (p->links)

@@ -95,6 +95,24 @@ static inline size_t link_plan_key(const zb_link_plan *p, int kind, int stage, i
     return ((size_t)kind * (size_t)p->n_stages + (size_t)stage) * (size_t)p->n_micro + (size_t)mb;
 }
 
+/* Whether messages of kind carry one double (the post-validation norms)
+ * rather than an activation-sized buffer. */
+static inline int link_plan_is_scalar(int kind)
+{
+    return kind == CHAN_NORM_UP || kind == CHAN_NORM_DOWN;
+}
+
+/* One process's end of the plan (pipeline ranks over MPI or NCCL): the
+ * link key travels on (*link) and its position there (*seq).  Sending
+ * (receiving == 0), the key must leave device me; receiving, arrive at
+ * it.  0, or -1 with err naming the key. */
+int link_plan_locate(const zb_link_plan *p, int me, int receiving, zb_msg_key key, int *link,
+                     int *seq, zb_err *err);
+
+/* The error for key sent as message `sent` of its link while the plan has
+ * it at `planned` (the two ends do not share an order).  Returns -1. */
+int link_plan_order_error(zb_msg_key key, int sent, int planned, zb_err *err);
+
 /* Where a transport gets and returns activation-sized buffers. */
 typedef struct zb_transport_pool {
     void *(*get)(void *ctx);           /* a buffer, NULL when memory runs out */

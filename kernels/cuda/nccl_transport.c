@@ -54,11 +54,6 @@ typedef struct nt_impl {
     int aborted;             /* 1: receives fail */
 } nt_impl;
 
-static int is_scalar(int kind)
-{
-    return kind == CHAN_NORM_UP || kind == CHAN_NORM_DOWN;
-}
-
 static int nccl_ok(ncclResult_t st, const char *what, zb_err *err)
 {
     if (st == ncclSuccess)
@@ -103,31 +98,27 @@ static void reap(nt_impl *im, int wait)
 static int nt_send(zb_transport *tr, zb_msg_key key, void *buf, double val, zb_err *err)
 {
     nt_impl *im = tr->impl;
-    size_t k = link_plan_key(&im->plan, key.kind, key.stage, key.mb);
-    int l = im->plan.link_of_key[k];
-    if (l < 0 || im->plan.links[l].from != im->me) {
+    int l, planned;
+    if (link_plan_locate(&im->plan, im->me, 0, key, &l, &planned, err) != 0) {
         im->pool.put(im->pool.ctx, buf);
-        return zb_fail(err, "transport: message (%d, stage %d, mb %d) is not this device's to send",
-                       key.kind, key.stage, key.mb);
+        return -1;
     }
     nt_link *ln = &im->links[l];
     int seq = ln->sent++;
-    if (seq != im->plan.seq_of_key[k]) {
+    if (seq != planned) {
         im->pool.put(im->pool.ctx, buf);
-        return zb_fail(err, "transport: (%d, stage %d, mb %d) sent as message %d of its link, "
-                       "the plan has it at %d", key.kind, key.stage, key.mb, seq,
-                       im->plan.seq_of_key[k]);
+        return link_plan_order_error(key, seq, planned, err);
     }
     if (im->plan.links[l].to == im->me) { /* to itself: straight into the stash */
         ln->stash[seq] = (nt_entry){ buf, 1 };
-        if (is_scalar(key.kind))
+        if (link_plan_is_scalar(key.kind))
             ln->val_host[seq] = val;
         ln->read = seq + 1;
         return 0;
     }
     reap(im, 0);
     cudaStream_t st = stream_of(ln);
-    if (is_scalar(key.kind)) {
+    if (link_plan_is_scalar(key.kind)) {
         /* the value's own slot: it stays put until the step ends */
         ln->val_host[seq] = val;
         im->pool.put(im->pool.ctx, buf); /* NULL for norms */
@@ -173,7 +164,7 @@ static int post_next(nt_impl *im, int l, zb_err *err)
     const zb_link *pl = &im->plan.links[l];
     int seq = ln->read;
     cudaStream_t st = stream_of(ln);
-    if (is_scalar(pl->msgs[seq].kind)) {
+    if (link_plan_is_scalar(pl->msgs[seq].kind)) {
         if (nccl_ok(ncclRecv(ln->val_dev + seq, 1, ncclDouble, 0, ln->comm, st), "ncclRecv",
                     err) != 0
             || cuda_ok(cudaMemcpyAsync(ln->val_host + seq, ln->val_dev + seq, sizeof(double),
@@ -205,21 +196,18 @@ static int nt_recv(zb_transport *tr, zb_msg_key key, void **buf, double *val, zb
     nt_impl *im = tr->impl;
     if (im->aborted)
         return zb_fail(err, "aborted");
-    size_t k = link_plan_key(&im->plan, key.kind, key.stage, key.mb);
-    int l = im->plan.link_of_key[k];
-    if (l < 0 || im->plan.links[l].to != im->me)
-        return zb_fail(err, "transport: nobody sends (%d, stage %d, mb %d) to this device",
-                       key.kind, key.stage, key.mb);
+    int l, want;
+    if (link_plan_locate(&im->plan, im->me, 1, key, &l, &want, err) != 0)
+        return -1;
     nt_link *ln = &im->links[l];
     const zb_link *pl = &im->plan.links[l];
-    int want = im->plan.seq_of_key[k];
     if (pl->from == im->me && !ln->stash[want].full)
         return zb_fail(err, "transport: device %d waits for its own message (%d, stage %d, mb %d) "
                        "before sending it", im->me, key.kind, key.stage, key.mb);
     while (!ln->stash[want].full)
         if (post_next(im, l, err) != 0)
             return -1;
-    if (is_scalar(key.kind) && pl->from != im->me
+    if (link_plan_is_scalar(key.kind) && pl->from != im->me
         && zb_cuda_sync(ln->ctx, err) != 0) /* the value decides this rank's next step */
         return -1;
     if (buf)
@@ -227,7 +215,7 @@ static int nt_recv(zb_transport *tr, zb_msg_key key, void **buf, double *val, zb
     else
         im->pool.put(im->pool.ctx, ln->stash[want].buf);
     if (val)
-        *val = is_scalar(key.kind) ? ln->val_host[want] : 0;
+        *val = link_plan_is_scalar(key.kind) ? ln->val_host[want] : 0;
     ln->stash[want] = (nt_entry){ 0 };
     return 0;
 }

@@ -43,11 +43,6 @@ typedef struct mpi_impl {
     int aborted;              /* 1: receives fail */
 } mpi_impl;
 
-static int is_scalar(int kind)
-{
-    return kind == CHAN_NORM_UP || kind == CHAN_NORM_DOWN;
-}
-
 static int mpi_failed(zb_err *err, int rc, const char *what)
 {
     char text[MPI_MAX_ERROR_STRING];
@@ -81,20 +76,16 @@ static void reap(mpi_impl *im, int wait)
 static int mpi_send(zb_transport *tr, zb_msg_key key, void *buf, double val, zb_err *err)
 {
     mpi_impl *im = tr->impl;
-    size_t k = link_plan_key(&im->plan, key.kind, key.stage, key.mb);
-    int l = im->plan.link_of_key[k];
-    if (l < 0 || im->plan.links[l].from != im->me) {
+    int l, planned;
+    if (link_plan_locate(&im->plan, im->me, 0, key, &l, &planned, err) != 0) {
         im->pool.put(im->pool.ctx, buf);
-        return zb_fail(err, "transport: message (%d, stage %d, mb %d) is not this device's to send",
-                       key.kind, key.stage, key.mb);
+        return -1;
     }
     mpi_link *ln = &im->links[l];
     int seq = ln->sent++;
-    if (seq != im->plan.seq_of_key[k]) {
+    if (seq != planned) {
         im->pool.put(im->pool.ctx, buf);
-        return zb_fail(err, "transport: (%d, stage %d, mb %d) sent as message %d of its link, "
-                       "the plan has it at %d", key.kind, key.stage, key.mb, seq,
-                       im->plan.seq_of_key[k]);
+        return link_plan_order_error(key, seq, planned, err);
     }
     int to = im->plan.links[l].to;
     if (to == im->me) { /* to itself: straight into the stash */
@@ -117,7 +108,7 @@ static int mpi_send(zb_transport *tr, zb_msg_key key, void *buf, double val, zb_
     memset(f, 0, sizeof *f);
     const void *data;
     size_t bytes;
-    if (is_scalar(key.kind)) {
+    if (link_plan_is_scalar(key.kind)) {
         if (!(f->val = malloc(sizeof *f->val))) {
             im->pool.put(im->pool.ctx, buf);
             return zb_fail(err, "transport: out of memory");
@@ -148,14 +139,11 @@ static int mpi_recv(zb_transport *tr, zb_msg_key key, void **buf, double *val, z
     mpi_impl *im = tr->impl;
     if (im->aborted)
         return zb_fail(err, "aborted");
-    size_t k = link_plan_key(&im->plan, key.kind, key.stage, key.mb);
-    int l = im->plan.link_of_key[k];
-    if (l < 0 || im->plan.links[l].to != im->me)
-        return zb_fail(err, "transport: nobody sends (%d, stage %d, mb %d) to this device",
-                       key.kind, key.stage, key.mb);
+    int l, want;
+    if (link_plan_locate(&im->plan, im->me, 1, key, &l, &want, err) != 0)
+        return -1;
     mpi_link *ln = &im->links[l];
     const zb_link *pl = &im->plan.links[l];
-    int want = im->plan.seq_of_key[k];
     if (pl->from == im->me && !ln->stash[want].full)
         return zb_fail(err, "transport: device %d waits for its own message (%d, stage %d, mb %d) "
                        "before sending it", im->me, key.kind, key.stage, key.mb);
@@ -164,7 +152,7 @@ static int mpi_recv(zb_transport *tr, zb_msg_key key, void **buf, double *val, z
         const zb_msg_key *next = &pl->msgs[seq];
         mpi_entry e = { NULL, 0, 1 };
         int rc;
-        if (is_scalar(next->kind)) {
+        if (link_plan_is_scalar(next->kind)) {
             rc = MPI_Recv(&e.val, (int)sizeof(double), MPI_BYTE, pl->from, 0, im->cfg->comm,
                           MPI_STATUS_IGNORE);
         } else {

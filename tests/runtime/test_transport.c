@@ -168,6 +168,46 @@ START_TEST(each_link_is_a_channel_of_its_two_ends)
 }
 END_TEST
 
+START_TEST(locate_finds_each_key_only_at_its_two_ends)
+{
+    /* The lookup the rank transports (MPI, NCCL) share: every planned key
+     * is found at its sender when sending and at its receiver when
+     * receiving, at its plan position, and refused at every other device;
+     * a key the plan never sends is refused everywhere. */
+    sched_t *s = make("zb-v", 2, 2);
+    zb_link_plan p;
+    zb_err err = { { 0 } };
+    ck_assert_int_eq(link_plan_build(s, 1, &p, &err), 0);
+    for (int l = 0; l < p.n_links; l++)
+        for (int i = 0; i < p.links[l].n_msgs; i++) {
+            zb_msg_key key = p.links[l].msgs[i];
+            for (int me = 0; me < p.n_devices; me++)
+                for (int receiving = 0; receiving <= 1; receiving++) {
+                    int end = receiving ? p.links[l].to : p.links[l].from;
+                    int got_l = -1, got_seq = -1;
+                    int rc = link_plan_locate(&p, me, receiving, key, &got_l, &got_seq, &err);
+                    if (me == end) {
+                        ck_assert_int_eq(rc, 0);
+                        ck_assert_int_eq(got_l, l);
+                        ck_assert_int_eq(got_seq, i);
+                    } else {
+                        ck_assert_int_eq(rc, -1);
+                        ck_assert_ptr_nonnull(strstr(err.msg, receiving ? "nobody sends"
+                                                                        : "not this device's"));
+                    }
+                }
+        }
+    zb_msg_key never = { CHAN_ACT, 0, 0 }; /* stage 0 receives no activation */
+    int l, seq;
+    ck_assert_int_eq(link_plan_locate(&p, 0, 1, never, &l, &seq, &err), -1);
+    ck_assert_int_eq(link_plan_locate(&p, 1, 0, never, &l, &seq, &err), -1);
+    ck_assert_int_eq(link_plan_order_error(never, 3, 1, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "sent as message 3 of its link, the plan has it at 1"));
+    link_plan_free(&p);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(fifo_transport_is_bit_identical)
 {
     zb_data *d = fixture_data(fixture_model().seq_len);
@@ -253,6 +293,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, plan_lists_every_message_once);
     tcase_add_test(tc, each_link_is_a_channel_of_its_two_ends);
+    tcase_add_test(tc, locate_finds_each_key_only_at_its_two_ends);
     tcase_add_test(tc, fifo_transport_is_bit_identical);
     tcase_add_test(tc, out_of_order_send_is_an_error);
     suite_add_tcase(s, tc);
