@@ -7,9 +7,12 @@
  * optimizer uses.  A backend owns the arithmetic and the memory of one
  * kind of device: a stage's parameters, gradients and AdamW moments, the
  * saved activations between F, B and W, the activation messages, and the
- * ops on them.  The CPU backend (backend_cpu.c) wraps kernels/cpu/llama.h
- * and adamw.h; the CUDA backend (kernels/cuda/backend_cuda.c, inside the
- * loadable module zbsched_cuda.so) wraps kernels/cuda/gpu_stage.h.
+ * ops on them.  Each backend lives in its kernels' folder, as ggml keeps
+ * ggml-cpu/ and ggml-cuda/: the CPU backend (kernels/cpu/backend_cpu.c)
+ * wraps kernels/cpu/llama.h and adamw.h; the CUDA backend
+ * (kernels/cuda/backend_cuda.c, inside the loadable module zbsched_cuda.so)
+ * wraps kernels/cuda/gpu_stage.h.  A backend depends on this header and
+ * its own kernels only, never on the executor.
  *
  * The design follows ggml's backend interface (ggml-backend-impl.h: a
  * struct of function pointers per backend, opaque buffers, async set/get
@@ -22,7 +25,8 @@
  * Objects:
  *   zb_backend  one device kind, with the schedule's p devices (CPU: the
  *               worker threads' teams; CUDA: one stream per device on one
- *               GPU).  Made by a factory (backend_cpu_create or the CUDA
+ *               GPU).  Made by a factory (backend_cpu_create of
+ *               kernels/cpu/backend_cpu.h, or the CUDA
  *               module's backend_create); freed by ops->destroy.
  *   zb_bstage   one virtual stage on one device: params (fp32 master),
  *               grads, AdamW m and v, a post-validation snapshot of the
@@ -204,12 +208,12 @@ struct zb_backend {
  * schedule of n_devices devices.  0 and *out, or -1 with err. */
 typedef int (*zb_backend_make)(void *ctx, int n_devices, zb_backend **out, zb_err *err);
 
-/* The CPU backend over kernels/cpu (backend_cpu.c); n_devices is unused
- * (the executor binds each worker's kernel team itself).  0 or -1. */
-int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err);
-
 /* Frees be through its ops; NULL is fine. */
-void backend_free(zb_backend *be);
+static inline void backend_free(zb_backend *be)
+{
+    if (be && be->ops->destroy)
+        be->ops->destroy(be);
+}
 
 #ifdef __cplusplus
 }

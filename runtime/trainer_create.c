@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/split.h"
 #include "src/validate.h"

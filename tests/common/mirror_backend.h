@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend_cpu.h"
 #include "runtime/backend.h"
 
 /* Op counters (workers call concurrently: atomics). */

@@ -1,6 +1,6 @@
 /*
- * backend_cpu.c: the CPU backend (backend.h) over kernels/cpu/llama.h and
- * adamw.h.
+ * backend_cpu.c: the CPU backend (runtime/backend.h, backend_cpu.h) over
+ * kernels/cpu/llama.h and adamw.h.
  *
  * Every buffer lives in host memory, so the host mirror of a buffer is the
  * buffer itself (download and upload are NULL), an activation is a plain
@@ -13,7 +13,7 @@
  * the executor binds per worker: the backend itself has no threads and no
  * per-device state, so n_devices is unused.
  */
-#include "runtime/backend.h"
+#include "kernels/cpu/backend_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -312,10 +312,4 @@ int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err)
     be->impl = im;
     *out = be;
     return 0;
-}
-
-void backend_free(zb_backend *be)
-{
-    if (be && be->ops->destroy)
-        be->ops->destroy(be);
 }
