@@ -112,7 +112,7 @@ typedef struct trainer_opts {
     int threads;          /* kernel threads per device (its team, kernels/cpu/
                            * team.h); <= 0: trainer_default_threads(p).  The
                            * results are the same bits at every value */
-    int transport;        /* runtime/transport.h: ZB_TRANSPORT_SLOTS (0, keyed
+    int transport;        /* runtime/transport_factory.h: ZB_TRANSPORT_SLOTS (0, keyed
                            * mailbox) or ZB_TRANSPORT_FIFO (untagged ordered
                            * links, the model of MPI/NCCL); same bits */
     /* A transport the caller makes instead (one between processes,

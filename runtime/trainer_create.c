@@ -24,6 +24,7 @@
 #include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/split.h"
+#include "runtime/transport_factory.h"
 #include "src/validate.h"
 
 void trainer_opts_default(trainer_opts *o)

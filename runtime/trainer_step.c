@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/transport_factory.h"
+
 /* The reference path: the full norm first, then every stage steps. */
 static void synchronous_step(trainer *t)
 {

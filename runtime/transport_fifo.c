@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/link_plan.h"
+
 /* One message in flight. */
 typedef struct fifo_entry {
     void *buf;      /* payload buffer (owned by the transport) */

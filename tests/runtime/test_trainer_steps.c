@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/llama.h"
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "schedules/gen.h"
 #include "src/validate.h"
 #include "tests/common/trainer_fixture.h"
