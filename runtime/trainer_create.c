@@ -235,15 +235,6 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         return -1;
     }
     t->mirrored = t->be->ops->download != NULL;
-    if (sched_has_vocab(s) && t->mirrored) {
-        /* the passes read and write the last stage's host buffers */
-        zb_fail(err, "schedule: vocabulary-parallel passes run on the CPU backend only (the %s "
-                "backend keeps its buffers apart from the host); generate the schedule with "
-                "--vocab plain", t->be->ops->name);
-        free(first);
-        trainer_free(t);
-        return -1;
-    }
     zb_transport_pool pool = { trainer_pool_get, trainer_pool_put, t };
     if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices)) {
         free(first);
@@ -317,7 +308,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         }
     }
     free(first);
-    if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, &t->ve, err) != 0) {
+    if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, t->be, &t->ve, err) != 0) {
         trainer_free(t);
         return -1;
     }

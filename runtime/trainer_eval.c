@@ -58,10 +58,9 @@ int trainer_eval(trainer *t, double *val_loss, zb_err *err)
                 rc = be->ops->sync(be, r->bs, err);
             be->ops->saved_free(be, sv);
             if (rc == 0 && t->ve && s == t->n_stages - 1) {
-                /* the head over its shards (CPU only: the host mirror is the buffer) */
-                const float *params = be->ops->host(be, r->bs, ZB_BUF_PARAMS);
+                /* the head over its shards, on the backend */
                 double vl = 0;
-                rc = vocab_exec_eval(t->ve, params + r->norm_layout.n_params, b, y, B, &vl, err);
+                rc = vocab_exec_eval(t->ve, r->bs, r->norm_layout.n_params, b, y, B, &vl, err);
                 loss = (float)vl;
                 last = 1;
             }

@@ -186,8 +186,10 @@ static int op_forward(trainer *t, int s, int j, double *start, double *end, zb_e
     }
     stamp(t, end);
     if (t->ve && s == t->n_stages - 1) {
-        vocab_exec_put_x(t->ve, j, out); /* the head input's broadcast */
+        rc = vocab_exec_put_x(t->ve, r->device, j, out, err); /* the head input's broadcast */
         act_put(t, r->device, out);
+        if (rc != 0)
+            return zb_wrap(err, "F of stage %d, micro-batch %d: ", s, j);
     } else if (!last && tr_send(t, r->device, CHAN_ACT, s + 1, j, out, 0, err) != 0)
         return -1;
     return 0;
@@ -208,7 +210,8 @@ static int op_backward_b(trainer *t, int s, int j, double *start, double *end, v
     } else if (t->ve) { /* the head input's gradient, after barrier C0 or C1 */
         if (!(dy = act_get(t, r->device)))
             return zb_fail(err, "out of memory for a gradient");
-        if (vocab_exec_take_dx(t->ve, j, 1.0f / (float)t->n_micro, dy, &t->mb_loss[j], err) != 0) {
+        if (vocab_exec_take_dx(t->ve, r->device, j, 1.0f / (float)t->n_micro, dy, &t->mb_loss[j],
+                              err) != 0) {
             act_put(t, r->device, dy);
             return -1;
         }

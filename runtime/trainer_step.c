@@ -67,10 +67,9 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     if (t->ve) {
         stage_rt *r = &t->st[t->n_stages - 1];
         size_t head = r->norm_layout.n_params; /* the head follows the norm-only layout */
-        /* the passes read and write the host buffers: trainer_create
-         * refuses vocabulary parallelism on a mirrored backend */
-        vocab_exec_begin(t->ve, t->be->ops->host(t->be, r->bs, ZB_BUF_PARAMS) + head,
-                         t->be->ops->host(t->be, r->bs, ZB_BUF_GRADS) + head, t->y, &t->t0);
+        zb_err e;
+        if (vocab_exec_begin(t->ve, r->bs, head, t->y, &t->t0, &e) != 0)
+            trainer_be_fail(t, &e);
     }
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
 }
@@ -100,6 +99,8 @@ int trainer_step(trainer *t, double *loss, zb_err *err)
     if (trainer_mirrors_push(t, err) != 0)
         return -1;
     step_begin(t, NULL, NULL);
+    if (trainer_be_check(t, err) != 0)
+        return -1;
     /* Ops and optimizer step in one set of workers: each device steps as
      * soon as its lane is done, the post-validation overlap of the paper.
      * The arithmetic is that of trainer_backward + trainer_apply. */
@@ -245,6 +246,8 @@ static int backward(trainer *t, const int32_t *x, const int32_t *y, double *loss
     if (trainer_mirrors_push(t, err) != 0)
         return -1;
     step_begin(t, x, y);
+    if (trainer_be_check(t, err) != 0)
+        return -1;
     if (trainer_run_workers(t, PHASE_OPS, err) != 0)
         return -1;
     trainer_mirrors_device_wrote(t, 1u << ZB_BUF_GRADS);

@@ -11,22 +11,15 @@
  *
  * The kernels run on the calling thread's team (kernels/cpu/team.h), which
  * the executor binds per worker: the backend itself has no threads and no
- * per-device state, so n_devices is unused.
+ * per-device state, so n_devices is unused.  The vocabulary passes' ops are
+ * in backend_cpu_vocab.c.
  */
 #include "kernels/cpu/backend_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* One stage's buffers. */
-typedef struct cpu_stage {
-    const llama_stage *layout; /* borrowed description of the buffers */
-    const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
-                                 * layout, or a prefix of it (stage_new) */
-    size_t n;                  /* floats per buffer */
-    float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
-    float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
-} cpu_stage;
+#include "kernels/cpu/backend_cpu_impl.h"
 
 /* The backend's state: only the bytes it holds, for memory. */
 typedef struct cpu_impl {
@@ -295,6 +288,15 @@ static const zb_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .snapshot = cpu_snapshot,
     .restore = cpu_restore,
+    .vocab_new = cpu_vocab_new,
+    .vocab_free = cpu_vocab_free,
+    .vocab_begin = cpu_vocab_begin,
+    .vocab_put_x = cpu_vocab_put_x,
+    .vocab_s = cpu_vocab_s,
+    .vocab_t = cpu_vocab_t,
+    .vocab_dx = cpu_vocab_dx,
+    .vocab_eval = cpu_vocab_eval,
+    .vocab_cell_bytes = cpu_vocab_cell_bytes,
     .memory = cpu_memory,
 };
 

@@ -584,6 +584,34 @@ void llama_saved_set_recompute(llama_saved *sv, int level)
 static const int mlp_slots[] = { LS_N2, LS_A, LS_B, LS_HS };
 enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
 
+int llama_saved_plan(const llama_stage *st, int batch, int recompute, llama_saved_sizes *out)
+{
+    llama_saved *sv = llama_saved_new(st, batch); /* the slot table only */
+    if (!sv)
+        return -1;
+    size_t keep = 0, only = 0, b_keep = 0, mlp = 0;
+    for (int k = 0; k < sv->n_slots; k++) {
+        size_t b = sv->slot_bytes[k];
+        keep += sv->slot_phase[k] == PH_F_KEEP ? b : 0;
+        only += sv->slot_phase[k] == PH_F_ONLY ? b : 0;
+        b_keep += sv->slot_phase[k] == PH_B_KEEP ? b : 0;
+    }
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; !local_is_memory(st, i) && k < MLP_SLOT_COUNT; k++)
+            mlp += sv->slot_bytes[i * LS_COUNT + mlp_slots[k]];
+    size_t N = (size_t)batch * st->cfg.seq_len;
+    /* keep_inputs_only's copies */
+    size_t inputs = (st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float))
+                    + (st->has_head ? N * sizeof(int32_t) : 0);
+    out->after_f = recompute == LLAMA_RC_FULL  ? inputs
+                   : recompute == LLAMA_RC_MLP ? keep + only - mlp
+                                               : keep + only;
+    out->in_b = keep + only + b_keep + (recompute == LLAMA_RC_FULL ? inputs : 0);
+    out->after_b = keep + b_keep;
+    llama_saved_free(sv);
+    return 0;
+}
+
 /* Frees whichever MLP block slots are held (a failed rebuild's). */
 static void drop_mlp_blocks_partial(llama_saved *sv)
 {
