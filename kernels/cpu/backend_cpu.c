@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/cpu/backend_cpu_impl.h"
+#include "kernels/cpu/backend_cpu_vocab.h"
 
 /* The backend's state: only the bytes it holds, for memory. */
 typedef struct cpu_impl {

@@ -1,7 +1,6 @@
 /*
  * backend_cpu_impl.h: what the files of the CPU backend share (internal to
- * kernels/cpu/backend_cpu*.c): a stage's buffers, and the vocabulary
- * passes' ops that backend_cpu.c puts into its table.
+ * kernels/cpu/backend_cpu*.c): a stage's buffers.
  */
 #ifndef ZB_KERNELS_BACKEND_CPU_IMPL_H
 #define ZB_KERNELS_BACKEND_CPU_IMPL_H
@@ -20,20 +19,5 @@ typedef struct cpu_stage {
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
     float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
 } cpu_stage;
-
-/* backend.h's vocabulary ops over kernels/cpu/vocab_shard.h
- * (backend_cpu_vocab.c). */
-int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, zb_err *err);
-void cpu_vocab_free(zb_backend *be, zb_bvocab *v);
-int cpu_vocab_begin(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
-                    const int32_t *targets, zb_err *err);
-int cpu_vocab_put_x(zb_backend *be, zb_bvocab *v, int dev, int mb, const void *x, zb_err *err);
-int cpu_vocab_s(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err);
-int cpu_vocab_t(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err);
-int cpu_vocab_dx(zb_backend *be, zb_bvocab *v, int dev, int mb, float dloss, void *dx,
-                 float *loss, zb_err *err);
-int cpu_vocab_eval(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
-                   const void *x, const int32_t *y, int batch, double *loss, zb_err *err);
-size_t cpu_vocab_cell_bytes(zb_backend *be, const zb_bvocab *v, int shard);
 
 #endif

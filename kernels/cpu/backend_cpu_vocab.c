@@ -21,12 +21,13 @@
  * its micro-batch only after barrier C0, dx every partial only after C0 or
  * C1.  begin and eval on the trainer's thread while no worker runs.
  */
-#include "kernels/cpu/backend_cpu_impl.h"
+#include "kernels/cpu/backend_cpu_vocab.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend_cpu_impl.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vocab_shard.h"
 #include "src/sched.h"
@@ -349,15 +350,38 @@ int cpu_vocab_eval(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_of
     return oom ? zb_fail(err, "out of memory for the evaluation's logits") : 0;
 }
 
+double backend_cpu_vocab_cell_bytes(const zb_vocab_shape *shape, int shard)
+{
+    if (shard < 0 || shard >= shape->shards)
+        return 0;
+    double N = (double)shape->batch * shape->seq;
+    double v = vshard_begin(shard + 1, shape->shards, shape->vocab)
+               - vshard_begin(shard, shape->shards, shape->vocab);
+    /* logits, row max, target logit, row sum; Vocab-1's partial is held
+     * from S too (Vocab-2 writes it at T) */
+    return N * (sizeof(float) * (v + 2) + sizeof(double))
+           + (shape->variant == SCHED_VOCAB_1 ? N * shape->d * sizeof(float) : 0);
+}
+
+double backend_cpu_vocab_bytes(const zb_vocab_shape *shape)
+{
+    double N = (double)shape->batch * shape->seq, d = shape->d, f = sizeof(float);
+    int p = shape->shards, v1 = shape->variant == SCHED_VOCAB_1;
+    double bytes = shape->micro * N * d * f  /* each micro-batch's head input */
+                   + N * f;                  /* dx's lse */
+    for (int k = 0; k < p; k++) {
+        double v = vshard_begin(k + 1, p, shape->vocab) - vshard_begin(k, p, shape->vocab);
+        bytes += 2 * d * v * f                /* w, dw */
+                 + (v1 ? N * v * f : 0)       /* Vocab-1's local softmax */
+                 + N * f + N * sizeof(double) /* lse, dx's rescale weights */
+                 /* every cell: logits, row max, row sum, target logit, partial */
+                 + shape->micro * N * (f * (v + 2 + d) + sizeof(double));
+    }
+    return bytes;
+}
+
 size_t cpu_vocab_cell_bytes(zb_backend *be, const zb_bvocab *bv, int shard)
 {
     (void)be;
-    const cpu_vocab *cv = (const cpu_vocab *)bv;
-    if (shard < 0 || shard >= cv->shape.shards)
-        return 0;
-    size_t N = (size_t)cv->N;
-    /* logits, row max, target logit, row sum; Vocab-1's partial is held
-     * from S too (Vocab-2 writes it at T) */
-    return N * (sizeof(float) * ((size_t)cv->shard[shard].v + 2) + sizeof(double))
-           + (cv->shape.variant == SCHED_VOCAB_1 ? N * (size_t)cv->shape.d * sizeof(float) : 0);
+    return (size_t)backend_cpu_vocab_cell_bytes(&((const cpu_vocab *)bv)->shape, shard);
 }

@@ -1045,8 +1045,9 @@ int cmd_run(int argc, char **argv)
     if (!a.cuda) {
         /* Refuse before allocating what this machine cannot hold. */
         run_memory mem;
-        run_estimate_memory(s, &m, d->n_tokens, a.isl.replicas, setup.recompute_stages, &mem);
-        if (run_check_memory(&mem, run_physical_memory(), &err) != 0) {
+        run_estimate_memory(s, &m, d->n_tokens, a.isl.replicas, setup.layers_per_stage,
+                            setup.recompute_stages, &mem);
+        if (run_check_memory(&mem, run_memory_available(), &err) != 0) {
             cli_fail(&err);
             goto out;
         }
