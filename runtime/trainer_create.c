@@ -101,12 +101,11 @@ void trainer_free(trainer *t)
     free(t->st);
     vocab_exec_free(t->ve);
     backend_free(t->be);
-    if (t->op_start)
-        for (int d = 0; d < t->n_devices; d++) {
-            free(t->op_start[d]);
-            free(t->op_end[d]);
-            free(t->op_mid[d]);
-        }
+    /* each of the three may be missing when creation ran out of memory */
+    double **times[3] = { t->op_start, t->op_end, t->op_mid };
+    for (int k = 0; k < 3; k++)
+        for (int d = 0; times[k] && d < t->n_devices; d++)
+            free(times[k][d]);
     free(t->op_start);
     free(t->op_end);
     free(t->op_mid);
@@ -145,6 +144,49 @@ static int plan_split(const int *per_stage, int n_layers, int n_stages, int *fir
     return 0;
 }
 
+/* Builds stage i of t (layers [first[i], first[i+1])): its layouts, its
+ * arrays, its buffers and saved states on the backend and its initial
+ * weights.  0, or -1 with err; what was built is freed with the trainer. */
+static int stage_build(trainer *t, const sched_t *s, int i, const int *first,
+                       const trainer_opts *opts, zb_err *err)
+{
+    stage_rt *r = &t->st[i];
+    if (llama_stage_init(&r->layout, &t->model, first[i], first[i + 1], i == 0,
+                         i == t->n_stages - 1, err) != 0)
+        return zb_wrap(err, "stage %d: ", i);
+    r->kern = &r->layout;
+    if (sched_has_vocab(s) && i == t->n_stages - 1) {
+        if (llama_stage_init(&r->norm_layout, &t->model, first[i], first[i + 1], i == 0,
+                             LLAMA_HEAD_NORM_ONLY, err) != 0)
+            return zb_wrap(err, "stage %d: ", i);
+        r->kern = &r->norm_layout;
+    }
+    r->device = s->stage_device[i];
+    r->recompute = opts->recompute_stages ? opts->recompute_stages[i] : LLAMA_RC_NONE;
+    r->n_params = llama_stage_num_params(&r->layout);
+    r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
+    r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);
+    r->w_scratch = calloc((size_t)t->n_micro, sizeof *r->w_scratch);
+    r->w_free = calloc((size_t)t->n_micro, sizeof *r->w_free);
+    if (!r->w_free || !r->tensor_sq || !r->saved || !r->w_scratch)
+        return zb_fail(err, "out of memory for stage %d", i);
+    zb_backend *be = t->be;
+    int brc = be->ops->stage_new(be, &r->layout, r->kern != &r->layout ? r->kern : NULL,
+                                 r->device, &r->bs, err);
+    if (brc != 0)
+        r->bs = NULL;
+    for (int j = 0; j < t->n_micro && brc == 0; j++)
+        if ((brc = be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err)) != 0)
+            r->saved[j] = NULL;
+    if (brc == 0) {
+        /* the same initial weights on every backend: drawn on the host */
+        llama_stage_init_params(&r->layout, be->ops->host(be, r->bs, ZB_BUF_PARAMS), opts->seed);
+        if (be->ops->upload)
+            brc = be->ops->upload(be, r->bs, ZB_BUF_PARAMS, err);
+    }
+    return brc != 0 ? zb_wrap(err, "stage %d on %s: ", i, be->ops->name) : 0;
+}
+
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
                    const trainer_opts *opts, trainer **out, zb_err *err)
 {
@@ -159,18 +201,28 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
         return zb_fail(err, "eval windows must be positive, got %d", opts->eval_windows);
+    if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices))
+        return zb_fail(err, "device %d is not one of the schedule's %d", opts->device,
+                       s->n_devices);
+    int batch = opts->batch_size > 0 ? opts->batch_size : m->micro_batch;
+    if (batch <= 0)
+        return zb_fail(err, "the batch size must be positive, got %d", batch);
+    for (int i = 0; opts->recompute_stages && i < s->n_stages; i++)
+        if (opts->recompute_stages[i] < LLAMA_RC_NONE || opts->recompute_stages[i] > LLAMA_RC_MLP)
+            return zb_fail(err, "stage %d: recompute level %d is not 0 (none), 1 (full) or 2 (mlp)",
+                           i, opts->recompute_stages[i]);
+    /* From here every failure goes to `fail`, which frees the partly built
+     * trainer (trainer_free accepts every state) after err is written. */
+    trainer *t = NULL;
     int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
     if (!first)
         return zb_fail(err, "out of memory");
     if (opts->layers_per_stage ? plan_split(opts->layers_per_stage, m->n_layers, s->n_stages, first, err) != 0
-                               : split_layers(m->n_layers, s->n_stages, first, err) != 0) {
-        free(first);
-        return -1;
-    }
-    trainer *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(first);
-        return zb_fail(err, "out of memory");
+                               : split_layers(m->n_layers, s->n_stages, first, err) != 0)
+        goto fail;
+    if (!(t = calloc(1, sizeof *t))) {
+        zb_fail(err, "out of memory");
+        goto fail;
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->wmu, NULL);
@@ -178,8 +230,7 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     pthread_cond_init(&t->wdone, NULL);
     t->model = *m;
     t->model.vocab = d->vocab;
-    if (opts->batch_size > 0)
-        t->model.micro_batch = opts->batch_size;
+    t->model.micro_batch = batch;
     t->data = d;
     t->opts = *opts;
     t->opts.layers_per_stage = NULL; /* borrowed for the split only */
@@ -187,13 +238,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->n_stages = s->n_stages;
     t->n_micro = s->n_micro;
     t->n_devices = s->n_devices;
-    t->batch = t->model.micro_batch;
+    t->batch = batch;
     t->seq = t->model.seq_len;
-    if (t->batch <= 0) {
-        free(first);
-        trainer_free(t);
-        return zb_fail(err, "the batch size must be positive, got %d", t->batch);
-    }
     t->act_floats = (size_t)t->batch * (size_t)t->seq * (size_t)t->model.d_model;
     t->sched = sched_clone(s);
     t->st = calloc((size_t)t->n_stages, sizeof *t->st);
@@ -222,95 +268,34 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
         oom = !t->op_start[dv] || !t->op_end[dv] || !t->op_mid[dv];
     }
     if (oom) {
-        free(first);
-        trainer_free(t);
-        return zb_fail(err, "out of memory");
+        zb_fail(err, "out of memory");
+        goto fail;
     }
     if ((opts->make_backend ? opts->make_backend(opts->make_backend_ctx, s->n_devices, &t->be, err)
                             : backend_cpu_create(s->n_devices, &t->be, err))
         != 0) {
         t->be = NULL;
-        free(first);
-        trainer_free(t);
-        return -1;
+        goto fail;
     }
     t->mirrored = t->be->ops->download != NULL;
     zb_transport_pool pool = { trainer_pool_get, trainer_pool_put, t };
-    if (opts->one_device && (opts->device < 0 || opts->device >= s->n_devices)) {
-        free(first);
-        trainer_free(t);
-        return zb_fail(err, "device %d is not one of the schedule's %d", opts->device,
-                       s->n_devices);
-    }
     if ((opts->make_transport
              ? opts->make_transport(opts->make_transport_ctx, s, !opts->sync_optimizer, &pool,
                                     &t->tr, err)
              : transport_create(opts->transport, s, !opts->sync_optimizer, &pool, &t->tr, err))
         != 0) {
-        free(first);
-        trainer_free(t);
-        return -1;
+        t->tr = NULL;
+        goto fail;
     }
     kernels_init_threads(1);
-    for (int i = 0; i < t->n_stages; i++) {
-        stage_rt *r = &t->st[i];
-        if (llama_stage_init(&r->layout, &t->model, first[i], first[i + 1], i == 0,
-                             i == t->n_stages - 1, err) != 0) {
-            free(first);
-            trainer_free(t);
-            return zb_wrap(err, "stage %d: ", i);
-        }
-        r->kern = &r->layout;
-        if (sched_has_vocab(s) && i == t->n_stages - 1) {
-            if (llama_stage_init(&r->norm_layout, &t->model, first[i], first[i + 1], i == 0,
-                                 LLAMA_HEAD_NORM_ONLY, err) != 0) {
-                free(first);
-                trainer_free(t);
-                return zb_wrap(err, "stage %d: ", i);
-            }
-            r->kern = &r->norm_layout;
-        }
-        r->device = s->stage_device[i];
-        r->recompute = opts->recompute_stages ? opts->recompute_stages[i] : LLAMA_RC_NONE;
-        if (r->recompute < LLAMA_RC_NONE || r->recompute > LLAMA_RC_MLP) {
-            free(first);
-            trainer_free(t);
-            return zb_fail(err, "stage %d: recompute level %d is not 0 (none), 1 (full) or 2 (mlp)",
-                           i, opts->recompute_stages[i]);
-        }
-        r->n_params = llama_stage_num_params(&r->layout);
-        r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
-        r->saved = calloc((size_t)t->n_micro, sizeof *r->saved);
-        r->w_scratch = calloc((size_t)t->n_micro, sizeof *r->w_scratch);
-        r->w_free = calloc((size_t)t->n_micro, sizeof *r->w_free);
-        oom = !r->w_free || !r->tensor_sq || !r->saved || !r->w_scratch;
-        if (oom) {
-            free(first);
-            trainer_free(t);
-            return zb_fail(err, "out of memory for stage %d", i);
-        }
-        zb_backend *be = t->be;
-        int brc = be->ops->stage_new(be, &r->layout, r->kern != &r->layout ? r->kern : NULL,
-                                     r->device, &r->bs, err);
-        for (int j = 0; j < t->n_micro && brc == 0; j++)
-            brc = be->ops->saved_new(be, r->bs, t->batch, r->recompute, &r->saved[j], err);
-        if (brc == 0) {
-            /* the same initial weights on every backend: drawn on the host */
-            llama_stage_init_params(&r->layout, be->ops->host(be, r->bs, ZB_BUF_PARAMS),
-                                    opts->seed);
-            if (be->ops->upload)
-                brc = be->ops->upload(be, r->bs, ZB_BUF_PARAMS, err);
-        }
-        if (brc != 0) {
-            free(first);
-            trainer_free(t);
-            return zb_wrap(err, "stage %d on %s: ", i, be->ops->name);
-        }
-    }
+    for (int i = 0; i < t->n_stages; i++)
+        if (stage_build(t, s, i, first, opts, err) != 0)
+            goto fail;
     free(first);
+    first = NULL;
     if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, t->be, &t->ve, err) != 0) {
-        trainer_free(t);
-        return -1;
+        t->ve = NULL;
+        goto fail;
     }
     const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
     while (t->spec_len < lane0->n_ops && lane0->ops[t->spec_len].kind == OP_F
@@ -320,6 +305,10 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;
     return 0;
+fail:
+    free(first);
+    trainer_free(t);
+    return -1;
 }
 
 int trainer_threads(const trainer *t)
