@@ -162,6 +162,8 @@ struct trainer {
     double *b_loss;        /* [b_cap] mean loss of each step (stage S-1's worker) */
     double *b_full_sq;     /* [b_cap] full squared norm of each step (stage S-1's worker) */
     double *b_end;         /* [b_cap][p] ms since t0 when each device finished each step */
+    long b_spec;           /* speculative forwards run in the batch (stage 0's worker) */
+    long b_redone;         /* of those, redone after a rollback (stage 0's worker) */
 };
 
 /* Milliseconds from t0 to now on the monotonic clock. */

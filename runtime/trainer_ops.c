@@ -360,6 +360,7 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
             if (trainer_run_ops(w, 0, t->spec_len) != 0)
                 return -1;
             *spec_ran = 1;
+            t->b_spec += t->spec_len; /* only stage 0's worker counts */
         }
     }
     const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
@@ -405,6 +406,7 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
             }
             if (trainer_run_ops(w, 0, t->spec_len) != 0)
                 return -1;
+            t->b_redone += t->spec_len;
         }
         if (s > 0 && tr_send(t, -1, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
             return -1;

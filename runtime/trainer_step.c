@@ -201,6 +201,7 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
         return -1;
     t->b_n = n;
     t->b_step0 = t->stats.step;
+    t->b_spec = t->b_redone = 0;
     t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
     t->rollbacks_step = 0;
     t->full_sq = 0;
@@ -232,6 +233,9 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
     }
     t->full_sq = t->b_full_sq[n - 1];
     t->stats.rollbacks += t->rollbacks_step;
+    t->stats.overlapped_steps += n - 1;
+    t->stats.spec_forwards += t->b_spec; /* the workers are joined: no race */
+    t->stats.spec_redone += t->b_redone;
     if (t->opts.record_times)
         batch_trace_times(t);
     t->have_times = t->opts.record_times;
