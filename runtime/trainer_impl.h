@@ -24,10 +24,10 @@
  *   trainer_ckpt.c     the trainer's checkpoint files (checkpoint.h)
  *   trainer_trace.c    the measured trace of the last step
  *
- * The files call each other in one direction only (tools/check-layers.sh
- * holds it): step -> workers -> ops, step -> ops, eval -> workers,
- * create -> workers, create -> ops, and everything -> mirror, which calls
- * none of them.  A file-local helper stays static; what another file
+ * The files call each other in one direction only (tools/check-layers.py
+ * holds it): step -> workers -> ops; step, eval and create -> workers;
+ * step and create -> ops; step, workers, eval and ckpt -> mirror; ops,
+ * mirror and trace call none of the others.  A file-local helper stays static; what another file
  * calls is declared here, prefixed trainer_ like the public calls but
  * never exported by trainer.h.
  *
