@@ -97,29 +97,35 @@ def objects_by_module(root, build, files):
     return out
 
 
-def symbols(obj):
-    """(defined, undefined) global names of one object file (nm -P)."""
-    res = subprocess.run(["nm", "-P", obj], capture_output=True, text=True, check=False)
-    defined, undefined = set(), set()
+def symbols(paths):
+    """{object path: (defined, undefined)} global names, one nm -P -A run."""
+    out = {p: (set(), set()) for p in paths}
+    if not paths:
+        return out
+    res = subprocess.run(["nm", "-P", "-A"] + list(paths), capture_output=True, text=True,
+                         check=False)
     for line in res.stdout.splitlines():
-        parts = line.split()
-        if len(parts) < 2:
+        # "path: name kind value size" (nm -A prefixes the file)
+        head, sep, rest = line.partition(": ")
+        parts = rest.split()
+        if not sep or head not in out or len(parts) < 2:
             continue
         name, kind = parts[0], parts[1]
         if kind == "U":
-            undefined.add(name)
+            out[head][1].add(name)
         elif kind in "TDBRCGSVW" and kind.isupper():
-            defined.add(name)
-    return defined, undefined
+            out[head][0].add(name)
+    return out
 
 
 def call_edges(objs, edges):
     """Adds A -> B for every name A's objects use that only B's define."""
     defined_by = {}
     uses = {}
+    syms = symbols([p for paths in objs.values() for p in paths])
     for mod, paths in objs.items():
         for p in paths:
-            d, u = symbols(p)
+            d, u = syms[p]
             for name in d:
                 defined_by.setdefault(name, set()).add(mod)
             uses.setdefault(mod, set()).update(u)
