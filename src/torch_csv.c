@@ -352,6 +352,43 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
     return 0;
 }
 
+/* With m taken from the largest micro-batch, a stage without a forward
+ * of some micro-batch in 0..m-1 is a CSV whose indices are off (torch's
+ * own Schedule1F1B dump numbers its last rank's forwards 1..m): say so
+ * naming the action that set m, rather than leaving it to validation,
+ * which would name only the stage that lacks it.  Returns 1 with err set
+ * when such a stage exists, 0 otherwise (also when the table would be too
+ * large to be worth it; validation still catches the schedule). */
+static int missing_forward(const csv_scan *sc, int S, int m, zb_err *err)
+{
+    if ((double)S * m > 1 << 26)
+        return 0;
+    unsigned char *seen = calloc((size_t)S * (size_t)m, 1);
+    if (!seen)
+        return 0;
+    const csv_action *top = NULL;
+    for (long i = 0; i < sc->n_acts; i++) {
+        const csv_action *a = &sc->acts[i];
+        if (a->kind == OP_F)
+            seen[(size_t)a->stage * (size_t)m + (size_t)a->mb] = 1;
+        if (!top && a->mb == m - 1)
+            top = a;
+    }
+    int found = 0;
+    for (int st = 0; st < S && !found; st++)
+        for (int j = 0; j < m && !found; j++)
+            if (!seen[(size_t)st * (size_t)m + (size_t)j]) {
+                zb_fail(err, "stage %d (row %d, rank %d) has no forward of micro-batch %d; the "
+                        "largest micro-batch, %d at row %d (rank %d), cell %d (%d%c%d), makes "
+                        "the range 0..%d, which every stage must run (off by one?)", st,
+                        sc->stage_row[st], sc->stage_row[st], j, m - 1, top->row, top->row,
+                        top->col, top->stage, kind_letter[top->kind], top->mb, m - 1);
+                found = 1;
+            }
+    free(seen);
+    return found;
+}
+
 int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_err *err)
 {
     return torch_csv_read_stats(text, len, n_micro, out, NULL, err);
@@ -393,6 +430,8 @@ int torch_csv_read_stats(const char *text, size_t len, int n_micro, sched_t **ou
                     "each must be on one rank", st, S - 1);
             goto out;
         }
+    if (n_micro <= 0 && missing_forward(&sc, S, m, err))
+        goto out;
     s = sched_new(rows, m, S);
     if (!s) {
         zb_fail(err, "out of memory");
