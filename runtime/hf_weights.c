@@ -633,6 +633,7 @@ int hf_import(const char *hf_dir, const char *out_dir, const hf_import_opts *o, 
             zb_fail(err, "out of memory");
             goto out;
         }
+        own->stage_device[0] = 0;
         s = own;
     }
     if (vocab_loader(chars, m.vocab, m.seq_len, &d, err) != 0)
