@@ -123,15 +123,13 @@ static int check_common(const sched_t *s, const zb_plan *p, export_format f, zb_
 {
     plan_target t = export_format_target(f);
     if (sched_has_vocab(s)) {
-        zb_err why = { { 0 } };
-        if (f == EXPORT_TORCH_CSV || f == EXPORT_PYTORCH)
-            torch_csv_check(s, &why);
-        else
-            zb_fail(&why, "%s cannot express vocabulary parallelism (S and T passes and their "
-                    "all-reduce barriers)", t == PLAN_TARGET_TORCHTITAN ? "torchtitan" : "Megatron-LM");
-        if (p)
-            return refuse(err, p, t, NULL, "%.200s", why.msg);
-        return zb_fail(err, "%s", why.msg);
+        const char *engine = t == PLAN_TARGET_TORCHTITAN ? "torchtitan"
+                             : t == PLAN_TARGET_MEGATRON ? "Megatron-LM"
+                                                         : "PyTorch's pipelining CSV";
+        if (!p && t == PLAN_TARGET_TORCH)
+            return torch_csv_check(s, err); /* a bare schedule: generate it plain */
+        return refuse(err, p, t, NULL, "%s cannot express vocabulary parallelism (S and T passes "
+                      "and their all-reduce barriers)", engine);
     }
     if (!p && f != EXPORT_TORCH_CSV)
         return zb_fail(err, "the file has no plan (model, layers per stage, recompute, "

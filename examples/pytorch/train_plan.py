@@ -373,9 +373,20 @@ def worker(rank, args, plan, port, out_path):
             loss += sum(l.double().item() for l in mb_losses) / m
         dist.all_reduce(loss)
         losses.append(loss.item())
+    # which layers run under checkpoint_wrapper, per stage: the plan's recompute as built
+    wrapped = {}
+    for s, st in modules.items():
+        full = sum(hasattr(l, "_checkpoint_wrapped_module") for l in st.layers)
+        mlp = sum(hasattr(getattr(l, "_checkpoint_wrapped_module", l).mlp,
+                          "_checkpoint_wrapped_module") for l in st.layers)
+        wrapped[s] = {"full": full, "mlp": mlp}
+    every = [None] * plan["pipeline_parallel"]
+    dist.all_gather_object(every, wrapped)
     if rank == 0:
+        merged = {str(s): w for part in every for s, w in part.items()}
         with open(out_path, "w") as f:
-            json.dump({"losses": losses, "grad_norm_last": norm}, f)
+            json.dump({"losses": losses, "grad_norm_last": norm,
+                       "checkpointed_layers": [merged[str(s)] for s in range(S)]}, f)
     dist.barrier()
     dist.destroy_process_group()
 
