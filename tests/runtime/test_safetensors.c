@@ -140,7 +140,7 @@ START_TEST(bf16_rounds_to_nearest_even)
     ck_assert_msg(st_open(path, &f, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(f.t[0].dtype, ST_BF16);
     ck_assert_uint_eq(f.t[0].end - f.t[0].begin, 8);
-    float got[4];
+    float got[6];
     ck_assert_int_eq(st_read_f32(&f, &f.t[0], got, &err), 0);
     for (int i = 0; i < 4; i++) {
         if (isnan(want[i]))
