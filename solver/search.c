@@ -131,6 +131,7 @@ typedef struct search_state {
     int stage_q;             /* that bisection's fewest recomputed stages */
     int stage_mlp;           /* the MLP-level bisection's most stages for stage_q_src at
                               * stage_q (shared by the variants likewise), or -1 */
+    int next_seq;            /* search_candidate.seq of the next candidate */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -166,6 +167,7 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     }
     search_candidate *c = &r->c[r->n++];
     memset(c, 0, sizeof *c);
+    c->seq = st->next_seq++;
     snprintf(c->label, sizeof c->label, "%s", label);
     snprintf(c->family, sizeof c->family, "%s", family);
     c->chunks = chunks;
@@ -179,6 +181,7 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->dp = st->dp;
     c->split = cf->copt.split;
     c->peak_device = -1;
+    c->targets = search_target_mask(c);
     return c;
 }
 
@@ -293,7 +296,7 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
         free(params);
         return -1;
     }
-    double peak = -1, t = 0, bmax = 0, bsum = 0;
+    double peak = -1, t = 0, bmax = 0, bsum = 0, first = INFINITY, last = 0;
     for (int d = 0; d < s->n_devices; d++) {
         double v = s->mem_static[d] + sr.dev[d].peak_mem;
         if (v > peak) {
@@ -301,9 +304,12 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
             c->peak_device = d;
             c->static_bytes = s->mem_static[d];
         }
-        double span = sr.dev[d].span + dp_exposed_ms(st, s, params, d);
+        double exposed = dp_exposed_ms(st, s, params, d);
+        double span = sr.dev[d].span + exposed;
         if (span > t)
             t = span;
+        first = fmin(first, sr.dev[d].first_start);
+        last = fmax(last, sr.dev[d].last_end + exposed);
         bmax = fmax(bmax, sr.dev[d].busy);
         bsum += sr.dev[d].busy;
     }
@@ -311,7 +317,9 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
     c->peak_bytes = peak;
     c->iter_ms = sr.makespan;
     c->cost_ms = sr.cost;
-    c->time_ms = t;
+    c->time_ms = t; /* the zbsched rule while searching; search_run applies the target's */
+    c->async_ms = t;
+    c->sync_ms = last - first;
     c->dp_ms = t - sr.cost > 0 ? t - sr.cost : 0;
     c->busy_max_ms = bmax;
     c->busy_mean_ms = bsum / s->n_devices;
@@ -371,10 +379,16 @@ static void cost_options_for(const search_options *o, const search_state *st, co
     c->profile = o->profile;
     c->loss = o->loss;
     c->devices_per_node = st ? st->devices_per_node : 0;
+    /* A CPU device has no CUDA context, NCCL buffers or caching allocator. */
+    c->reserve_bytes = o->gpu.cpu ? 0 : COST_RESERVE_BYTES;
 }
 
-/* Builds a config's cost templates and uniform generator parameters. */
-static int config_init(search_state *st, search_config *cf, int b, int rc_devices, cost_split split, zb_err *err)
+/* Builds a config's cost templates and uniform generator parameters, with
+ * recompute on the first rc_devices devices or, when rc_stages > 0, on the
+ * first rc_stages virtual stages (the last rc_mlp of them at the MLP
+ * level; both SEARCH_RC_ALL: every stage at the MLP level). */
+static int config_init_rc(search_state *st, search_config *cf, int b, int rc_devices, int rc_stages,
+                          int rc_mlp, cost_split split, zb_err *err)
 {
     const search_options *o = st->o;
     memset(cf, 0, sizeof *cf);
@@ -383,6 +397,8 @@ static int config_init(search_state *st, search_config *cf, int b, int rc_device
     cf->b = b;
     cf->m = o->global_batch / st->dp / b;
     cf->rc_devices = rc_devices;
+    cf->rc_first_stages = rc_stages;
+    cf->rc_mlp_stages = rc_mlp;
     cost_options_for(o, st, split, &cf->copt);
     cf->rc_stage = calloc(SEARCH_MAX_STAGES, 1);
     if (!cf->rc_stage)
@@ -432,6 +448,12 @@ static int config_init(search_state *st, search_config *cf, int b, int rc_device
     }
     gp->time_limit = o->ilp_time_limit;
     return 0;
+}
+
+/* config_init_rc with recompute by device only. */
+static int config_init(search_state *st, search_config *cf, int b, int rc_devices, cost_split split, zb_err *err)
+{
+    return config_init_rc(st, cf, b, rc_devices, 0, 0, split, err);
 }
 
 static void config_free(search_config *cf)
@@ -697,26 +719,39 @@ static long time_bucket(double ms)
     return ms > 0 ? (long)floor(log(ms) / log(SEARCH_TIME_RESOLUTION)) : 0;
 }
 
-/* Ranking: fits by the realised time (to SEARCH_TIME_RESOLUTION), then
- * peak, then exact time; then OOM by peak; then skipped in enumeration
- * order (stable through the merge sort). */
-static int rank_cmp(const search_candidate *a, const search_candidate *b)
+/* Ranking of a and b with times ta and tb: fits by time (to
+ * SEARCH_TIME_RESOLUTION), then peak, then exact time; then OOM by peak;
+ * then the rest; creation order last, so that the order is total and a
+ * target's best does not depend on the order the list was in. */
+static int cmp_times(const search_candidate *a, const search_candidate *b, double ta, double tb)
 {
     if (a->status != b->status)
         return a->status < b->status ? -1 : 1;
     if (a->status == SEARCH_FIT) {
-        long ta = time_bucket(a->time_ms), tb = time_bucket(b->time_ms);
-        if (ta != tb)
-            return ta < tb ? -1 : 1;
+        long ba = time_bucket(ta), bb = time_bucket(tb);
+        if (ba != bb)
+            return ba < bb ? -1 : 1;
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
-        if (a->time_ms != b->time_ms)
-            return a->time_ms < b->time_ms ? -1 : 1;
+        if (ta != tb)
+            return ta < tb ? -1 : 1;
     } else if (a->status == SEARCH_OOM) {
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
     }
-    return 0;
+    return a->seq == b->seq ? 0 : a->seq < b->seq ? -1 : 1;
+}
+
+/* The list's ranking: by the ranked figure, time_ms. */
+static int rank_cmp(const search_candidate *a, const search_candidate *b)
+{
+    return cmp_times(a, b, a->time_ms, b->time_ms);
+}
+
+/* The ranking under a step rule: sync_ms when sync, else async_ms. */
+static int rule_cmp(const search_candidate *a, const search_candidate *b, int sync)
+{
+    return sync ? cmp_times(a, b, a->sync_ms, b->sync_ms) : cmp_times(a, b, a->async_ms, b->async_ms);
 }
 
 /* Stable merge sort of c[0..n) (thousands of candidates).  It sorts
@@ -761,19 +796,86 @@ static int sort_candidates(search_candidate *c, int n)
     return 0;
 }
 
-/* 1 when c is the first (best-ranked) of its label and depth among r->c[0..i). */
-static int first_of_label(const search_result *r, int i)
+/* --- each label's best, per target ------------------------------------- */
+
+/* The targets with a step rule of their own (sync) whose best of each
+ * label the split search also tunes: their label bests are not zbsched's
+ * when they cannot run its per-device recompute or its families. */
+static const search_target sync_targets[] = { SEARCH_TARGET_TORCHTITAN, SEARCH_TARGET_MEGATRON };
+#define N_SYNC_TARGETS (int)(sizeof sync_targets / sizeof sync_targets[0])
+
+/* One (depth, label) of the candidate list: its first fit and first OOM
+ * in the list's (zbsched) order, and the best each sync target can run
+ * (a fit, else the smallest OOM) under its own rule; -1 when none. */
+typedef struct label_slot {
+    int pp;                     /* pipeline depth */
+    const char *label;          /* borrowed from a candidate */
+    int fit, oom;               /* first fit, first OOM in list order */
+    int sync_best[N_SYNC_TARGETS]; /* best of sync_targets[k] */
+} label_slot;
+
+typedef struct label_table {
+    label_slot *slot; /* [cap], open addressing; label NULL = empty */
+    int cap;          /* a power of two, at least twice the candidates */
+} label_table;
+
+static unsigned label_hash(int pp, const char *label)
 {
-    for (int k = 0; k < i; k++)
-        if (r->c[k].status == r->c[i].status && r->c[k].pp == r->c[i].pp && !strcmp(r->c[k].label, r->c[i].label))
-            return 0;
-    return 1;
+    unsigned h = 2166136261u ^ (unsigned)pp;
+    for (const unsigned char *p = (const unsigned char *)label; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static label_slot *label_find(label_table *t, int pp, const char *label)
+{
+    unsigned i = label_hash(pp, label) & (unsigned)(t->cap - 1);
+    while (t->slot[i].label && (t->slot[i].pp != pp || strcmp(t->slot[i].label, label) != 0))
+        i = (i + 1) & (unsigned)(t->cap - 1);
+    label_slot *s = &t->slot[i];
+    if (!s->label) {
+        s->pp = pp;
+        s->label = label;
+        s->fit = s->oom = -1;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            s->sync_best[k] = -1;
+    }
+    return s;
+}
+
+/* Fills t for the list r->c (in its current order; candidates without a
+ * schedule count too, so that a best stays the best).  Caller frees
+ * t->slot.  Returns 0 or -1 when memory runs out. */
+static int label_table_build(const search_result *r, label_table *t)
+{
+    t->cap = 64;
+    while (t->cap < 2 * r->n)
+        t->cap *= 2;
+    t->slot = calloc((size_t)t->cap, sizeof *t->slot);
+    if (!t->slot)
+        return -1;
+    for (int i = 0; i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
+            continue;
+        label_slot *s = label_find(t, c->pp, c->label);
+        if (c->status == SEARCH_FIT && s->fit < 0)
+            s->fit = i;
+        if (c->status == SEARCH_OOM && s->oom < 0)
+            s->oom = i;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            if ((search_target_mask(c) >> sync_targets[k] & 1) &&
+                (s->sync_best[k] < 0 || rule_cmp(c, &r->c[s->sync_best[k]], 1) < 0))
+                s->sync_best[k] = i;
+    }
+    return 0;
 }
 
 /* Sorts, counts the fits, finds the smallest peak, and frees every
  * schedule except those of the first SEARCH_KEEP fits, of the
- * smallest-peak candidate and of each label's best (fit, or smallest-peak
- * OOM), which the split search starts from. */
+ * smallest-peak candidate and of each label's bests (its first fit and
+ * first OOM, and each sync target's best), which the split search starts
+ * from and which may end as a target's answer. */
 static int rank(search_result *r)
 {
     if (sort_candidates(r->c, r->n) < 0)
@@ -785,23 +887,41 @@ static int rank(search_result *r)
         const search_candidate *c = &r->c[i];
         if (c->status == SEARCH_FIT)
             r->n_fit++;
-        if (c->status != SEARCH_SKIPPED &&
+        if ((c->status == SEARCH_FIT || c->status == SEARCH_OOM) &&
             (r->min_peak_index < 0 || c->peak_bytes < r->min_peak_bytes)) {
             r->min_peak_bytes = c->peak_bytes;
             r->min_peak_index = i;
         }
     }
+    label_table t;
+    if (label_table_build(r, &t) < 0)
+        return -1;
+    unsigned char *keep = calloc((size_t)(r->n ? r->n : 1), 1);
+    if (!keep) {
+        free(t.slot);
+        return -1;
+    }
+    for (int i = 0; i < t.cap; i++) {
+        const label_slot *s = &t.slot[i];
+        if (!s->label)
+            continue;
+        if (s->fit >= 0)
+            keep[s->fit] = 1;
+        if (s->oom >= 0)
+            keep[s->oom] = 1;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            if (s->sync_best[k] >= 0)
+                keep[s->sync_best[k]] = 1;
+    }
     for (int i = 0; i < r->n; i++) {
         search_candidate *c = &r->c[i];
-        if (!c->sched)
-            continue;
-        int keep = (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index ||
-                   (c->status != SEARCH_SKIPPED && first_of_label(r, i));
-        if (!keep) {
+        if (c->sched && !(keep[i] || (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index)) {
             sched_free(c->sched);
             c->sched = NULL;
         }
     }
+    free(keep);
+    free(t.slot);
     return 0;
 }
 
@@ -830,6 +950,11 @@ static int check_options(const search_options *o, zb_err *err)
         return zb_fail(err, "the ZeRO-1 degree must be >= 1");
     if (o->max_micro_batch < 1)
         return zb_fail(err, "the largest micro-batch size must be >= 1");
+    if (o->target < 0 || o->target >= SEARCH_N_TARGETS)
+        return zb_fail(err, "unknown target %d", (int)o->target);
+    if (o->vocab == SEARCH_VOCAB_PARALLEL && o->target != SEARCH_TARGET_ZBSCHED)
+        return zb_fail(err, "%s runs no vocabulary-parallel plans; --vocab parallel needs --target zbsched",
+                       search_target_name(o->target));
     if (!(o->gpu.peak_flops > 0) || !(o->gpu.link_bw > 0) || !(o->gpu.efficiency > 0))
         return zb_fail(err, "GPU '%s' needs positive peak_flops, link_bw and efficiency", o->gpu.name);
     return 0;
@@ -840,6 +965,12 @@ static int check_options(const search_options *o, zb_err *err)
 static int micro_batch_sizes(const search_options *o, int batch, int *sizes, int cap)
 {
     int n = 0;
+    if (o->micro_batch_fixed) { /* --micro-batch: that size only */
+        int b = o->model.micro_batch;
+        if (b <= batch && batch % b == 0 && cap > 0)
+            sizes[n++] = b;
+        return n;
+    }
     for (int b = 1; b <= o->max_micro_batch && b <= batch && n < cap; b *= 2)
         if (batch % b == 0)
             sizes[n++] = b;
@@ -873,7 +1004,7 @@ static int run_ilp(search_state *st, zb_err *err)
         return zb_fail(err, "out of memory");
     for (int i = 0; i < n_fit && done < o->ilp_top && n_seen < 64; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->split_tuned)
+        if (c->pp != st->pp || c->split_tuned || c->rc_mlp_stages == SEARCH_RC_ALL)
             continue;
         int b = c->micro_batch, rc = c->rc_devices, dup = 0;
         cost_split split = c->split;
@@ -916,7 +1047,8 @@ static int run_ilp(search_state *st, zb_err *err)
 /* --- the layer-split local search ----------------------------------------- */
 
 /* Lexicographic objective: memory excess over the limit first, then the
- * ranked time.  Returns 1 when (ea, ta) is better than (eb, tb). */
+ * ranked time (async_ms or sync_ms, by the rule tuned for).  Returns 1
+ * when (ea, ta) is better than (eb, tb). */
 static int better(double ea, double ta, double eb, double tb)
 {
     if (ea > 0 || eb > 0)
@@ -925,16 +1057,20 @@ static int better(double ea, double ta, double eb, double tb)
 }
 
 /* Moves single layers between neighbouring virtual stages of candidate
- * src's schedule (its op order kept) while that helps; appends the result
- * as a new candidate when it differs.  At most max_evals simulations. */
-static int tune_split(search_state *st, int src_index, int max_evals, zb_err *err)
+ * src's schedule (its op order kept) while that helps, timed by sync_ms
+ * when sync (the torchtitan and Megatron rule) else async_ms; appends the
+ * result as a new candidate when it differs from src and from the
+ * candidates tuned since index tuned_from (the other rule's result from
+ * the same source).  At most max_evals simulations. */
+static int tune_split(search_state *st, int src_index, int max_evals, int sync, int tuned_from, zb_err *err)
 {
     const search_options *o = st->o;
     search_candidate src = st->r->c[src_index]; /* copy: the array may move */
     if (!src.sched || !src.layers)
         return 0;
     search_config cf;
-    if (config_init(st, &cf, src.micro_batch, src.rc_devices, src.split, err) < 0) {
+    if (config_init_rc(st, &cf, src.micro_batch, src.rc_devices, src.rc_stages, src.rc_mlp_stages, src.split,
+                       err) < 0) {
         config_free(&cf);
         return -1;
     }
@@ -948,7 +1084,7 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
         goto out;
     }
     memcpy(best, src.layers, sizeof *best * (size_t)S);
-    double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = src.time_ms;
+    double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = sync ? src.sync_ms : src.async_ms;
     int evals = 0, improved = 1, moved = 0;
     while (improved && evals < max_evals) {
         improved = 0;
@@ -965,11 +1101,11 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
                 evals++;
                 if (cost_sched(st, &cf, cur, s, &e2) < 0 || measure(st, &cf, cur, &trial, s, &e2) < 0)
                     continue;
-                double ex = fmax(0, trial.peak_bytes - o->mem_bytes);
-                if (better(ex, trial.time_ms, best_ex, best_t)) {
+                double ex = fmax(0, trial.peak_bytes - o->mem_bytes), t = sync ? trial.sync_ms : trial.async_ms;
+                if (better(ex, t, best_ex, best_t)) {
                     memcpy(best, cur, sizeof *best * (size_t)S);
                     best_ex = ex;
-                    best_t = trial.time_ms;
+                    best_t = t;
                     improved = moved = 1;
                 }
             }
@@ -978,6 +1114,13 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
     rc = 0;
     if (!moved)
         goto out;
+    for (int i = tuned_from; i < st->r->n; i++) {
+        const search_candidate *t = &st->r->c[i];
+        if (t->pp == src.pp && t->micro_batch == src.micro_batch && t->rc_devices == src.rc_devices &&
+            t->rc_stages == src.rc_stages && t->rc_mlp_stages == src.rc_mlp_stages && t->n_stages == S &&
+            t->layers && !strcmp(t->label, src.label) && !memcmp(t->layers, best, sizeof *best * (size_t)S))
+            goto out; /* the same plan, found for the other rule */
+    }
     search_candidate *c = new_candidate(st, &cf, src.label, src.family, src.chunks, err);
     if (!c) {
         rc = -1;
@@ -1004,16 +1147,23 @@ out:
 }
 
 /* The split search for depth st->pp: each label's best candidate of this
- * depth (a fit, or the smallest OOM when the label has none). */
+ * depth (a fit, or the smallest OOM when the label has none), timed by the
+ * zbsched rule, and each label's best that each sync target can run,
+ * timed by its rule (the same candidate again when it is also zbsched's:
+ * the two rules may move different layers). */
 static int tune_depth(search_state *st, zb_err *err)
 {
     search_result *r = st->r;
     if (rank(r) < 0)
         return zb_fail(err, "out of memory");
     int n = r->n;
-    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
-    if (!pick)
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1) * (1 + N_SYNC_TARGETS));
+    unsigned char *sync = malloc((size_t)(n ? n : 1) * (1 + N_SYNC_TARGETS));
+    if (!pick || !sync) {
+        free(pick);
+        free(sync);
         return zb_fail(err, "out of memory");
+    }
     int n_pick = 0;
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
@@ -1024,13 +1174,42 @@ static int tune_depth(search_state *st, zb_err *err)
             dup = !strcmp(r->c[pick[k]].label, c->label);
         /* A fitting label is tuned from its fastest; others from their
          * smallest peak (OOM candidates sort by peak). */
-        if (!dup)
+        if (!dup) {
+            sync[n_pick] = 0;
             pick[n_pick++] = i;
+        }
     }
-    int rc = 0;
+    int n_async = n_pick;
+    for (int t = 0; t < N_SYNC_TARGETS; t++) {
+        int first = n_pick;
+        for (int i = 0; i < n; i++) {
+            const search_candidate *c = &r->c[i];
+            if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched ||
+                !(search_target_mask(c) >> sync_targets[t] & 1))
+                continue;
+            int k = first;
+            while (k < n_pick && strcmp(r->c[pick[k]].label, c->label) != 0)
+                k++;
+            if (k == n_pick) {
+                sync[n_pick] = 1;
+                pick[n_pick++] = i;
+            } else if (rule_cmp(c, &r->c[pick[k]], 1) < 0) {
+                pick[k] = i;
+            }
+        }
+        /* Another sync target's pick of the same candidate tunes the same. */
+        for (int k = first; k < n_pick; k++)
+            for (int j = n_async; j < first; j++)
+                if (pick[j] == pick[k]) {
+                    pick[k--] = pick[--n_pick];
+                    break;
+                }
+    }
+    int rc = 0, from = r->n;
     for (int k = 0; k < n_pick && rc == 0; k++)
-        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
+        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, sync[k], from, err);
     free(pick);
+    free(sync);
     return rc;
 }
 
@@ -1468,6 +1647,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     c->dp = base.dp;
     c->split = base.split;
     c->split_tuned = 0;
+    c->seq = base.seq;
+    c->targets = search_target_mask(c);
     tick(st);
     return 0;
 }
@@ -1535,12 +1716,18 @@ static int run_depth(search_state *st, zb_err *err)
         }
     cost_split splits[2] = { o->split, o->split == COST_SPLIT_BALANCED ? COST_SPLIT_PAPER : COST_SPLIT_BALANCED };
     int n_splits = o->split_search ? 2 : 1;
+    /* With recompute searched, also every stage at the MLP level: the
+     * global selective setting Megatron-LM offers (its mlp and layernorm
+     * modules), which zbsched and torch run too. */
+    int n_mlp = o->recompute < 0;
     for (int i = 0; i < n_sizes; i++) {
         for (int si = 0; si < n_splits; si++) {
-            for (int ri = 0; ri < n_rc + n_partial; ri++) {
-                int k = ri < n_rc ? rc_list[ri] : partial[ri - n_rc];
+            for (int ri = 0; ri < n_rc + n_partial + n_mlp; ri++) {
+                int mlp = ri == n_rc + n_partial;
+                int k = mlp ? 0 : ri < n_rc ? rc_list[ri] : partial[ri - n_rc];
                 search_config cf;
-                if (config_init(st, &cf, sizes[i], k, splits[si], err) < 0 || run_config(st, &cf, err) < 0) {
+                if (config_init_rc(st, &cf, sizes[i], k, mlp ? SEARCH_RC_ALL : 0, mlp ? SEARCH_RC_ALL : 0,
+                                   splits[si], err) < 0 || run_config(st, &cf, err) < 0) {
                     config_free(&cf);
                     return -1;
                 }
@@ -1553,7 +1740,8 @@ static int run_depth(search_state *st, zb_err *err)
     }
     if (o->split_search && tune_depth(st, err) < 0)
         return -1;
-    if (o->vocab && vocab_depth(st, err) < 0)
+    /* Over one device there is nothing to split the vocabulary over. */
+    if (o->vocab && st->pp > 1 && vocab_depth(st, err) < 0)
         return -1;
     if (o->ilp && run_ilp(st, err) < 0)
         return -1;
@@ -1634,7 +1822,7 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
         total += pl->n_micro * (pl->cost[i].t_f + pl->cost[i].t_b + pl->cost[i].t_w);
     r->bound_plain_ms = total / p;
     int rc = 0;
-    if (st->o->vocab != SEARCH_VOCAB_PLAIN) {
+    if (st->o->vocab != SEARCH_VOCAB_PLAIN && st->o->target == SEARCH_TARGET_ZBSCHED && p > 1) {
         int *layers = malloc(sizeof *layers * (size_t)p);
         sched_t *v = sched_clone(pl);
         zb_err e2 = { { 0 } };
@@ -1657,6 +1845,90 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
     }
     config_free(&cf);
     return rc;
+}
+
+/* --- the target's view of the result -------------------------------------- */
+
+/* Whether the searched-for ranking of target t may pick c: t runs it, and
+ * for zbsched --vocab parallel lets only vocabulary-parallel plans win. */
+static int eligible(const search_options *o, const search_candidate *c, search_target t)
+{
+    if (!(c->targets >> t & 1))
+        return 0;
+    return !(t == SEARCH_TARGET_ZBSCHED && o->vocab == SEARCH_VOCAB_PARALLEL && !c->vocab);
+}
+
+/* Puts c's time under the step rule (sync_ms when sync, else async_ms)
+ * into time_ms, with the tokens/s and MFU that follow from it. */
+static void apply_rule(search_candidate *c, int sync)
+{
+    double t = sync ? c->sync_ms : c->async_ms;
+    if (c->status == SEARCH_SKIPPED || !(t > 0))
+        return;
+    if (c->time_ms > 0) {
+        c->tokens_per_s *= c->time_ms / t;
+        c->mfu *= c->time_ms / t;
+    }
+    c->time_ms = t;
+}
+
+/* r->best[t] for every target: its best fit under its own rule, or its
+ * smallest-peak OOM, or a skipped placeholder. */
+static void target_bests(const search_options *o, search_result *r)
+{
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        int sync = search_target_sync((search_target)t), best = -1;
+        for (int i = 0; i < r->n; i++) {
+            const search_candidate *c = &r->c[i];
+            if ((c->status == SEARCH_FIT || c->status == SEARCH_OOM) && eligible(o, c, (search_target)t) &&
+                (best < 0 || rule_cmp(c, &r->c[best], sync) < 0))
+                best = i;
+        }
+        search_candidate *b = &r->best[t];
+        memset(b, 0, sizeof *b);
+        b->status = SEARCH_SKIPPED;
+        b->peak_device = -1;
+        if (best < 0)
+            continue;
+        *b = r->c[best];
+        b->layers = NULL;
+        b->sched = NULL;
+        apply_rule(b, sync);
+        search_candidate base = r->baseline;
+        apply_rule(&base, sync);
+        b->speedup = base.status != SEARCH_SKIPPED && b->time_ms > 0 ? base.time_ms / b->time_ms : 0;
+    }
+}
+
+/* The result as the searched target sees it: what it cannot run is
+ * SEARCH_UNSUPPORTED (with zbsched's --vocab parallel, a plain plan is
+ * skipped, as the option says), every time is under its rule, the list is
+ * ranked again and the speed-ups are against its baseline.  0, or -1 when
+ * memory runs out. */
+static int present(const search_options *o, search_result *r)
+{
+    search_target t = o->target;
+    int sync = search_target_sync(t);
+    for (int i = 0; i < r->n; i++) {
+        search_candidate *c = &r->c[i];
+        if (c->status != SEARCH_FIT && c->status != SEARCH_OOM) {
+            /* skipped: nothing to run */
+        } else if (!(c->targets >> t & 1)) {
+            c->status = SEARCH_UNSUPPORTED;
+            search_target_refusal(c, t, c->note, sizeof c->note);
+        } else if (!eligible(o, c, t)) {
+            skip(c, "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
+        }
+        apply_rule(c, sync);
+    }
+    apply_rule(&r->baseline, sync);
+    if (rank(r) < 0)
+        return -1;
+    double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
+    r->baseline.speedup = base > 0 ? 1 : 0;
+    for (int i = 0; i < r->n; i++)
+        r->c[i].speedup = base > 0 && r->c[i].status != SEARCH_SKIPPED ? base / r->c[i].time_ms : 0;
+    return 0;
 }
 
 int search_run(const search_options *o, search_result *r, zb_err *err)
@@ -1682,6 +1954,9 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         int sizes[32];
         any_sizes |= micro_batch_sizes(o, o->global_batch / (o->n_gpus / depths[i]), sizes, 32) > 0;
     }
+    if (!any_sizes && o->micro_batch_fixed)
+        return zb_fail(err, "micro-batch %d does not divide the batch of a replica (global batch %d over "
+                       "the data-parallel width) at any pipeline depth", o->model.micro_batch, o->global_batch);
     if (!any_sizes)
         return zb_fail(err, "no micro-batch size up to %d divides the batch of a replica",
                        o->max_micro_batch);
@@ -1691,7 +1966,7 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
     for (int i = 0; i < n_depths; i++) {
         int p = depths[i], sizes[32];
         int n_sizes = micro_batch_sizes(o, o->global_batch / (o->n_gpus / p), sizes, 32);
-        int n_rc = o->recompute < 0 ? 2 + (p <= 8 ? p - 1 : 7) : 1;
+        int n_rc = o->recompute < 0 ? 3 + (p <= 8 ? p - 1 : 7) : 1;
         int fams = 1 + (p > 1 ? search_max_chunks(&o->model, p) - 1 + 2 + N_ZB_AUTO + 4 : 0);
         st.total += n_sizes * (o->split_search ? 2 : 1) * n_rc * fams + (o->split_search ? 4 * n_sizes * n_rc : 0);
     }
@@ -1707,24 +1982,22 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         search_result_free(r);
         return -1;
     }
-    /* --vocab parallel: plain plans served as the passes' sources; only
-     * vocabulary-parallel ones may win. */
-    if (o->vocab == SEARCH_VOCAB_PARALLEL)
-        for (int i = 0; i < r->n; i++)
-            if (!r->c[i].vocab && r->c[i].status != SEARCH_SKIPPED)
-                skip(&r->c[i], "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
-    if (rank(r) < 0) {
+    for (int i = 0; i < r->n; i++) /* the vocabulary versions were assembled from copies */
+        r->c[i].targets = search_target_mask(&r->c[i]);
+    r->baseline.targets = search_target_mask(&r->baseline);
+    target_bests(o, r);
+    if (present(o, r) < 0) {
         search_result_free(r);
         return zb_fail(err, "out of memory");
+    }
+    if (r->n_fit > 0 && !r->c[0].sched) { /* rank() keeps every target's best; a bug otherwise */
+        search_result_free(r);
+        return zb_fail(err, "the best plan's schedule was dropped while ranking (a bug: please report it)");
     }
     if (r->n_fit > 0 && work_bounds(&st, r->c[0].pp, r->c[0].micro_batch, err) < 0) {
         search_result_free(r);
         return -1;
     }
-    double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
-    r->baseline.speedup = base > 0 ? 1 : 0;
-    for (int i = 0; i < r->n; i++)
-        r->c[i].speedup = base > 0 && r->c[i].status != SEARCH_SKIPPED ? base / r->c[i].time_ms : 0;
     return 0;
 }
 
@@ -1867,6 +2140,10 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
     if (!bad) {
         bad |= !cJSON_AddStringToObject(pred, "cost_source", o->profile ? "profile" : "flops");
         bad |= !cJSON_AddNumberToObject(pred, "time_ms", c->time_ms);
+        /* time_ms under the target's step rule (search_target_sync), and both rules */
+        bad |= !cJSON_AddStringToObject(pred, "step", search_target_sync(o->target) ? "sync" : "async");
+        bad |= !cJSON_AddNumberToObject(pred, "async_ms", c->async_ms);
+        bad |= !cJSON_AddNumberToObject(pred, "sync_ms", c->sync_ms);
         bad |= !cJSON_AddNumberToObject(pred, "iteration_ms", c->iter_ms);
         bad |= !cJSON_AddNumberToObject(pred, "cost_ms", c->cost_ms);
         bad |= !cJSON_AddNumberToObject(pred, "dp_sync_ms", c->dp_ms);
@@ -1885,6 +2162,19 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
             cJSON_AddItemToObject(pred, "device_static_bytes", a);
 
         bad |= !cJSON_AddStringToObject(plan, "schedule", c->label);
+        /* the engine it was searched for and every engine that can run it */
+        bad |= !cJSON_AddStringToObject(plan, "target", search_target_name(o->target));
+        cJSON *tg = cJSON_CreateArray();
+        bad |= !tg;
+        unsigned mask = search_target_mask(c);
+        for (int t = 0; tg && t < SEARCH_N_TARGETS; t++) {
+            cJSON *name = mask >> t & 1 ? cJSON_CreateString(search_target_name((search_target)t)) : NULL;
+            bad |= (mask >> t & 1) && !name;
+            if (name)
+                cJSON_AddItemToArray(tg, name);
+        }
+        if (tg)
+            cJSON_AddItemToObject(plan, "targets", tg);
         bad |= !cJSON_AddStringToObject(plan, "family", c->family);
         bad |= !cJSON_AddStringToObject(plan, "vocab", c->vocab ? "parallel" : "plain");
         if (c->vocab)
