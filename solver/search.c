@@ -623,7 +623,12 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     int vmax = search_max_chunks(&cf->model, p);
     while (vmax > 1 && 3.0 * p * vmax * cf->m > SEARCH_MAX_OPS)
         vmax--;
-    int izb = gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
+    /* Every stage at the MLP level is Megatron-LM's global selective
+     * recompute: it is tried with the families Megatron runs (1F1B and
+     * interleaved 1F1B); the others have per-device and per-stage
+     * settings of their own. */
+    int mlp_all = cf->rc_mlp_stages == SEARCH_RC_ALL;
+    int izb = !mlp_all && gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
         snprintf(label, sizeof label, "interleaved v=%d", v);
@@ -650,7 +655,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
                 goto out;
         }
     }
-    if (p == 1) { /* one device: every family is the same sequence */
+    if (p == 1 || mlp_all) { /* one device: every family is the same sequence */
         rc = 0;
         goto out;
     }
@@ -870,7 +875,7 @@ static int label_table_build(const search_result *r, label_table *t)
         if (c->status == SEARCH_OOM && s->oom < 0)
             s->oom = i;
         for (int k = 0; k < N_SYNC_TARGETS; k++)
-            if ((search_target_mask(c) >> sync_targets[k] & 1) &&
+            if ((c->targets >> sync_targets[k] & 1) &&
                 (s->sync_best[k] < 0 || rule_cmp(c, &r->c[s->sync_best[k]], 1) < 0))
                 s->sync_best[k] = i;
     }
@@ -1191,7 +1196,7 @@ static int tune_depth(search_state *st, zb_err *err)
         for (int i = 0; i < n; i++) {
             const search_candidate *c = &r->c[i];
             if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched ||
-                !(search_target_mask(c) >> sync_targets[t] & 1))
+                !(c->targets >> sync_targets[t] & 1))
                 continue;
             int k = first;
             while (k < n_pick && strcmp(r->c[pick[k]].label, c->label) != 0)
@@ -1203,10 +1208,12 @@ static int tune_depth(search_state *st, zb_err *err)
                 pick[k] = i;
             }
         }
-        /* Another sync target's pick of the same candidate tunes the same. */
+        /* Another sync target's pick of the same candidate tunes the same,
+         * and so does any pick of an OOM source: the memory excess is the
+         * objective until it fits, whichever rule times it. */
         for (int k = first; k < n_pick; k++)
-            for (int j = n_async; j < first; j++)
-                if (pick[j] == pick[k]) {
+            for (int j = 0; j < first; j++)
+                if (pick[j] == pick[k] && (j >= n_async || r->c[pick[k]].status != SEARCH_FIT)) {
                     pick[k--] = pick[--n_pick];
                     break;
                 }

@@ -104,10 +104,12 @@ static void depth_rows(const search_options *o, const search_result *r, search_w
             add_row(w, SEARCH_WHY_HEADING, 0, "other pipeline depths:", -1, "%s", "");
         char label[48], peak[32];
         snprintf(label, sizeof label, "pp=%d x dp=%d", c->pp, c->dp);
+        char rcb[32];
         if (c->status == SEARCH_FIT)
             add_row(w, SEARCH_WHY_ROW, 1, label, c->time_ms,
-                    "best %s (%.0f tok/s/%s, %.0f ms exposed sync), %.3fx the winner's time", c->label,
-                    c->tokens_per_s, search_device_noun(&o->gpu, 1), c->dp_ms, c->time_ms / win->time_ms);
+                    "best %s, recompute %s (%.0f tok/s/%s, %.0f ms exposed sync), %.3fx the winner's time",
+                    c->label, search_rc_text(c, rcb, sizeof rcb), c->tokens_per_s, search_device_noun(&o->gpu, 1),
+                    c->dp_ms, c->time_ms / win->time_ms);
         else { /* OOM candidates sort by peak: this is the depth's smallest */
             zb_size_format(c->peak_bytes, peak, sizeof peak);
             add_row(w, SEARCH_WHY_ROW, 1, label, -1, "nothing fits; the smallest peak is %s (%s, b=%d)", peak,

@@ -430,6 +430,19 @@ START_TEST(cli_units)
 }
 END_TEST
 
+START_TEST(cli_profile_job_flags)
+{
+    /* profile takes the same model flags as search. */
+    ck_assert_int_eq(zb("profile --model tiny --micro-batch 2 --seq-len 32 --reps 1 -q -o p.json"), 0);
+    cJSON *j = load("p.json");
+    ck_assert_int_eq(cJSON_GetObjectItem(j, "micro_batch")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(j, "seq_len")->valueint, 32);
+    cJSON_Delete(j);
+    ck_assert_int_eq(zb("profile --model tiny --seq-len 0 -o q.json"), 2);
+    cli_assert_one_line(errb, "--seq-len");
+}
+END_TEST
+
 START_TEST(cli_tiny_cpu)
 {
     ck_assert_int_eq(zb("search --model tiny --gpu %s/tools/cpu-device.json --gpus 2 --mem 4G -o t.json --top 40",
@@ -463,6 +476,7 @@ int main(void)
     tcase_add_test(cli, cli_seq_len_micro_batch);
     tcase_add_test(cli, cli_columns_align);
     tcase_add_test(cli, cli_units);
+    tcase_add_test(cli, cli_profile_job_flags);
     tcase_add_test(cli, cli_tiny_cpu);
     suite_add_tcase(s, cli);
     SRunner *sr = srunner_create(s);
