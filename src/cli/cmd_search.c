@@ -284,13 +284,21 @@ static int nothing_fits(const search_options *o, const search_result *r)
     if (r->min_peak_index < 0)
         return cli_error("nothing %s can run could be built (-v or --json says why)", search_target_name(o->target));
     const search_candidate *c = &r->c[r->min_peak_index];
-    char lim[32], peak[32], rcb[32];
+    char lim[32], peak[32], rcb[32], other[96] = "";
     zb_size_format(o->mem_bytes, lim, sizeof lim);
     zb_size_format(r->min_peak_bytes, peak, sizeof peak);
+    /* Another engine's plan may fit where this one's do not. */
+    const search_candidate *fit = NULL;
+    for (int t = 0; t < SEARCH_N_TARGETS; t++)
+        if (t != (int)o->target && r->best[t].status == SEARCH_FIT && (!fit || r->best[t].time_ms < fit->time_ms))
+            fit = &r->best[t];
+    if (fit)
+        snprintf(other, sizeof other, ", or --target %s, whose %s fits",
+                 search_target_name((search_target)(fit - r->best)), fit->label);
     return cli_error("nothing fits in %s per %s; the smallest peak is %s (%s, b=%d, recompute %s): "
-                     "use --mem %.0fG or more, or more %s", lim, o->gpu.cpu ? "device" : "GPU", peak, c->label,
+                     "use --mem %.0fG or more, or more %s%s", lim, o->gpu.cpu ? "device" : "GPU", peak, c->label,
                      c->micro_batch, search_rc_text(c, rcb, sizeof rcb), r->min_peak_bytes / 1e9 + 0.5,
-                     search_device_noun(&o->gpu, 2));
+                     search_device_noun(&o->gpu, 2), other);
 }
 
 int cmd_search(int argc, char **argv)

@@ -78,7 +78,7 @@ static cJSON *candidate_json(const search_candidate *c)
     return j;
 }
 
-/* The why figures of the winner, its rows and each other target's best. */
+/* The why figures of the winner and its rows. */
 static void why_json(const search_options *o, const search_result *r, cJSON *w)
 {
     search_why y;
@@ -96,29 +96,6 @@ static void why_json(const search_options *o, const search_result *r, cJSON *w)
         cJSON_AddNumberToObject(w, "work_bound_vocab_parallel_ms", r->bound_vocab_ms);
     cJSON_AddStringToObject(w, "vocab", r->c[0].vocab ? "parallel" : "plain");
     cJSON_AddNumberToObject(w, "vocab_pruned", r->vocab_pruned);
-    cJSON *targets = cJSON_AddArrayToObject(w, "targets");
-    for (int t = 0; targets && t < SEARCH_N_TARGETS; t++) {
-        const search_candidate *b = &r->best[t];
-        cJSON *e = cJSON_CreateObject();
-        if (!e)
-            break;
-        cJSON_AddItemToArray(targets, e);
-        cJSON_AddStringToObject(e, "target", search_target_name((search_target)t));
-        cJSON_AddBoolToObject(e, "fits", b->status == SEARCH_FIT);
-        if (b->status == SEARCH_SKIPPED)
-            continue;
-        char rcb[32];
-        cJSON_AddStringToObject(e, "schedule", b->label);
-        cJSON_AddNumberToObject(e, "pipeline_parallel", b->pp);
-        cJSON_AddNumberToObject(e, "data_parallel", b->dp);
-        cJSON_AddNumberToObject(e, "micro_batch", b->micro_batch);
-        cJSON_AddStringToObject(e, "recompute", search_rc_text(b, rcb, sizeof rcb));
-        cJSON_AddNumberToObject(e, "peak_bytes", b->peak_bytes);
-        if (b->status == SEARCH_FIT) {
-            cJSON_AddNumberToObject(e, "time_ms", b->time_ms);
-            cJSON_AddNumberToObject(e, "ratio_to_winner", b->time_ms / r->c[0].time_ms);
-        }
-    }
     search_why_block *block = malloc(sizeof *block);
     cJSON *rows = block ? cJSON_AddArrayToObject(w, "rows") : NULL;
     if (rows) {
@@ -140,6 +117,35 @@ static void why_json(const search_options *o, const search_result *r, cJSON *w)
         }
     }
     free(block);
+}
+
+/* Each target's best plan (its time under its own step rule and, when
+ * the searched target has a winner, as a ratio of the winner's). */
+static void targets_best_json(const search_result *r, cJSON *targets)
+{
+    for (int t = 0; targets && t < SEARCH_N_TARGETS; t++) {
+        const search_candidate *b = &r->best[t];
+        cJSON *e = cJSON_CreateObject();
+        if (!e)
+            break;
+        cJSON_AddItemToArray(targets, e);
+        cJSON_AddStringToObject(e, "target", search_target_name((search_target)t));
+        cJSON_AddBoolToObject(e, "fits", b->status == SEARCH_FIT);
+        if (b->status == SEARCH_SKIPPED)
+            continue;
+        char rcb[32];
+        cJSON_AddStringToObject(e, "schedule", b->label);
+        cJSON_AddNumberToObject(e, "pipeline_parallel", b->pp);
+        cJSON_AddNumberToObject(e, "data_parallel", b->dp);
+        cJSON_AddNumberToObject(e, "micro_batch", b->micro_batch);
+        cJSON_AddStringToObject(e, "recompute", search_rc_text(b, rcb, sizeof rcb));
+        cJSON_AddNumberToObject(e, "peak_bytes", b->peak_bytes);
+        if (b->status == SEARCH_FIT) {
+            cJSON_AddNumberToObject(e, "time_ms", b->time_ms);
+            if (r->n_fit > 0)
+                cJSON_AddNumberToObject(e, "ratio_to_winner", b->time_ms / r->c[0].time_ms);
+        }
+    }
 }
 
 /* Per pipeline depth: its best fit (time) or its smallest peak. */
@@ -199,6 +205,7 @@ int search_print_json(const search_options *o, const search_result *r)
             why_json(o, r, w);
     }
     depths_json(r, cJSON_AddArrayToObject(root, "depths"));
+    targets_best_json(r, cJSON_AddArrayToObject(root, "targets"));
     for (int i = 0; i < r->n; i++) {
         cJSON *j = candidate_json(&r->c[i]);
         if (!j)
