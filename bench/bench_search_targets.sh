@@ -24,7 +24,7 @@ for t in zbsched torch torchtitan megatron; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 t = sys.argv[2]
-best = next(x for x in d["why"]["targets"] if x["target"] == t)
+best = next(x for x in d["targets"] if x["target"] == t)
 zb = float(sys.argv[3]) or best["time_ms"]
 print("%-11s %-28s %-6s %-2d %-9s %-9s %-10.1f %.3f" % (
     t, best["schedule"], "%dx%d" % (best["pipeline_parallel"], best["data_parallel"]), best["micro_batch"],
