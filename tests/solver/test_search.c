@@ -391,7 +391,7 @@ int main(void)
 {
     Suite *s = suite_create("search");
     TCase *tc = tcase_create("search");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 180); /* test_cli runs seven searches: minutes under the sanitizers on a loaded machine */
     tcase_add_test(tc, test_ranking);
     tcase_add_test(tc, test_limit_excludes);
     tcase_add_test(tc, test_nothing_fits);
