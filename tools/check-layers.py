@@ -1,22 +1,21 @@
 #!/usr/bin/env python3
-"""check-layers.py: no two parts of zbsched depend on each other in a
-circle, and no file is larger than its folder allows.
+"""check-layers.py: no two source files of zbsched depend on each other in
+a circle, and no file is larger than its folder allows.
 
-A *module* is a source file together with its header of the same stem
-(runtime/link_plan.c and runtime/link_plan.h are one module; a header
-without a .c, like runtime/backend.h, is a module of its own).  Module A
-depends on module B when
+Source file A depends on source file B when
 
-  - a file of A includes a file of B (#include "b/path.h"), or
+  - A includes B (#include "b/path.h"), or
   - A's object file uses a global name (nm: undefined) that only B's
     object file defines: a call into B, however it was declared.
 
 The check fails when the dependency graph has a circle (a strongly
-connected component of more than one module), printing each circle with
-the include or the names that make every edge of it.  The objects come
-from the build directory's compile_commands.json, so a module that this
-build does not compile (CUDA, MPI without the toolkits) is checked by its
-includes only.
+connected component of more than one file), printing each circle with the
+include or the names that make every edge of it.  A header is a file of
+its own: a public header may declare what several files define (gen.h,
+search.h, trainer.h), and a file that includes it does not depend on
+them; what it calls, it does.  The objects come from the build
+directory's compile_commands.json, so a file that this build does not
+compile (CUDA, MPI without the toolkits) is checked by its includes only.
 
 Sizes: every file under a folder with a limit is reported when it has more
 lines than the limit; `--enforce DIR=N` makes that a failure, `--report
@@ -42,9 +41,9 @@ EXTENSIONS = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-def module_of(path):
-    """runtime/link_plan.c -> runtime/link_plan."""
-    return os.path.splitext(path)[0]
+def node_of(path):
+    """A node of the graph: the file itself (see the header comment)."""
+    return path
 
 
 def source_files(root):
@@ -59,7 +58,7 @@ def source_files(root):
 
 
 def include_edges(root, files, edges):
-    """Adds A -> B for every include of a file of module B by module A."""
+    """Adds A -> B for every include of file B by file A."""
     known = set(files)
     for f in files:
         here = os.path.dirname(f)
@@ -73,13 +72,13 @@ def include_edges(root, files, edges):
                 target = inc if inc in known else os.path.normpath(os.path.join(here, inc))
                 if target not in known:
                     continue
-                a, b = module_of(f), module_of(target)
+                a, b = node_of(f), node_of(target)
                 if a != b:
                     edges.setdefault((a, b), set()).add("includes " + target)
 
 
-def objects_by_module(root, build, files):
-    """{module: [object paths]} from compile_commands.json."""
+def objects_by_file(root, build, files):
+    """{source file: [object paths]} from compile_commands.json."""
     db = os.path.join(build, "compile_commands.json")
     if not os.path.exists(db):
         return {}
@@ -93,7 +92,7 @@ def objects_by_module(root, build, files):
                 continue
             obj = os.path.normpath(os.path.join(e["directory"], obj))
             if os.path.exists(obj):
-                out.setdefault(module_of(src), []).append(obj)
+                out.setdefault(node_of(src), []).append(obj)
     return out
 
 
@@ -202,15 +201,15 @@ def main():
     files = source_files(root)
     edges = {}
     include_edges(root, files, edges)
-    objs = objects_by_module(root, a.build, files) if a.build else {}
+    objs = objects_by_file(root, a.build, files) if a.build else {}
     call_edges(objs, edges)
-    nodes = sorted({module_of(f) for f in files})
+    nodes = sorted({node_of(f) for f in files})
     failed = False
     found = circles(nodes, edges)
     for comp in found:
         failed = True
         inside = set(comp)
-        print("check-layers: circle of %d modules: %s" % (len(comp), ", ".join(comp)))
+        print("check-layers: circle of %d files: %s" % (len(comp), ", ".join(comp)))
         for (x, y), why in sorted(edges.items()):
             if x in inside and y in inside:
                 shown = sorted(why)
@@ -228,7 +227,7 @@ def main():
                 failed = failed or enforced
                 print("check-layers: %s: %d lines, over %s's limit of %d%s"
                       % (f, lines, d, n, "" if enforced else " (reported, not enforced)"))
-    print("check-layers: %d modules (%d with objects), %d dependencies, %s"
+    print("check-layers: %d files (%d with objects), %d dependencies, %s"
           % (len(nodes), len(objs), len(edges),
              "%d circle(s)" % len(found) if found else "no circle"))
     return 1 if failed else 0
