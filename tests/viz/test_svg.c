@@ -52,8 +52,9 @@ START_TEST(zb_h1_boxes_and_figures)
     ck_assert_ptr_nonnull(strstr(svg, "simulated"));
     ck_assert_int_eq(tu_count(svg, "class=\"lane\""), 4);
     ck_assert_int_eq(tu_count(svg, "class=\"mem-line\""), 4);
-    /* Standalone: generic font, no scripts or external references. */
-    ck_assert_ptr_nonnull(strstr(svg, "font-family=\"sans-serif\""));
+    /* Standalone: the font the labels are measured in, falling back to
+     * the generic family; no scripts or external references. */
+    ck_assert_ptr_nonnull(strstr(svg, "font-family=\"DejaVu Sans, Verdana, sans-serif\""));
     ck_assert_ptr_null(strstr(svg, "<script"));
     ck_assert_ptr_null(strstr(svg, "href"));
     ck_assert_ptr_null(strstr(svg, "@import"));
