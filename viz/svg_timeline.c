@@ -691,13 +691,13 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
     if (limit_drawn && limit_max > top)
         top = limit_max;
     /* Headroom so that a curve at the limit stays visible under the
-     * panel's top edge.  Ticks at whole steps below the top (two or three
-     * per panel), none at the base or the very top, where they would
-     * crowd the neighbouring panels' labels. */
+     * panel's top edge.  Ticks at whole steps at least 12 px apart (the
+     * 9 px labels stay apart), none at the base or the very top, where
+     * they would crowd the neighbouring panels' labels; at least one. */
     top *= 1.05;
     if (!(top > 0))
         top = 1;
-    double step = nice_step_n(top, L->mem_h >= 36 ? 3 : 2);
+    double step = nice_step_n(top, L->mem_h / 12);
     while (step >= top * 0.97 && step > 0)
         step /= 2;
     char limstr[64];

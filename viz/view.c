@@ -133,8 +133,13 @@ int viz_window_resolve(const sched_t *s, const viz_times *t, const viz_view *v,
         w->w0 = t->t0 + v->from / f;
     if (v->has_to)
         w->w1 = t->t0 + v->to / f;
-    if (!(w->w1 > w->w0))
-        return zb_fail(err, "--from %g is at or after the end of the window", v->from);
+    if (!(w->w1 > w->w0)) {
+        char a[32], end[32];
+        zb_num_format(v->from, 6, a, sizeof a);
+        zb_num_format((t->t1 - t->t0) * f, 6, end, sizeof end);
+        return zb_fail(err, "--from %s is at or past the end of the picture (the schedule runs "
+                       "from 0 to %s %s)", a, end, s->time_unit[0] ? s->time_unit : "units");
+    }
     w->narrowed = w->subset || w->dev_lo > 0 || w->dev_hi < s->n_devices - 1 ||
                   v->has_from || v->has_to;
     w->windowed = v->has_from || v->has_to || w->subset;
@@ -150,8 +155,9 @@ int viz_window_resolve(const sched_t *s, const viz_times *t, const viz_view *v,
     zb_num_format((w->w0 - t->t0) * f, 6, a, sizeof a);
     zb_num_format((w->w1 - t->t0) * f, 6, b, sizeof b);
     zb_num_format((t->t1 - t->t0) * f, 6, end, sizeof end);
-    return zb_fail(err, "the window %s-%s holds no op of the chosen devices and micro-batches "
-                   "(the schedule runs from 0 to %s)", a, b, end);
+    const char *u = s->time_unit[0] ? s->time_unit : "units";
+    return zb_fail(err, "the window %s-%s %s holds no op of the chosen devices and micro-batches "
+                   "(the schedule runs from 0 to %s %s)", a, b, u, end, u);
 }
 
 void viz_window_describe(const sched_t *s, const viz_window *w, const char *axis_unit,

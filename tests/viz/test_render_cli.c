@@ -174,6 +174,75 @@ START_TEST(bad_input_gives_one_line)
 }
 END_TEST
 
+/* The view flags (issue 29.6) on every format: a time window, a
+ * micro-batch subset and devices, read as the picture's axis reads; the
+ * graph of a window of a schedule too big to draw whole; bad values are
+ * one line and leave no file. */
+START_TEST(view_flags)
+{
+    cli_dir c;
+    setup_dir(&c);
+    char *e;
+    int st = run(&e, "render '%s' --from 4 --to 12 -o '%s'", c.pred, c.out);
+    ck_assert_msg(st == 0, "%s", e);
+    free(e);
+    char *svg = tu_read(c.out, NULL);
+    ck_assert_ptr_nonnull(strstr(svg, "window 4\xe2\x80\x93" "12 units"));
+    ck_assert_int_lt(tu_count(svg, "class=\"op "), 96);
+    free(svg);
+    st = run(&e, "render '%s' --micro-batches 0-1 --devices 2-3 -o '%s'", c.pred, c.out);
+    ck_assert_msg(st == 0, "%s", e);
+    free(e);
+    svg = tu_read(c.out, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 2 * 2 * 3);
+    ck_assert_int_eq(tu_count(svg, "class=\"lane\""), 2);
+    free(svg);
+    st = run(&e, "render '%s' --format trace --micro-batches 3 -o '%s'", c.pred, c.out);
+    ck_assert_msg(st == 0, "%s", e);
+    free(e);
+    char *trace = tu_read(c.out, NULL);
+    cJSON *doc = cJSON_Parse(trace);
+    ck_assert_ptr_nonnull(doc);
+    int x = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(doc, "traceEvents"))
+        if (!strcmp(cJSON_GetObjectItem(ev, "ph")->valuestring, "X")) {
+            x++;
+            ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "args"), "mb")->valueint, 3);
+        }
+    ck_assert_int_eq(x, 4 * 3);
+    cJSON_Delete(doc);
+    free(trace);
+    /* The graph of a window of the big schedule (3072 ops whole). */
+    st = run(&e, "render '%s' --format dag --from 0 --to 10 -o '%s'", c.big, c.out);
+    ck_assert_msg(st == 0, "%s", e);
+    free(e);
+    ck_assert(tu_xml_valid_file(c.out));
+    unlink(c.out);
+    st = run(&e, "render '%s' --from x -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--from");
+    st = run(&e, "render '%s' --from 12 --to 4 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--from must be before --to");
+    st = run(&e, "render '%s' --to -3 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--to");
+    st = run(&e, "render '%s' --from 500 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "runs from 0 to 27 units");
+    st = run(&e, "render '%s' --from 500 --to 600 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "the window 500-600 units holds no op");
+    st = run(&e, "render '%s' --micro-batches 7-2 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--micro-batches: '7-2' ends before it starts");
+    st = run(&e, "render '%s' --micro-batches 9 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "micro-batches 0-7");
+    st = run(&e, "render '%s' --devices 1-x -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "--devices");
+    st = run(&e, "render '%s' --devices 4 -o '%s'", c.pred, c.out);
+    expect_failure(st, e, c.out, "devices 0-3");
+    st = run(&e, "render '%s' --format dag --devices 0-6 -o '%s'", c.big, c.out);
+    expect_failure(st, e, c.out, "narrow it with --from/--to, --micro-batches or --devices");
+    teardown_dir(&c);
+}
+END_TEST
+
 START_TEST(help_succeeds)
 {
     char *e;
@@ -191,6 +260,7 @@ int main(void)
     tcase_add_test(tc, each_format_writes_a_file);
     tcase_add_test(tc, compare_puts_prediction_above);
     tcase_add_test(tc, bad_input_gives_one_line);
+    tcase_add_test(tc, view_flags);
     tcase_add_test(tc, help_succeeds);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
