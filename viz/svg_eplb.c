@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "viz/buf.h"
+#include "viz/font.h"
 
 #define BEFORE_FILL "#9e9e9e" /* the plain layout: neutral grey */
 #define AFTER_FILL "#397AF2"  /* the placement: the timeline's F blue */
@@ -175,6 +176,8 @@ int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
     double width = margin + (bars_w > 2 * heat_w + 40 ? bars_w : 2 * heat_w + 40) + 20;
     if (width < 680) /* room for the headings */
         width = 680;
+    if (in->subtitle && margin + viz_text_width(in->subtitle, 11, 0) + 20 > width)
+        width = ceil(margin + viz_text_width(in->subtitle, 11, 0) + 20);
 
     viz_buf body = { 0 };
     double y = 50;

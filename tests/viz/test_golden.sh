@@ -40,6 +40,8 @@ entries=(
   "docs/img/llama3-8b-mb0-7.svg|zbsched render $plan --micro-batches 0-7"
   "tests/viz/golden/llama3-8b-devices.svg|zbsched render $plan --from 2000 --to 2300 --micro-batches 20-27 --devices 2-5"
   "tests/viz/golden/llama3-8b-window.trace.json|zbsched render $plan --format trace --from 1000 --to 1100 --devices 0-1"
+  "docs/img/eplb-example.svg|printf '[[90,132,40,61,104,165,39,4,73,56,183,86],[20,107,104,64,19,197,187,157,172,86,16,27]]' > w.json && zbsched eplb w.json --replicas 16 --groups 4 --nodes 2 --gpus 8 --svg e.svg > /dev/null && cat e.svg"
+  "tests/viz/golden/eplb-uneven-nodes.svg|printf '[[90,132,40,61,104,165,39,4,73,56,183,86],[20,107,104,64,19,197,187,157,172,86,16,27]]' > w.json && zbsched eplb w.json --replicas 16 --groups 4 --nodes 3 --gpus 4 --svg e.svg > /dev/null && cat e.svg"
   "!docs/img/zb-h1-p4-m8-dag.svg|zbsched gen zb-h1 -p 4 -m 8 --mem-limit 8 -o s.json && zbsched render s.json --format dag"
   "!docs/img/llama3-8b-window-dag.svg|zbsched render $plan --format dag --from 0 --to 300"
 )
