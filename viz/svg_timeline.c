@@ -327,75 +327,76 @@ static void kinds_present(const tl_src *src, int n_src, int present[OP_KIND_COUN
         }
 }
 
-/* The figures line: "simulated · cost … · bubble rate … · peak memory …". */
-static void draw_figures(viz_buf *b, double x, double y, const tl_src *src)
+/* One line of text at (x, y), escaped; returns its right edge, measured
+ * in the picture's font, so that the picture can be made wide enough. */
+static double text_line(viz_buf *b, double x, double y, double size, int bold, const char *cls,
+                        const char *fill, const char *text)
+{
+    viz_buf_printf(b, "<text%s%s%s x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\"%s fill=\"%s\">",
+                   cls ? " class=\"" : "", cls ? cls : "", cls ? "\"" : "", x, y, size,
+                   bold ? " font-weight=\"bold\"" : "", fill);
+    viz_buf_xml(b, text);
+    viz_buf_puts(b, "</text>\n");
+    return x + viz_text_width(text, size, bold);
+}
+
+/* The figures line: "simulated · cost … · bubble rate … · peak memory …";
+ * returns its right edge. */
+static double draw_figures(viz_buf *b, double x, double y, const tl_src *src)
 {
     const sched_t *s = src->s;
     const sim_result *r = &src->t.r;
     const mem_figures *f = &src->mf;
-    char cost[64], peak[64];
+    char cost[64], peak[64], mem[256], line[512];
     fmt_time(cost, sizeof cost, r->cost, s->time_unit);
     mem_figures_format(s, f->peak, peak, sizeof peak);
-    viz_buf_printf(b, "<text class=\"figures\" x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#222\">",
-                   x, y);
-    viz_buf_xml(b, src->t.measured ? "measured" : "simulated");
-    viz_buf_puts(b, " \xc2\xb7 cost ");
-    viz_buf_xml(b, cost);
-    viz_buf_printf(b, " \xc2\xb7 bubble rate %.1f%% \xc2\xb7 ", 100 * r->bubble_rate);
     if (f->has_static) {
         char st[64], act[64];
         mem_figures_format(s, f->static_mem[f->peak_device], st, sizeof st);
         mem_figures_format(s, f->activations[f->peak_device], act, sizeof act);
-        viz_buf_puts(b, "peak memory ");
-        viz_buf_xml(b, peak);
-        viz_buf_printf(b, " (device %d: static ", f->peak_device);
-        viz_buf_xml(b, st);
-        viz_buf_puts(b, " + activations ");
-        viz_buf_xml(b, act);
-        viz_buf_puts(b, ")</text>\n");
+        snprintf(mem, sizeof mem, "peak memory %s (device %d: static %s + activations %s)", peak,
+                 f->peak_device, st, act);
     } else {
-        viz_buf_puts(b, "peak activation memory ");
-        viz_buf_xml(b, peak);
-        viz_buf_printf(b, " (device %d)</text>\n", f->peak_device);
+        snprintf(mem, sizeof mem, "peak activation memory %s (device %d)", peak, f->peak_device);
     }
+    snprintf(line, sizeof line, "%s \xc2\xb7 cost %s \xc2\xb7 bubble rate %.1f%% \xc2\xb7 %s",
+             src->t.measured ? "measured" : "simulated", cost, 100 * r->bubble_rate, mem);
+    return text_line(b, x, y, 13, 0, "figures", "#222", line);
 }
 
-/* "zb-h1 · p=4, m=8" plus stage layout when there are several chunks. */
-static void draw_heading(viz_buf *b, double x, double y, double size, const tl_src *src)
+/* "zb-h1 · p=4, m=8" plus stage layout when there are several chunks;
+ * returns its right edge. */
+static double draw_heading(viz_buf *b, double x, double y, double size, const tl_src *src)
 {
     const sched_t *s = src->s;
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" font-weight=\"bold\" fill=\"#111\">",
-                   x, y, size);
-    if (src->tag) {
-        viz_buf_xml(b, src->tag);
-        viz_buf_puts(b, ": ");
-    }
-    viz_buf_xml(b, s->name[0] ? s->name : "schedule");
-    viz_buf_printf(b, " \xc2\xb7 p=%d, m=%d", s->n_devices, s->n_micro);
+    char line[512], stages[96] = "";
     if (src->t.n_chunks > 1)
-        viz_buf_printf(b, ", %d stages (%d chunks per device)", s->n_stages, src->t.n_chunks);
-    viz_buf_puts(b, "</text>\n");
+        snprintf(stages, sizeof stages, ", %d stages (%d chunks per device)", s->n_stages,
+                 src->t.n_chunks);
+    snprintf(line, sizeof line, "%s%s%s \xc2\xb7 p=%d, m=%d%s", src->tag ? src->tag : "",
+             src->tag ? ": " : "", s->name[0] ? s->name : "schedule", s->n_devices, s->n_micro,
+             stages);
+    return text_line(b, x, y, size, 1, NULL, "#111", line);
 }
 
-/* The view and the label note under the figures; returns the y below. */
-static double draw_view_notes(viz_buf *b, double x, double y, const tl_src *src)
+/* The view and the label note under the figures; returns the y below and
+ * widens *right to their right edges. */
+static double draw_view_notes(viz_buf *b, double x, double y, const tl_src *src, double *right)
 {
     char desc[256];
     viz_window_describe(src->s, &src->w, src->axis_unit, desc, sizeof desc);
     if (desc[0]) {
-        viz_buf_printf(b, "<text class=\"view\" x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">",
-                       x, y + 12);
-        viz_buf_xml(b, desc);
-        viz_buf_puts(b, "</text>\n");
+        *right = fmax(*right, text_line(b, x, y + 12, 12, 0, "view", "#222", desc));
         y += 17;
     }
     long missing = src->n_boxes - src->n_labelled;
     if (src->n_boxes > 0 && missing * 5 > src->n_boxes) { /* over a fifth unlabelled */
-        viz_buf_printf(b, "<text class=\"label-note\" x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#8a4b00\">"
-                       "%ld of %ld boxes are too narrow for their micro-batch number; "
-                       "zbsched render --from T --to T (%s), --micro-batches A-B or --devices A-B "
-                       "draws a part wide enough</text>\n",
-                       x, y + 12, missing, src->n_boxes, src->axis_unit[0] ? src->axis_unit : "units");
+        char note[512];
+        snprintf(note, sizeof note, "%ld of %ld boxes are too narrow for their micro-batch number; "
+                 "zbsched render --from T --to T (%s), --micro-batches A-B or --devices A-B "
+                 "draws a part wide enough", missing, src->n_boxes,
+                 src->axis_unit[0] ? src->axis_unit : "units");
+        *right = fmax(*right, text_line(b, x, y + 12, 12, 0, "label-note", "#8a4b00", note));
         y += 17;
     }
     return y;
@@ -842,11 +843,11 @@ static int render(tl_src *src, int n_src, const viz_view *view, char **svg, size
     if (layout_compute(src, n_src, view, &L, err))
         return -1;
     viz_buf b = { 0 };
-    double y = 22;
+    double y = 22, right = 0; /* right: where the widest heading line ends */
     if (n_src == 1) {
-        draw_heading(&b, 12, y, 16, &src[0]);
-        draw_figures(&b, 12, y + 20, &src[0]);
-        y = draw_view_notes(&b, 12, y + 24, &src[0]) + 10;
+        right = fmax(right, draw_heading(&b, 12, y, 16, &src[0]));
+        right = fmax(right, draw_figures(&b, 12, y + 20, &src[0]));
+        y = draw_view_notes(&b, 12, y + 24, &src[0], &right) + 10;
     } else {
         viz_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"16\" font-weight=\"bold\" fill=\"#111\">", y);
         viz_buf_xml(&b, src[0].tag);
@@ -870,9 +871,9 @@ static int render(tl_src *src, int n_src, const viz_view *view, char **svg, size
     y = draw_legend(&b, y, src, n_src, &L) + 14;
     for (int k = 0; k < n_src; k++) {
         if (n_src > 1) {
-            draw_heading(&b, 12, y + 12, 13, &src[k]);
-            draw_figures(&b, 12, y + 30, &src[k]);
-            y = draw_view_notes(&b, 12, y + 34, &src[k]) + 6;
+            right = fmax(right, draw_heading(&b, 12, y + 12, 13, &src[k]));
+            right = fmax(right, draw_figures(&b, 12, y + 30, &src[k]));
+            y = draw_view_notes(&b, 12, y + 34, &src[k], &right) + 6;
         }
         y = draw_lanes(&b, y, &src[k], &L);
         y = draw_axis(&b, y, &L, &src[k]) + 10;
@@ -886,7 +887,8 @@ static int render(tl_src *src, int n_src, const viz_view *view, char **svg, size
         y += 12;
     }
     const char *name = src[0].s->name[0] ? src[0].s->name : "schedule";
-    return svg_document(&b, L.width, y, name, svg, len, err);
+    /* No heading line runs off the picture (the plot keeps its width). */
+    return svg_document(&b, fmax(L.width, right + 12), y, name, svg, len, err);
 }
 
 static void src_free(tl_src *src)
