@@ -673,13 +673,19 @@ static int fits(int nd, double w, double h, double slack)
 START_TEST(labels_in_every_box_that_holds_them)
 {
     sched_t *s = fixture_1f1b(16, 128);
-    sched_set_costs(s, 1, 1.3, 0.9, 0);
+    /* Costs that differ by stage, so that box widths spread over the
+     * thresholds (about 2.5 to 10 px) instead of taking two values. */
+    for (int st = 0; st < s->n_stages; st++) {
+        s->cost[st].t_f = 0.6 + 0.08 * st;
+        s->cost[st].t_b = 0.7 + 0.05 * st;
+        s->cost[st].t_w = 0.4 + 0.03 * st;
+    }
     size_t len;
     char *svg = render(s, &len);
     long n;
     box *b = parse_boxes(svg, &n);
     ck_assert_int_eq(n, sched_op_count(s));
-    long labelled = 0, upright = 0, big = 0, missed_fit = 0;
+    long labelled = 0, upright = 0, big = 0, missed_fit = 0, small = 0;
     for (long i = 0; i < n; i++) {
         int nd = digits(b[i].mb), f = fits(nd, b[i].w, b[i].h, 0.05);
         if (f > 0)
@@ -703,10 +709,11 @@ START_TEST(labels_in_every_box_that_holds_them)
             ck_assert(along <= b[i].h + 0.01);
         }
         big += b[i].mb >= 100;
+        small += b[i].font < 7;
     }
-    ck_assert_msg(labelled >= n / 3 && upright > 0 && big > 0 && missed_fit > 0,
-                  "%ld of %ld labelled, %ld upright, %ld of three digits, %ld cannot fit",
-                  labelled, n, upright, big, missed_fit);
+    ck_assert_msg(labelled >= n / 3 && upright > 0 && big > 0 && missed_fit > 0 && small > 0,
+                  "%ld of %ld labelled, %ld upright, %ld of three digits, %ld cannot fit, "
+                  "%ld below 7 px", labelled, n, upright, big, missed_fit, small);
     free(b);
     ck_assert(tu_xml_valid(svg, len));
     free(svg);
