@@ -66,6 +66,22 @@ export_format export_default_format(const sched_t *s, const zb_plan *p)
     return sched_has_vocab(s) ? EXPORT_ZBSCHED : EXPORT_TORCH_CSV;
 }
 
+int export_format_for_path(const char *out_path)
+{
+    static const struct {
+        const char *suffix;   /* how the name ends, case-sensitive as on disk */
+        export_format format; /* what that name asks for */
+    } by_suffix[] = { { ".csv", EXPORT_TORCH_CSV }, { ".toml", EXPORT_TORCHTITAN },
+                      { ".json", EXPORT_ZBSCHED } };
+    size_t n = out_path ? strlen(out_path) : 0;
+    for (size_t i = 0; i < sizeof by_suffix / sizeof by_suffix[0]; i++) {
+        size_t k = strlen(by_suffix[i].suffix);
+        if (n > k && !strcmp(out_path + n - k, by_suffix[i].suffix))
+            return by_suffix[i].format;
+    }
+    return -1;
+}
+
 export_placement export_placement_of(const sched_t *s)
 {
     int p = s->n_devices, S = s->n_stages, looped = S % p == 0, v = S == 2 * p;

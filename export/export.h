@@ -88,6 +88,14 @@ plan_target export_format_target(export_format f);
  * file without a plan (p NULL). */
 export_format export_default_format(const sched_t *s, const zb_plan *p);
 
+/* The format an output name asks for when --format is not given: ".csv"
+ * torch-csv, ".toml" torchtitan, ".json" zbsched (the schedule file);
+ * -1 for any other name or NULL (then export_default_format decides).
+ * A user who names the output best.csv wants the CSV, whatever engine the
+ * plan was searched for; export_check still refuses a plan the CSV
+ * cannot express, naming the search that plans for PyTorch. */
+int export_format_for_path(const char *out_path);
+
 /* Whether format f can express schedule s with plan p (NULL: the file has
  * none; the formats that need a plan then refuse).  s is validated.
  * Returns 0, or -1 with err holding the one line to print: what the

@@ -125,8 +125,11 @@ int cmd_export(int argc, char **argv)
         goto out;
     }
     const zb_plan *p = has ? &plan : NULL;
-    if (!format)
-        fmt = export_default_format(s, p);
+    if (!format) {
+        fmt = export_format_for_path(out_path);
+        if (fmt < 0)
+            fmt = export_default_format(s, p);
+    }
     if (export_check(s, p, (export_format)fmt, &err) != 0) {
         cli_error("%s: %s", path, err.msg);
         goto out;

@@ -75,6 +75,17 @@ default)
     grep -q -- "--target torch" err.txt || fail "the refusal names no target: $(cat err.txt)"
     [ -e best.csv ] && fail "a refused export left best.csv"
   fi
+  # -o NAME.csv without --format asks for the CSV: a plain plan writes it,
+  # the vocabulary-parallel one is refused naming --target torch
+  if "$zb" export best.json -o asked.csv 2>err2.txt; then
+    grep -q '"vocab": "parallel"' best.json && fail "-o asked.csv of a vocabulary-parallel plan succeeded"
+  else
+    grep -q -- "--target torch" err2.txt || fail "-o asked.csv: the refusal names no target: $(cat err2.txt)"
+    [ -e asked.csv ] && fail "a refused export left asked.csv"
+  fi
+  "$zb" search --mem 40G --vocab plain -q -o plain.json >/dev/null || fail "search --vocab plain"
+  "$zb" export plain.json -o plain.csv 2>/dev/null || fail "export plain.json -o plain.csv"
+  head -c 4 plain.csv | grep -q '^0F0' || fail "plain.csv is not a torch CSV: $(head -c 40 plain.csv)"
   echo "default target: export best.json ok; $(cat err.txt 2>/dev/null)"
   ;;
 toml)

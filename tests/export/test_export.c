@@ -156,6 +156,19 @@ START_TEST(default_format)
 }
 END_TEST
 
+/* The output's name chooses the format when --format is absent. */
+START_TEST(format_from_output_name)
+{
+    ck_assert_int_eq(export_format_for_path("best.csv"), EXPORT_TORCH_CSV);
+    ck_assert_int_eq(export_format_for_path("dir/job.toml"), EXPORT_TORCHTITAN);
+    ck_assert_int_eq(export_format_for_path("copy.json"), EXPORT_ZBSCHED);
+    ck_assert_int_eq(export_format_for_path("args.txt"), -1);
+    ck_assert_int_eq(export_format_for_path(".csv"), -1); /* a bare suffix names nothing */
+    ck_assert_int_eq(export_format_for_path("-"), -1);
+    ck_assert_int_eq(export_format_for_path(NULL), -1);
+}
+END_TEST
+
 START_TEST(vocab_refused_by_every_engine)
 {
     sched_t *s = make(gen_1f1b, 2, 4, 1);
@@ -521,10 +534,16 @@ START_TEST(program)
     ck_assert_msg(zb("export zb.json") == 0, "%s", errb);
     ck_assert_ptr_nonnull(strstr(out, "\"format\": \"zbsched-schedule\""));
     ck_assert_ptr_nonnull(strstr(errb, "which zbsched runs as it is: zbsched run zb.json"));
+    /* a .csv name asks for the CSV, which cannot hold the passes */
     ck_assert_int_eq(zb("export zb.json -o zb.csv"), 1);
-    cli_assert_one_line(errb, "is planned for zbsched's own runtime");
+    cli_assert_one_line(errb, "cannot express vocabulary parallelism");
     cli_assert_one_line(errb, "--target torch");
     ck_assert(!exists("zb.csv"));
+    /* a name that asks for no format gets the plan's own: the file itself */
+    ck_assert_int_eq(zb("export zb.json -o zb.txt"), 1);
+    cli_assert_one_line(errb, "is planned for zbsched's own runtime");
+    cli_assert_one_line(errb, "--target torch");
+    ck_assert(!exists("zb.txt"));
     ck_assert_int_eq(zb("export zb.json --format torch-csv -o zb.csv"), 1);
     cli_assert_one_line(errb, "PyTorch's pipelining CSV cannot express vocabulary parallelism");
     sched_free(s);
@@ -540,6 +559,7 @@ int main(void)
     TCase *tc = tcase_create("export");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, default_format);
+    tcase_add_test(tc, format_from_output_name);
     tcase_add_test(tc, vocab_refused_by_every_engine);
     tcase_add_test(tc, torchtitan_job);
     tcase_add_test(tc, torchtitan_refusals_and_flavor);
