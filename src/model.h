@@ -72,7 +72,8 @@ typedef struct zb_gpu {
 } zb_gpu;
 
 /* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",
- * "llama3-8b", "llama3-70b", "intellect-1-10b", "tiny", "shakespeare-char").
+ * "llama3-8b", "llama3-70b", "llama3-405b", "intellect-1-10b", "tiny",
+ * "shakespeare-char", "tiny-mem").
  * Returns 0 and fills *m, or -1 with err listing the presets. */
 int model_preset(const char *name, zb_model *m, zb_err *err);
 
@@ -98,7 +99,8 @@ double gpu_inter_node_latency(const zb_gpu *g);
  * naming the field and its range. */
 int gpu_check(const zb_gpu *g, zb_err *err);
 
-/* Finds a GPU preset ("A100-80G", "H100-80G", "H200-141G"). */
+/* Finds a GPU preset ("A100-80G", "A100-40G", "H100-80G", "H100-94G",
+ * "H200-141G", "H20", "L40S", "MI300X"). */
 int gpu_preset(const char *name, zb_gpu *g, zb_err *err);
 
 /* Lists preset names, comma separated, into buf. */
