@@ -8,8 +8,8 @@
  *
  *   build/bench/bench_ops [--model tiny|shakespeare-char] [--batch B] [--reps R]
  *
- * Per kernel: the fastest of R repetitions (on a shared machine the one
- * least slowed by other processes), its calls per training step (m = 1
+ * Per kernel: the fastest of R repetitions in thread CPU time (on a shared
+ * machine the one least slowed by other processes), its calls per training step (m = 1
  * micro-batch, every layer), the time per step that makes, and its rate:
  * GFLOP/s for products, GB/s of compulsory traffic (each operand read or
  * written once) for the passes that stream memory.  Two references come
@@ -32,10 +32,13 @@
 #include "kernels/cpu/llama.h"
 #include "kernels/cpu/ops.h"
 
+/* This thread's CPU time: on a shared machine the time other processes
+ * hold the core is not counted (their share of caches and memory
+ * bandwidth still is). */
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 

@@ -677,9 +677,31 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* Writes the decimal digits of v (what "%lld" writes), without stdio:
+ * a schedule file has one or two numbers per op, and snprintf's format
+ * interpretation was most of `gen`'s CPU (bench/README.md, "issue 28"). */
+static void sb_int(strbuf *b, long long v)
+{
+    char tmp[24], *end = tmp + sizeof tmp, *p = end;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    sb_put(b, p, (size_t)(end - p));
+}
+
 /* Shortest %g form that reads back as exactly v. */
 static void sb_double(strbuf *b, double v)
 {
+    /* a whole number below 1e15 in magnitude: "%.15g" writes its digits
+     * (and it reads back exactly), the common case of unit costs */
+    if (v > -1e15 && v < 1e15 && v == (double)(long long)v && !(v == 0 && signbit(v))) {
+        sb_int(b, (long long)v);
+        return;
+    }
     char tmp[40];
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
@@ -760,17 +782,16 @@ static void sb_vocab(strbuf *b, const sched_vocab *v)
 
 static void sb_op(strbuf *b, const sched_t *s, int dev_stages, sched_op op)
 {
-    char tmp[40];
-    int n;
-    if (OP_IS_VOCAB(op.kind)) /* S3, T3: the shard is the device */
-        n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
-    else if (dev_stages == 1)
-        n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
-    else
-        n = snprintf(tmp, sizeof tmp, "\"%s%d@%d\"", op_kind_name((op_kind)op.kind),
-                     (int)op.mb, (int)op.stage);
     (void)s;
-    sb_put(b, tmp, (size_t)n);
+    sb_put(b, "\"", 1);
+    sb_puts(b, op_kind_name((op_kind)op.kind));
+    sb_int(b, (int)op.mb);
+    /* S3, T3: the shard is the device; one stage per device: no "@s" */
+    if (!OP_IS_VOCAB(op.kind) && dev_stages != 1) {
+        sb_put(b, "@", 1);
+        sb_int(b, (int)op.stage);
+    }
+    sb_put(b, "\"", 1);
 }
 
 char *sched_to_string(const sched_t *s)
