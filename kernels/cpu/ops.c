@@ -6,7 +6,9 @@
  * head's columns inside the [N, heads·hd] activations through the leading
  * dimension instead of copying).  Per-row sums run in double: they are
  * cheap next to the GEMMs and keep the fp32 results close to the JAX
- * goldens.  The attention keeps no T×T probabilities between F and B:
+ * goldens.  The exponentials and the elementwise passes are vectorized
+ * (vmath.h) and shared over the calling thread's team where the split
+ * changes no bit.  The attention keeps no T×T probabilities between F and B:
  * backward recomputes P = exp(S - lse) from q, k and the saved row
  * log-sum-exp, exactly as the forward computed it, so both see the same P.
  */
