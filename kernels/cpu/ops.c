@@ -456,6 +456,34 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
     return j.failed ? -1 : 0;
 }
 
+/* dst = a + b over [lo, hi); dst may alias a or b exactly (no restrict:
+ * the compiler checks the overlap and vectorizes either way). */
+KERN_VECTOR static void add_range(float *dst, const float *a, const float *b, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++)
+        dst[i] = a[i] + b[i];
+}
+
+typedef struct add_job {
+    float *dst;          /* output */
+    const float *a, *b;  /* inputs */
+    size_t n;            /* elements */
+} add_job;
+enum { ADD_CHUNK = 32768 };
+
+static void add_chunks(void *p, int lo, int hi)
+{
+    const add_job *j = p;
+    size_t e0 = (size_t)lo * ADD_CHUNK, e1 = (size_t)hi * ADD_CHUNK;
+    add_range(j->dst, j->a, j->b, e0, e1 < j->n ? e1 : j->n);
+}
+
+void kern_add(float *dst, const float *a, const float *b, size_t n)
+{
+    add_job j = { dst, a, b, n };
+    kern_parallel((int)((n + ADD_CHUNK - 1) / ADD_CHUNK), 4, add_chunks, &j);
+}
+
 KERN_VECTOR static void swiglu_forward_range(float *restrict hs, const float *restrict a,
                                              const float *restrict b, size_t lo, size_t hi)
 {

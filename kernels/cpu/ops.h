@@ -88,6 +88,11 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
                             const float *o, const float *lse, int B, int T,
                             int nh, int nkv, int hd);
 
+/* dst[i] = a[i] + b[i] for i < n (dst may be a or b): the residual adds,
+ * gradient sums and weight-gradient accumulation, vectorized and shared
+ * over the calling thread's team (elementwise: the same bits at any split). */
+void kern_add(float *dst, const float *a, const float *b, size_t n);
+
 /* hs[N,f] = silu(a) ⊙ b, silu(a) = a·sigmoid(a). */
 void kern_swiglu_forward(float *hs, const float *a, const float *b, size_t n);
 
