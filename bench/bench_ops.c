@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "kernels/cpu/adamw.h"
@@ -312,7 +313,13 @@ int main(int argc, char **argv)
     llama_saved *sv = llama_saved_new(&st, B);
     double tf = 1e30, tb = 1e30, tw = 1e30;
     float loss = 0;
+    long faults0 = 0;
     for (int k = 0; k < reps + 1; k++) {
+        if (k == 1) { /* the first pass grows the pool and the scratch */
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            faults0 = ru.ru_minflt;
+        }
         double t0 = now();
         if (llama_stage_forward(&st, params, tgt, NULL, tgt, sv, NULL, &loss, NULL, &err))
             goto fail;
@@ -329,9 +336,12 @@ int main(int argc, char **argv)
             tw = t3 - t2 < tw ? t3 - t2 : tw;
         }
     }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
     printf("whole model through llama.h, one micro-batch: F %.1f ms, B %.1f ms, W %.1f ms "
-           "(sum %.1f ms; loss %.6f)\n", tf * 1e3, tb * 1e3, tw * 1e3, (tf + tb + tw) * 1e3,
-           loss);
+           "(sum %.1f ms; loss %.6f); %.1f page faults per micro-batch after the first\n",
+           tf * 1e3, tb * 1e3, tw * 1e3, (tf + tb + tw) * 1e3, loss,
+           reps > 0 ? (double)(ru.ru_minflt - faults0) / reps : 0.0);
     llama_saved_free(sv);
     llama_stage_free(&st);
     return 0;

@@ -17,7 +17,11 @@ The two sides take turns, round after round, so that the load of a shared
 machine falls on both alike.  Each round's first step is left out (zbsched
 grows its pools and scratch then, PyTorch its caches), and the median over
 the other steps of every round is reported, with the ratio PyTorch / zbsched
-(above 1: zbsched is faster) and the load average before and after.
+(above 1: zbsched is faster) and the load average before and after.  Beside
+the wall time, the CPU time per step (every thread of the process; for
+zbsched an N-step process less a 1-step one, per round): on a loaded machine
+the wall time follows the scheduler's share, the CPU time the work (with
+several threads it also counts their spinning).
 
 zbsched's step time comes from its progress lines (tokens per step / the
 step's tokens/s).  PyTorch comes from PyPI when installed; without it the
@@ -33,6 +37,7 @@ usage: bench/bench_torch.py [--zbsched build/zbsched] [--steps N] [--rounds R]
 """
 import argparse
 import os
+import resource
 import re
 import statistics
 import subprocess
@@ -56,18 +61,22 @@ def cores():
 
 
 def zbsched_steps(zb, sched, model, threads, steps, batch, m):
-    """Step times (s) of one `zbsched run`, its first step left out."""
+    """Step times (s) of one `zbsched run`, its first step left out, and the
+    CPU seconds (user + system, every thread) of the whole process."""
     cmd = [zb, "run", sched, "--model", model, "--steps", str(steps), "--threads", str(threads),
            "--data", DATA, "--eval-windows", "1", "--seed", "1"]
     if batch:
         cmd += ["--batch-size", str(batch)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit("zbsched failed: " + r.stderr.strip())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     tps = [float(x) for x in re.findall(r"^step \d+/\d+: loss \S+\s+(\S+) tok/s", r.stderr, re.M)]
     b, t = re.search(r"batch (\d+) x (\d+) tokens", r.stderr).groups()
     tokens = float(b) * float(t) * m
-    return [tokens / x for x in tps[1:]]
+    return [tokens / x for x in tps[1:]], cpu
 
 
 class TorchModel:
@@ -157,14 +166,16 @@ class TorchModel:
         self.opt.zero_grad(set_to_none=True)
 
     def steps(self, n):
-        """Step times (s) of n steps, the first left out."""
+        """Step times (s) of n steps and their CPU seconds (every thread of
+        the process), the first step left out."""
         self.torch.set_num_threads(self.threads)
-        times = []
+        times, cpus = [], []
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             self.step()
             times.append(time.perf_counter() - t0)
-        return times[1:]
+            cpus.append(time.process_time() - c0)
+        return times[1:], cpus[1:]
 
     def profile(self):
         """PyTorch's profiler table of one step (after one warm-up step)."""
@@ -207,8 +218,9 @@ def main():
         B = a.batch_size or cfg["B"]
         print("\n%s: %d layers, d=%d, batch %d x %d tokens, m=%d (%d tokens/step)" %
               (name, cfg["layers"], cfg["d"], B, cfg["T"], a.micro, a.micro * B * cfg["T"]))
-        print("  %-8s %-24s %12s %12s %14s   %s" % ("threads", "side", "median ms", "min ms",
-                                                     "tokens/s", "load before -> after"))
+        print("  %-8s %-24s %12s %12s %14s %12s   %s" % ("threads", "side", "median ms", "min ms",
+                                                          "tokens/s", "CPU ms/step",
+                                                          "load before -> after"))
         with tempfile.TemporaryDirectory() as tmp:
             sched = os.path.join(tmp, "s.json")
             subprocess.run([a.zbsched, "gen", "1f1b", "-p", "1", "-m", str(a.micro), "-o", sched],
@@ -218,22 +230,32 @@ def main():
                 tm = TorchModel(cfg, a.micro, threads, a.batch_size) if torch else None
                 if tm and a.profile:
                     print(tm.profile())
-                zs, ts = [], []
+                zs, ts, zc, tc = [], [], [], []
+                # zbsched's CPU per step: an N-step process less a 1-step one
+                # (start-up, data, the first step and the final evaluation)
+                _, cpu1 = zbsched_steps(a.zbsched, sched, name, threads, 1, a.batch_size, a.micro)
                 for _ in range(a.rounds):
-                    zs += zbsched_steps(a.zbsched, sched, name, threads, a.steps, a.batch_size,
-                                        a.micro)
+                    times, cpu = zbsched_steps(a.zbsched, sched, name, threads, a.steps,
+                                               a.batch_size, a.micro)
+                    zs += times
+                    zc.append((cpu - cpu1) / (a.steps - 1))
                     if tm:
-                        ts += tm.steps(a.steps)
+                        times, cpus = tm.steps(a.steps)
+                        ts += times
+                        tc += cpus
                 load1 = os.getloadavg()[0]
                 tokens = a.micro * B * cfg["T"]
-                rows = [("zbsched", zs)] + ([("PyTorch eager", ts)] if tm else [])
-                for side, xs in rows:
+                rows = [("zbsched", zs, zc)] + ([("PyTorch eager", ts, tc)] if tm else [])
+                for side, xs, cs in rows:
                     med = statistics.median(xs)
-                    print("  %-8d %-24s %12.1f %12.1f %14.0f   %.1f -> %.1f" %
-                          (threads, side, 1e3 * med, 1e3 * min(xs), tokens / med, load0, load1))
+                    print("  %-8d %-24s %12.1f %12.1f %14.0f %12.1f   %.1f -> %.1f" %
+                          (threads, side, 1e3 * med, 1e3 * min(xs), tokens / med,
+                           1e3 * statistics.median(cs), load0, load1))
                 if tm:
-                    print("  %-8d %-24s %12.2f   (PyTorch median / zbsched median; > 1: zbsched "
-                          "faster)" % (threads, "ratio", statistics.median(ts) / statistics.median(zs)))
+                    print("  %-8d %-24s %12.2f %12s %14s %12.2f   (PyTorch / zbsched; > 1: "
+                          "zbsched faster)" % (threads, "ratio", statistics.median(ts) /
+                                               statistics.median(zs), "", "",
+                                               statistics.median(tc) / statistics.median(zc)))
                 del tm
 
 
