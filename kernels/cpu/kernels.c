@@ -29,6 +29,7 @@
 
 #include <assert.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static struct {
     int (*get_threads)(void);        /* openblas_get_num_threads */
     void (*blis_set_threads)(long);  /* bli_thread_set_num_threads (dim_t) */
     long (*blis_get_threads)(void);  /* bli_thread_get_num_threads */
-    char desc[256];                  /* what kernels_blas_describe returns */
+    char desc[512];                  /* what kernels_blas_describe returns */
     char error[320];                 /* why loading failed, or "" */
 } blas;
 static int blas_ready;               /* 1 loaded, -1 failed, 0 not tried */
@@ -95,17 +96,22 @@ static int blas_open(void)
                  ZB_BLAS_SONAME);
         return -1;
     }
-    char where[160] = "";
+    /* the file behind the soname: Debian's alternatives point it at one of
+     * several builds (openblas-pthread, openblas-openmp, blis-openmp...) */
+    char where[PATH_MAX] = "";
     Dl_info info;
-    if (dladdr((void *)blas.sgemm, &info) && info.dli_fname)
-        snprintf(where, sizeof where, "%s", info.dli_fname);
+    if (dladdr((void *)blas.sgemm, &info) && info.dli_fname) {
+        char *real = realpath(info.dli_fname, NULL);
+        snprintf(where, sizeof where, "%s", real ? real : info.dli_fname);
+        free(real);
+    }
     if (ZB_BLAS_BLIS) {
         blas.blis_set_threads = (void (*)(long))dlsym(h, "bli_thread_set_num_threads");
         blas.blis_get_threads = (long (*)(void))dlsym(h, "bli_thread_get_num_threads");
         const char *(*version)(void) = (const char *(*)(void))dlsym(h, "bli_info_get_version_str");
         int (*arch_id)(void) = (int (*)(void))dlsym(h, "bli_arch_query_id");
         const char *(*arch_name)(int) = (const char *(*)(int))dlsym(h, "bli_arch_string");
-        snprintf(blas.desc, sizeof blas.desc, "BLIS %s, kernels for %s (%s)",
+        snprintf(blas.desc, sizeof blas.desc, "BLIS %s, kernels for %s (%.300s)",
                  version ? version() : "?", arch_id && arch_name ? arch_name(arch_id()) : "?",
                  where);
     } else {
@@ -113,7 +119,7 @@ static int blas_open(void)
         blas.get_threads = (int (*)(void))dlsym(h, "openblas_get_num_threads");
         char *(*config)(void) = (char *(*)(void))dlsym(h, "openblas_get_config");
         char *(*core)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
-        snprintf(blas.desc, sizeof blas.desc, "%s, kernels for %s (%s)",
+        snprintf(blas.desc, sizeof blas.desc, "%.150s, kernels for %.40s (%.300s)",
                  config ? config() : "OpenBLAS", core ? core() : "?", where);
     }
     return 0;
