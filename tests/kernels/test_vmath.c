@@ -14,10 +14,12 @@
  *     block) and for GQA;
  *   - kern_gemm_block_rows cuts M evenly into blocks of at most 256 rows;
  *   - the BLAS library is not loaded until something needs it, and
- *     kernels_blas_describe names it afterwards.
+ *     kernels_blas_describe names it afterwards; `zbsched gen` never loads
+ *     it (the program does not link it).
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,6 +244,29 @@ START_TEST(blas_loads_on_first_use)
 }
 END_TEST
 
+/* The program itself maps no BLAS: `zbsched gen` must not pay for it.
+ * LD_DEBUG=libs makes the loader name every library it loads. */
+START_TEST(program_does_not_load_blas)
+{
+    const char *exe = getenv("ZBSCHED");
+    if (!exe || !*exe)
+        return; /* only under meson test, which sets it */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs '%s' gen 1f1b -p 2 -m 4 -o /dev/null 2>&1", exe);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int loaded_libc = 0, loaded_blas = 0;
+    while (fgets(line, sizeof line, f)) {
+        loaded_libc |= strstr(line, "libc.so") != NULL;
+        loaded_blas |= strstr(line, "openblas") != NULL || strstr(line, "libblis") != NULL;
+    }
+    ck_assert_int_eq(pclose(f), 0);
+    ck_assert_msg(loaded_libc, "LD_DEBUG=libs printed nothing the test can read");
+    ck_assert_msg(!loaded_blas, "zbsched gen loaded a BLAS library");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vmath");
@@ -253,6 +278,7 @@ int main(void)
     tcase_add_test(tc, block_attention_matches_the_formula);
     tcase_add_test(tc, gemm_blocks_are_even);
     tcase_add_test(tc, blas_loads_on_first_use);
+    tcase_add_test(tc, program_does_not_load_blas);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
