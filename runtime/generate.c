@@ -353,6 +353,12 @@ const zb_model *gen_model_config(const gen_model *g) { return &g->cfg; }
 
 size_t gen_param_count(const gen_model *g) { return g->st.n_params; }
 
+const float *gen_model_params(const gen_model *g) { return g->params; }
+
+const struct llama_stage *gen_model_layout(const gen_model *g) { return &g->st; }
+
+const unsigned char *gen_model_chars(const gen_model *g) { return g->chars; }
+
 int gen_encode(const gen_model *g, const char *text, size_t len, int32_t *ids, zb_err *err)
 {
     for (size_t i = 0; i < len; i++) {

@@ -93,6 +93,16 @@ const zb_model *gen_model_config(const gen_model *g);
 /* Parameters of the loaded model. */
 size_t gen_param_count(const gen_model *g);
 
+struct llama_stage;
+
+/* The loaded weights, for exporters (runtime/hf_weights.h): the
+ * whole-model buffer [gen_param_count] and its layout, one stage holding
+ * every layer, the embedding and the head (kernels/cpu/llama.h), and the
+ * byte of each token id [vocab]. */
+const float *gen_model_params(const gen_model *g);
+const struct llama_stage *gen_model_layout(const gen_model *g);
+const unsigned char *gen_model_chars(const gen_model *g);
+
 /* Token ids of text (bytes outside the vocabulary are an error naming the
  * first one).  ids holds len entries.  Returns 0 or -1 with err. */
 int gen_encode(const gen_model *g, const char *text, size_t len, int32_t *ids, zb_err *err);

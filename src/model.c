@@ -59,9 +59,9 @@ static const zb_model model_presets[] = {
  * T_F and T_W, the others assumed; HBM bandwidth from the datasheets; 8
  * GPUs per node, inter-node bandwidth per GPU (docs/cost-model.md). */
 static const zb_gpu gpu_presets[] = {
-    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0 },
-    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0 },
-    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0 },
+    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0, 0 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0, 0 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0, 0 },
 };
 
 #define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])
@@ -493,7 +493,7 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
 {
     static const char *const keys[] = {
         "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency",
-        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", NULL
+        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", "kind", NULL
     };
     if (!cJSON_IsObject(obj))
         return zb_fail(err, "a GPU must be a JSON object");
@@ -523,6 +523,12 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
         json_double(obj, "inter_node_bw", 0, &r.inter_node_bw, err) < 0 ||
         json_double(obj, "inter_node_latency", 0, &r.inter_node_latency, err) < 0)
         return -1;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    if (kind) {
+        if (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "gpu") && strcmp(kind->valuestring, "cpu")))
+            return zb_fail(err, "\"kind\" must be \"gpu\" or \"cpu\"");
+        r.cpu = !strcmp(kind->valuestring, "cpu");
+    }
     if (gpu_check(&r, err) < 0)
         return -1;
     *g = r;
@@ -544,7 +550,8 @@ cJSON *gpu_to_json(const zb_gpu *g)
              cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw) &&
              cJSON_AddNumberToObject(o, "gpus_per_node", g->gpus_per_node) &&
              cJSON_AddNumberToObject(o, "inter_node_bw", g->inter_node_bw) &&
-             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency);
+             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency) &&
+             (!g->cpu || cJSON_AddStringToObject(o, "kind", "cpu")); /* GPU files stay as they were */
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

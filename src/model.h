@@ -67,6 +67,8 @@ typedef struct zb_gpu {
     int gpus_per_node;     /* GPUs sharing the fast link (NVLink domain); 0: 8 */
     double inter_node_bw;  /* bytes/s per GPU between nodes (e.g. 50e9 for 400 Gb/s IB); 0: 50e9 */
     double inter_node_latency; /* seconds per transfer between nodes; 0: link_latency */
+    int cpu;               /* 1: a CPU core or socket ("kind": "cpu" in a GPU file): called a
+                            * device, and no CUDA runtime reserve is priced on it */
 } zb_gpu;
 
 /* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",

@@ -32,13 +32,14 @@ static const command commands[] = {
     { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
     { "eplb",     cmd_eplb,     "place MoE experts on GPUs with DeepSeek's expert-parallel load balancer" },
     { "generate", cmd_generate, "generate text from a checkpoint of `run` (KV cache)" },
+    { "checkpoint", cmd_checkpoint, "weights in and out: a run's first state, Hugging Face export and import" },
 };
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: zbsched COMMAND [ARGS]   (zbsched COMMAND --help for its flags)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
 int cli_error(const char *fmt, ...)
