@@ -754,8 +754,7 @@ static int layer_forward(const llama_stage *st, const float *params,
         return -1;
     /* h = x + att·wo */
     kern_matmul_forward(h, att, layer_param(st, params, i, LLAMA_T_WO), N, qd, d);
-    for (size_t j = 0; j < (size_t)N * d; j++)
-        h[j] = x[j] + h[j];
+    kern_add(h, x, h, (size_t)N * d);
     kern_rmsnorm_forward(n2, LSLOT(sv, i, LS_RSTD2), h,
                          layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
     if (local_is_memory(st, i)) {
@@ -769,8 +768,7 @@ static int layer_forward(const llama_stage *st, const float *params,
         kern_matmul_forward(out, hs, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
     }
     /* out = h + block output */
-    for (size_t j = 0; j < (size_t)N * d; j++)
-        out[j] = h[j] + out[j];
+    kern_add(out, h, out, (size_t)N * d);
     return 0;
 }
 
@@ -889,8 +887,7 @@ typedef struct b_scratch {
 /* dst[j] = a[j] + b[j] over n floats (dst may alias a). */
 static void add_into(float *dst, const float *a, const float *b, size_t n)
 {
-    for (size_t j = 0; j < n; j++)
-        dst[j] = a[j] + b[j];
+    kern_add(dst, a, b, n);
 }
 
 /* B of the memory block of local layer i: from LS_DOUT and the memory F
@@ -1140,8 +1137,7 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
             assert(0 && "bad tensor kind");
         }
         float *g = grads + ten->offset;
-        for (size_t j = 0; j < ten->count; j++)
-            g[j] = g[j] + tmp[j];
+        kern_add(g, g, tmp, ten->count);
     }
     free(vscratch);
     release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
@@ -1166,6 +1162,5 @@ void llama_grads_zero(const llama_stage *st, float *grads)
 
 void llama_grads_add(const llama_stage *st, float *acc, const float *scratch)
 {
-    for (size_t j = 0; j < st->n_params; j++)
-        acc[j] = acc[j] + scratch[j];
+    kern_add(acc, acc, scratch, st->n_params);
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "runtime/data.h"
 #include "runtime/profiler.h"
 #include "src/model.h"
@@ -154,6 +155,8 @@ int cmd_profile(int argc, char **argv)
                     parts[i]->t_f * 1e3, parts[i]->t_b * 1e3, parts[i]->t_w * 1e3,
                     parts[i]->m_b / 1e6, parts[i]->m_w / 1e6);
         fprintf(stderr, "  transfer   %.4f ms\n", p.t_comm * 1e3);
+        if (!cuda && kernels_blas_describe())
+            fprintf(stderr, "  BLAS       %s\n", kernels_blas_describe());
     }
     if (profile_save(&p, out, &err) != 0)
         return cli_fail(&err);

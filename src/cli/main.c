@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "src/input.h"
 #include "src/size.h"
 
@@ -84,8 +85,16 @@ static int dispatch(int argc, char **argv)
         zb_input_set_max(bytes);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* BLAS is loaded on first use (kernels.h), so gen, simulate
+             * and the rest never pay its start-up; the commands that
+             * multiply matrices load it here, to fail with one line */
+            zb_err err = { "" };
+            if ((!strcmp(argv[1], "run") || !strcmp(argv[1], "profile") ||
+                 !strcmp(argv[1], "generate")) && kernels_blas_load(&err) != 0)
+                return cli_fail(&err);
             return commands[i].fn(argc - 1, argv + 1);
+        }
     cli_error("unknown command '%s' (try 'zbsched help')", argv[1]);
     return 2;
 }
