@@ -258,6 +258,7 @@ START_TEST(simulate_memory_figures)
 {
     const char *f = tmp("b.json");
     sched_t *s = fixture_1f1b(2, 2, 0);
+    ck_assert_ptr_nonnull(s);
     sched_set_mem(s, 1e9, -0.5e9, -0.5e9);
     snprintf(s->mem_unit, sizeof s->mem_unit, "bytes");
     snprintf(s->time_unit, sizeof s->time_unit, "ms");
