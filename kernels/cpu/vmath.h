@@ -44,12 +44,18 @@
 
 /* exp(x) in float for x in about [-87, 88] (clamped outside: exp of a
  * number below -87.3 gives about 1e-38 rather than a denormal or 0, which
- * no caller here can tell from 0 next to the terms it is added to). */
+ * no caller here can tell from 0 next to the terms it is added to).  A NaN
+ * stays a NaN (the runtime's post-validation looks for them).  The integer
+ * part is read from the bits of the rounded sum and added to the exponent
+ * in unsigned arithmetic, so no input, NaN included, reaches a float-to-int
+ * conversion out of range or a signed overflow. */
 static inline float kern_expf(float x)
 {
+    float in = x;
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
-    /* n = round(x / ln 2) by the 1.5·2^23 trick (round to nearest even) */
+    /* n = round(x / ln 2) by the 1.5·2^23 trick (round to nearest even):
+     * t's low mantissa bits then hold n */
     float t = x * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
     float r = x - n * 0.693359375f;   /* ln 2 split in two: exact high part */
@@ -61,12 +67,13 @@ static inline float kern_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = (int32_t)n;
-    int32_t bits;
+    uint32_t tbits, bits;
+    memcpy(&tbits, &t, sizeof tbits);
     memcpy(&bits, &p, sizeof bits);
-    bits += e * (1 << 23); /* p in [0.7, 1.5): the sum stays a normal float */
+    /* p in [0.7, 1.5): adding n to its exponent keeps a normal float */
+    bits += (tbits - 0x4B400000u) << 23;
     memcpy(&p, &bits, sizeof p);
-    return p;
+    return in != in ? in : p;
 }
 
 #endif

@@ -61,6 +61,9 @@ START_TEST(expf_is_accurate)
     ck_assert(kern_expf(0.0f) == 1.0f);
     ck_assert(kern_expf(-1000.0f) < 1e-37f && kern_expf(-1000.0f) >= 0.0f);
     ck_assert(isfinite(kern_expf(1000.0f)));
+    ck_assert(isnan(kern_expf(NAN)));         /* NaNs stay NaNs (post-validation) */
+    ck_assert(kern_expf(-INFINITY) < 1e-37f);
+    ck_assert(isfinite(kern_expf(INFINITY)));
 }
 END_TEST
 
