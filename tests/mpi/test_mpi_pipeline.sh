@@ -84,10 +84,10 @@ rc=$?
 tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
 vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
 rb() { grep -o '"rollbacks":[0-9]*' "$1"; }
-# what a checkpoint directory may hold: the checkpoint (one file, or the
-# manifest and the parts it names), and the model and run settings
-# `run --checkpoint` writes beside it (generate, --resume)
-stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|checkpoint\.parts\.json|checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin|model\.json|run\.json)$'; }
+# what a checkpoint directory may hold: the checkpoint (the manifest and
+# the parts it names; checkpoint.bin, model.json and run.json of the
+# older layout), and the writer's lock (runtime/ckpt_set.h)
+stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|checkpoint\.parts\.json|checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin|model\.json|run\.json|lock)$'; }
 nparts() { ls "$1" | grep -Ec '^checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin$'; }
 [ -n "$(stray "$T/ckA")" ] && fail "checkpoint: stray files in the directory: $(stray "$T/ckA")"
 if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
@@ -100,12 +100,13 @@ else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T
 # the layout on disk: a part per rank, written by that rank, and the
 # manifest; no checkpoint.bin.  After the resumed run's save, only the new
 # set (the old one is pruned); after the one-process run's save, only its
-# checkpoint.bin.
+# one part (every stage) and the manifest.
 if [ "$(nparts "$T/ckC")" = 2 ] && [ -f "$T/ckC/checkpoint.parts.json" ] && [ ! -e "$T/ckC/checkpoint.bin" ] \
    && grep -q '"step":[[:space:]]*4' "$T/ckC/checkpoint.parts.json" \
    && [ "$(nparts "$T/ckA")" = 2 ] && grep -q '"step":[[:space:]]*8' "$T/ckA/checkpoint.parts.json" \
-   && [ "$(nparts "$T/ckB")" = 0 ] && [ ! -e "$T/ckB/checkpoint.parts.json" ] && [ -f "$T/ckB/checkpoint.bin" ]
-then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one file"
+   && [ "$(nparts "$T/ckB")" = 1 ] && grep -q '"ranks":[[:space:]]*1,' "$T/ckB/checkpoint.parts.json" \
+   && grep -q '"step":[[:space:]]*8' "$T/ckB/checkpoint.parts.json" && [ ! -e "$T/ckB/checkpoint.bin" ]
+then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one part"
 else fail "checkpoint files: $(ls "$T/ckC") / $(ls "$T/ckA") / $(ls "$T/ckB")"; fi
 
 # `zbsched generate` reads the parts of a multi-process checkpoint (ckC,
@@ -141,14 +142,15 @@ if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck4.json")" ] && [
 then pass "an orphan part of an unfinished save: ignored on resume, pruned by the next save"
 else fail "orphan part: exit $rc, $(ls "$T/ckC"), $(cat "$T/ck4.err")"; fi
 
-# A part the manifest names is missing: one line, naming it, from rank 0;
-# every rank exits 1 (no hang), under mpirun and in one process.
+# A part the manifest names is missing: one line, naming it, from rank 0
+# (every rank checks the whole set before loading its own part); every
+# rank exits 1 (no hang), under mpirun and in one process.
 rm "$T/ckD/checkpoint.$tagC.rank-1.bin"
 "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck5.out" 2> "$T/ck5.err"
 rc=$?
 "$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck6.out" 2> "$T/ck6.err"
 rc6=$?
-if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank 1: .*rank-1.bin" "$T/ck5.err" \
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank-1.bin: .*is missing" "$T/ck5.err" \
    && [ $rc6 -eq 1 ] && [ "$(grep -c . "$T/ck6.err")" = 1 ] && grep -q "rank-1.bin" "$T/ck6.err"
 then pass "a missing part: one line naming it ($(cat "$T/ck5.err"))"
 else fail "missing part: exit $rc / $rc6: $(cat "$T/ck5.err" "$T/ck6.err")"; fi
