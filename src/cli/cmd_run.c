@@ -184,12 +184,12 @@ int cmd_run(int argc, char **argv)
         cli_mpi_run mr = { .a = &a, .identity = &id, .saved_stderr = saved_stderr };
         rc = cli_run_mpi(&mr, s, &m, d, &o); /* catches the stop signals after MPI_Init */
     } else if (a.cuda && rk.world > 1) {
-        run_catch_stop_signals();
+        run_catch_stop_signals(a.quiet);
         rc = run_gpu_ranks(&a, s, &m, d, &o, &id);
     } else if (a.cuda && run_cuda_backend(&a, &o) != 0) {
         rc = 1;
     } else {
-        run_catch_stop_signals();
+        run_catch_stop_signals(a.quiet);
         rc = a.isl.replicas > 0 ? run_islands(&a, s, &m, d, &o) : run_local(&a, s, &m, d, &o, &id);
     }
 out:

@@ -331,7 +331,7 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
         o->threads = threads_per_device(a->isl.replicas > 0 && a->isl.replicas == world
                                             ? s->n_devices : 1);
     /* after MPI_Init, which may install handlers of its own */
-    run_catch_stop_signals();
+    run_catch_stop_signals(a->quiet);
     if (a->isl.replicas == 0)
         return run_pipeline(r, s, m, d, o, rank, world);
     return run_islands_mpi(r, s, m, d, o, rank, world);
@@ -362,7 +362,7 @@ int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_
         return zb_fail(err, "MPI_Init failed");
     nccl_mpi_started = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    run_catch_stop_signals(); /* after MPI_Init, which may install handlers of its own */
+    run_catch_stop_signals(-1); /* after MPI_Init, which may install handlers of its own */
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

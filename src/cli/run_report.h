@@ -20,9 +20,11 @@
 extern volatile sig_atomic_t run_stop_signal;
 
 /* From now on SIGTERM and SIGINT ask the job to stop at its next step
- * boundary (run_stop_signal); a second one ends the process at once, with
- * the signal's own status (the last checkpoint is whole: src/outfile.h). */
-void run_catch_stop_signals(void);
+ * boundary (run_stop_signal), which the handler acknowledges with one line
+ * on stderr unless quiet; a second one ends the process at once, with the
+ * signal's own status (the last checkpoint is whole: src/outfile.h).
+ * quiet -1 keeps the last call's (installing again after MPI_Init). */
+void run_catch_stop_signals(int quiet);
 
 /* The progress callback of job_opts (ctx: the run_args): a line per step
  * and per evaluation on stderr, unless --quiet. */
