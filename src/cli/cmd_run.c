@@ -184,7 +184,10 @@ int cmd_run(int argc, char **argv)
         cli_mpi_run mr = { .a = &a, .identity = &id, .saved_stderr = saved_stderr };
         rc = cli_run_mpi(&mr, s, &m, d, &o); /* catches the stop signals after MPI_Init */
     } else if (a.cuda && rk.world > 1) {
-        run_catch_stop_signals(a.quiet);
+        /* no notice across ranks: a launcher ending the job after one
+         * rank's failure sends SIGTERM too, and the failure's line must
+         * stay the only one */
+        run_catch_stop_signals(1);
         rc = run_gpu_ranks(&a, s, &m, d, &o, &id);
     } else if (a.cuda && run_cuda_backend(&a, &o) != 0) {
         rc = 1;

@@ -330,8 +330,10 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
     if (!a->threads)
         o->threads = threads_per_device(a->isl.replicas > 0 && a->isl.replicas == world
                                             ? s->n_devices : 1);
-    /* after MPI_Init, which may install handlers of its own */
-    run_catch_stop_signals(a->quiet);
+    /* after MPI_Init, which may install handlers of its own; no notice:
+     * mpirun ending the job after one rank's failure sends SIGTERM too,
+     * and the failure's line must stay the only one */
+    run_catch_stop_signals(1);
     if (a->isl.replicas == 0)
         return run_pipeline(r, s, m, d, o, rank, world);
     return run_islands_mpi(r, s, m, d, o, rank, world);

@@ -123,7 +123,10 @@ int run_job_exit(const run_args *a, job_status st, const job_result *r, const zb
         long at = r->first_step + r->n_losses;
         if (print) {
             char rest[600];
-            if (!a->ckpt_dir)
+            if (a->isl.replicas > 0)
+                snprintf(rest, sizeof rest, "the islands write no checkpoints, so the run is "
+                         "not saved");
+            else if (!a->ckpt_dir)
                 snprintf(rest, sizeof rest, "nothing is saved without --checkpoint DIR");
             else if (r->checkpoint_step == at)
                 snprintf(rest, sizeof rest, "its checkpoint is in %s; continue with --resume",

@@ -227,6 +227,53 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e2.err")" = 1 ]; then pass "--sync-optimizer refused: one line"
 else fail "--sync-optimizer: exit $rc: $(cat "$T/e2.err")"; fi
 
+# The issue's done-when: a diverged run under mpirun exits 1 with one line
+# and writes no checkpoint of the diverged state (before: exit 0 after 12
+# steps at loss 1.5e13, and a checkpoint of that).  With evaluations every
+# step, the checkpoint of step 1 (before the skips) is the one kept.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 12 \
+    --checkpoint "$T/ckd" > "$T/d.out" 2> "$T/d.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -vc '^\(zbsched run:\|step \)' "$T/d.err")" = 1 ] \
+   && grep -q "^zbsched: step 2: diverged" "$T/d.err" && [ ! -s "$T/d.out" ] \
+   && [ ! -e "$T/ckd/checkpoint.parts.json" ]
+then pass "--lr 1e6 under mpirun: exit 1, one line, no checkpoint"
+else fail "--lr 1e6 under mpirun: exit $rc, $(ls "$T/ckd" 2>&1) $(cat "$T/d.err")"; fi
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 12 \
+    --eval-every 1 --eval-windows 2 --checkpoint "$T/ckd2" -q > "$T/d2.out" 2> "$T/d2.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/d2.err")" = 1 ] && grep -q "last checkpoint is kept (step 1)" "$T/d2.err" \
+   && grep -q '"step":[[:space:]]*1,' "$T/ckd2/checkpoint.parts.json"
+then pass "--lr 1e6 with evaluations every step: the checkpoint of step 1 kept"
+else fail "--lr 1e6 eval-every 1: exit $rc, $(cat "$T/d2.err")"; fi
+
+# SIGTERM to rank 1 only: the ranks agree at the next step boundary, the
+# checkpoint of that step is written, exit 143; the resumed run continues
+# with the losses of the run never stopped.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 \
+    --eval-windows 4 --checkpoint "$T/ckS" -q > "$T/st.out" 2> "$T/st.err" &
+job=$!
+for i in $(seq 1 600); do [ -s "$T/ckS/lock" ] && break; sleep 0.1; done
+sleep 2
+mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
+victim=$(ps -o pid= --ppid "${mp:-$job}" --sort=start_time | sed -n 2p | tr -d ' ')
+[ -n "$victim" ] && kill -TERM "$victim"
+wait "$job"
+rc=$?
+at=$(grep -o 'stopped by SIGTERM after step [0-9]*' "$T/st.err" | grep -o '[0-9]*$')
+if [ -n "$victim" ] && [ $rc -eq 143 ] && [ "$(grep -c . "$T/st.err")" = 1 ] && [ -n "$at" ] \
+   && grep -q "\"step\":[[:space:]]*$at," "$T/ckS/checkpoint.parts.json" && [ "$(nparts "$T/ckS")" = 2 ]
+then
+    "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 --stop-at $((at + 2)) \
+        --eval-windows 4 --json -q > "$T/st.ref"
+    "${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 \
+        --stop-at $((at + 2)) --eval-windows 4 --checkpoint "$T/ckS" --resume --json -q > "$T/st.res"
+    last2() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -2 | tr '\n' ' '; }
+    if [ -n "$(last2 "$T/st.res")" ] && [ "$(last2 "$T/st.ref")" = "$(last2 "$T/st.res")" ]
+    then pass "SIGTERM to rank 1: both ranks stopped after step $at with its checkpoint (exit 143); resumed, the same losses"
+    else fail "SIGTERM resume: $(last2 "$T/st.ref") / $(last2 "$T/st.res")"; fi
+else fail "SIGTERM to rank 1: exit $rc, $(cat "$T/st.err"), $(ls "$T/ckS")"; fi
+
 # pipeline ranks whose backend holds only their own stages (backend_rank.h,
 # what a GPU rank uses over the CUDA backend), over the CPU backend
 if [ -n "${MPI_RANK_BACKEND_CHECK:-}" ]; then
