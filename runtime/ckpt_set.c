@@ -683,14 +683,10 @@ void ckptset_unlock(int fd)
         close(fd); /* closing the last descriptor releases the flock */
 }
 
-int ckptset_check_foreign(const char *dir, const char *path, const char *role, zb_err *err)
+/* 1 when path's own directory is dir (ds) and its name one the
+ * checkpoint owns. */
+static int owned_by_name(const struct stat *ds, const char *path)
 {
-    if (!path || strcmp(path, "-") == 0)
-        return 0;
-    struct stat ds, ps;
-    if (stat(dir, &ds) != 0)
-        return 0; /* no directory yet: nothing of it to collide with */
-    /* by name: path's directory is dir and its name one the run owns */
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     char parent[4096];
@@ -706,8 +702,27 @@ int ckptset_check_foreign(const char *dir, const char *path, const char *role, z
         strcpy(parent, ".");
     }
     struct stat pp;
-    if (ckptset_owns_name(base) && stat(parent, &pp) == 0 && pp.st_dev == ds.st_dev &&
-        pp.st_ino == ds.st_ino)
+    return ckptset_owns_name(base) && stat(parent, &pp) == 0 && pp.st_dev == ds->st_dev &&
+           pp.st_ino == ds->st_ino;
+}
+
+int ckptset_check_foreign(const char *dir, const char *path, const char *role, zb_err *err)
+{
+    if (!path || strcmp(path, "-") == 0)
+        return 0;
+    struct stat ds, ps;
+    if (stat(dir, &ds) != 0)
+        return 0; /* no directory yet: nothing of it to collide with */
+    /* by name: the path, or where its symlinks lead (what a write of it
+     * would replace), is in dir under a name the run owns */
+    char *target = NULL;
+    outfile_kind kind;
+    zb_err ignored = { { 0 } };
+    int owned = owned_by_name(&ds, path);
+    if (!owned && outfile_check(path, &kind, &target, &ignored) == 0 && target)
+        owned = owned_by_name(&ds, target);
+    free(target);
+    if (owned)
         return zb_fail(err, "%s: the %s is a file of the checkpoint directory %s, which the run "
                        "writes or deletes; keep it elsewhere", path, role, dir);
     /* by identity: the same file as one of dir's, through a link */

@@ -299,6 +299,10 @@ START_TEST(outputs_and_inputs_apart_from_the_checkpoint)
     ck_assert_int_eq(sh("rm ck/model.json ck/run.json ck/checkpoint.bin && "
                         "ln ck/checkpoint.parts.json in/trace.json"), 0);
     expect_refusal(zb("run s.json %s --trace in/trace.json", base), "another name for it");
+    /* a symlink to a name the run owns there (not yet a file) */
+    ck_assert_int_eq(sh("rm in/trace.json && ln -s ../ck/run.json in/trace.json"), 0);
+    expect_refusal(zb("run s.json %s --trace in/trace.json", base),
+                   "the --trace file is a file of the checkpoint directory");
     ck_assert_int_eq(sh("rm in/trace.json"), 0);
     fingerprint(after, sizeof after);
     ck_assert_str_eq(before, after);
