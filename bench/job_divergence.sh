@@ -6,11 +6,15 @@
 # learning rate: the run's steps with the rule off, then the largest
 # 5-step running mean divided by the first loss (the rule fires above 2).
 #
-#   bench/job_divergence.sh [ZBSCHED] [STEPS_TINY] [STEPS_SC]
+#   bench/job_divergence.sh [ZBSCHED] [STEPS_TINY] [STEPS_SC] [BATCH_SC]
+#
+# shakespeare-char runs with --batch-size BATCH_SC (default 4, the
+# preset's 64 takes about a minute a step on a shared 2-core machine).
 set -eu
 ZB=${1:-build/zbsched}
 STEPS_TINY=${2:-200}
 STEPS_SC=${3:-40}
+BATCH_SC=${4:-4}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 "$ZB" gen 1f1b -p 2 -m 4 -o "$T/s.json" >/dev/null
@@ -24,10 +28,11 @@ PY
 }
 for model in tiny shakespeare-char; do
     steps=$STEPS_TINY
-    [ "$model" = shakespeare-char ] && steps=$STEPS_SC
+    batch=()
+    [ "$model" = shakespeare-char ] && steps=$STEPS_SC && batch=(--batch-size "$BATCH_SC")
     for lr in 1e-3 1e-2; do
-        "$ZB" run "$T/s.json" --model "$model" --steps "$steps" --lr "$lr" --max-loss-factor 0 \
-            --eval-windows 4 --json -q > "$T/r.json"
-        echo "$model --lr $lr, $steps steps: $(ratio "$T/r.json")"
+        "$ZB" run "$T/s.json" --model "$model" "${batch[@]}" --steps "$steps" --lr "$lr" \
+            --max-loss-factor 0 --eval-windows 4 --json -q > "$T/r.json"
+        echo "$model ${batch[*]} --lr $lr, $steps steps: $(ratio "$T/r.json")"
     done
 done

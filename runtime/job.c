@@ -55,7 +55,10 @@ static void emit(const job_state *js, job_event_kind kind, long step, const job_
 {
     if (!js->speaker || !js->o->progress)
         return;
-    job_event e = { kind, step, js->o->steps, info, val, written };
+    const job_result *r = js->res;
+    double eta = r->n_losses ? r->train_s / (double)r->n_losses * (double)(js->o->stop_at - step)
+                             : NAN;
+    job_event e = { kind, step, js->o->steps, info, val, written, eta };
     js->o->progress(js->o->progress_ctx, &e);
 }
 

@@ -137,6 +137,8 @@ typedef struct job_event {
     const job_step *info; /* STEP, LEAVE */
     double val_loss;      /* EVAL */
     int written;          /* CHECKPOINT */
+    double eta_s;         /* STEP: seconds left to the invocation's last step, at
+                           * the mean step time so far (evaluations not counted) */
 } job_event;
 
 typedef void (*job_progress)(void *ctx, const job_event *e);

@@ -67,13 +67,22 @@ void run_progress(void *ctx, const job_event *e)
         return;
     const job_step *in = e->info;
     switch (e->kind) {
-    case JOB_EV_STEP:
-        fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e", e->step, e->steps,
-                in->loss, in->seconds > 0 ? (double)in->tokens / in->seconds : 0.0, in->lr);
+    case JOB_EV_STEP: {
+        char eta[32] = "";
+        if (e->eta_s > 0 && isfinite(e->eta_s)) {
+            long t = (long)(e->eta_s + 0.5);
+            if (t >= 3600)
+                snprintf(eta, sizeof eta, "  eta %ldh%02ldm", t / 3600, t / 60 % 60);
+            else
+                snprintf(eta, sizeof eta, "  eta %ldm%02lds", t / 60, t % 60);
+        }
+        fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e%s", e->step, e->steps,
+                in->loss, in->seconds > 0 ? (double)in->tokens / in->seconds : 0.0, in->lr, eta);
         if (in->member_id)
             fprintf(stderr, " (%d replica%s)", in->members, in->members == 1 ? "" : "s");
         fputc('\n', stderr);
         break;
+    }
     case JOB_EV_EVAL:
         fprintf(stderr, "step %ld: val loss %.4f\n", e->step, e->val_loss);
         break;

@@ -118,6 +118,18 @@ START_TEST(a_run_gone_wrong_never_reports_success)
     /* the same run on islands */
     rc = zb("run s.json --data text.txt --steps 5 --replicas 2 --lr 1e6 --eval-windows 2 -q");
     expect_failure(rc, "s.json: step 2: diverged: the training loss averaged");
+    /* --checkpoint-every 1: the checkpoint of step 1 is written, that of
+     * step 2 (inside the skip streak) is withheld and says so, and at step
+     * 3, a checkpoint due with 2 of 3 steps skipped, rule 3 stops the run
+     * keeping the one of step 1 */
+    rc = zb("run s.json --data text.txt --steps 20 --lr 1e6 --max-loss-factor 0 --max-skipped 3 "
+            "--checkpoint-every 1 --checkpoint ck1 --eval-windows 2");
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "step 2: no checkpoint: the step is inside a skip streak"));
+    ck_assert_ptr_nonnull(strstr(err_text, "step 3: diverged: 2 of the run's 3 steps were skipped"));
+    ck_assert_ptr_nonnull(strstr(err_text, "the last checkpoint is kept (step 1)"));
+    rc = zb("run s.json --data text.txt --steps 20 --stop-at 1 --checkpoint ck1 --resume -q");
+    ck_assert_msg(rc == 1 && strstr(err_text, "already at step 1"), "exit %d: %s", rc, err_text);
     /* a healthy run at a high learning rate is not called diverged */
     rc = zb("run s.json --data text.txt --steps 30 --lr 1e-2 --eval-windows 2 -q");
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
