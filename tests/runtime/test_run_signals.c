@@ -9,7 +9,9 @@
  *     run continues with the same losses as one never stopped;
  *   - SIGINT: the same, status 130;
  *   - a second signal ends the process at once (killed by the signal),
- *     and the checkpoint directory still holds a whole checkpoint.
+ *     and the checkpoint directory still holds a whole checkpoint;
+ *   - islands in one process stop at the step too (no checkpoint: the
+ *     line says so).
  *
  * The runs train the tiny model (a wider one where a step must outlast
  * the test's reaction) on a 64 KB slice of tinyshakespeare in a temporary
@@ -235,6 +237,21 @@ START_TEST(a_second_signal_stops_at_once)
 }
 END_TEST
 
+/* Islands in one process stop the same way (they write no checkpoints,
+ * which the line says). */
+START_TEST(islands_stop_on_sigterm)
+{
+    child c = start("run s.json --data text.txt --steps 100000 --replicas 2 --eval-windows 2");
+    ck_assert_msg(wait_for(&c, "step 2/100000"), "no step 2: %s", err_text);
+    ck_assert_int_eq(kill(c.pid, SIGTERM), 0);
+    int status = finish(&c);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %d, stderr: %s", status,
+                  err_text);
+    ck_assert_msg(strstr(last_line(), "stopped by SIGTERM after step") &&
+                  strstr(last_line(), "the islands write no checkpoints"), "%s", last_line());
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("run_signals");
@@ -244,6 +261,7 @@ int main(void)
     tcase_add_test(tc, sigterm_checkpoints_the_step_and_exits_143);
     tcase_add_test(tc, sigint_checkpoints_the_step_and_exits_130);
     tcase_add_test(tc, a_second_signal_stops_at_once);
+    tcase_add_test(tc, islands_stop_on_sigterm);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
