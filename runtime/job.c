@@ -234,6 +234,8 @@ static job_status outcome(int rc)
     return rc == 1 ? JOB_DIVERGED : rc == -2 ? JOB_FAILED : JOB_FAILED_HERE;
 }
 
+static job_status run_loop(job_state *jsp, zb_err *err);
+
 job_status job_run(const job_way *w, const job_opts *o, job_result *res, zb_err *err)
 {
     memset(res, 0, sizeof *res);
@@ -242,6 +244,17 @@ job_status job_run(const job_way *w, const job_opts *o, job_result *res, zb_err 
     res->first_step = w->step_count(w->ctx);
     job_state js = { .w = w, .o = o, .res = res };
     js.speaker = w->speaker ? w->speaker(w->ctx) : job_comm_rank(w->comm) == 0;
+    job_status st = run_loop(&js, err);
+    free(js.streak);
+    return st;
+}
+
+/* The loop itself (see the head of the file). */
+static job_status run_loop(job_state *jsp, zb_err *err)
+{
+    const job_way *w = jsp->w;
+    const job_opts *o = jsp->o;
+    job_result *res = jsp->res;
     long n_steps = o->stop_at - res->first_step;
     if (n_steps < 1) {
         zb_fail(err, "the checkpoint is already at step %ld; nothing to do for --steps %ld",
@@ -285,31 +298,31 @@ job_status job_run(const job_way *w, const job_opts *o, job_result *res, zb_err 
             res->tokens += in->tokens;
             res->skipped += in->skipped != 0;
             res->losses[res->n_losses++] = in->loss;
-            if ((rc = check_step(&js, step, in, err)) != 0)
+            if ((rc = check_step(jsp, step, in, err)) != 0)
                 return rc == 1 ? JOB_DIVERGED : JOB_FAILED_HERE;
             if (w->boundary && (rc = w->boundary(w->ctx, &info[i], err)) != 0)
                 return outcome(rc);
             if (!in->left)
-                emit(&js, JOB_EV_STEP, step, in, NAN, 0);
+                emit(jsp, JOB_EV_STEP, step, in, NAN, 0);
             if (in->left)
                 return JOB_LEFT;
             if (in->members_after < in->members)
-                emit(&js, JOB_EV_LEAVE, step, in, NAN, 0);
+                emit(jsp, JOB_EV_LEAVE, step, in, NAN, 0);
         }
         step_s = batch_s / (double)n;
         int last = step == o->stop_at;
         int eval_now = o->eval_every > 0 && step % o->eval_every == 0;
         int ckpt_now = eval_now || last || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
         if (w->eval && (eval_now || (last && !w->finish)) &&
-            (rc = evaluate(&js, step, 1, err)) != 0)
+            (rc = evaluate(jsp, step, 1, err)) != 0)
             return outcome(rc);
         if (last && w->finish) {
             if ((rc = w->finish(w->ctx, err)) != 0)
                 return outcome(rc);
-            if (w->eval && (rc = evaluate(&js, step, 0, err)) != 0)
+            if (w->eval && (rc = evaluate(jsp, step, 0, err)) != 0)
                 return outcome(rc);
         }
-        if (ckpt_now && (rc = checkpoint(&js, step, err)) != 0)
+        if (ckpt_now && (rc = checkpoint(jsp, step, err)) != 0)
             return outcome(rc);
         if (o->stop) {
             int stop = 0, sig = 0;
@@ -330,7 +343,7 @@ job_status job_run(const job_way *w, const job_opts *o, job_result *res, zb_err 
             }
             if (stop && !last) {
                 /* finish as at the end: the checkpoint of this step */
-                if ((rc = checkpoint(&js, step, err)) != 0)
+                if ((rc = checkpoint(jsp, step, err)) != 0)
                     return outcome(rc);
                 res->stop_signal = sig;
                 st = JOB_STOPPED;
