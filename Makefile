@@ -8,7 +8,7 @@
 # Everything a fresh Debian 12 machine lacks comes from apt-get (run as root).
 
 DEBS := gcc clang pkg-config meson ninja-build libglpk-dev libcjson-dev \
-        libgraphviz-dev check libopenblas-dev libxml2-utils librsvg2-bin \
+        libgraphviz-dev check libopenblas-dev libblis-dev libxml2-utils librsvg2-bin \
         libopenmpi-dev openmpi-bin
 BUILD := build
 ASAN := build-asan

@@ -7,9 +7,12 @@
  * optimizer uses.  A backend owns the arithmetic and the memory of one
  * kind of device: a stage's parameters, gradients and AdamW moments, the
  * saved activations between F, B and W, the activation messages, and the
- * ops on them.  The CPU backend (backend_cpu.c) wraps kernels/cpu/llama.h
- * and adamw.h; the CUDA backend (kernels/cuda/backend_cuda.c, inside the
- * loadable module zbsched_cuda.so) wraps kernels/cuda/gpu_stage.h.
+ * ops on them.  Each backend lives in its kernels' folder, as ggml keeps
+ * ggml-cpu/ and ggml-cuda/: the CPU backend (kernels/cpu/backend_cpu.c)
+ * wraps kernels/cpu/llama.h and adamw.h; the CUDA backend
+ * (kernels/cuda/backend_cuda.c, inside the loadable module zbsched_cuda.so)
+ * wraps kernels/cuda/gpu_stage.h.  A backend depends on this header and
+ * its own kernels only, never on the executor.
  *
  * The design follows ggml's backend interface (ggml-backend-impl.h: a
  * struct of function pointers per backend, opaque buffers, async set/get
@@ -22,7 +25,8 @@
  * Objects:
  *   zb_backend  one device kind, with the schedule's p devices (CPU: the
  *               worker threads' teams; CUDA: one stream per device on one
- *               GPU).  Made by a factory (backend_cpu_create or the CUDA
+ *               GPU).  Made by a factory (backend_cpu_create of
+ *               kernels/cpu/backend_cpu.h, or the CUDA
  *               module's backend_create); freed by ops->destroy.
  *   zb_bstage   one virtual stage on one device: params (fp32 master),
  *               grads, AdamW m and v, a post-validation snapshot of the
@@ -85,6 +89,7 @@ typedef struct zb_backend zb_backend;
 typedef struct zb_bstage zb_bstage;
 typedef struct zb_bsaved zb_bsaved;
 typedef struct zb_bgrads zb_bgrads;
+typedef struct zb_bvocab zb_bvocab;
 
 /* The four buffers of a stage that have a host mirror. */
 typedef enum zb_bbuf {
@@ -94,6 +99,19 @@ typedef enum zb_bbuf {
     ZB_BUF_ADAM_V = 3, /* AdamW second moment */
     ZB_BUF_COUNT = 4
 } zb_bbuf;
+
+/* The shape of the vocabulary passes a backend's vocab_new builds for
+ * (runtime/vocab_exec.h, docs/vocab-parallel.md): the output layer split
+ * by vocabulary into one shard per schedule device, shard k on device k. */
+typedef struct zb_vocab_shape {
+    int variant; /* SCHED_VOCAB_1 (dX partials from S) or SCHED_VOCAB_2 (from T) */
+    int shards;  /* p, the schedule's devices */
+    int micro;   /* m, micro-batches per step */
+    int batch;   /* B, sequences per micro-batch */
+    int seq;     /* T, tokens per sequence (rows per micro-batch N = B*T) */
+    int d;       /* model width */
+    int vocab;   /* V, split into shards as kernels/cpu/vocab_shard.h's vshard_begin */
+} zb_vocab_shape;
 
 /* The operations every backend implements.  Members marked optional may
  * be NULL; the executor then skips the call. */
@@ -187,6 +205,51 @@ typedef struct zb_backend_ops {
     int (*snapshot)(zb_backend *be, zb_bstage *st, zb_err *err);
     int (*restore)(zb_backend *be, zb_bstage *st, zb_err *err);
 
+    /* ---- vocabulary passes (optional: a backend without them has all
+     * NULL, and the executor refuses vocabulary-parallel schedules on it) ----
+     * The arithmetic of runtime/vocab_exec.h's S and T passes and barriers,
+     * and every buffer they keep (the shards' copies of the head, each
+     * (shard, micro-batch) cell's logits, row statistics and input-gradient
+     * partial, each micro-batch's head input).  The executor keeps the
+     * order: who waits for which barrier.  The head itself stays where the
+     * stage keeps it, the last tensor of the last stage ([d, V] row-major,
+     * from float `head_offset` of its buffers), its gradient beside it. */
+    /* Every buffer for `shape`.  0 and *out, or -1 (memory, a shape the
+     * backend cannot run). */
+    int (*vocab_new)(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, zb_err *err);
+    void (*vocab_free)(zb_backend *be, zb_bvocab *v); /* NULL is fine */
+    /* Start of a step: each shard's copy of stage st's head, st's head
+     * gradient (zeroed by the executor) as the T passes' accumulator, and
+     * the step's host targets [m][N] (unchanged until the step ends).  Also
+     * forgets the last step's progress (a failed step's too). */
+    int (*vocab_begin)(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
+                       const int32_t *targets, zb_err *err);
+    /* Micro-batch mb's head input x (an activation [N, d], the last
+     * stage's F output on device dev), copied. */
+    int (*vocab_put_x)(zb_backend *be, zb_bvocab *v, int dev, int mb, const void *x, zb_err *err);
+    /* S of shard `shard` on micro-batch mb (its x put): logits and row
+     * statistics; Vocab-1 also the input-gradient partial. */
+    int (*vocab_s)(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err);
+    /* T of shard `shard` on mb (every shard's S of mb done: barrier C0):
+     * the logit gradient from the combined statistics, Vocab-2's partial,
+     * and the shard's weight gradient added into the head gradient in
+     * micro-batch order (a T that runs ahead keeps its own until its turn). */
+    int (*vocab_t)(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err);
+    /* For the last stage's B on device dev (barrier C0 with Vocab-1, C1
+     * with Vocab-2, passed): the head input's gradient into dx (an
+     * activation) for an objective of dloss times the micro-batch's mean
+     * loss, which goes to *loss (host). */
+    int (*vocab_dx)(zb_backend *be, zb_bvocab *v, int dev, int mb, float dloss, void *dx,
+                    float *loss, zb_err *err);
+    /* Forward only, on the calling thread: the mean loss of head input x
+     * (an activation of `batch` sequences) against host targets y with
+     * stage st's head, shard by shard and combined as in training. */
+    int (*vocab_eval)(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
+                      const void *x, const int32_t *y, int batch, double *loss, zb_err *err);
+    /* Bytes one cell of shard `shard` holds between its S and its T (for
+     * the activation profile). */
+    size_t (*vocab_cell_bytes)(zb_backend *be, const zb_bvocab *v, int shard);
+
     /* ---- memory ---- */
     /* Bytes the backend holds for stages (buffers and snapshots) and the
      * most bytes of saved activations and messages it held at once since
@@ -204,12 +267,12 @@ struct zb_backend {
  * schedule of n_devices devices.  0 and *out, or -1 with err. */
 typedef int (*zb_backend_make)(void *ctx, int n_devices, zb_backend **out, zb_err *err);
 
-/* The CPU backend over kernels/cpu (backend_cpu.c); n_devices is unused
- * (the executor binds each worker's kernel team itself).  0 or -1. */
-int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err);
-
 /* Frees be through its ops; NULL is fine. */
-void backend_free(zb_backend *be);
+static inline void backend_free(zb_backend *be)
+{
+    if (be && be->ops->destroy)
+        be->ops->destroy(be);
+}
 
 #ifdef __cplusplus
 }

@@ -1,52 +1,194 @@
 /*
- * footprint.c: the CPU trainer's fixed memory before creating it
- * (footprint.h).
+ * footprint.c: the runtime's memory estimate (footprint.h).  Each part is
+ * asked of the code that allocates it: param_stage for the parameters,
+ * llama_saved_plan for a stage's saved state, backend_cpu_vocab_bytes for
+ * the vocabulary passes.  Everything is computed in doubles so that absurd
+ * sizes read from a file cannot overflow.
  */
 #include "runtime/footprint.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/backend_cpu_vocab.h"
 #include "kernels/cpu/llama.h"
 #include "runtime/split.h"
+#include "src/param_count.h"
+
+/* The trainer's split as first[0..S] (trainer_create's rule: a plan's
+ * split must cover the model and give every middle stage a layer).  0 or
+ * -1 with err. */
+static int stage_starts(const zb_model *m, int n_stages, const int *layers_per_stage, int *first,
+                        zb_err *err)
+{
+    if (n_stages <= 0)
+        return zb_fail(err, "cannot split a model into %d stages", n_stages);
+    if (!layers_per_stage)
+        return split_layers(m->n_layers, n_stages, first, err);
+    first[0] = 0;
+    for (int i = 0; i < n_stages; i++) {
+        if (layers_per_stage[i] < 0)
+            return zb_fail(err, "the split gives stage %d %d layers", i, layers_per_stage[i]);
+        first[i + 1] = first[i] + layers_per_stage[i];
+    }
+    if (first[n_stages] != m->n_layers)
+        return zb_fail(err, "the split covers %d layers but model %s has %d", first[n_stages],
+                       m->name, m->n_layers);
+    return 0;
+}
 
 int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_stage,
                       double *params, double *bytes, zb_err *err)
 {
-    if (n_stages <= 0)
-        return zb_fail(err, "cannot split a model into %d stages", n_stages);
-    int *first = malloc(sizeof *first * (size_t)(n_stages + 1));
+    int *first = malloc(sizeof *first * (size_t)(n_stages > 0 ? n_stages + 1 : 1));
     if (!first)
         return zb_fail(err, "out of memory");
-    if (layers_per_stage) {
-        first[0] = 0;
-        for (int i = 0; i < n_stages; i++)
-            first[i + 1] = first[i] + (layers_per_stage[i] > 0 ? layers_per_stage[i] : 0);
-        int covered = first[n_stages];
-        if (covered != m->n_layers) {
-            free(first);
-            return zb_fail(err, "the split covers %d layers but model %s has %d", covered,
-                           m->name, m->n_layers);
-        }
-    } else if (split_layers(m->n_layers, n_stages, first, err) != 0) {
+    if (stage_starts(m, n_stages, layers_per_stage, first, err) != 0) {
         free(first);
         return -1;
     }
     double total = 0;
     for (int i = 0; i < n_stages; i++) {
+        /* the kernels' checks of the model and the split (a tensor table,
+         * no weights), and the count they lay out, which is param_count.h's */
         llama_stage st;
-        if (llama_stage_init(&st, m, first[i], first[i + 1], i == 0, i == n_stages - 1, err) != 0) {
+        int head = i == n_stages - 1 ? LLAMA_HEAD_FULL : LLAMA_HEAD_NONE;
+        if (llama_stage_init(&st, m, first[i], first[i + 1], i == 0, head, err) != 0) {
             free(first);
             return zb_wrap(err, "stage %d: ", i);
         }
-        total += (double)llama_stage_num_params(&st);
+        double n = param_stage(m, first[i], first[i + 1], i == 0, head);
+        assert(n == (double)llama_stage_num_params(&st));
         llama_stage_free(&st);
+        total += n;
     }
     free(first);
     *params = total;
     *bytes = total * sizeof(float) * TRAINER_PARAM_COPIES;
+    return 0;
+}
+
+/* The shape of s's vocabulary passes for model m (sched_has_vocab). */
+static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
+{
+    zb_vocab_shape v = { .variant = s->vocab.variant, .shards = s->n_devices,
+                         .micro = s->n_micro, .batch = m->micro_batch, .seq = m->seq_len,
+                         .d = m->d_model, .vocab = m->vocab };
+    return v;
+}
+
+int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                               const int *recompute_stages, double *after_op, double *in_op,
+                               int *in_flight, zb_err *err)
+{
+    int S = s->n_stages, vocab = sched_has_vocab(s);
+    int *first = malloc(sizeof *first * (size_t)(S + 1));
+    llama_saved_sizes *sz = calloc((size_t)S, sizeof *sz);
+    int rc = first && sz ? 0 : zb_fail(err, "out of memory");
+    if (rc == 0)
+        rc = stage_starts(m, S, layers_per_stage, first, err);
+    /* each stage's saved state as the trainer makes it: the last stage of
+     * a vocabulary plan keeps only the final norm's slots */
+    for (int i = 0; i < S && rc == 0; i++) {
+        int head = i < S - 1 ? LLAMA_HEAD_NONE : vocab ? LLAMA_HEAD_NORM_ONLY : LLAMA_HEAD_FULL;
+        llama_stage st;
+        if ((rc = llama_stage_init(&st, m, first[i], first[i + 1], i == 0, head, err)) != 0) {
+            zb_wrap(err, "stage %d: ", i);
+            break;
+        }
+        int level = recompute_stages ? recompute_stages[i] : LLAMA_RC_NONE;
+        if (llama_saved_plan(&st, m->micro_batch, level, &sz[i]) != 0)
+            rc = zb_fail(err, "out of memory");
+        llama_stage_free(&st);
+    }
+    zb_vocab_shape vs = vocab_shape(s, m);
+    int most = 0;
+    for (int dev = 0; dev < s->n_devices && rc == 0; dev++) {
+        const sched_lane *l = &s->dev[dev];
+        double now = 0, after = 0, inside = 0;
+        double cell = vocab ? backend_cpu_vocab_cell_bytes(&vs, dev) : 0;
+        int count = 0;
+        for (int k = 0; k < l->n_ops; k++) {
+            sched_op op = l->ops[k];
+            const llama_saved_sizes *z = op.kind == OP_S || op.kind == OP_T ? NULL : &sz[op.stage];
+            switch ((op_kind)op.kind) {
+            case OP_F:
+                now += (double)z->after_f;
+                count++;
+                break;
+            case OP_B:
+            case OP_BW:
+                inside = now - (double)z->after_f + (double)z->in_b > inside
+                             ? now - (double)z->after_f + (double)z->in_b : inside;
+                now += (double)z->after_b - (double)z->after_f;
+                if (op.kind == OP_BW) {
+                    now -= (double)z->after_b;
+                    count--;
+                }
+                break;
+            case OP_W:
+                now -= (double)z->after_b;
+                count--;
+                break;
+            case OP_S:
+                now += cell;
+                break;
+            case OP_T:
+                now -= cell;
+                break;
+            }
+            after = now > after ? now : after;
+            most = count > most ? count : most;
+        }
+        if (after_op)
+            after_op[dev] = after;
+        if (in_op)
+            in_op[dev] = inside > after ? inside : after;
+    }
+    if (rc == 0 && in_flight)
+        *in_flight = most;
+    free(first);
+    free(sz);
+    return rc;
+}
+
+int footprint_estimate(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                       const int *recompute_stages, size_t n_tokens, int replicas,
+                       footprint *out, zb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    double *in_op = calloc((size_t)s->n_devices, sizeof *in_op);
+    if (!in_op)
+        return zb_fail(err, "out of memory");
+    int rc = trainer_footprint(m, s->n_stages, layers_per_stage, &out->params, &out->param_bytes,
+                               err);
+    if (rc == 0)
+        rc = footprint_activation_peaks(s, m, layers_per_stage, recompute_stages, NULL, in_op,
+                                        &out->in_flight, err);
+    if (rc != 0) {
+        free(in_op);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    const double f = sizeof(float);
+    double N = (double)m->micro_batch * m->seq_len; /* tokens per micro-batch */
+    double d = m->d_model, q = (double)(m->d_model / m->n_heads) * m->n_heads, ff = m->d_ff;
+    for (int dev = 0; dev < s->n_devices; dev++)
+        /* the kernels' per-op scratch (normed input, attention, MLP) */
+        out->activations += in_op[dev] + N * (d + q + ff) * f;
+    free(in_op);
+    if (sched_has_vocab(s)) {
+        zb_vocab_shape vs = vocab_shape(s, m);
+        out->activations += backend_cpu_vocab_bytes(&vs);
+    }
+    out->messages = 2.0 * s->n_micro * (s->n_stages - 1) * N * d * f;
+    out->data = (double)n_tokens * (1 + sizeof(int32_t)) + 2.0 * s->n_micro * N * sizeof(int32_t);
+    out->total = FOOTPRINT_SLACK
+                 * ((out->param_bytes + out->activations + out->messages) * (replicas > 0 ? replicas : 1)
+                    + out->data);
     return 0;
 }
 

@@ -1,39 +1,103 @@
 /*
- * footprint.h: how much host memory a CPU trainer will hold at least,
- * before it is created.
+ * footprint.h: how much host memory a CPU run will hold, before anything
+ * is allocated: the one memory estimate of the runtime, which `run` and
+ * `profile` check against this machine's available memory
+ * (src/cli/run_checks.h) before they create a trainer.
  *
  * `zbsched run` of a file planned for a large model (the default search
  * plans Llama-3 8B) must not start allocating tens of gigabytes and then
- * die or swap: it asks first.  The figure is a lower bound of what
- * trainer_create allocates for good: every stage keeps seven fp32 copies
- * of its parameters (weights, gradients, the two AdamW moments and the
- * three post-validation snapshots, runtime/trainer.c).  Activations,
- * transient weight-gradient buffers and channel messages come on top and
- * depend on the schedule's order, so they are left out: a "no" from this
- * check is certain, a "yes" is not a promise.
+ * die or swap: it asks first.  Every part comes from the code that
+ * allocates it, not from a copy of its sizes:
  *
- * Workload: one llama_stage_init per stage (a tensor table, no weights);
- * microseconds even for Llama-3 70B.
+ *   parameters   param_count.h's count of each stage of the plan's split
+ *                (the count llama_stage_init lays out), times the
+ *                TRAINER_PARAM_COPIES fp32 copies a trainer keeps
+ *                (weights, gradients, the two AdamW moments and the three
+ *                post-validation snapshots);
+ *   activations  each device's saved states, walked through its lane in
+ *                the schedule's order with the kernels' own slot table
+ *                (llama_saved_plan) at each stage's recompute level: a
+ *                micro-batch holds its stage's forward slots from F to B,
+ *                the most during B, what W reads from B to W; plus each
+ *                device's kernel scratch (normed input, attention, MLP);
+ *   vocabulary   the vocabulary passes' buffers (the CPU backend's shards
+ *                and every (shard, micro-batch) cell, kept for the run);
+ *   messages     at worst every micro-batch's activation and gradient
+ *                waiting at every stage boundary;
+ *   data         the text's tokens and the step's batches.
+ *
+ * The walk samples after every op exactly as the trainer's activation
+ * profile does (trainer_trace's device_peak_activation_bytes), so the two
+ * agree to the byte (tests/runtime/test_footprint.c); the check uses the
+ * peak inside B as well, which the profile cannot see.  Allocator overhead
+ * and the kernels' temporaries come on top: FOOTPRINT_SLACK.
+ *
+ * Workload: one llama_stage_init and one slot table per stage and a walk
+ * of every op; microseconds even for Llama-3 70B.
  */
 #ifndef ZB_RUNTIME_FOOTPRINT_H
 #define ZB_RUNTIME_FOOTPRINT_H
 
+#include <stddef.h>
+
 #include "src/err.h"
 #include "src/model.h"
+#include "src/sched.h"
 
 /* fp32 copies of the parameters a CPU trainer keeps per stage. */
 #define TRAINER_PARAM_COPIES 7
 
+/* What the parts above leave out (the kernels' temporaries in B and W,
+ * allocator overhead): at batch 500 the peak RSS was 11% above the sum
+ * (bench/README.md), hence 1.15. */
+#define FOOTPRINT_SLACK 1.15
+
+/* The estimate of one run, in bytes. */
+typedef struct footprint {
+    double params;       /* parameters of every stage (a count, not bytes) */
+    double param_bytes;  /* TRAINER_PARAM_COPIES fp32 copies of them */
+    double activations;  /* saved activations at each device's busiest moment
+                          * (inside B included), summed over the devices, with
+                          * each device's kernel scratch and the vocabulary
+                          * passes' buffers */
+    double messages;     /* activations and gradients queued between stages */
+    double data;         /* the text's tokens and the step's batches */
+    double total;        /* (param_bytes + activations + messages) x replicas,
+                          * plus data, times FOOTPRINT_SLACK */
+    int in_flight;       /* most micro-batches any device holds at once */
+} footprint;
+
+/* The estimate of `replicas` CPU trainers of schedule s (valid) for model
+ * m (vocab and micro_batch as the trainer will use them) split by
+ * layers_per_stage[S] (the plan's; NULL: split.h's even split) with each
+ * stage's recompute level recompute_stages[S] (LLAMA_RC_*; NULL: none), on
+ * a text of n_tokens tokens.  Returns 0, or -1 with err when the split or
+ * the model is one the trainer refuses (then nothing is estimated). */
+int footprint_estimate(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                       const int *recompute_stages, size_t n_tokens, int replicas,
+                       footprint *out, zb_err *err);
+
+/* The walk alone: for each device d of s, after_op[d] the most bytes of
+ * saved activations (and vocabulary cells) it holds after any op of its
+ * lane, the figure trainer_trace reports, and in_op[d] the most at any
+ * moment, inside B included.  Same arguments as footprint_estimate; either
+ * array may be NULL.  0 or -1 with err. */
+int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                               const int *recompute_stages, double *after_op, double *in_op,
+                               int *in_flight, zb_err *err);
+
 /* Stores in *params the parameters of model m split into n_stages stages
  * (layers_per_stage[n_stages], or NULL for the even split of split.h), and
  * in *bytes the trainer's fixed memory for them (TRAINER_PARAM_COPIES fp32
- * copies).  m->vocab should already be the data's.  Returns 0, or -1 with
- * err set when the split or the model is invalid. */
+ * copies): footprint_estimate's first part, for a check that comes before
+ * the schedule's details matter.  m->vocab should already be the data's.
+ * Returns 0, or -1 with err set when the split or the model is invalid. */
 int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_stage,
                       double *params, double *bytes, zb_err *err);
 
 /* Bytes of memory this process may still use: MemAvailable from
- * /proc/meminfo, else the physical memory size; 0 when neither is known. */
+ * /proc/meminfo, else the physical memory size; 0 when neither is known.
+ * The one denominator of every memory check of `run` and `profile`. */
 double host_available_bytes(void);
 
 #endif

@@ -300,6 +300,12 @@ const zb_model *gen_model_config(const gen_model *g) { return &g->cfg; }
 
 size_t gen_param_count(const gen_model *g) { return g->st.n_params; }
 
+const float *gen_model_params(const gen_model *g) { return g->params; }
+
+const struct llama_stage *gen_model_layout(const gen_model *g) { return &g->st; }
+
+const unsigned char *gen_model_chars(const gen_model *g) { return g->chars; }
+
 int gen_encode(const gen_model *g, const char *text, size_t len, int32_t *ids, zb_err *err)
 {
     for (size_t i = 0; i < len; i++) {
@@ -521,11 +527,9 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts *o,
-            gen_emit_fn emit, void *ctx, gen_result *res, zb_err *err)
+int gen_check_request(const gen_model *g, size_t prompt_len, const gen_opts *o, zb_err *err)
 {
-    int T = g->cfg.seq_len, V = g->vocab;
-    memset(res, 0, sizeof *res);
+    int T = g->cfg.seq_len;
     if (o->n_tokens < 0)
         return zb_fail(err, "--tokens must be >= 0");
     if (!(o->temperature >= 0) || !isfinite(o->temperature))
@@ -535,12 +539,45 @@ int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts 
     if (!(o->top_p > 0 && o->top_p <= 1))
         return zb_fail(err, "--top-p must be in (0, 1]");
     size_t n_prompt = prompt_len > 0 ? prompt_len : 1;
-    if (n_prompt + (size_t)o->n_tokens > (size_t)T)
+    if (n_prompt > (size_t)INT32_MAX - (size_t)o->n_tokens)
+        return zb_fail(err, "the prompt (%zu characters) is too long", n_prompt);
+    if (o->max_context && n_prompt + (size_t)o->n_tokens > (size_t)T)
         return zb_fail(err, "the prompt (%zu characters) and %d new tokens exceed the model's "
-                       "context of %d tokens; generation stops at the context, so ask for at "
-                       "most %lld", n_prompt, o->n_tokens, T,
-                       (long long)T - (long long)n_prompt);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
+                       "context of %d tokens; with --max-context generation stops at the "
+                       "context, so ask for at most %lld (without it the context is cropped "
+                       "to the last %d tokens)", n_prompt, o->n_tokens, T,
+                       (long long)T - (long long)n_prompt > 0 ? (long long)T - (long long)n_prompt : 0,
+                       T);
+    return 0;
+}
+
+/* The logits of the next token after ids[0..n) into g->logits, where
+ * positions 0..n-2 are cached when n <= T (the cached path feeds the one
+ * new token).  Past the context (n > T) the conditioning is the last T
+ * tokens, run afresh from position 0 with the training forward: no cached
+ * key survives the shift (generate.h, CONTEXT).  Returns 0 or -1. */
+static int next_logits(gen_model *g, const int32_t *ids, int n, int use_cache, zb_err *err)
+{
+    int T = g->cfg.seq_len;
+    if (n > T)
+        return uncached_logits(g, ids + (n - T), T, err);
+    if (!use_cache)
+        return uncached_logits(g, ids, n, err);
+    if (cached_step(g, ids[n - 1], n - 1) != 0)
+        return zb_fail(err, "out of memory in the memory lookup");
+    return 0;
+}
+
+int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts *o,
+            gen_emit_fn emit, void *ctx, gen_result *res, zb_err *err)
+{
+    int T = g->cfg.seq_len, V = g->vocab;
+    memset(res, 0, sizeof *res);
+    if (gen_check_request(g, prompt_len, o, err) != 0)
+        return -1;
+    size_t n_prompt = prompt_len > 0 ? prompt_len : 1;
+    size_t n_ids = n_prompt + (size_t)o->n_tokens;
+    int32_t *ids = malloc(sizeof(int32_t) * n_ids);
     cand *c = malloc(sizeof *c * (size_t)V);
     if (!ids || !c) {
         free(ids);
@@ -560,16 +597,19 @@ int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts 
     rng_seed(&r, o->seed, 0x67656e);
     int n = (int)n_prompt, rc = 0;
     double t0 = now_s();
-    /* the logits after the prompt */
+    /* the logits after the prompt: its last T tokens at most, fed through
+     * the cache from position 0 (a cropped prompt is a window too) */
+    int first = n > T ? n - T : 0;
     if (o->use_cache) {
-        for (int i = 0; i < n && rc == 0; i++)
-            if (cached_step(g, ids[i], i) != 0)
+        for (int i = first; i < n && rc == 0; i++)
+            if (cached_step(g, ids[i], i - first) != 0)
                 rc = zb_fail(err, "out of memory in the memory lookup");
     } else {
-        rc = uncached_logits(g, ids, n, err);
+        rc = uncached_logits(g, ids + first, n - first, err);
     }
     for (int t = 0; t < o->n_tokens && rc == 0; t++) {
         int32_t next = sample(g->logits, V, o, &r, c);
+        res->n_cropped += n > T; /* drawn from a cropped window */
         ids[n] = next;
         char ch = gen_decode(g, next);
         if (emit)
@@ -578,12 +618,7 @@ int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts 
         res->n_new++;
         if (t + 1 == o->n_tokens)
             break; /* the last token's logits are not needed */
-        if (o->use_cache) {
-            if (cached_step(g, next, n - 1) != 0)
-                rc = zb_fail(err, "out of memory in the memory lookup");
-        } else {
-            rc = uncached_logits(g, ids, n, err);
-        }
+        rc = next_logits(g, ids, n, o->use_cache, err);
     }
     res->seconds = now_s() - t0;
     res->tokens_per_s = res->seconds > 0 ? res->n_new / res->seconds : 0;

@@ -20,11 +20,17 @@
  * it a check of the cache.
  *
  * CONTEXT.  The model was trained on windows of seq_len tokens and RoPE
- * encodes absolute positions inside the window, so generation stops at the
- * context: prompt + new tokens must fit in seq_len, and gen_run refuses a
- * request that does not (a clear message, nothing generated).  A sliding
- * window would have to re-rotate every cached key each step (positions
- * shift), which is the uncached cost again; docs/generate.md says more.
+ * encodes absolute positions inside the window.  Past the context the
+ * conditioning is cropped to the last seq_len tokens, as nanoGPT's
+ * generate does (idx[:, -block_size:]): the window is run afresh from
+ * position 0 for every new token, because dropping the oldest token
+ * changes every hidden state after it, so no cached key or value can be
+ * kept.  Up to the context the KV cache is used as before; past it each
+ * token costs one training forward of the seq_len-token window.  A prompt
+ * longer than the context is cropped the same way.  With max_context set,
+ * gen_run instead refuses a request that does not fit (a clear message,
+ * nothing generated), which was the only behaviour before; docs/generate.md
+ * says more.
  *
  * Sampling: temperature 0 is greedy (argmax, ties to the smaller token
  * id); otherwise softmax(logits / T), optionally cut to the top-k tokens
@@ -58,11 +64,15 @@ typedef struct gen_opts {
     double top_p;       /* nucleus: smallest set reaching p; 1: all */
     uint64_t seed;      /* sampling seed */
     int use_cache;      /* 1: KV cache; 0: rerun the training forward on the prefix */
+    int max_context;    /* 1: refuse prompt + n_tokens beyond seq_len; 0: crop the
+                         * context to the last seq_len tokens and go on */
 } gen_opts;
 
 /* What a generation did. */
 typedef struct gen_result {
     int n_new;           /* new tokens produced */
+    int n_cropped;       /* of them, tokens drawn from a context cropped to the
+                          * last seq_len tokens (0 when everything fit) */
     double seconds;      /* wall time from the first prompt token to the last new one */
     double tokens_per_s; /* n_new / seconds */
 } gen_result;
@@ -72,7 +82,7 @@ typedef struct gen_result {
 typedef void (*gen_emit_fn)(void *ctx, const char *bytes, size_t n);
 
 /* Fills o with defaults: 100 tokens, temperature 0.8, top-k 0, top-p 1,
- * seed 1, cache on. */
+ * seed 1, cache on, context cropped (max_context 0). */
 void gen_opts_default(gen_opts *o);
 
 /* Writes dir/model.json, the older layout's model record, for model m and
@@ -98,6 +108,16 @@ const zb_model *gen_model_config(const gen_model *g);
 /* Parameters of the loaded model. */
 size_t gen_param_count(const gen_model *g);
 
+struct llama_stage;
+
+/* The loaded weights, for exporters (runtime/hf_weights.h): the
+ * whole-model buffer [gen_param_count] and its layout, one stage holding
+ * every layer, the embedding and the head (kernels/cpu/llama.h), and the
+ * byte of each token id [vocab]. */
+const float *gen_model_params(const gen_model *g);
+const struct llama_stage *gen_model_layout(const gen_model *g);
+const unsigned char *gen_model_chars(const gen_model *g);
+
 /* Token ids of text (bytes outside the vocabulary are an error naming the
  * first one).  ids holds len entries.  Returns 0 or -1 with err. */
 int gen_encode(const gen_model *g, const char *text, size_t len, int32_t *ids, zb_err *err);
@@ -112,10 +132,18 @@ char gen_decode(const gen_model *g, int32_t id);
 int gen_logits(gen_model *g, const int32_t *tokens, int n, int use_cache, float *logits,
                zb_err *err);
 
+/* Checks a request before anything is generated: the options' ranges,
+ * and with o->max_context that the prompt (prompt_len bytes; 0 counts as
+ * the one-token default) and o->n_tokens fit in the context.  Returns 0
+ * or -1 with err saying what to ask for instead. */
+int gen_check_request(const gen_model *g, size_t prompt_len, const gen_opts *o, zb_err *err);
+
 /* Generates o->n_tokens after the prompt, calling emit for each new token.
  * An empty prompt starts from "\n" when the vocabulary has it, else from
- * token 0.  Refuses (-1, err, nothing emitted) prompts with bytes outside
- * the vocabulary and prompt + n_tokens beyond the context.  Fills *res. */
+ * token 0.  Each token is drawn from the logits of the last seq_len tokens
+ * at most (see CONTEXT above).  Refuses (-1, err, nothing emitted) prompts
+ * with bytes outside the vocabulary and what gen_check_request refuses.
+ * Fills *res. */
 int gen_run(gen_model *g, const char *prompt, size_t prompt_len, const gen_opts *o,
             gen_emit_fn emit, void *ctx, gen_result *res, zb_err *err);
 

@@ -1,6 +1,6 @@
 /*
  * link_plan.c: the order of every link's messages, derived from the
- * schedule alone (transport.h), so that both ends of a link agree on it
+ * schedule alone (link_plan.h), so that both ends of a link agree on it
  * without tags.
  *
  * Two passes over the lanes: the first counts each link's messages, the
@@ -11,9 +11,9 @@
  *   s < S-1                 NORM_UP   into s+1   to dev(s+1)
  * and for its stages s decreasing
  *   s > 0                   NORM_DOWN into s-1   to dev(s-1)
- * which is the order trainer.c's workers send in.
+ * which is the order the executor's workers send in (trainer_ops.c).
  */
-#include "runtime/transport.h"
+#include "runtime/link_plan.h"
 
 #include <stdlib.h>
 #include <string.h>

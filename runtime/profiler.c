@@ -1,5 +1,11 @@
 /*
- * profiler.c: per-op timings and memory of the CPU kernels (profiler.h).
+ * profiler.c: per-op timings and memory of a device (profiler.h), through
+ * the backend interface (backend.h): every stage, saved state, activation
+ * and op is the backend's, so the CPU's kernels and the CUDA module's are
+ * measured by the same code the same way.  The ops are timed on the host
+ * clock around the op and the stage's sync (a no-op on the CPU, where an
+ * op has finished when it returns; on a GPU the wait for its stream), the
+ * way the executor sees them.
  */
 #include "runtime/profiler.h"
 
@@ -10,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/llama.h"
 #include "runtime/channel.h"
@@ -78,113 +85,179 @@ static void gate_expect(gate *g, int n)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Buffers for timing one stage. */
+/* One part under test on one device of the backend. */
 typedef struct bench_stage {
-    llama_stage st;       /* the part under test */
-    float *params;        /* [n_params] */
-    float *grads;         /* [n_params] */
-    llama_saved *sv[PROFILE_IN_FLIGHT]; /* saved states, used in rotation */
-    int32_t *tokens;      /* [B*T] inputs (embedding) */
-    int32_t *targets;     /* [B*T] targets (head) */
-    float *act;           /* [B*T*d] input activation */
-    float *out;           /* [B*T*d] F's output (scratch) */
-    float *dy;            /* [B*T*d] incoming gradient */
-    float *dx;            /* [B*T*d] outgoing gradient */
+    zb_backend *be;       /* the backend (borrowed) */
+    int dev;              /* its device this part runs on */
+    llama_stage st;       /* the part's layout */
+    zb_bstage *bs;        /* its buffers on the backend */
+    zb_bsaved *sv[PROFILE_IN_FLIGHT]; /* saved states, used in rotation */
+    int32_t *tokens;      /* [B*T] host inputs (embedding) */
+    int32_t *targets;     /* [B*T] host targets (head) */
+    void *act;            /* [B*T*d] input activation */
+    void *out;            /* [B*T*d] F's output (scratch) */
+    void *dy;             /* [B*T*d] incoming gradient */
+    void *dx;             /* [B*T*d] outgoing gradient */
 } bench_stage;
 
 static void bench_free(bench_stage *b)
 {
+    zb_backend *be = b->be;
     for (int q = 0; q < PROFILE_IN_FLIGHT; q++)
-        llama_saved_free(b->sv[q]);
-    free(b->params);
-    free(b->grads);
+        if (b->sv[q])
+            be->ops->saved_free(be, b->sv[q]);
+    void *acts[4] = { b->act, b->out, b->dy, b->dx };
+    for (int k = 0; k < 4; k++)
+        if (acts[k])
+            be->ops->act_free(be, acts[k]);
+    if (b->bs)
+        be->ops->stage_free(be, b->bs);
     free(b->tokens);
     free(b->targets);
-    free(b->act);
-    free(b->out);
-    free(b->dy);
-    free(b->dx);
     llama_stage_free(&b->st);
 }
 
-/* Measures one part: a stage of layers [0, n_layers) with or without
- * embedding and head, PROFILE_IN_FLIGHT micro-batches in flight: op i is
- * F of micro-batch i, then B and W of micro-batch i - (K-1), K =
- * PROFILE_IN_FLIGHT, each micro-batch on saved state i mod K.  The first
- * K micro-batches warm up; the next `reps` are timed.  Times and bytes are
- * per layer when n_layers > 0 (divided by n_layers). */
-static int measure_part(const zb_model *m, int batch, int reps, int n_layers, int emb, int head,
-                        gate *start, profile_part *out, zb_err *err)
+/* Deterministic parameters for timing: gains 1, every matrix entry
+ * uniform with std 0.02 (xorshift64*).  Timing does not depend on the
+ * values, and llama_stage_init_params' Box-Muller takes tens of seconds
+ * for Llama-3's 128k x 4096 embedding and head. */
+static void timing_params(const llama_stage *st, float *p)
 {
-    enum { K = PROFILE_IN_FLIGHT };
-    bench_stage b;
-    memset(&b, 0, sizeof b);
-    if (llama_stage_init(&b.st, m, 0, n_layers, emb, head, err) != 0) {
-        if (start)
-            gate_wait(start);
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int t = 0; t < st->n_tensors; t++) {
+        const llama_tensor *ten = &st->tensors[t];
+        for (size_t i = 0; i < ten->count; i++) {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            float u = (float)((s * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
+            p[ten->offset + i] = ten->rows == 1 ? 1.0f : 0.0346f * (2.0f * u - 1.0f);
+        }
+    }
+}
+
+/* An activation of n elements on device dev, from host values (NULL:
+ * left as it is); NULL on failure. */
+static void *bench_act(zb_backend *be, int dev, size_t n, const float *host, zb_err *err)
+{
+    void *a = be->ops->act_new(be, n);
+    if (!a) {
+        zb_fail(err, "out of memory while profiling");
+        return NULL;
+    }
+    int rc = 0;
+    if (host && be->ops->act_upload)
+        rc = be->ops->act_upload(be, a, host, n, err);
+    if (rc == 0 && be->ops->act_wait)
+        rc = be->ops->act_wait(be, dev, a, err);
+    if (rc != 0) {
+        be->ops->act_free(be, a);
+        return NULL;
+    }
+    return a;
+}
+
+/* Sets up part b (layers [0, n_layers), with or without embedding and
+ * head) on device dev: its stage with timing parameters, its saved
+ * states, random inputs.  0 or -1 with err. */
+static int bench_init(bench_stage *b, zb_backend *be, int dev, const zb_model *m, int batch,
+                      int n_layers, int emb, int head, zb_err *err)
+{
+    memset(b, 0, sizeof *b);
+    b->be = be;
+    b->dev = dev;
+    if (be->ops->bind && be->ops->bind(be, dev, err) != 0)
+        return -1;
+    if (llama_stage_init(&b->st, m, 0, n_layers, emb, head, err) != 0)
+        return -1;
+    if (be->ops->stage_new(be, &b->st, NULL, dev, &b->bs, err) != 0) {
+        b->bs = NULL;
         return -1;
     }
-    size_t np = llama_stage_num_params(&b.st);
+    timing_params(&b->st, be->ops->host(be, b->bs, ZB_BUF_PARAMS));
+    if (be->ops->upload && be->ops->upload(be, b->bs, ZB_BUF_PARAMS, err) != 0)
+        return -1;
+    for (int q = 0; q < PROFILE_IN_FLIGHT; q++)
+        if (be->ops->saved_new(be, b->bs, batch, 0, &b->sv[q], err) != 0) {
+            b->sv[q] = NULL;
+            return -1;
+        }
     size_t tok = (size_t)batch * (size_t)m->seq_len, act = tok * (size_t)m->d_model;
-    b.params = malloc(sizeof(float) * (np ? np : 1));
-    b.grads = calloc(np ? np : 1, sizeof(float));
-    int sv_ok = 1;
-    for (int q = 0; q < K; q++)
-        sv_ok = (b.sv[q] = llama_saved_new(&b.st, batch)) != NULL && sv_ok;
-    b.tokens = malloc(sizeof(int32_t) * tok);
-    b.targets = malloc(sizeof(int32_t) * tok);
-    b.act = malloc(sizeof(float) * act);
-    b.out = malloc(sizeof(float) * act);
-    b.dy = malloc(sizeof(float) * act);
-    b.dx = malloc(sizeof(float) * act);
-    double *tf = malloc(sizeof(double) * (size_t)reps * 3);
-    int ok = b.params && b.grads && sv_ok && b.tokens && b.targets && b.act && b.out && b.dy && b.dx
-             && tf;
-    if (start) /* every thread gets here, set up or not, so none waits forever */
-        gate_wait(start);
-    if (!ok) {
-        free(tf);
-        bench_free(&b);
+    b->tokens = malloc(sizeof(int32_t) * tok);
+    b->targets = malloc(sizeof(int32_t) * tok);
+    float *host = malloc(sizeof(float) * act * 2);
+    if (!b->tokens || !b->targets || !host) {
+        free(host);
         return zb_fail(err, "out of memory while profiling");
     }
-    llama_stage_init_params(&b.st, b.params, 1);
     zb_rng r;
     rng_seed(&r, 7, 0);
     for (size_t i = 0; i < tok; i++) {
-        b.tokens[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
-        b.targets[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
+        b->tokens[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
+        b->targets[i] = (int32_t)rng_below(&r, (uint64_t)m->vocab);
     }
     for (size_t i = 0; i < act; i++) {
-        b.act[i] = (float)rng_normal(&r);
-        b.dy[i] = (float)(rng_normal(&r) * 1e-3);
+        host[i] = (float)rng_normal(&r);
+        host[act + i] = (float)(rng_normal(&r) * 1e-3);
     }
-    double *tb = tf + reps, *tw = tb + reps;
+    b->act = bench_act(be, dev, act, host, err);
+    b->dy = b->act ? bench_act(be, dev, act, host + act, err) : NULL;
+    b->out = b->dy ? bench_act(be, dev, act, NULL, err) : NULL;
+    b->dx = b->out ? bench_act(be, dev, act, NULL, err) : NULL;
+    free(host);
+    return b->dx ? 0 : -1;
+}
+
+/* Measures one part on device dev of be: a stage of layers [0, n_layers)
+ * with or without embedding and head, PROFILE_IN_FLIGHT micro-batches in
+ * flight: op i is F of micro-batch i, then B and W of micro-batch i -
+ * (K-1), K = PROFILE_IN_FLIGHT, each micro-batch on saved state i mod K.
+ * The first K micro-batches warm up; the next `reps` are timed.  Times and
+ * bytes are per layer when n_layers > 0 (divided by n_layers). */
+static int measure_part(zb_backend *be, int dev, const zb_model *m, int batch, int reps,
+                        int n_layers, int emb, int head, gate *start, profile_part *out,
+                        zb_err *err)
+{
+    enum { K = PROFILE_IN_FLIGHT };
+    bench_stage b;
+    int rc = bench_init(&b, be, dev, m, batch, n_layers, emb, head, err);
+    double *tf = rc == 0 ? malloc(sizeof(double) * (size_t)reps * 3) : NULL;
+    if (rc == 0 && !tf)
+        rc = zb_fail(err, "out of memory while profiling");
+    if (start) /* every thread gets here, set up or not, so none waits forever */
+        gate_wait(start);
+    const zb_backend_ops *o = be->ops;
+    double *tb = tf ? tf + reps : NULL, *tw = tf ? tb + reps : NULL;
     int total = K + reps; /* micro-batches: K warm-up, then reps timed */
-    int rc = 0;
     for (int i = 0; i < total + K - 1 && rc == 0; i++) {
         int jf = i, jb = i - (K - 1); /* F of jf, then B and W of jb */
         if (jf < total) {
             float loss;
-            llama_saved *sv = b.sv[jf % K];
+            zb_bsaved *sv = b.sv[jf % K];
             double t0 = now_s();
-            rc = llama_stage_forward(&b.st, b.params, emb ? b.tokens : NULL, emb ? NULL : b.act,
-                                     head ? b.targets : NULL, sv, head ? NULL : b.out, &loss,
-                                     NULL, err);
+            rc = o->forward(be, b.bs, sv, emb ? b.tokens : NULL, emb ? NULL : b.act,
+                            head ? b.targets : NULL, head ? NULL : b.out, head ? &loss : NULL,
+                            err);
+            if (rc == 0)
+                rc = o->sync(be, b.bs, err);
             double t1 = now_s();
             if (jf >= K) {
                 tf[jf - K] = t1 - t0;
-                out->m_b = (double)llama_saved_bytes(sv);
+                out->m_b = (double)o->saved_bytes(be, sv);
             }
         }
         if (rc == 0 && jb >= 0 && jb < total) {
-            llama_saved *sv = b.sv[jb % K];
+            zb_bsaved *sv = b.sv[jb % K];
             double t1 = now_s();
-            rc = llama_stage_backward_b(&b.st, b.params, sv, 1.0f, head ? NULL : b.dy,
-                                        emb ? NULL : b.dx, err);
-            double t2 = now_s();
-            size_t after_b = llama_saved_bytes(sv);
+            rc = o->backward_b(be, b.bs, sv, 1.0f, head ? NULL : b.dy, emb ? NULL : b.dx, err);
             if (rc == 0)
-                rc = llama_stage_backward_w(&b.st, sv, b.grads, err);
+                rc = o->sync(be, b.bs, err);
+            double t2 = now_s();
+            size_t after_b = o->saved_bytes(be, sv);
+            if (rc == 0)
+                rc = o->backward_w(be, b.bs, sv, NULL, err);
+            if (rc == 0)
+                rc = o->sync(be, b.bs, err);
             double t3 = now_s();
             if (jb >= K) {
                 tb[jb - K] = t2 - t1;
@@ -211,6 +284,8 @@ static int measure_part(const zb_model *m, int batch, int reps, int n_layers, in
 
 /* One thread's share of measure_concurrent. */
 typedef struct part_job {
+    zb_backend *be;             /* the backend (shared by the threads) */
+    int dev;                    /* this thread's device of it */
     const zb_model *m;          /* the model */
     int batch, reps;            /* micro-batch size, timed repetitions */
     int n_layers, emb, head;    /* the part (measure_part's arguments) */
@@ -223,42 +298,42 @@ typedef struct part_job {
 static void *part_main(void *arg)
 {
     part_job *j = arg;
-    j->rc = measure_part(j->m, j->batch, j->reps, j->n_layers, j->emb, j->head, j->start, &j->out,
-                         &j->err);
+    j->rc = measure_part(j->be, j->dev, j->m, j->batch, j->reps, j->n_layers, j->emb, j->head,
+                         j->start, &j->out, &j->err);
     return NULL;
 }
 
-/* Threads that time ops at once: one per online CPU, at most
- * PROFILE_MAX_THREADS. */
-static int profile_threads(void)
+int profiler_cpu_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > PROFILE_MAX_THREADS ? PROFILE_MAX_THREADS : (int)n;
 }
 
-/* Times a part on `n` threads at once, each with its own stage and
- * buffers, as a pipeline's devices compute at once; each figure is the
- * largest of the threads' medians, because a pipeline step waits for its
- * slowest device (profiler.h, "which core").  n = 1 measures on the
- * calling thread.  Measures with fewer threads when one cannot start. */
-static int measure_concurrent(const zb_model *m, int batch, int reps, int n_layers, int emb,
-                              int head, int n, profile_part *out, zb_err *err)
+/* Times a part on `n` threads at once, thread i on device i of be, each
+ * with its own stage and buffers, as a pipeline's devices compute at once;
+ * each figure is the largest of the threads' medians, because a pipeline
+ * step waits for its slowest device (profiler.h, "which core").  n = 1
+ * measures on the calling thread.  Measures with fewer threads when one
+ * cannot start. */
+static int measure_concurrent(zb_backend *be, const zb_model *m, int batch, int reps,
+                              int n_layers, int emb, int head, int n, profile_part *out,
+                              zb_err *err)
 {
     if (n <= 1)
-        return measure_part(m, batch, reps, n_layers, emb, head, NULL, out, err);
+        return measure_part(be, 0, m, batch, reps, n_layers, emb, head, NULL, out, err);
     part_job jobs[PROFILE_MAX_THREADS];
     pthread_t tid[PROFILE_MAX_THREADS];
     gate start = { .arrived = 0, .expected = 0 };
     if (pthread_mutex_init(&start.mu, NULL) != 0)
-        return measure_part(m, batch, reps, n_layers, emb, head, NULL, out, err);
+        return measure_part(be, 0, m, batch, reps, n_layers, emb, head, NULL, out, err);
     if (pthread_cond_init(&start.cv, NULL) != 0) {
         pthread_mutex_destroy(&start.mu);
-        return measure_part(m, batch, reps, n_layers, emb, head, NULL, out, err);
+        return measure_part(be, 0, m, batch, reps, n_layers, emb, head, NULL, out, err);
     }
     int started = 1; /* this thread is job 0 */
     for (int i = 0; i < n; i++) {
-        jobs[i] = (part_job){ .m = m, .batch = batch, .reps = reps, .n_layers = n_layers,
-                              .emb = emb, .head = head, .start = &start };
+        jobs[i] = (part_job){ .be = be, .dev = i, .m = m, .batch = batch, .reps = reps,
+                              .n_layers = n_layers, .emb = emb, .head = head, .start = &start };
         if (i > 0) {
             if (pthread_create(&tid[i], NULL, part_main, &jobs[i]) != 0)
                 break; /* measure with the threads that did start */
@@ -298,87 +373,187 @@ static int stack_layers(const zb_model *m)
     return n;
 }
 
-/* Ping-pong through a channel between two threads. */
+/* Ping-pong between devices 0 and 1 through a channel: what the
+ * in-process transport does with a message (its pointer handed over, the
+ * receiver's stream waiting for the sender's last use). */
 typedef struct ponger {
-    zb_chan *ch;   /* shared channel */
-    int rounds;    /* messages to bounce */
+    zb_backend *be; /* the backend */
+    zb_chan *ch;    /* shared channel */
+    int rounds;     /* messages to bounce */
+    int rc;         /* 0, or -1 after a failed fence */
+    zb_err err;     /* its message */
 } ponger;
 
 static void *pong_main(void *arg)
 {
     ponger *p = arg;
+    zb_backend *be = p->be;
+    if (be->ops->bind && be->ops->bind(be, 1, &p->err) != 0) {
+        p->rc = -1;
+        chan_abort(p->ch);
+        return NULL;
+    }
     for (int k = 0; k < p->rounds; k++) {
         void *msg;
         if (chan_recv(p->ch, CHAN_ACT, 1, k, &msg, NULL) != 0)
             return NULL;
+        if ((be->ops->act_wait && be->ops->act_wait(be, 1, msg, &p->err) != 0)
+            || (be->ops->act_issued && be->ops->act_issued(be, 1, msg, &p->err) != 0)) {
+            p->rc = -1;
+            chan_abort(p->ch);
+            return NULL;
+        }
         chan_send(p->ch, CHAN_GRAD, 0, k, msg, 0);
     }
     return NULL;
 }
 
-static int measure_comm(size_t bytes, double *t_comm, zb_err *err)
+/* Half the round trip of an activation of `elems` elements between
+ * devices 0 and 1 of be, into *t_comm.  0 or -1 with err. */
+static int measure_comm(zb_backend *be, size_t elems, double *t_comm, zb_err *err)
 {
     enum { ROUNDS = 64 };
     zb_chan ch;
-    if (chan_init(&ch, 2, ROUNDS) != 0)
+    void *msg = bench_act(be, 0, elems, NULL, err);
+    if (!msg)
+        return -1;
+    if (chan_init(&ch, 2, ROUNDS) != 0) {
+        be->ops->act_free(be, msg);
         return zb_fail(err, "out of memory while profiling");
-    ponger p = { &ch, ROUNDS };
+    }
+    ponger p = { .be = be, .ch = &ch, .rounds = ROUNDS };
     pthread_t tid;
     if (pthread_create(&tid, NULL, pong_main, &p) != 0) {
         chan_destroy(&ch);
+        be->ops->act_free(be, msg);
         return zb_fail(err, "cannot start the profiling thread");
     }
     double t0 = now_s();
     int rc = 0;
     for (int k = 0; k < ROUNDS && rc == 0; k++) {
-        void *msg = malloc(bytes ? bytes : 1);
-        if (!msg) {
+        if (be->ops->act_issued && be->ops->act_issued(be, 0, msg, err) != 0) {
             chan_abort(&ch);
-            rc = zb_fail(err, "out of memory while profiling");
+            rc = -1;
             break;
         }
         chan_send(&ch, CHAN_ACT, 1, k, msg, 0);
         if (chan_recv(&ch, CHAN_GRAD, 0, k, &msg, NULL) != 0)
-            rc = zb_fail(err, "channel aborted while profiling");
-        free(msg);
+            rc = p.rc != 0 ? -1 : zb_fail(err, "channel aborted while profiling");
+        else if (be->ops->act_wait && be->ops->act_wait(be, 0, msg, err) != 0)
+            rc = -1;
     }
     double dt = now_s() - t0;
     pthread_join(tid, NULL);
     chan_destroy(&ch);
+    be->ops->act_free(be, msg);
+    if (rc != 0 && p.rc != 0)
+        *err = p.err;
     *t_comm = dt / (2.0 * ROUNDS);
     return rc;
 }
 
-int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_err *err)
+/* The bytes the runtime keeps per layer for a stage's state: a one-layer
+ * stage's buffers and its post-validation snapshot, as the backend counts
+ * them (backend.h's memory op).  0 or -1 with err. */
+static int measure_static(zb_backend *be, const zb_model *m, double *per_layer, zb_err *err)
 {
-    if (batch <= 0)
-        batch = m->micro_batch;
-    if (batch <= 0 || reps < 1)
-        return zb_fail(err, "profiling needs a positive batch size and repetition count");
-    kernels_init_threads(1);
-    profile_init(p);
-    snprintf(p->model, sizeof p->model, "%s", m->name);
-    snprintf(p->hardware, sizeof p->hardware, "cpu");
-    p->micro_batch = batch;
-    p->seq_len = m->seq_len;
-    p->recompute = 0;
-    int n = profile_threads();
-    if (measure_concurrent(m, batch, reps, stack_layers(m), 0, 0, n, &p->layer, err) != 0)
-        return zb_wrap(err, "profiling a layer: ");
-    if (measure_concurrent(m, batch, reps, 0, 1, 0, n, &p->embedding, err) != 0)
-        return zb_wrap(err, "profiling the embedding: ");
-    if (measure_concurrent(m, batch, reps, 0, 0, 1, n, &p->head, err) != 0)
-        return zb_wrap(err, "profiling the head: ");
-    size_t act_bytes = sizeof(float) * (size_t)batch * (size_t)m->seq_len * (size_t)m->d_model;
-    if (measure_comm(act_bytes, &p->t_comm, err) != 0)
-        return -1;
-    /* Per layer the runtime keeps weights, grads, AdamW m and v, and the
-     * post-validation snapshot of weights, m and v: 7 fp32 buffers. */
     llama_stage one;
     if (llama_stage_init(&one, m, 0, 1, 0, 0, err) != 0)
         return -1;
-    p->static_bytes_per_layer = 7.0 * sizeof(float) * (double)llama_stage_num_params(&one);
+    size_t before = 0, after = 0, peak = 0;
+    zb_bstage *bs = NULL;
+    int rc = be->ops->memory(be, &before, &peak, err);
+    if (rc == 0 && (rc = be->ops->stage_new(be, &one, NULL, 0, &bs, err)) != 0)
+        bs = NULL;
+    if (rc == 0)
+        rc = be->ops->snapshot(be, bs, err);
+    if (rc == 0)
+        rc = be->ops->memory(be, &after, &peak, err);
+    if (bs)
+        be->ops->stage_free(be, bs);
     llama_stage_free(&one);
+    if (rc == 0)
+        *per_layer = (double)(after - before);
+    return rc;
+}
+
+int profiler_measure_on(zb_backend_make make, void *make_ctx, int devices, const zb_model *m,
+                        int batch, int reps, zb_profile *p, zb_err *err)
+{
+    if (batch <= 0)
+        batch = m->micro_batch;
+    if (batch <= 0 || reps < 1 || devices < 1)
+        return zb_fail(err, "profiling needs a positive batch size, repetition count and "
+                       "device count");
+    zb_backend *be = NULL;
+    /* two devices at least: the transfer goes from one to another */
+    if (make(make_ctx, devices > 2 ? devices : 2, &be, err) != 0)
+        return -1;
+    profile_init(p);
+    snprintf(p->model, sizeof p->model, "%s", m->name);
+    snprintf(p->hardware, sizeof p->hardware, "%s", be->ops->name);
+    p->micro_batch = batch;
+    p->seq_len = m->seq_len;
+    p->recompute = 0;
+    int rc = 0;
+    if (measure_concurrent(be, m, batch, reps, stack_layers(m), 0, 0, devices, &p->layer, err) != 0)
+        rc = zb_wrap(err, "profiling a layer: ");
+    else if (measure_concurrent(be, m, batch, reps, 0, 1, 0, devices, &p->embedding, err) != 0)
+        rc = zb_wrap(err, "profiling the embedding: ");
+    else if (measure_concurrent(be, m, batch, reps, 0, 0, 1, devices, &p->head, err) != 0)
+        rc = zb_wrap(err, "profiling the head: ");
+    else if (measure_comm(be, (size_t)batch * (size_t)m->seq_len * (size_t)m->d_model, &p->t_comm,
+                          err) != 0)
+        rc = -1;
+    else
+        rc = measure_static(be, m, &p->static_bytes_per_layer, err);
+    backend_free(be);
+    return rc;
+}
+
+/* zb_backend_make of the CPU backend. */
+static int make_cpu(void *ctx, int n_devices, zb_backend **out, zb_err *err)
+{
+    (void)ctx;
+    return backend_cpu_create(n_devices, out, err);
+}
+
+int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_err *err)
+{
+    kernels_init_threads(1);
+    return profiler_measure_on(make_cpu, NULL, profiler_cpu_threads(), m, batch, reps, p, err);
+}
+
+int profiler_footprint(const zb_model *m, int batch, int devices, double *stage_bytes,
+                       double *activation_bytes, zb_err *err)
+{
+    if (batch <= 0)
+        batch = m->micro_batch;
+    /* the three parts, one after another, each on `devices` threads: a
+     * stage's four buffers, PROFILE_IN_FLIGHT saved states (one inside B
+     * at worst, the others after F) and four activations per thread */
+    struct { int n, emb, head; } part[3] = { { stack_layers(m), 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 } };
+    double worst_stage = 0, worst_act = 0, worst = -1;
+    for (int k = 0; k < 3; k++) {
+        llama_stage st;
+        llama_saved_sizes z;
+        if (llama_stage_init(&st, m, 0, part[k].n, part[k].emb, part[k].head, err) != 0)
+            return -1;
+        double stage = 4.0 * sizeof(float) * (double)llama_stage_num_params(&st);
+        int rc = llama_saved_plan(&st, batch, LLAMA_RC_NONE, &z);
+        llama_stage_free(&st);
+        if (rc != 0)
+            return zb_fail(err, "out of memory");
+        double act = (double)z.in_b + (PROFILE_IN_FLIGHT - 1) * (double)z.after_f
+                     + 4.0 * sizeof(float) * batch * (double)m->seq_len * m->d_model;
+        if (devices * (stage + act) > worst) {
+            worst = devices * (stage + act);
+            worst_stage = devices * stage;
+            worst_act = devices * act;
+        }
+    }
+    *stage_bytes = worst_stage;
+    *activation_bytes = worst_act;
     return 0;
 }
 

@@ -1,17 +1,24 @@
 /*
- * profiler.h: measure what the cost model needs on this machine: the time
- * of F, B and W of one micro-batch per transformer layer, through
- * the embedding and through the final norm + LM head + loss, the
- * activation memory each leaves allocated, and the cost of one
- * stage-to-stage transfer through the runtime's channel.
+ * profiler.h: measure what the cost model needs on a device: the time of
+ * F, B and W of one micro-batch per transformer layer, through the
+ * embedding and through the final norm + LM head + loss, the activation
+ * memory each leaves allocated, the bytes a stage keeps per layer, and the
+ * cost of one stage-to-stage transfer through the runtime's channel.
+ *
+ * ONE PROFILER FOR EVERY BACKEND.  Everything goes through the backend
+ * interface (runtime/backend.h): the stages, saved states, activations and
+ * ops are the backend's, timed on the host clock around each op and the
+ * stage's sync, as the executor issues and waits for them.  The CPU
+ * (profiler_measure) is the CPU backend; `profile --device cuda` is the
+ * CUDA module's backend under the same code (kernels/cuda/gpu_profile.c).
  *
  * Each part is measured on a stage holding just that part (kernels/cpu/
  * llama.h allows an embedding-only or head-only stage), single-threaded
  * BLAS per thread as in training; the reported time is the median of the
  * repetitions, which shrugs off the occasional preemption on a shared
  * machine better than the mean.  The transfer time is half the round trip
- * of an activation-sized message between two threads through a zb_chan,
- * the only transport this runtime has.
+ * of an activation-sized message between two devices through a zb_chan
+ * with the backend's fences, what the in-process transport does.
  *
  * WHAT THE RUNTIME EXECUTES, NOT AN ISOLATED LAYER.  Timing one layer on
  * one reused saved state, F, B, W back to back, measured a best case the
@@ -47,22 +54,46 @@
  *
  * Expected workload: under a second for `tiny`, about 8 s for
  * `shakespeare-char` at micro-batch 1 (20 repetitions) on the development VM.
- * Memory: per thread, the stack's weights and gradients and 2 saved states
- * of it; shakespeare-char at micro-batch 8 peaked at 1.6 GB resident for
- * the two threads (one micro-batch holds up to 72 MiB per layer after B).
+ * Memory: per thread, the stack's four stage buffers (weights, gradients,
+ * AdamW moments: what a backend's stage_new allocates) and 2 saved states
+ * of it (profiler_footprint); shakespeare-char at micro-batch 8 peaked at
+ * 1.6 GB resident for the two threads before the stages had moments (one
+ * micro-batch holds up to 72 MiB per layer after B).
  */
 #ifndef ZB_RUNTIME_PROFILER_H
 #define ZB_RUNTIME_PROFILER_H
 
+#include "runtime/backend.h"
 #include "src/err.h"
 #include "src/model.h"
 #include "src/profile.h"
 #include "src/sched.h"
 
 /* Measures model m at micro-batch size `batch` (<= 0: m->micro_batch) with
- * `reps` timed repetitions per op (>= 1).  Fills *p (times in seconds,
- * memory in bytes; hardware "cpu").  Returns 0 or -1 with err set. */
+ * `reps` timed repetitions per op (>= 1) on the backend that make(ctx)
+ * creates (freed before returning), each part on `devices` (>= 1) of its
+ * devices at once, one thread each (the figures are the slowest
+ * device's).  Fills *p (times in seconds, memory in bytes; hardware the
+ * backend's name, which a caller may replace by the device's).  Returns 0
+ * or -1 with err set. */
+int profiler_measure_on(zb_backend_make make, void *make_ctx, int devices, const zb_model *m,
+                        int batch, int reps, zb_profile *p, zb_err *err);
+
+/* profiler_measure_on the CPU backend with profiler_cpu_threads() devices
+ * (hardware "cpu"). */
 int profiler_measure(const zb_model *m, int batch, int reps, zb_profile *p, zb_err *err);
+
+/* The devices the CPU profile times at once: one per online CPU, at most
+ * 8 ("which core" above). */
+int profiler_cpu_threads(void);
+
+/* What profiler_measure_on holds at most for m at `batch` on `devices`
+ * devices, in bytes: the stage buffers (*stage_bytes: four fp32 copies of
+ * the largest part's parameters per device) and the saved states and
+ * activations (*activation_bytes), from param_count's layout and the
+ * kernels' slot table.  For `profile`'s memory check.  0 or -1 with err. */
+int profiler_footprint(const zb_model *m, int batch, int devices, double *stage_bytes,
+                       double *activation_bytes, zb_err *err);
 
 /* Sets the per-stage costs of schedule s from profile p for model m split
  * as the runtime splits it (runtime/split.h): stage time = its layers'

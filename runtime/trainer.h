@@ -112,7 +112,7 @@ typedef struct trainer_opts {
     int threads;          /* kernel threads per device (its team, kernels/cpu/
                            * team.h); <= 0: trainer_default_threads(p).  The
                            * results are the same bits at every value */
-    int transport;        /* runtime/transport.h: ZB_TRANSPORT_SLOTS (0, keyed
+    int transport;        /* runtime/transport_factory.h: ZB_TRANSPORT_SLOTS (0, keyed
                            * mailbox) or ZB_TRANSPORT_FIFO (untagged ordered
                            * links, the model of MPI/NCCL); same bits */
     /* A transport the caller makes instead (one between processes,
@@ -143,6 +143,14 @@ typedef struct trainer_stats {
     double last_lr;         /* learning rate used by the last step */
     long rollbacks;         /* post-validation rollbacks so far (stage steps redone) */
     long skipped_steps;     /* steps skipped because the gradient was not finite */
+    /* What trainer_steps did without a barrier, in this process (a resume
+     * starts them at 0): */
+    long overlapped_steps;  /* steps begun while others of the call were still
+                             * running: all but the first of each call that
+                             * overlaps (not the plain-step fallback) */
+    long spec_forwards;     /* stage-0 forwards run speculatively, on parameters
+                             * their step had not validated yet */
+    long spec_redone;       /* of those, dropped after a rollback and run again */
 } trainer_stats;
 
 /* Fills o with defaults: seed 1, stream 0, model batch size, nanoGPT's

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/link_plan.h"
+
 /* One message in flight. */
 typedef struct fifo_entry {
     void *buf;      /* payload buffer (owned by the transport) */
@@ -127,7 +129,8 @@ static void fifo_reset(zb_transport *tr)
     fifo_impl *im = tr->impl;
     for (int l = 0; l < im->plan.n_links; l++) {
         fifo_link *ln = &im->links[l];
-        for (int i = 0; i < im->plan.links[l].n_msgs; i++) {
+        /* a link whose arrays a failed create did not get holds nothing */
+        for (int i = 0; ln->queue && ln->stash && i < im->plan.links[l].n_msgs; i++) {
             if (ln->queue[i].full)
                 im->pool.put(im->pool.ctx, ln->queue[i].buf);
             if (ln->stash[i].full)
@@ -183,12 +186,15 @@ int transport_fifo_create(const sched_t *s, int with_norms, const zb_transport_p
     }
     im->links = calloc((size_t)(im->plan.n_links ? im->plan.n_links : 1), sizeof *im->links);
     int oom = !im->links;
+    /* every link's lock first, so that destroy may take them all */
+    for (int l = 0; l < im->plan.n_links && !oom; l++) {
+        pthread_mutex_init(&im->links[l].mu, NULL);
+        pthread_cond_init(&im->links[l].cv, NULL);
+    }
     for (int l = 0; l < im->plan.n_links && !oom; l++) {
         size_t n = (size_t)im->plan.links[l].n_msgs;
         im->links[l].queue = calloc(n, sizeof(fifo_entry));
         im->links[l].stash = calloc(n, sizeof(fifo_entry));
-        pthread_mutex_init(&im->links[l].mu, NULL);
-        pthread_cond_init(&im->links[l].cv, NULL);
         oom = !im->links[l].queue || !im->links[l].stash;
     }
     tr->ops = &fifo_ops;

@@ -1,17 +1,19 @@
 /*
- * vocab_exec.h: the CPU executor's side of vocabulary parallelism
+ * vocab_exec.h: the executor's side of vocabulary parallelism
  * (docs/vocab-parallel.md): the S and T passes of a schedule with a
- * "vocab" object, the in-process barriers C0 and C1 between them, the
- * broadcast of the head input from the last stage and the hand-back of its
- * gradient.
+ * "vocab" object in the order the barriers C0 and C1 allow, the broadcast
+ * of the head input from the last stage and the hand-back of its
+ * gradient.  The arithmetic and the buffers are the backend's (backend.h,
+ * vocab_*), so that any backend that implements those ops runs such
+ * schedules (the CPU's: kernels/cpu/backend_cpu_vocab.c).
  *
- * DESIGN.  The trainer (trainer.c) keeps the LM head where a plain run
- * keeps it: as the last tensor of the last stage's parameter buffer,
- * [d, V] row-major, with its gradient and AdamW moments beside it.  So the
- * optimizer, the post-validated norm, checkpoints (whole tensors: a file
- * loads into any vocabulary split and into a plain run), islands and the
- * accessors see the same buffers as without vocabulary parallelism.  What
- * changes is who computes with the head:
+ * DESIGN.  The trainer keeps the LM head where a plain run keeps it: as
+ * the last tensor of the last stage's parameter buffer, [d, V] row-major,
+ * with its gradient and AdamW moments beside it.  So the optimizer, the
+ * post-validated norm, checkpoints (whole tensors: a file loads into any
+ * vocabulary split and into a plain run), islands and the accessors see
+ * the same buffers as without vocabulary parallelism.  What changes is who
+ * computes with the head:
  *
  *   - the last stage runs llama.c's final-norm-only mode: its F ends with
  *     the final norm and hands the output X to vocab_exec_put_x (the
@@ -42,11 +44,7 @@
  * reset and eval by the trainer's thread while no worker runs.  abort may
  * come from any thread and makes every wait return -1 ("aborted").
  *
- * Workload: p <= 8 shards, m micro-batches of N = B·T rows; the buffers of
- * each (shard, micro-batch) are allocated on first use and kept, like the
- * trainer's saved states, so that steps after the first allocate nothing
- * (except a T that runs ahead of micro-batch order: its gradient waits in
- * a buffer of its own until its turn).
+ * Workload: p <= 8 shards, m micro-batches of N = B·T rows.
  */
 #ifndef ZB_RUNTIME_VOCAB_EXEC_H
 #define ZB_RUNTIME_VOCAB_EXEC_H
@@ -55,6 +53,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "runtime/backend.h"
 #include "src/err.h"
 #include "src/model.h"
 #include "src/sched.h"
@@ -62,25 +61,28 @@
 typedef struct vocab_exec vocab_exec;
 
 /* Creates the context for schedule s (sched_has_vocab, validated) on model
- * m (its vocab the data's) with micro-batches of `batch` sequences.
- * Returns 0, or -1 with err set (more shards than vocabulary entries, out
- * of memory). */
-int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, vocab_exec **out,
-                      zb_err *err);
+ * m (its vocab the data's) with micro-batches of `batch` sequences, its
+ * buffers on backend be (borrowed; it must outlive the context).  Returns
+ * 0, or -1 with err set (a backend without vocabulary ops, more shards
+ * than vocabulary entries, out of memory). */
+int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend *be,
+                      vocab_exec **out, zb_err *err);
 
 /* Frees ve; NULL is fine. */
 void vocab_exec_free(vocab_exec *ve);
 
-/* Starts a step: copies each shard's columns out of head [d, V], takes
- * head_grad [d, V] (zeroed by the caller) as the accumulator of the T
- * passes, the step's targets [m][B·T] (borrowed until the step ends) and
- * the clock that start/end stamps count from (borrowed). */
-void vocab_exec_begin(vocab_exec *ve, const float *head, float *head_grad,
-                      const int32_t *targets, const struct timespec *t0);
+/* Starts a step: each shard's copy of the head of stage head_stage (from
+ * float head_offset of its buffers), its gradient there (zeroed by the
+ * caller) as the T passes' accumulator, the step's targets [m][B·T]
+ * (borrowed until the step ends) and the clock that start/end stamps count
+ * from (borrowed).  0, or -1 with err (the backend's copy). */
+int vocab_exec_begin(vocab_exec *ve, zb_bstage *head_stage, size_t head_offset,
+                     const int32_t *targets, const struct timespec *t0, zb_err *err);
 
-/* The last stage's F of micro-batch mb produced the head input x [B·T, d]
- * (copied): the S passes of mb may start. */
-void vocab_exec_put_x(vocab_exec *ve, int mb, const float *x);
+/* The last stage's F of micro-batch mb on device dev produced the head
+ * input x (an activation [B·T, d], copied): the S passes of mb may start.
+ * 0 or -1. */
+int vocab_exec_put_x(vocab_exec *ve, int dev, int mb, const void *x, zb_err *err);
 
 /* S and T of shard `shard` on micro-batch mb.  Each waits for its input
  * (S: the head input; T: barrier C0), then stamps *start (when not NULL),
@@ -89,11 +91,12 @@ void vocab_exec_put_x(vocab_exec *ve, int mb, const float *x);
 int vocab_exec_s(vocab_exec *ve, int shard, int mb, double *start, double *end, zb_err *err);
 int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, zb_err *err);
 
-/* For the last stage's B of micro-batch mb: waits for barrier C0
- * (Vocab-1) or C1 (Vocab-2), writes the gradient of the head input into dx
- * [B·T, d] for an objective of dloss times the micro-batch's mean loss,
- * and stores that mean loss in *loss.  Returns 0 or -1 ("aborted"). */
-int vocab_exec_take_dx(vocab_exec *ve, int mb, float dloss, float *dx, float *loss,
+/* For the last stage's B of micro-batch mb on device dev: waits for
+ * barrier C0 (Vocab-1) or C1 (Vocab-2), writes the gradient of the head
+ * input into dx (an activation [B·T, d]) for an objective of dloss times
+ * the micro-batch's mean loss, and stores that mean loss in *loss.
+ * Returns 0 or -1 ("aborted"). */
+int vocab_exec_take_dx(vocab_exec *ve, int dev, int mb, float dloss, void *dx, float *loss,
                        zb_err *err);
 
 /* Waits until every T pass of the step has added its gradient.  0 or -1
@@ -111,10 +114,11 @@ void vocab_exec_reset(vocab_exec *ve);
 double vocab_exec_held_bytes(vocab_exec *ve, int dev);
 
 /* Forward only, on the calling thread: the mean loss of the head input x
- * [batch·T, d] against targets y with the head [d, V], shard by shard and
- * combined as in training (the same bits as a training step's loss on the
- * same input).  Returns 0 or -1 (out of memory). */
-int vocab_exec_eval(vocab_exec *ve, const float *head, const float *x, const int32_t *y,
-                    int batch, double *loss, zb_err *err);
+ * (an activation of `batch` sequences) against targets y with the head of
+ * stage head_stage, shard by shard and combined as in training (the same
+ * bits as a training step's loss on the same input).  Returns 0 or -1 (out
+ * of memory). */
+int vocab_exec_eval(vocab_exec *ve, zb_bstage *head_stage, size_t head_offset, const void *x,
+                    const int32_t *y, int batch, double *loss, zb_err *err);
 
 #endif

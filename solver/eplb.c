@@ -270,17 +270,25 @@ int eplb_check_params(const eplb_params *p, zb_err *err)
     if (p->n_replicas % p->n_gpus)
         return zb_fail(err, "replicas (%d) must be a multiple of GPUs (%d)", p->n_replicas,
                        p->n_gpus);
-    if (p->n_gpus % p->n_nodes)
-        return zb_fail(err, "GPUs (%d) must be a multiple of nodes (%d)", p->n_gpus, p->n_nodes);
+    if (p->n_nodes > p->n_gpus)
+        return zb_fail(err, "nodes (%d) must not outnumber GPUs (%d)", p->n_nodes, p->n_gpus);
     if (p->n_experts % p->n_groups)
         return zb_fail(err, "experts (%d) must be a multiple of groups (%d)", p->n_experts,
                        p->n_groups);
+    if (p->policy != EPLB_AUTO && p->policy != EPLB_HIERARCHICAL && p->policy != EPLB_GLOBAL)
+        return zb_fail(err, "unknown policy %d", (int)p->policy);
     if (p->policy == EPLB_HIERARCHICAL && p->n_groups % p->n_nodes)
         return zb_fail(err,
                        "groups (%d) must be a multiple of nodes (%d) for the hierarchical policy",
                        p->n_groups, p->n_nodes);
-    if (p->policy != EPLB_AUTO && p->policy != EPLB_HIERARCHICAL && p->policy != EPLB_GLOBAL)
-        return zb_fail(err, "unknown policy %d", (int)p->policy);
+    /* The global policy ignores nodes (the reference passes it one node),
+     * so only the hierarchical one needs whole nodes of GPUs. */
+    if (eplb_runs_hierarchical(p) && p->n_gpus % p->n_nodes)
+        return zb_fail(err, "GPUs (%d) must be a multiple of nodes (%d) for the hierarchical "
+                       "policy%s", p->n_gpus, p->n_nodes,
+                       p->policy == EPLB_AUTO ? ", which auto picks because the nodes divide "
+                                                "the groups; --policy global places them anyway"
+                                              : "");
     /* The worst case of max_count is R - E + 1, all redundancy on one expert. */
     long entries = (long)p->n_layers * p->n_experts * (p->n_replicas - p->n_experts + 1);
     long slots = (long)p->n_layers * p->n_replicas;
@@ -288,6 +296,18 @@ int eplb_check_params(const eplb_params *p, zb_err *err)
         return zb_fail(err, "%d layers x %d experts x %d replicas is too large (limit %ld table entries)",
                        p->n_layers, p->n_experts, p->n_replicas, EPLB_MAX_ENTRIES);
     return 0;
+}
+
+int eplb_runs_hierarchical(const eplb_params *p)
+{
+    return p->policy == EPLB_HIERARCHICAL ||
+           (p->policy == EPLB_AUTO && p->n_nodes > 0 && p->n_groups % p->n_nodes == 0);
+}
+
+int eplb_node_of_gpu(int g, int n_gpus, int n_nodes)
+{
+    assert(n_gpus > 0 && n_nodes > 0 && n_nodes <= n_gpus && g >= 0 && g < n_gpus);
+    return (int)((long)g * n_nodes / n_gpus);
 }
 
 void eplb_result_free(eplb_result *r)
@@ -305,8 +325,7 @@ int eplb_rebalance(const double *weight, const eplb_params *p, eplb_result *out,
     if (eplb_check_params(p, err))
         return -1;
     int L = p->n_layers, E = p->n_experts, R = p->n_replicas, M = p->n_gpus;
-    int hier = p->policy == EPLB_HIERARCHICAL ||
-               (p->policy == EPLB_AUTO && p->n_groups % p->n_nodes == 0);
+    int hier = eplb_runs_hierarchical(p);
     int G = hier ? p->n_groups : 1, N = hier ? p->n_nodes : 1;
     for (int l = 0; l < L; l++)
         for (int e = 0; e < E; e++) {
@@ -338,6 +357,7 @@ int eplb_rebalance(const double *weight, const eplb_params *p, eplb_result *out,
     out->n_gpus = M;
     out->n_nodes = p->n_nodes;
     out->hierarchical = hier;
+    out->fell_back = p->policy == EPLB_AUTO && !hier;
     for (int l = 0; l < L; l++) {
         for (int e = 0; e < E; e++)
             wf[e] = (float)weight[(size_t)l * E + e];
@@ -399,7 +419,7 @@ int eplb_compute_loads(const double *weight, const eplb_result *r, eplb_loads *o
 {
     memset(out, 0, sizeof *out);
     int L = r->n_layers, E = r->n_experts, R = r->n_replicas, M = r->n_gpus, N = r->n_nodes;
-    int gpus_per_node = M / N, slots_per_gpu = R / M;
+    int slots_per_gpu = R / M;
     out->n_layers = L;
     out->n_gpus = M;
     out->n_nodes = N;
@@ -428,13 +448,52 @@ int eplb_compute_loads(const double *weight, const eplb_result *r, eplb_loads *o
             ga[q / slots_per_gpu] += w[e] / r->logcnt[(size_t)l * E + e];
         }
         for (int g = 0; g < M; g++) {
-            nb[g / gpus_per_node] += gb[g];
-            na[g / gpus_per_node] += ga[g];
+            nb[eplb_node_of_gpu(g, M, N)] += gb[g];
+            na[eplb_node_of_gpu(g, M, N)] += ga[g];
         }
         out->balance_before[l] = balance_of(gb, M);
         out->balance_after[l] = balance_of(ga, M);
         out->node_balance_before[l] = balance_of(nb, N);
         out->node_balance_after[l] = balance_of(na, N);
     }
+    return 0;
+}
+
+/* The first layer with the largest value of v[0..n-1]. */
+static int worst_of(const double *v, int n)
+{
+    int worst = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[worst])
+            worst = i;
+    return worst;
+}
+
+int eplb_compare_global(const double *weight, const eplb_params *p, const eplb_loads *hier,
+                        eplb_global_compare *out, zb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    eplb_params gp = *p;
+    gp.policy = EPLB_GLOBAL;
+    eplb_result g;
+    eplb_loads gl;
+    if (eplb_rebalance(weight, &gp, &g, err))
+        return -1;
+    if (eplb_compute_loads(weight, &g, &gl, err)) {
+        eplb_result_free(&g);
+        return -1;
+    }
+    int L = hier->n_layers;
+    out->layer = worst_of(hier->node_balance_after, L);
+    out->node_balance = hier->node_balance_after[out->layer];
+    out->gpu_balance = hier->balance_after[worst_of(hier->balance_after, L)];
+    out->global_layer = worst_of(gl.node_balance_after, L);
+    out->global_node_balance = gl.node_balance_after[out->global_layer];
+    out->global_gpu_balance = gl.balance_after[worst_of(gl.balance_after, L)];
+    /* 1 %: below that the two are the same balance for any purpose, and a
+     * note would only be noise. */
+    out->worse = out->node_balance > out->global_node_balance * 1.01;
+    eplb_loads_free(&gl);
+    eplb_result_free(&g);
     return 0;
 }

@@ -17,9 +17,20 @@
  *     onto the N nodes (G/N groups each, balancing the group loads), then
  *     within each node replicate its E/N experts into R/N slots, then pack
  *     those slots onto the node's M/N GPUs (R/M slots each).  A group's
- *     experts, and all their replicas, stay inside one node.
+ *     experts, and all their replicas, stay inside one node.  It needs N
+ *     to divide M.
  *   - global (used by `auto` otherwise): the same with one group and one
  *     node: replicate over all experts, pack the slots over all GPUs.
+ *     Nodes play no part in it, so, as in the reference, N need not
+ *     divide M: 4 GPUs on 3 nodes is placed, and its node loads are told
+ *     with GPU g on node floor(g N / M) (eplb_node_of_gpu).
+ *
+ * Keeping groups inside nodes can cost node balance: step 1 moves whole
+ * groups, and with heavy-tailed loads one group can outweigh a node's
+ * share (DeepSeek-V3's shape, 8 groups on 4 nodes, leaves a worst layer
+ * near 3x the mean where the global policy gets about 1.1).
+ * eplb_compare_global runs the global policy beside a hierarchical
+ * placement so that a caller can say so, with both figures.
  *
  * Both steps are greedy.  Replication gives the next redundant slot to the
  * expert with the largest load per replica (w / count), the first such
@@ -85,8 +96,10 @@ typedef struct eplb_params {
     int n_experts;      /* columns: logical experts per layer (E) */
     int n_replicas;     /* physical expert slots per layer (R), a multiple of n_gpus, >= E */
     int n_groups;       /* expert groups (G); E must be a multiple of G */
-    int n_nodes;        /* server nodes (N); n_gpus must be a multiple of N */
-    int n_gpus;         /* GPUs (M), R/M slots each; GPU g lives on node g / (M/N) */
+    int n_nodes;        /* server nodes (N), at most M; the hierarchical policy needs
+                         * n_gpus to be a multiple of N */
+    int n_gpus;         /* GPUs (M), R/M slots each; GPU g lives on node
+                         * eplb_node_of_gpu(g) = floor(g N / M) */
     eplb_policy policy; /* which of the two policies to run */
 } eplb_params;
 
@@ -97,6 +110,9 @@ typedef struct eplb_result {
     int n_gpus;       /* copied from the parameters */
     int n_nodes;      /* copied from the parameters */
     int hierarchical; /* 1 when the hierarchical policy ran, 0 for global */
+    int fell_back;    /* 1 when `auto` ran the global policy because the
+                       * groups do not divide into the nodes (the reference's
+                       * fallback), 0 otherwise */
     int max_count;    /* largest replica count of any expert in any layer (>= 1) */
     int *phy2log;     /* [layer][slot]: the logical expert that slot holds */
     int *phyrank;     /* [layer][slot]: which replica of that expert it is (0-based) */
@@ -123,10 +139,40 @@ typedef struct eplb_loads {
     double *node_balance_after;  /* [layer] max/mean over nodes, placement */
 } eplb_loads;
 
-/* Checks the parameters alone (shapes, divisibility, limits; the policy
- * decides whether groups must divide by nodes).  Returns 0, or -1 with one
+/* Checks the parameters alone (shapes, divisibility, limits).  The policy
+ * that will run decides the rest: the hierarchical one needs G and M to be
+ * multiples of N, the global one only N <= M.  Returns 0, or -1 with one
  * line in err naming the first problem. */
 int eplb_check_params(const eplb_params *p, zb_err *err);
+
+/* Whether p runs the hierarchical policy: asked for, or `auto` with N
+ * dividing G (the reference's rule). */
+int eplb_runs_hierarchical(const eplb_params *p);
+
+/* The node of GPU g among M GPUs on N nodes, floor(g N / M): g / (M/N)
+ * when N divides M, and contiguous, nearly equal nodes otherwise.  The
+ * load tables and the pictures use it. */
+int eplb_node_of_gpu(int g, int n_gpus, int n_nodes);
+
+/* The global policy next to a hierarchical placement: the worst layer's
+ * node balance (max / mean over nodes) under each, and the GPU balance
+ * the global policy gets on that layer and overall. */
+typedef struct eplb_global_compare {
+    int worse;                  /* 1 when the hierarchical worst node balance is above
+                                 * the global one's by more than 1 % */
+    int layer;                  /* the hierarchical placement's worst layer (node balance) */
+    double node_balance;        /* hierarchical: that layer's node balance */
+    double global_node_balance; /* global: its own worst layer's node balance */
+    int global_layer;           /* global: that worst layer */
+    double gpu_balance;         /* hierarchical: worst layer's GPU balance */
+    double global_gpu_balance;  /* global: worst layer's GPU balance */
+} eplb_global_compare;
+
+/* Runs the global policy on weight with p's shape and compares it with
+ * hier, the loads of a hierarchical placement of the same weight.  Returns
+ * 0 and fills *out, or -1 with err set (out of memory). */
+int eplb_compare_global(const double *weight, const eplb_params *p, const eplb_loads *hier,
+                        eplb_global_compare *out, zb_err *err);
 
 /* Computes the placement of weight (n_layers x n_experts loads, row-major)
  * under p.  Loads must be finite, non-negative and within float range.

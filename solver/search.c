@@ -44,8 +44,10 @@
 
 #include "schedules/gen.h"
 #include "solver/solver.h"
+#include "solver/solver_internal.h"
 #include "src/cost_vocab.h"
 #include "src/sim.h"
+#include "src/size.h"
 #include "src/validate.h"
 
 /* Schedules kept after ranking (the best and the runners-up the ILP may
@@ -131,6 +133,7 @@ typedef struct search_state {
     int stage_q;             /* that bisection's fewest recomputed stages */
     int stage_mlp;           /* the MLP-level bisection's most stages for stage_q_src at
                               * stage_q (shared by the variants likewise), or -1 */
+    int next_seq;            /* search_candidate.seq of the next candidate */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -166,6 +169,7 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     }
     search_candidate *c = &r->c[r->n++];
     memset(c, 0, sizeof *c);
+    c->seq = st->next_seq++;
     snprintf(c->label, sizeof c->label, "%s", label);
     snprintf(c->family, sizeof c->family, "%s", family);
     c->chunks = chunks;
@@ -179,6 +183,7 @@ static search_candidate *new_candidate(search_state *st, const search_config *cf
     c->dp = st->dp;
     c->split = cf->copt.split;
     c->peak_device = -1;
+    c->targets = search_target_mask(c);
     return c;
 }
 
@@ -197,22 +202,18 @@ static void skip(search_candidate *c, const char *why)
     snprintf(c->note, sizeof c->note, "%s", why);
 }
 
-/* Recompute level (COST_RC_*) of stage i of s under a candidate's or a
- * config's setting: by device (the first rc_devices), or by stage (the
- * first rc_stages in model order, the last rc_mlp of them at the MLP
- * level only). */
-static int rc_level(const sched_t *s, int i, int rc_devices, int rc_stages, int rc_mlp)
+int search_rc_level(const sched_t *s, int i, int rc_devices, int rc_stages, int rc_mlp)
 {
     if (rc_stages <= 0)
         return s->stage_device[i] < rc_devices ? COST_RC_FULL : COST_RC_NONE;
     return i < rc_stages - rc_mlp ? COST_RC_FULL : i < rc_stages ? COST_RC_MLP : COST_RC_NONE;
 }
 
-/* Per-stage recompute of schedule s: rc_level under cf's setting. */
+/* Per-stage recompute of schedule s: search_rc_level under cf's setting. */
 static void fill_rc_stage(search_config *cf, const sched_t *s)
 {
     for (int i = 0; i < s->n_stages && i < SEARCH_MAX_STAGES; i++)
-        cf->rc_stage[i] = (unsigned char)rc_level(s, i, cf->rc_devices, cf->rc_first_stages,
+        cf->rc_stage[i] = (unsigned char)search_rc_level(s, i, cf->rc_devices, cf->rc_first_stages,
                                                   cf->rc_mlp_stages);
     cf->copt.recompute_stage = cf->rc_stage;
     cf->copt.recompute = cf->rc_devices > 0 || cf->rc_first_stages > 0;
@@ -293,7 +294,7 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
         free(params);
         return -1;
     }
-    double peak = -1, t = 0, bmax = 0, bsum = 0;
+    double peak = -1, t = 0, bmax = 0, bsum = 0, first = INFINITY, last = 0;
     for (int d = 0; d < s->n_devices; d++) {
         double v = s->mem_static[d] + sr.dev[d].peak_mem;
         if (v > peak) {
@@ -301,9 +302,12 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
             c->peak_device = d;
             c->static_bytes = s->mem_static[d];
         }
-        double span = sr.dev[d].span + dp_exposed_ms(st, s, params, d);
+        double exposed = dp_exposed_ms(st, s, params, d);
+        double span = sr.dev[d].span + exposed;
         if (span > t)
             t = span;
+        first = fmin(first, sr.dev[d].first_start);
+        last = fmax(last, sr.dev[d].last_end + exposed);
         bmax = fmax(bmax, sr.dev[d].busy);
         bsum += sr.dev[d].busy;
     }
@@ -311,7 +315,9 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
     c->peak_bytes = peak;
     c->iter_ms = sr.makespan;
     c->cost_ms = sr.cost;
-    c->time_ms = t;
+    c->time_ms = t; /* the zbsched rule while searching; search_run applies the target's */
+    c->async_ms = t;
+    c->sync_ms = last - first;
     c->dp_ms = t - sr.cost > 0 ? t - sr.cost : 0;
     c->busy_max_ms = bmax;
     c->busy_mean_ms = bsum / s->n_devices;
@@ -331,10 +337,13 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
         c->note[0] = '\0';
     } else {
         c->status = SEARCH_OOM;
-        snprintf(c->note, sizeof c->note,
-                 "needs %.2f GB on device %d (static %.2f GB + activations %.2f GB) > limit %.2f GB",
-                 peak / 1e9, c->peak_device, c->static_bytes / 1e9, (peak - c->static_bytes) / 1e9,
-                 o->mem_bytes / 1e9);
+        char need[32], stat[32], act[32], lim[32];
+        zb_size_format(peak, need, sizeof need);
+        zb_size_format(c->static_bytes, stat, sizeof stat);
+        zb_size_format(peak - c->static_bytes, act, sizeof act);
+        zb_size_format(o->mem_bytes, lim, sizeof lim);
+        snprintf(c->note, sizeof c->note, "needs %s on device %d (static %s + activations %s) > limit %s", need,
+                 c->peak_device, stat, act, lim);
     }
     return 0;
 }
@@ -361,20 +370,31 @@ static void evaluate(search_state *st, search_config *cf, search_candidate *c, s
     c->sched = s;
 }
 
-/* The cost options of every candidate of this search. */
-static void cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c)
+void search_cost_options(const search_options *o, cost_split split, int dp, int devices_per_node, cost_options *c)
 {
     cost_options_default(c);
     c->split = split;
     c->flash_attention = o->flash_attention;
-    c->zero1_dp = o->zero1_dp * (st ? st->dp : 1);
+    c->zero1_dp = o->zero1_dp * dp;
     c->profile = o->profile;
     c->loss = o->loss;
-    c->devices_per_node = st ? st->devices_per_node : 0;
+    c->devices_per_node = devices_per_node;
+    /* A CPU device has no CUDA context, NCCL buffers or caching allocator. */
+    c->reserve_bytes = o->gpu.cpu ? 0 : COST_RESERVE_BYTES;
 }
 
-/* Builds a config's cost templates and uniform generator parameters. */
-static int config_init(search_state *st, search_config *cf, int b, int rc_devices, cost_split split, zb_err *err)
+/* The cost options of every candidate of this search at st's depth. */
+static void cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c)
+{
+    search_cost_options(o, split, st->dp, st->devices_per_node, c);
+}
+
+/* Builds a config's cost templates and uniform generator parameters, with
+ * recompute on the first rc_devices devices or, when rc_stages > 0, on the
+ * first rc_stages virtual stages (the last rc_mlp of them at the MLP
+ * level; both SEARCH_RC_ALL: every stage at the MLP level). */
+static int config_init_rc(search_state *st, search_config *cf, int b, int rc_devices, int rc_stages,
+                          int rc_mlp, cost_split split, zb_err *err)
 {
     const search_options *o = st->o;
     memset(cf, 0, sizeof *cf);
@@ -383,6 +403,8 @@ static int config_init(search_state *st, search_config *cf, int b, int rc_device
     cf->b = b;
     cf->m = o->global_batch / st->dp / b;
     cf->rc_devices = rc_devices;
+    cf->rc_first_stages = rc_stages;
+    cf->rc_mlp_stages = rc_mlp;
     cost_options_for(o, st, split, &cf->copt);
     cf->rc_stage = calloc(SEARCH_MAX_STAGES, 1);
     if (!cf->rc_stage)
@@ -432,6 +454,12 @@ static int config_init(search_state *st, search_config *cf, int b, int rc_device
     }
     gp->time_limit = o->ilp_time_limit;
     return 0;
+}
+
+/* config_init_rc with recompute by device only. */
+static int config_init(search_state *st, search_config *cf, int b, int rc_devices, cost_split split, zb_err *err)
+{
+    return config_init_rc(st, cf, b, rc_devices, 0, 0, split, err);
 }
 
 static void config_free(search_config *cf)
@@ -595,7 +623,12 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     int vmax = search_max_chunks(&cf->model, p);
     while (vmax > 1 && 3.0 * p * vmax * cf->m > SEARCH_MAX_OPS)
         vmax--;
-    int izb = gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
+    /* Every stage at the MLP level is Megatron-LM's global selective
+     * recompute: it is tried with the families Megatron runs (1F1B and
+     * interleaved 1F1B); the others have per-device and per-stage
+     * settings of their own. */
+    int mlp_all = cf->rc_mlp_stages == SEARCH_RC_ALL;
+    int izb = !mlp_all && gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
         snprintf(label, sizeof label, "interleaved v=%d", v);
@@ -622,7 +655,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
                 goto out;
         }
     }
-    if (p == 1) { /* one device: every family is the same sequence */
+    if (p == 1 || mlp_all) { /* one device: every family is the same sequence */
         rc = 0;
         goto out;
     }
@@ -697,26 +730,39 @@ static long time_bucket(double ms)
     return ms > 0 ? (long)floor(log(ms) / log(SEARCH_TIME_RESOLUTION)) : 0;
 }
 
-/* Ranking: fits by the realised time (to SEARCH_TIME_RESOLUTION), then
- * peak, then exact time; then OOM by peak; then skipped in enumeration
- * order (stable through the merge sort). */
-static int rank_cmp(const search_candidate *a, const search_candidate *b)
+/* Ranking of a and b with times ta and tb: fits by time (to
+ * SEARCH_TIME_RESOLUTION), then peak, then exact time; then OOM by peak;
+ * then the rest; creation order last, so that the order is total and a
+ * target's best does not depend on the order the list was in. */
+static int cmp_times(const search_candidate *a, const search_candidate *b, double ta, double tb)
 {
     if (a->status != b->status)
         return a->status < b->status ? -1 : 1;
     if (a->status == SEARCH_FIT) {
-        long ta = time_bucket(a->time_ms), tb = time_bucket(b->time_ms);
-        if (ta != tb)
-            return ta < tb ? -1 : 1;
+        long ba = time_bucket(ta), bb = time_bucket(tb);
+        if (ba != bb)
+            return ba < bb ? -1 : 1;
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
-        if (a->time_ms != b->time_ms)
-            return a->time_ms < b->time_ms ? -1 : 1;
+        if (ta != tb)
+            return ta < tb ? -1 : 1;
     } else if (a->status == SEARCH_OOM) {
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
     }
-    return 0;
+    return a->seq == b->seq ? 0 : a->seq < b->seq ? -1 : 1;
+}
+
+/* The list's ranking: by the ranked figure, time_ms. */
+static int rank_cmp(const search_candidate *a, const search_candidate *b)
+{
+    return cmp_times(a, b, a->time_ms, b->time_ms);
+}
+
+/* The ranking under a step rule: sync_ms when sync, else async_ms. */
+static int rule_cmp(const search_candidate *a, const search_candidate *b, int sync)
+{
+    return sync ? cmp_times(a, b, a->sync_ms, b->sync_ms) : cmp_times(a, b, a->async_ms, b->async_ms);
 }
 
 /* Stable merge sort of c[0..n) (thousands of candidates).  It sorts
@@ -761,19 +807,86 @@ static int sort_candidates(search_candidate *c, int n)
     return 0;
 }
 
-/* 1 when c is the first (best-ranked) of its label and depth among r->c[0..i). */
-static int first_of_label(const search_result *r, int i)
+/* --- each label's best, per target ------------------------------------- */
+
+/* The targets with a step rule of their own (sync) whose best of each
+ * label the split search also tunes: their label bests are not zbsched's
+ * when they cannot run its per-device recompute or its families. */
+static const search_target sync_targets[] = { SEARCH_TARGET_TORCHTITAN, SEARCH_TARGET_MEGATRON };
+#define N_SYNC_TARGETS (int)(sizeof sync_targets / sizeof sync_targets[0])
+
+/* One (depth, label) of the candidate list: its first fit and first OOM
+ * in the list's (zbsched) order, and the best each sync target can run
+ * (a fit, else the smallest OOM) under its own rule; -1 when none. */
+typedef struct label_slot {
+    int pp;                     /* pipeline depth */
+    const char *label;          /* borrowed from a candidate */
+    int fit, oom;               /* first fit, first OOM in list order */
+    int sync_best[N_SYNC_TARGETS]; /* best of sync_targets[k] */
+} label_slot;
+
+typedef struct label_table {
+    label_slot *slot; /* [cap], open addressing; label NULL = empty */
+    int cap;          /* a power of two, at least twice the candidates */
+} label_table;
+
+static unsigned label_hash(int pp, const char *label)
 {
-    for (int k = 0; k < i; k++)
-        if (r->c[k].status == r->c[i].status && r->c[k].pp == r->c[i].pp && !strcmp(r->c[k].label, r->c[i].label))
-            return 0;
-    return 1;
+    unsigned h = 2166136261u ^ (unsigned)pp;
+    for (const unsigned char *p = (const unsigned char *)label; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static label_slot *label_find(label_table *t, int pp, const char *label)
+{
+    unsigned i = label_hash(pp, label) & (unsigned)(t->cap - 1);
+    while (t->slot[i].label && (t->slot[i].pp != pp || strcmp(t->slot[i].label, label) != 0))
+        i = (i + 1) & (unsigned)(t->cap - 1);
+    label_slot *s = &t->slot[i];
+    if (!s->label) {
+        s->pp = pp;
+        s->label = label;
+        s->fit = s->oom = -1;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            s->sync_best[k] = -1;
+    }
+    return s;
+}
+
+/* Fills t for the list r->c (in its current order; candidates without a
+ * schedule count too, so that a best stays the best).  Caller frees
+ * t->slot.  Returns 0 or -1 when memory runs out. */
+static int label_table_build(const search_result *r, label_table *t)
+{
+    t->cap = 64;
+    while (t->cap < 2 * r->n)
+        t->cap *= 2;
+    t->slot = calloc((size_t)t->cap, sizeof *t->slot);
+    if (!t->slot)
+        return -1;
+    for (int i = 0; i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
+            continue;
+        label_slot *s = label_find(t, c->pp, c->label);
+        if (c->status == SEARCH_FIT && s->fit < 0)
+            s->fit = i;
+        if (c->status == SEARCH_OOM && s->oom < 0)
+            s->oom = i;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            if ((c->targets >> sync_targets[k] & 1) &&
+                (s->sync_best[k] < 0 || rule_cmp(c, &r->c[s->sync_best[k]], 1) < 0))
+                s->sync_best[k] = i;
+    }
+    return 0;
 }
 
 /* Sorts, counts the fits, finds the smallest peak, and frees every
  * schedule except those of the first SEARCH_KEEP fits, of the
- * smallest-peak candidate and of each label's best (fit, or smallest-peak
- * OOM), which the split search starts from. */
+ * smallest-peak candidate and of each label's bests (its first fit and
+ * first OOM, and each sync target's best), which the split search starts
+ * from and which may end as a target's answer. */
 static int rank(search_result *r)
 {
     if (sort_candidates(r->c, r->n) < 0)
@@ -785,23 +898,41 @@ static int rank(search_result *r)
         const search_candidate *c = &r->c[i];
         if (c->status == SEARCH_FIT)
             r->n_fit++;
-        if (c->status != SEARCH_SKIPPED &&
+        if ((c->status == SEARCH_FIT || c->status == SEARCH_OOM) &&
             (r->min_peak_index < 0 || c->peak_bytes < r->min_peak_bytes)) {
             r->min_peak_bytes = c->peak_bytes;
             r->min_peak_index = i;
         }
     }
+    label_table t;
+    if (label_table_build(r, &t) < 0)
+        return -1;
+    unsigned char *keep = calloc((size_t)(r->n ? r->n : 1), 1);
+    if (!keep) {
+        free(t.slot);
+        return -1;
+    }
+    for (int i = 0; i < t.cap; i++) {
+        const label_slot *s = &t.slot[i];
+        if (!s->label)
+            continue;
+        if (s->fit >= 0)
+            keep[s->fit] = 1;
+        if (s->oom >= 0)
+            keep[s->oom] = 1;
+        for (int k = 0; k < N_SYNC_TARGETS; k++)
+            if (s->sync_best[k] >= 0)
+                keep[s->sync_best[k]] = 1;
+    }
     for (int i = 0; i < r->n; i++) {
         search_candidate *c = &r->c[i];
-        if (!c->sched)
-            continue;
-        int keep = (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index ||
-                   (c->status != SEARCH_SKIPPED && first_of_label(r, i));
-        if (!keep) {
+        if (c->sched && !(keep[i] || (c->status == SEARCH_FIT && i < SEARCH_KEEP) || i == r->min_peak_index)) {
             sched_free(c->sched);
             c->sched = NULL;
         }
     }
+    free(keep);
+    free(t.slot);
     return 0;
 }
 
@@ -830,6 +961,11 @@ static int check_options(const search_options *o, zb_err *err)
         return zb_fail(err, "the ZeRO-1 degree must be >= 1");
     if (o->max_micro_batch < 1)
         return zb_fail(err, "the largest micro-batch size must be >= 1");
+    if (o->target < 0 || o->target >= SEARCH_N_TARGETS)
+        return zb_fail(err, "unknown target %d", (int)o->target);
+    if (o->vocab == SEARCH_VOCAB_PARALLEL && o->target != SEARCH_TARGET_ZBSCHED)
+        return zb_fail(err, "%s runs no vocabulary-parallel plans; --vocab parallel needs --target zbsched",
+                       search_target_name(o->target));
     if (!(o->gpu.peak_flops > 0) || !(o->gpu.link_bw > 0) || !(o->gpu.efficiency > 0))
         return zb_fail(err, "GPU '%s' needs positive peak_flops, link_bw and efficiency", o->gpu.name);
     return 0;
@@ -840,6 +976,12 @@ static int check_options(const search_options *o, zb_err *err)
 static int micro_batch_sizes(const search_options *o, int batch, int *sizes, int cap)
 {
     int n = 0;
+    if (o->micro_batch_fixed) { /* --micro-batch: that size only */
+        int b = o->model.micro_batch;
+        if (b <= batch && batch % b == 0 && cap > 0)
+            sizes[n++] = b;
+        return n;
+    }
     for (int b = 1; b <= o->max_micro_batch && b <= batch && n < cap; b *= 2)
         if (batch % b == 0)
             sizes[n++] = b;
@@ -873,7 +1015,7 @@ static int run_ilp(search_state *st, zb_err *err)
         return zb_fail(err, "out of memory");
     for (int i = 0; i < n_fit && done < o->ilp_top && n_seen < 64; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->split_tuned)
+        if (c->pp != st->pp || c->split_tuned || c->rc_mlp_stages == SEARCH_RC_ALL)
             continue;
         int b = c->micro_batch, rc = c->rc_devices, dup = 0;
         cost_split split = c->split;
@@ -916,7 +1058,8 @@ static int run_ilp(search_state *st, zb_err *err)
 /* --- the layer-split local search ----------------------------------------- */
 
 /* Lexicographic objective: memory excess over the limit first, then the
- * ranked time.  Returns 1 when (ea, ta) is better than (eb, tb). */
+ * ranked time (async_ms or sync_ms, by the rule tuned for).  Returns 1
+ * when (ea, ta) is better than (eb, tb). */
 static int better(double ea, double ta, double eb, double tb)
 {
     if (ea > 0 || eb > 0)
@@ -925,16 +1068,20 @@ static int better(double ea, double ta, double eb, double tb)
 }
 
 /* Moves single layers between neighbouring virtual stages of candidate
- * src's schedule (its op order kept) while that helps; appends the result
- * as a new candidate when it differs.  At most max_evals simulations. */
-static int tune_split(search_state *st, int src_index, int max_evals, zb_err *err)
+ * src's schedule (its op order kept) while that helps, timed by sync_ms
+ * when sync (the torchtitan and Megatron rule) else async_ms; appends the
+ * result as a new candidate when it differs from src and from the
+ * candidates tuned since index tuned_from (the other rule's result from
+ * the same source).  At most max_evals simulations. */
+static int tune_split(search_state *st, int src_index, int max_evals, int sync, int tuned_from, zb_err *err)
 {
     const search_options *o = st->o;
     search_candidate src = st->r->c[src_index]; /* copy: the array may move */
     if (!src.sched || !src.layers)
         return 0;
     search_config cf;
-    if (config_init(st, &cf, src.micro_batch, src.rc_devices, src.split, err) < 0) {
+    if (config_init_rc(st, &cf, src.micro_batch, src.rc_devices, src.rc_stages, src.rc_mlp_stages, src.split,
+                       err) < 0) {
         config_free(&cf);
         return -1;
     }
@@ -948,7 +1095,7 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
         goto out;
     }
     memcpy(best, src.layers, sizeof *best * (size_t)S);
-    double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = src.time_ms;
+    double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = sync ? src.sync_ms : src.async_ms;
     int evals = 0, improved = 1, moved = 0;
     while (improved && evals < max_evals) {
         improved = 0;
@@ -965,11 +1112,11 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
                 evals++;
                 if (cost_sched(st, &cf, cur, s, &e2) < 0 || measure(st, &cf, cur, &trial, s, &e2) < 0)
                     continue;
-                double ex = fmax(0, trial.peak_bytes - o->mem_bytes);
-                if (better(ex, trial.time_ms, best_ex, best_t)) {
+                double ex = fmax(0, trial.peak_bytes - o->mem_bytes), t = sync ? trial.sync_ms : trial.async_ms;
+                if (better(ex, t, best_ex, best_t)) {
                     memcpy(best, cur, sizeof *best * (size_t)S);
                     best_ex = ex;
-                    best_t = trial.time_ms;
+                    best_t = t;
                     improved = moved = 1;
                 }
             }
@@ -978,6 +1125,13 @@ static int tune_split(search_state *st, int src_index, int max_evals, zb_err *er
     rc = 0;
     if (!moved)
         goto out;
+    for (int i = tuned_from; i < st->r->n; i++) {
+        const search_candidate *t = &st->r->c[i];
+        if (t->pp == src.pp && t->micro_batch == src.micro_batch && t->rc_devices == src.rc_devices &&
+            t->rc_stages == src.rc_stages && t->rc_mlp_stages == src.rc_mlp_stages && t->n_stages == S &&
+            t->layers && !strcmp(t->label, src.label) && !memcmp(t->layers, best, sizeof *best * (size_t)S))
+            goto out; /* the same plan, found for the other rule */
+    }
     search_candidate *c = new_candidate(st, &cf, src.label, src.family, src.chunks, err);
     if (!c) {
         rc = -1;
@@ -1004,16 +1158,23 @@ out:
 }
 
 /* The split search for depth st->pp: each label's best candidate of this
- * depth (a fit, or the smallest OOM when the label has none). */
+ * depth (a fit, or the smallest OOM when the label has none), timed by the
+ * zbsched rule, and each label's best that each sync target can run,
+ * timed by its rule (the same candidate again when it is also zbsched's:
+ * the two rules may move different layers). */
 static int tune_depth(search_state *st, zb_err *err)
 {
     search_result *r = st->r;
     if (rank(r) < 0)
         return zb_fail(err, "out of memory");
     int n = r->n;
-    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
-    if (!pick)
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1) * (1 + N_SYNC_TARGETS));
+    unsigned char *sync = malloc((size_t)(n ? n : 1) * (1 + N_SYNC_TARGETS));
+    if (!pick || !sync) {
+        free(pick);
+        free(sync);
         return zb_fail(err, "out of memory");
+    }
     int n_pick = 0;
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
@@ -1024,13 +1185,44 @@ static int tune_depth(search_state *st, zb_err *err)
             dup = !strcmp(r->c[pick[k]].label, c->label);
         /* A fitting label is tuned from its fastest; others from their
          * smallest peak (OOM candidates sort by peak). */
-        if (!dup)
+        if (!dup) {
+            sync[n_pick] = 0;
             pick[n_pick++] = i;
+        }
     }
-    int rc = 0;
+    int n_async = n_pick;
+    for (int t = 0; t < N_SYNC_TARGETS; t++) {
+        int first = n_pick;
+        for (int i = 0; i < n; i++) {
+            const search_candidate *c = &r->c[i];
+            if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched ||
+                !(c->targets >> sync_targets[t] & 1))
+                continue;
+            int k = first;
+            while (k < n_pick && strcmp(r->c[pick[k]].label, c->label) != 0)
+                k++;
+            if (k == n_pick) {
+                sync[n_pick] = 1;
+                pick[n_pick++] = i;
+            } else if (rule_cmp(c, &r->c[pick[k]], 1) < 0) {
+                pick[k] = i;
+            }
+        }
+        /* Another sync target's pick of the same candidate tunes the same,
+         * and so does any pick of an OOM source: the memory excess is the
+         * objective until it fits, whichever rule times it. */
+        for (int k = first; k < n_pick; k++)
+            for (int j = 0; j < first; j++)
+                if (pick[j] == pick[k] && (j >= n_async || r->c[pick[k]].status != SEARCH_FIT)) {
+                    pick[k--] = pick[--n_pick];
+                    break;
+                }
+    }
+    int rc = 0, from = r->n;
     for (int k = 0; k < n_pick && rc == 0; k++)
-        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, err);
+        rc = tune_split(st, pick[k], r->c[pick[k]].status == SEARCH_FIT ? 60 : 400, sync[k], from, err);
     free(pick);
+    free(sync);
     return rc;
 }
 
@@ -1468,6 +1660,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     c->dp = base.dp;
     c->split = base.split;
     c->split_tuned = 0;
+    c->seq = base.seq;
+    c->targets = search_target_mask(c);
     tick(st);
     return 0;
 }
@@ -1535,12 +1729,18 @@ static int run_depth(search_state *st, zb_err *err)
         }
     cost_split splits[2] = { o->split, o->split == COST_SPLIT_BALANCED ? COST_SPLIT_PAPER : COST_SPLIT_BALANCED };
     int n_splits = o->split_search ? 2 : 1;
+    /* With recompute searched, also every stage at the MLP level: the
+     * global selective setting Megatron-LM offers (its mlp and layernorm
+     * modules), which zbsched and torch run too. */
+    int n_mlp = o->recompute < 0;
     for (int i = 0; i < n_sizes; i++) {
         for (int si = 0; si < n_splits; si++) {
-            for (int ri = 0; ri < n_rc + n_partial; ri++) {
-                int k = ri < n_rc ? rc_list[ri] : partial[ri - n_rc];
+            for (int ri = 0; ri < n_rc + n_partial + n_mlp; ri++) {
+                int mlp = ri == n_rc + n_partial;
+                int k = mlp ? 0 : ri < n_rc ? rc_list[ri] : partial[ri - n_rc];
                 search_config cf;
-                if (config_init(st, &cf, sizes[i], k, splits[si], err) < 0 || run_config(st, &cf, err) < 0) {
+                if (config_init_rc(st, &cf, sizes[i], k, mlp ? SEARCH_RC_ALL : 0, mlp ? SEARCH_RC_ALL : 0,
+                                   splits[si], err) < 0 || run_config(st, &cf, err) < 0) {
                     config_free(&cf);
                     return -1;
                 }
@@ -1553,7 +1753,8 @@ static int run_depth(search_state *st, zb_err *err)
     }
     if (o->split_search && tune_depth(st, err) < 0)
         return -1;
-    if (o->vocab && vocab_depth(st, err) < 0)
+    /* Over one device there is nothing to split the vocabulary over. */
+    if (o->vocab && st->pp > 1 && vocab_depth(st, err) < 0)
         return -1;
     if (o->ilp && run_ilp(st, err) < 0)
         return -1;
@@ -1634,7 +1835,7 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
         total += pl->n_micro * (pl->cost[i].t_f + pl->cost[i].t_b + pl->cost[i].t_w);
     r->bound_plain_ms = total / p;
     int rc = 0;
-    if (st->o->vocab != SEARCH_VOCAB_PLAIN) {
+    if (st->o->vocab != SEARCH_VOCAB_PLAIN && st->o->target == SEARCH_TARGET_ZBSCHED && p > 1) {
         int *layers = malloc(sizeof *layers * (size_t)p);
         sched_t *v = sched_clone(pl);
         zb_err e2 = { { 0 } };
@@ -1657,6 +1858,90 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
     }
     config_free(&cf);
     return rc;
+}
+
+/* --- the target's view of the result -------------------------------------- */
+
+/* Whether the searched-for ranking of target t may pick c: t runs it, and
+ * for zbsched --vocab parallel lets only vocabulary-parallel plans win. */
+static int eligible(const search_options *o, const search_candidate *c, search_target t)
+{
+    if (!(c->targets >> t & 1))
+        return 0;
+    return !(t == SEARCH_TARGET_ZBSCHED && o->vocab == SEARCH_VOCAB_PARALLEL && !c->vocab);
+}
+
+/* Puts c's time under the step rule (sync_ms when sync, else async_ms)
+ * into time_ms, with the tokens/s and MFU that follow from it. */
+static void apply_rule(search_candidate *c, int sync)
+{
+    double t = sync ? c->sync_ms : c->async_ms;
+    if (c->status == SEARCH_SKIPPED || !(t > 0))
+        return;
+    if (c->time_ms > 0) {
+        c->tokens_per_s *= c->time_ms / t;
+        c->mfu *= c->time_ms / t;
+    }
+    c->time_ms = t;
+}
+
+/* r->best[t] for every target: its best fit under its own rule, or its
+ * smallest-peak OOM, or a skipped placeholder. */
+static void target_bests(const search_options *o, search_result *r)
+{
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        int sync = search_target_sync((search_target)t), best = -1;
+        for (int i = 0; i < r->n; i++) {
+            const search_candidate *c = &r->c[i];
+            if ((c->status == SEARCH_FIT || c->status == SEARCH_OOM) && eligible(o, c, (search_target)t) &&
+                (best < 0 || rule_cmp(c, &r->c[best], sync) < 0))
+                best = i;
+        }
+        search_candidate *b = &r->best[t];
+        memset(b, 0, sizeof *b);
+        b->status = SEARCH_SKIPPED;
+        b->peak_device = -1;
+        if (best < 0)
+            continue;
+        *b = r->c[best];
+        b->layers = NULL;
+        b->sched = NULL;
+        apply_rule(b, sync);
+        search_candidate base = r->baseline;
+        apply_rule(&base, sync);
+        b->speedup = base.status != SEARCH_SKIPPED && b->time_ms > 0 ? base.time_ms / b->time_ms : 0;
+    }
+}
+
+/* The result as the searched target sees it: what it cannot run is
+ * SEARCH_UNSUPPORTED (with zbsched's --vocab parallel, a plain plan is
+ * skipped, as the option says), every time is under its rule, the list is
+ * ranked again and the speed-ups are against its baseline.  0, or -1 when
+ * memory runs out. */
+static int present(const search_options *o, search_result *r)
+{
+    search_target t = o->target;
+    int sync = search_target_sync(t);
+    for (int i = 0; i < r->n; i++) {
+        search_candidate *c = &r->c[i];
+        if (c->status != SEARCH_FIT && c->status != SEARCH_OOM) {
+            /* skipped: nothing to run */
+        } else if (!(c->targets >> t & 1)) {
+            c->status = SEARCH_UNSUPPORTED;
+            search_target_refusal(c, t, c->note, sizeof c->note);
+        } else if (!eligible(o, c, t)) {
+            skip(c, "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
+        }
+        apply_rule(c, sync);
+    }
+    apply_rule(&r->baseline, sync);
+    if (rank(r) < 0)
+        return -1;
+    double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
+    r->baseline.speedup = base > 0 ? 1 : 0;
+    for (int i = 0; i < r->n; i++)
+        r->c[i].speedup = base > 0 && r->c[i].status != SEARCH_SKIPPED ? base / r->c[i].time_ms : 0;
+    return 0;
 }
 
 int search_run(const search_options *o, search_result *r, zb_err *err)
@@ -1682,6 +1967,9 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         int sizes[32];
         any_sizes |= micro_batch_sizes(o, o->global_batch / (o->n_gpus / depths[i]), sizes, 32) > 0;
     }
+    if (!any_sizes && o->micro_batch_fixed)
+        return zb_fail(err, "micro-batch %d does not divide the batch of a replica (global batch %d over "
+                       "the data-parallel width) at any pipeline depth", o->model.micro_batch, o->global_batch);
     if (!any_sizes)
         return zb_fail(err, "no micro-batch size up to %d divides the batch of a replica",
                        o->max_micro_batch);
@@ -1691,7 +1979,7 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
     for (int i = 0; i < n_depths; i++) {
         int p = depths[i], sizes[32];
         int n_sizes = micro_batch_sizes(o, o->global_batch / (o->n_gpus / p), sizes, 32);
-        int n_rc = o->recompute < 0 ? 2 + (p <= 8 ? p - 1 : 7) : 1;
+        int n_rc = o->recompute < 0 ? 3 + (p <= 8 ? p - 1 : 7) : 1;
         int fams = 1 + (p > 1 ? search_max_chunks(&o->model, p) - 1 + 2 + N_ZB_AUTO + 4 : 0);
         st.total += n_sizes * (o->split_search ? 2 : 1) * n_rc * fams + (o->split_search ? 4 * n_sizes * n_rc : 0);
     }
@@ -1707,24 +1995,22 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         search_result_free(r);
         return -1;
     }
-    /* --vocab parallel: plain plans served as the passes' sources; only
-     * vocabulary-parallel ones may win. */
-    if (o->vocab == SEARCH_VOCAB_PARALLEL)
-        for (int i = 0; i < r->n; i++)
-            if (!r->c[i].vocab && r->c[i].status != SEARCH_SKIPPED)
-                skip(&r->c[i], "plain plan: --vocab parallel ranks only vocabulary-parallel plans");
-    if (rank(r) < 0) {
+    for (int i = 0; i < r->n; i++) /* the vocabulary versions were assembled from copies */
+        r->c[i].targets = search_target_mask(&r->c[i]);
+    r->baseline.targets = search_target_mask(&r->baseline);
+    target_bests(o, r);
+    if (present(o, r) < 0) {
         search_result_free(r);
         return zb_fail(err, "out of memory");
+    }
+    if (r->n_fit > 0 && !r->c[0].sched) { /* rank() keeps every target's best; a bug otherwise */
+        search_result_free(r);
+        return zb_fail(err, "the best plan's schedule was dropped while ranking (a bug: please report it)");
     }
     if (r->n_fit > 0 && work_bounds(&st, r->c[0].pp, r->c[0].micro_batch, err) < 0) {
         search_result_free(r);
         return -1;
     }
-    double base = r->baseline.status != SEARCH_SKIPPED ? r->baseline.time_ms : 0;
-    r->baseline.speedup = base > 0 ? 1 : 0;
-    for (int i = 0; i < r->n; i++)
-        r->c[i].speedup = base > 0 && r->c[i].status != SEARCH_SKIPPED ? base / r->c[i].time_ms : 0;
     return 0;
 }
 
@@ -1739,221 +2025,4 @@ void search_explain(const search_candidate *c, search_why *w)
         w->imbalance_share = (c->busy_max_ms - c->busy_mean_ms) / c->time_ms;
         w->idle_share = (c->time_ms - c->busy_mean_ms) / c->time_ms;
     }
-}
-
-/* --- the schedule file's annotations --------------------------------------- */
-
-static cJSON *number_array(const double *v, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++) {
-        cJSON *x = cJSON_CreateNumber(v[i]);
-        if (!x) {
-            cJSON_Delete(a);
-            return NULL;
-        }
-        cJSON_AddItemToArray(a, x);
-    }
-    return a;
-}
-
-static int meta_set(cJSON *meta, const char *key, cJSON *value)
-{
-    if (!value)
-        return -1;
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, key);
-    cJSON_AddItemToObject(meta, key, value);
-    return 0;
-}
-
-/* The plan's account of memory layers: where they went, each stage's
- * static bytes and how the split chose (cost_split_layers_memory). */
-static int annotate_memory(const zb_model *m, const search_options *o, const cost_options *copt,
-                           const search_candidate *c, const int *split, int S, cJSON *plan)
-{
-    cost_stage *st = malloc(sizeof *st * (size_t)S);
-    double *v = malloc(sizeof *v * (size_t)(S > ZB_MEMORY_MAX_LAYERS ? S : ZB_MEMORY_MAX_LAYERS));
-    int bad = !st || !v;
-    if (!bad && cost_stages(m, &o->gpu, copt, S, 0, st, NULL) < 0)
-        bad = 1;
-    if (!bad) {
-        for (int i = 0; i < m->memory.n_layers; i++) {
-            int l = m->memory.layers[i], first = 0, s = 0;
-            while (s < S - 1 && l >= first + split[s])
-                first += split[s++];
-            v[i] = s;
-        }
-        cJSON *a = cJSON_CreateArray();
-        for (int i = 0; a && i < m->memory.n_layers; i++)
-            cJSON_AddItemToArray(a, cJSON_CreateNumber(m->memory.layers[i]));
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(plan, "memory_layers", a);
-        a = number_array(v, m->memory.n_layers);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(plan, "memory_layer_stages", a);
-        for (int i = 0; i < S; i++)
-            v[i] = st[i].static_bytes;
-        a = number_array(v, S);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(plan, "stage_static_bytes", a);
-        for (int i = 0; i < S; i++)
-            v[i] = (st[i].t_f + st[i].t_b + st[i].t_w) * 1e3;
-        a = number_array(v, S);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(plan, "stage_fbw_ms", a);
-        char why[512];
-        const char *shared = m->memory.shared_values
-                                 ? "; the shared value table's layers on one stage" : "";
-        if (c->split_tuned)
-            snprintf(why, sizeof why,
-                     "memory layers placed by time and memory: the split search started from "
-                     "the rules' splits (balanced: the smallest largest stage F+B+W time, then, "
-                     "within %.0f%% of it, the smallest largest static state) and moved single "
-                     "layers between neighbouring stages while the peak's excess over the "
-                     "memory limit shrank or, within it, the predicted time improved%s",
-                     100 * COST_MEMORY_TIME_SLACK, shared);
-        else if (c->split == COST_SPLIT_BALANCED)
-            snprintf(why, sizeof why,
-                     "memory layers placed by time and memory: the smallest largest stage F+B+W "
-                     "time, then, within %.0f%% of it, the smallest largest static state%s",
-                     100 * COST_MEMORY_TIME_SLACK, shared);
-        else
-            snprintf(why, sizeof why, "memory layers placed by the paper's layer-count rule, "
-                     "which weighs neither their time nor their memory");
-        bad |= !cJSON_AddStringToObject(plan, "layer_placement", why);
-    }
-    free(st);
-    free(v);
-    return bad ? -1 : 0;
-}
-
-int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
-{
-    sched_t *s = c->sched;
-    assert(s);
-    zb_model m = o->model;
-    m.micro_batch = c->micro_batch;
-    int S = s->n_stages, p = s->n_devices;
-    if (!c->layers || c->n_stages != S)
-        return zb_fail(err, "candidate '%s' has no layer split to write", c->label);
-    double *v = malloc(sizeof *v * (size_t)(S > p ? S : p));
-    double *dev_peak = malloc(sizeof *dev_peak * (size_t)p);
-    if (!v || !dev_peak) {
-        free(v);
-        free(dev_peak);
-        return zb_fail(err, "out of memory");
-    }
-    sim_result sr;
-    memset(&sr, 0, sizeof sr);
-    if (sim_run(s, &sr, err) < 0) {
-        sim_result_free(&sr);
-        free(v);
-        free(dev_peak);
-        return -1;
-    }
-    for (int d = 0; d < p; d++)
-        dev_peak[d] = s->mem_static[d] + sr.dev[d].peak_mem;
-    sim_result_free(&sr);
-
-    if (!s->meta)
-        s->meta = cJSON_CreateObject();
-    int bad = !s->meta;
-    cJSON *pred = cJSON_CreateObject(), *plan = cJSON_CreateObject();
-    bad |= !pred || !plan;
-    if (!bad) {
-        bad |= !cJSON_AddStringToObject(pred, "cost_source", o->profile ? "profile" : "flops");
-        bad |= !cJSON_AddNumberToObject(pred, "time_ms", c->time_ms);
-        bad |= !cJSON_AddNumberToObject(pred, "iteration_ms", c->iter_ms);
-        bad |= !cJSON_AddNumberToObject(pred, "cost_ms", c->cost_ms);
-        bad |= !cJSON_AddNumberToObject(pred, "dp_sync_ms", c->dp_ms);
-        bad |= !cJSON_AddNumberToObject(pred, "bubble_rate", c->bubble_rate);
-        bad |= !cJSON_AddNumberToObject(pred, "tokens_per_s_per_gpu", c->tokens_per_s);
-        bad |= !cJSON_AddNumberToObject(pred, "mfu", c->mfu);
-        bad |= !cJSON_AddNumberToObject(pred, "peak_bytes", c->peak_bytes);
-        bad |= !cJSON_AddNumberToObject(pred, "peak_device", c->peak_device);
-        cJSON *a = number_array(dev_peak, p);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(pred, "device_peak_bytes", a);
-        a = number_array(s->mem_static, p);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(pred, "device_static_bytes", a);
-
-        bad |= !cJSON_AddStringToObject(plan, "schedule", c->label);
-        bad |= !cJSON_AddStringToObject(plan, "family", c->family);
-        bad |= !cJSON_AddStringToObject(plan, "vocab", c->vocab ? "parallel" : "plain");
-        if (c->vocab)
-            bad |= !cJSON_AddNumberToObject(plan, "vocab_variant", c->vocab);
-        bad |= !cJSON_AddNumberToObject(plan, "chunks", c->chunks);
-        bad |= !cJSON_AddNumberToObject(plan, "micro_batch", c->micro_batch);
-        bad |= !cJSON_AddNumberToObject(plan, "n_micro", c->n_micro);
-        bad |= !cJSON_AddNumberToObject(plan, "global_batch", o->global_batch);
-        bad |= !cJSON_AddNumberToObject(plan, "pipeline_parallel", c->pp);
-        bad |= !cJSON_AddNumberToObject(plan, "data_parallel", c->dp);
-        bad |= !cJSON_AddBoolToObject(plan, "recompute", c->recompute);
-        /* recompute_stages: whether each stage recomputes at all (what
-         * files before the MLP level carry); recompute_levels, only when
-         * some stage recomputes at the MLP level, says how */
-        cJSON *rs = cJSON_CreateArray();
-        cJSON *rl = c->rc_stages > 0 && c->rc_mlp_stages > 0 ? cJSON_CreateArray() : NULL;
-        bad |= !rs || (c->rc_stages > 0 && c->rc_mlp_stages > 0 && !rl);
-        for (int i = 0; rs && i < S; i++) {
-            int level = rc_level(s, i, c->rc_devices, c->rc_stages, c->rc_mlp_stages);
-            cJSON *b = cJSON_CreateBool(level != COST_RC_NONE);
-            bad |= !b;
-            if (b)
-                cJSON_AddItemToArray(rs, b);
-            cJSON *l = rl ? cJSON_CreateString(level == COST_RC_FULL ? "full"
-                                               : level == COST_RC_MLP ? "mlp" : "none") : NULL;
-            bad |= rl && !l;
-            if (l)
-                cJSON_AddItemToArray(rl, l);
-        }
-        if (rs)
-            cJSON_AddItemToObject(plan, "recompute_stages", rs);
-        if (rl)
-            cJSON_AddItemToObject(plan, "recompute_levels", rl);
-        bad |= !cJSON_AddBoolToObject(plan, "flash_attention", o->flash_attention);
-        bad |= !cJSON_AddStringToObject(plan, "loss", o->loss == COST_LOSS_FUSED ? "fused" : "plain");
-        bad |= !cJSON_AddStringToObject(plan, "split", c->split_tuned ? "searched"
-                                                       : c->split != COST_SPLIT_BALANCED ? "paper"
-                                                       : m.memory.n_layers > 0 ? "balanced-time-then-memory"
-                                                       : "balanced");
-        bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp * c->dp);
-        bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
-        for (int i = 0; i < S; i++)
-            v[i] = c->layers[i];
-        a = number_array(v, S);
-        bad |= !a;
-        if (a)
-            cJSON_AddItemToObject(plan, "layers_per_stage", a);
-        if (m.memory.n_layers > 0) {
-            cost_options co;
-            cost_options_for(o, NULL, c->split, &co);
-            co.zero1_dp = o->zero1_dp * c->dp;
-            co.recompute = c->recompute;
-            co.layers = c->layers;
-            bad |= annotate_memory(&m, o, &co, c, c->layers, S, plan) < 0;
-        }
-    }
-    if (!bad) {
-        bad |= meta_set(s->meta, "model", model_to_json(&m)) < 0;
-        bad |= meta_set(s->meta, "hardware", gpu_to_json(&o->gpu)) < 0;
-        bad |= meta_set(s->meta, "predicted", pred) < 0;
-        pred = NULL;
-        bad |= meta_set(s->meta, "plan", plan) < 0;
-        plan = NULL;
-    }
-    cJSON_Delete(pred);
-    cJSON_Delete(plan);
-    free(v);
-    free(dev_peak);
-    if (bad)
-        return zb_fail(err, "out of memory annotating the schedule");
-    return 0;
 }

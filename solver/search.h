@@ -15,10 +15,17 @@
  * best few of each family then get a local search over the layer split,
  * and (search_options.vocab) each label's best per depth gets
  * vocabulary-parallel versions (docs/vocab-parallel.md).
- * Candidates that fit are ranked by the time the runtime realises: the
- * largest per-device span (the paper's cost; the runtime steps each
- * device's optimizer when its own ops are done) plus the exposed
- * data-parallel gradient sync.  docs/search.md describes the choices.
+ * Candidates that fit are ranked by the time the target engine realises
+ * (search_options.target): for zbsched and torch the largest per-device
+ * span (the paper's cost; each device steps its optimizer when its own ops
+ * are done) plus the exposed data-parallel gradient sync; for torchtitan
+ * and Megatron-LM, which clip the gradient norm over the whole pipeline
+ * before any stage steps, the first start to the last device's end plus
+ * its exposed sync.  Every search builds the union of what the four
+ * targets run (solver/search_target.c says which target runs what), so
+ * that each target's best is known and the why block can compare them;
+ * the searched target ranks only what it runs.  docs/search.md describes
+ * the choices.
  *
  * Workload: a few thousand candidates of up to a few thousand ops each; the
  * default search takes well under a second of CPU (bench/README.md).
@@ -38,6 +45,16 @@
 /* Largest pipeline depth and virtual stages the search handles. */
 #define SEARCH_MAX_STAGES 4096
 
+/* The engine a plan is searched for (search_options.target), each with
+ * what it can execute (solver/search_target.c, docs/search.md "Targets"). */
+typedef enum search_target {
+    SEARCH_TARGET_ZBSCHED = 0,    /* this project's runtime: everything the search builds */
+    SEARCH_TARGET_TORCH = 1,      /* torch.distributed.pipelining with the user's model code */
+    SEARCH_TARGET_TORCHTITAN = 2, /* torchtitan: CSV order, one checkpointing policy, FSDP */
+    SEARCH_TARGET_MEGATRON = 3,   /* Megatron-LM: (interleaved) 1F1B, global recompute */
+} search_target;
+#define SEARCH_N_TARGETS 4
+
 typedef struct search_options {
     zb_model model;            /* model; its micro_batch is one of the sizes tried */
     zb_gpu gpu;                /* hardware of every device */
@@ -54,6 +71,8 @@ typedef struct search_options {
     cost_split split;          /* layer split; default COST_SPLIT_BALANCED */
     int zero1_dp;              /* extra ZeRO-1 degree beyond the data-parallel split; 1 = none */
     int max_micro_batch;       /* largest b tried (default 64) */
+    int micro_batch_fixed;     /* 1: only the model's micro_batch is tried (--micro-batch) */
+    search_target target;      /* the engine the plan is for; default SEARCH_TARGET_ZBSCHED */
     int vocab;                 /* vocabulary parallelism (docs/vocab-parallel.md), one of
                                 * SEARCH_VOCAB_*: plain plans only (library default), both
                                 * kinds ranked together (the CLI's default, --vocab auto), or
@@ -83,7 +102,14 @@ typedef enum search_status {
     SEARCH_FIT = 0,     /* simulated; its peak fits the limit */
     SEARCH_OOM = 1,     /* simulated; its peak exceeds the limit */
     SEARCH_SKIPPED = 2, /* the generator or solver could not build it (note says why) */
+    SEARCH_UNSUPPORTED = 3, /* built, but the searched target cannot run it (note says why);
+                             * its figures stay valid for the targets that can */
 } search_status;
+
+/* "Recompute everywhere at the MLP level" (Megatron-core's selective
+ * recompute of the mlp and layernorm modules): rc_stages = rc_mlp_stages =
+ * this many, i.e. every virtual stage, at the MLP level. */
+#define SEARCH_RC_ALL SEARCH_MAX_STAGES
 
 typedef struct search_candidate {
     char label[40];        /* "1f1b", "interleaved v=2", "zb-auto 1.5p", "ilp", ... */
@@ -97,7 +123,8 @@ typedef struct search_candidate {
                             * recompute (vocabulary-parallel versions of interleaved and V
                             * plans: the stages whose activations wait the longest) */
     int rc_mlp_stages;     /* with rc_stages: the last this many of those stages recompute
-                            * only their MLP blocks (COST_RC_MLP), the others in full */
+                            * only their MLP blocks (COST_RC_MLP), the others in full;
+                            * both SEARCH_RC_ALL: every stage at the MLP level */
     int pp, dp;            /* pipeline depth, data-parallel width */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */
@@ -112,13 +139,21 @@ typedef struct search_candidate {
     double iter_ms;        /* simulated makespan (first start to last end), ms */
     double cost_ms;        /* the paper's cost: largest per-device span, ms */
     double dp_ms;          /* data-parallel gradient sync the schedule cannot hide, ms */
-    double time_ms;        /* the ranked figure: largest per-device span with its exposed sync, ms */
+    double time_ms;        /* the ranked figure: async_ms or sync_ms, by the target's step rule */
+    double async_ms;       /* each device steps when its own ops are done: the largest
+                            * per-device span with its exposed sync, ms (zbsched, torch) */
+    double sync_ms;        /* every device steps after the last one is done: first start to
+                            * the last device's end with its exposed sync, ms (torchtitan,
+                            * Megatron-LM: a global gradient-norm clip before the step) */
     double busy_max_ms;    /* busiest device's compute time (imbalance bound), ms */
     double busy_mean_ms;   /* total compute / devices (work bound), ms */
     double speedup;        /* baseline time / time_ms (0 when there is no baseline) */
     double bubble_rate;    /* the paper's bubble rate, from the simulator */
     double tokens_per_s;   /* tokens per second per GPU over the whole job, at time_ms */
     double mfu;            /* model FLOPs utilisation (useful FLOPs / peak) */
+    unsigned targets;      /* bit t set when target t can run this plan (search_target_mask) */
+    int seq;               /* creation order: the last key of every ranking, so that a
+                            * target's best is the same whatever the list's order */
     sched_t *sched;        /* the schedule with costs, for the best few; else NULL; owned */
 } search_candidate;
 
@@ -137,13 +172,17 @@ typedef struct search_result {
                                * device's compute alone reached the best plan's time */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest
                                 * pipeline; status SEARCH_SKIPPED when it could not be built */
+    search_candidate best[SEARCH_N_TARGETS]; /* each target's best fit (time_ms under its
+                                * step rule), or when nothing it runs fits its smallest peak
+                                * (status SEARCH_OOM), or status SEARCH_SKIPPED; copies
+                                * without layers or schedule */
 } search_result;
 
 /* Fills o with the defaults: llama3-8b on H100-80G, 8 GPUs with every
  * pipeline depth dividing 8, global batch 64, 40 GB (mem_bytes = 40e9),
  * recompute searched, flash attention, plain loss, balanced and paper
  * splits with a local search, no extra ZeRO, b up to 64, no ILP (3 configs,
- * 10 s each when on). */
+ * 10 s each when on), target zbsched. */
 void search_options_default(search_options *o);
 
 /* Runs the search.  Fills *r (caller frees with search_result_free); the
@@ -164,6 +203,72 @@ typedef struct search_why {
     double bubble_share, imbalance_share, idle_share;  /* fractions of time_ms */
 } search_why;
 void search_explain(const search_candidate *c, search_why *w);
+
+/* --- targets (solver/search_target.c) ------------------------------------ */
+
+/* The target's name: "zbsched", "torch", "torchtitan" or "megatron". */
+const char *search_target_name(search_target t);
+
+/* Parses a target name into *t.  Returns 0, or -1 with err naming the
+ * four. */
+int search_target_parse(const char *name, search_target *t, zb_err *err);
+
+/* 1 when target t steps every device together (torchtitan, Megatron-LM:
+ * sync_ms is its time), 0 when each device steps on its own (async_ms). */
+int search_target_sync(search_target t);
+
+/* The targets that can run candidate c (its label, family, recompute
+ * setting and vocabulary layout), bit t for target t. */
+unsigned search_target_mask(const search_candidate *c);
+
+/* Why target t cannot run candidate c, one clause into buf ("" when it
+ * can), e.g. "megatron runs only 1F1B and interleaved 1F1B". */
+void search_target_refusal(const search_candidate *c, search_target t, char *buf, size_t len);
+
+/* c's recompute setting as the table's rc column writes it: "off", "on",
+ * "mlp" (every stage at the MLP level), "0-3" (the first 4 devices),
+ * "s0-20" (the first 21 virtual stages in model order), "s0-20m15"
+ * (stages 15-20 of those at the MLP level).  Returns buf or a literal. */
+const char *search_rc_text(const search_candidate *c, char *buf, size_t len);
+
+/* --- the why block (solver/search_why.c) ---------------------------------- */
+
+/* One labelled row of the "why" account under the table: a label ("work
+ * bound", "baseline", "pp=4 x dp=2", "megatron"), a time when the row has
+ * one, and the rest of the sentence.  Rows of level 1 belong to the
+ * heading row (kind SEARCH_WHY_HEADING) before them.  The CLI aligns the
+ * labels and the times; the library decides what is said. */
+typedef enum search_why_kind {
+    SEARCH_WHY_ROW = 0,     /* label, optional ms, text */
+    SEARCH_WHY_HEADING = 1, /* label only ("other pipeline depths:") */
+} search_why_kind;
+
+typedef struct search_why_row {
+    search_why_kind kind; /* row or heading */
+    int level;            /* 0: about the winner; 1: under the heading before it */
+    char label[48];       /* what the row is about */
+    double ms;            /* its time, ms; < 0 when the row has none */
+    char text[512];       /* the rest of the line (no newline) */
+} search_why_row;
+
+/* Depths (64) + targets + the winner's rows. */
+#define SEARCH_WHY_MAX_ROWS 96
+
+typedef struct search_why_block {
+    char head[256];                          /* first line ("the winner takes ...") */
+    int n;                                   /* rows */
+    search_why_row row[SEARCH_WHY_MAX_ROWS]; /* [n] in print order */
+} search_why_block;
+
+/* Builds the why block of result r (searched with o; r->n_fit > 0): the
+ * bounds, the winner's losses, the baseline, vocabulary parallelism (the
+ * zbsched target), every other pipeline depth, and last one row per other
+ * target with its best plan and its time as a ratio of the winner's. */
+void search_why_build(const search_options *o, const search_result *r, search_why_block *w);
+
+/* "GPU" or, for a CPU device (the GPU file's "kind": "cpu"), "device";
+ * plural with an "s" when n != 1. */
+const char *search_device_noun(const zb_gpu *g, int n);
 
 /* Adds the "model", "hardware", "predicted" and "plan" objects of candidate
  * c (which must carry a schedule) to c->sched->meta, so the schedule file

@@ -41,4 +41,20 @@ int v_adaptive_sched(const sched_t *tmpl, const double *limit, sched_t **out, do
  * B and after its last F.  Valid for one stage per device. */
 double solver_stage_lower_bound(const solver_problem *pr, int s);
 
+/* --- shared by the files of the search (search.c, search_annotate.c) --- */
+
+#include "solver/search.h"
+
+/* Recompute level (COST_RC_*) of stage i of s under a candidate's or a
+ * config's setting: by device (the first rc_devices), or by stage (the
+ * first rc_stages in model order, the last rc_mlp of them at the MLP
+ * level only; both SEARCH_RC_ALL: every stage at the MLP level). */
+int search_rc_level(const sched_t *s, int i, int rc_devices, int rc_stages, int rc_mlp);
+
+/* The cost options of the search's candidates: o's flags, layer split
+ * split, ZeRO-1 over o->zero1_dp times dp replicas, devices_per_node
+ * pipeline devices per node (0: all), the runtime reserve (none on a CPU
+ * device). */
+void search_cost_options(const search_options *o, cost_split split, int dp, int devices_per_node, cost_options *c);
+
 #endif

@@ -1,6 +1,6 @@
 /*
- * cost_memory.c: the cost model's memory layers (cost_model.h, "Memory
- * layers"; formulas derived in docs/memory-layers.md).
+ * cost_memory.c: the cost model's memory layers (cost_memory.h; formulas
+ * derived in docs/memory-layers.md).
  *
  * A memory layer (kernels/cpu/memory_layer.h) keeps the attention half of
  * a transformer layer and swaps the SwiGLU FFN for a product-key lookup.
@@ -21,12 +21,14 @@
  * Workload: a few hundred calls per search; the split is O(S·L²) with L
  * layers and S stages (refused beyond 2e8 steps).
  */
-#include "src/cost_model.h"
+#include "src/cost_memory.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "src/param_count.h"
 
 /* FLOPs, activations and parameters of the memory block and of the SwiGLU
  * FFN it replaces, per micro-batch, written as a delta. */
@@ -47,7 +49,6 @@ void cost_memory_delta(const zb_model *m, const zb_gpu *g, const cost_options *o
     double ffn_flops = 2 * t * h * f * mats;
     double ffn_keep = m->swiglu ? 3 * e * t * f : 2 * e * t * f + t * h;
     double ffn_w = e * t * (f + (m->swiglu ? 2 * f : f));
-    double ffn_params = mats * h * f;
     /* the memory block, per token (memory_layer.h):
      *   F: query 2h·H·kd, half-key scores 2·H·n_keys·kd, bag 2·H·k·v,
      *      gate and output projections 4h·v (top-k compares are not FLOPs)
@@ -93,25 +94,9 @@ void cost_memory_delta(const zb_model *m, const zb_gpu *g, const cost_options *o
     delta->t_f = delta->f_flops / rate + delta->hbm_f / bw;
     delta->t_b = delta->b_flops / rate + delta->hbm_b / bw;
     delta->t_w = delta->w_flops / rate + hbm_w / bw;
-    *value_table_params = nk * nk * v;
-    delta->params = H * kd * h + H * 2 * nk * (kd / 2) + 2 * h * v - ffn_params;
-    if (!mm->shared_values)
-        delta->params += *value_table_params;
-}
-
-double cost_memory_param_delta(const zb_model *m)
-{
-    if (m->memory.n_layers == 0)
-        return 0;
-    cost_options o;
-    cost_options_default(&o);
-    zb_gpu g;
-    memset(&g, 0, sizeof g);
-    g.peak_flops = g.efficiency = 1; /* parameters do not depend on the GPU */
-    cost_part d;
-    double values;
-    cost_memory_delta(m, &g, &o, &d, &values);
-    return m->memory.n_layers * d.params + (m->memory.shared_values ? values : 0);
+    /* parameters: param_count.h's, the kernels' layout */
+    *value_table_params = param_value_table(m);
+    delta->params = param_memory_layer(m, !mm->shared_values) - param_plain_layer(m);
 }
 
 double cost_memory_flops_delta(const zb_model *m, const cost_options *o)

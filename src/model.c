@@ -36,6 +36,10 @@ static const zb_model model_presets[] = {
     /* Meta Llama 3 (config.json of Meta-Llama-3-8B / -70B). */
     { "llama3-8b", 32, 4096, 32, 8, 14336, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
     { "llama3-70b", 80, 8192, 64, 8, 28672, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
+    /* Llama 3.1 405B (config.json of Meta-Llama-3.1-405B: 126 layers,
+     * hidden 16384, 128 heads, 8 KV heads, intermediate 53248); seq 8192
+     * as Meta's pre-training (the 128k context came later). */
+    { "llama3-405b", 126, 16384, 128, 8, 53248, LLAMA3_VOCAB, 8192, 1, 1, 0, 500000, ZB_BF16, { 0 } },
     /* INTELLECT-1 (PrimeIntellect-ai/prime: llama3_configs["10B"],
      * configs/10B/H100_intellect1.toml): Llama-3 shape with 42 layers;
      * FFN 4096*8/3*1.3 rounded up to a multiple of 1024 = 14336. */
@@ -53,15 +57,46 @@ static const zb_model model_presets[] = {
 };
 
 /* Peak dense bf16 FLOP/s and memory from the vendors' datasheets, memory as
- * nvidia-smi reports it (MiB * 2^20); link = NVLink bandwidth per direction
- * (A100: bandwidth and latency fitted to the zero-bubble paper's measured
- * T_comm, Table 9); F/B and W efficiency for A100 calibrated on Table 9's
- * T_F and T_W, the others assumed; HBM bandwidth from the datasheets; 8
- * GPUs per node, inter-node bandwidth per GPU (docs/cost-model.md). */
+ * nvidia-smi (rocm-smi for AMD) reports it (MiB * 2^20); link = bandwidth
+ * per direction between two GPUs of one node (A100: bandwidth and latency
+ * fitted to the zero-bubble paper's measured T_comm, Table 9); F/B and W
+ * efficiency for A100 calibrated on Table 9's T_F and T_W, the others
+ * assumed; HBM bandwidth from the datasheets; GPUs per NVLink domain and
+ * inter-node bandwidth per GPU (docs/cost-model.md has each source). */
 static const zb_gpu gpu_presets[] = {
-    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0 },
-    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0 },
-    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0 },
+    { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 2.039e12, 8, 25e9, 0, 0 },
+    /* A100 SXM4 40GB datasheet: 312 TFLOP/s bf16 dense, 1,555 GB/s HBM2,
+     * NVLink 3 600 GB/s (300 each way); nvidia-smi: 40960 MiB.  Same chip
+     * and NVLink as A100-80G, so its calibrated link, latency and
+     * efficiencies are kept; 8 per HGX node, 200 Gb/s HDR per GPU. */
+    { "A100-40G", 312e12, 40960.0 * 1048576.0, 80e9, 250e-6, 0.55, 0.78, 1.555e12, 8, 25e9, 0, 0 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 3.35e12, 8, 50e9, 0, 0 },
+    /* H100 NVL (PCIe card, 94 GB) datasheet: bf16 1,671 TFLOP/s with
+     * sparsity = 835.5 dense, 3.9 TB/s HBM3, NVLink bridge 600 GB/s (300
+     * each way) between the 2 GPUs of a bridged pair; nvidia-smi:
+     * 95830 MiB.  The NVLink domain is the pair (gpus_per_node 2); beyond
+     * it PCIe Gen5 x16 (64 GB/s each way) or a 400 Gb/s NIC per GPU
+     * (50 GB/s), the lower taken.  Efficiencies as H100-80G (assumed). */
+    { "H100-94G", 835.5e12, 95830.0 * 1048576.0, 300e9, 10e-6, 0.50, 0.71, 3.9e12, 2, 50e9, 0, 0 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.8e12, 8, 50e9, 0, 0 },
+    /* H20 (HGX H20, NVIDIA's product brief as partners publish it): bf16
+     * 148 TFLOP/s dense, 96 GB HBM3 at 4.0 TB/s, NVLink 4 900 GB/s (450
+     * each way), 8 per HGX board; nvidia-smi: 97871 MiB.  Efficiencies
+     * and 400 Gb/s per GPU between nodes as H100-80G (assumed). */
+    { "H20", 148e12, 97871.0 * 1048576.0, 450e9, 10e-6, 0.50, 0.71, 4.0e12, 8, 50e9, 0, 0 },
+    /* L40S datasheet: bf16 362.05 TFLOP/s dense (733 with sparsity), 48 GB
+     * GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16, 64 GB/s (32 each way);
+     * nvidia-smi: 46068 MiB.  8 per PCIe server; 200 Gb/s per GPU between
+     * nodes and H100-80G's efficiencies (the nearest preset: fourth-
+     * generation tensor cores, as Hopper's), both assumed. */
+    { "L40S", 362.05e12, 46068.0 * 1048576.0, 32e9, 10e-6, 0.50, 0.71, 0.864e12, 8, 25e9, 0, 0 },
+    /* AMD Instinct MI300X datasheet: bf16 1,307.4 TFLOP/s dense, 192 GB
+     * HBM3 at 5.3 TB/s, 7 Infinity Fabric links of 128 GB/s (64 each way)
+     * on an 8-GPU fully connected platform: one link joins two GPUs, so
+     * 64 GB/s between pipeline neighbours; rocm-smi: 206141652992 bytes.
+     * 400 Gb/s per GPU between nodes and H100-80G's efficiencies and
+     * latency (assumed). */
+    { "MI300X", 1307.4e12, 206141652992.0, 64e9, 10e-6, 0.50, 0.71, 5.3e12, 8, 50e9, 0, 0 },
 };
 
 #define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])
@@ -493,7 +528,7 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
 {
     static const char *const keys[] = {
         "base", "name", "peak_flops", "mem_bytes", "link_bw", "link_latency", "efficiency",
-        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", NULL
+        "w_efficiency", "hbm_bw", "gpus_per_node", "inter_node_bw", "inter_node_latency", "kind", NULL
     };
     if (!cJSON_IsObject(obj))
         return zb_fail(err, "a GPU must be a JSON object");
@@ -523,6 +558,12 @@ int gpu_from_json(const cJSON *obj, zb_gpu *g, zb_err *err)
         json_double(obj, "inter_node_bw", 0, &r.inter_node_bw, err) < 0 ||
         json_double(obj, "inter_node_latency", 0, &r.inter_node_latency, err) < 0)
         return -1;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    if (kind) {
+        if (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "gpu") && strcmp(kind->valuestring, "cpu")))
+            return zb_fail(err, "\"kind\" must be \"gpu\" or \"cpu\"");
+        r.cpu = !strcmp(kind->valuestring, "cpu");
+    }
     if (gpu_check(&r, err) < 0)
         return -1;
     *g = r;
@@ -544,7 +585,8 @@ cJSON *gpu_to_json(const zb_gpu *g)
              cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw) &&
              cJSON_AddNumberToObject(o, "gpus_per_node", g->gpus_per_node) &&
              cJSON_AddNumberToObject(o, "inter_node_bw", g->inter_node_bw) &&
-             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency);
+             cJSON_AddNumberToObject(o, "inter_node_latency", g->inter_node_latency) &&
+             (!g->cpu || cJSON_AddStringToObject(o, "kind", "cpu")); /* GPU files stay as they were */
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -591,6 +633,32 @@ int model_load(const char *arg, zb_model *m, zb_err *err)
     return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
 }
 
+/* A GPU file without "name" is called by its file's base name less a
+ * ".json" suffix ("cluster/h100-ib.json" -> "h100-ib"), not by its base
+ * preset's: a plan made with edited figures must not print as the preset
+ * it started from.  Bytes other than letters, digits and "-_.+" become
+ * '_' (a name is printed and written into schedule files); truncated to
+ * fit; an empty result keeps the name gpu_from_json gave. */
+static void gpu_name_from_path(const char *path, char *dst, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcasecmp(base + n - 5, ".json"))
+        n -= 5;
+    if (n == 0)
+        return;
+    if (n >= cap)
+        n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)base[i];
+        int ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 c == '-' || c == '_' || c == '.' || c == '+';
+        dst[i] = ok ? (char)c : '_';
+    }
+    dst[n] = '\0';
+}
+
 int gpu_load(const char *arg, zb_gpu *g, zb_err *err)
 {
     if (gpu_preset(arg, g, NULL) == 0)
@@ -601,8 +669,13 @@ int gpu_load(const char *arg, zb_gpu *g, zb_err *err)
     if (load_json_file(arg, &root, err) < 0)
         return -1;
     int rc = gpu_from_json(root, g, err);
+    int named = cJSON_GetObjectItemCaseSensitive(root, "name") != NULL;
     cJSON_Delete(root);
-    return rc < 0 ? zb_wrap(err, "%s: ", arg) : 0;
+    if (rc < 0)
+        return zb_wrap(err, "%s: ", arg);
+    if (!named)
+        gpu_name_from_path(arg, g->name, sizeof g->name);
+    return 0;
 }
 
 double gpu_w_efficiency(const zb_gpu *g)

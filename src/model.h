@@ -67,10 +67,13 @@ typedef struct zb_gpu {
     int gpus_per_node;     /* GPUs sharing the fast link (NVLink domain); 0: 8 */
     double inter_node_bw;  /* bytes/s per GPU between nodes (e.g. 50e9 for 400 Gb/s IB); 0: 50e9 */
     double inter_node_latency; /* seconds per transfer between nodes; 0: link_latency */
+    int cpu;               /* 1: a CPU core or socket ("kind": "cpu" in a GPU file): called a
+                            * device, and no CUDA runtime reserve is priced on it */
 } zb_gpu;
 
 /* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",
- * "llama3-8b", "llama3-70b", "intellect-1-10b", "tiny", "shakespeare-char").
+ * "llama3-8b", "llama3-70b", "llama3-405b", "intellect-1-10b", "tiny",
+ * "shakespeare-char", "tiny-mem").
  * Returns 0 and fills *m, or -1 with err listing the presets. */
 int model_preset(const char *name, zb_model *m, zb_err *err);
 
@@ -96,7 +99,8 @@ double gpu_inter_node_latency(const zb_gpu *g);
  * naming the field and its range. */
 int gpu_check(const zb_gpu *g, zb_err *err);
 
-/* Finds a GPU preset ("A100-80G", "H100-80G", "H200-141G"). */
+/* Finds a GPU preset ("A100-80G", "A100-40G", "H100-80G", "H100-94G",
+ * "H200-141G", "H20", "L40S", "MI300X"). */
 int gpu_preset(const char *name, zb_gpu *g, zb_err *err);
 
 /* Lists preset names, comma separated, into buf. */

@@ -26,6 +26,7 @@
 #include "src/parse_uint.h"
 #include "src/input.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -637,11 +638,13 @@ static void sb_reserve(strbuf *b, size_t extra)
     b->cap = cap;
 }
 
-static void sb_put(strbuf *b, const char *str, size_t n)
+static inline void sb_put(strbuf *b, const char *str, size_t n)
 {
-    sb_reserve(b, n);
-    if (b->failed)
-        return;
+    if (b->len + n + 1 > b->cap) {
+        sb_reserve(b, n);
+        if (b->failed)
+            return;
+    }
     memcpy(b->data + b->len, str, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -677,9 +680,44 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* Writes the decimal digits of v (what "%lld" writes) at p, without stdio,
+ * and returns the end: a schedule file has one or two numbers per op, and
+ * snprintf's format interpretation was most of `gen`'s CPU (bench/
+ * README.md, "issue 28").  p needs 21 bytes. */
+static char *fmt_int(char *p, long long v)
+{
+    char tmp[24], *end = tmp + sizeof tmp, *q = end;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *p++ = '-';
+    memcpy(p, q, (size_t)(end - q));
+    return p + (end - q);
+}
+
+/* 1 when v is a whole number below 1e15 in magnitude (not -0): "%.15g"
+ * writes its digits, and they read back exactly. */
+static int is_plain_int(double v)
+{
+    return v > -1e15 && v < 1e15 && v == (double)(long long)v && !(v == 0 && signbit(v));
+}
+
+static void sb_int(strbuf *b, long long v)
+{
+    char tmp[24];
+    sb_put(b, tmp, (size_t)(fmt_int(tmp, v) - tmp));
+}
+
 /* Shortest %g form that reads back as exactly v. */
 static void sb_double(strbuf *b, double v)
 {
+    if (is_plain_int(v)) { /* the common case of unit costs */
+        sb_int(b, (long long)v);
+        return;
+    }
     char tmp[40];
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
@@ -758,19 +796,54 @@ static void sb_vocab(strbuf *b, const sched_vocab *v)
     sb_puts(b, "}},\n");
 }
 
-static void sb_op(strbuf *b, const sched_t *s, int dev_stages, sched_op op)
+/* One op token, after ", " unless it is the lane's first: composed in a
+ * local buffer and appended at once. */
+static void sb_op(strbuf *b, int first, int dev_stages, sched_op op)
 {
-    char tmp[40];
-    int n;
-    if (OP_IS_VOCAB(op.kind)) /* S3, T3: the shard is the device */
-        n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
-    else if (dev_stages == 1)
-        n = snprintf(tmp, sizeof tmp, "\"%s%d\"", op_kind_name((op_kind)op.kind), (int)op.mb);
-    else
-        n = snprintf(tmp, sizeof tmp, "\"%s%d@%d\"", op_kind_name((op_kind)op.kind),
-                     (int)op.mb, (int)op.stage);
-    (void)s;
-    sb_put(b, tmp, (size_t)n);
+    char tmp[64], *p = tmp;
+    if (!first) {
+        *p++ = ',';
+        *p++ = ' ';
+    }
+    *p++ = '"';
+    const char *name = op_kind_name((op_kind)op.kind);
+    size_t n = strlen(name);
+    assert(n <= 16); /* kind names are one or two letters: tmp has room */
+    memcpy(p, name, n);
+    p = fmt_int(p + n, (int)op.mb);
+    /* S3, T3: the shard is the device; one stage per device: no "@s" */
+    if (!OP_IS_VOCAB(op.kind) && dev_stages != 1) {
+        *p++ = '@';
+        p = fmt_int(p, (int)op.stage);
+    }
+    *p++ = '"';
+    sb_put(b, tmp, (size_t)(p - tmp));
+}
+
+/* One op's [start, end] pair, after ", " unless first; whole numbers
+ * without stdio, the others through sb_double. */
+static void sb_times(strbuf *b, int first, double start, double end)
+{
+    if (is_plain_int(start) && is_plain_int(end)) {
+        char tmp[64], *p = tmp;
+        if (!first) {
+            *p++ = ',';
+            *p++ = ' ';
+        }
+        *p++ = '[';
+        p = fmt_int(p, (long long)start);
+        *p++ = ',';
+        *p++ = ' ';
+        p = fmt_int(p, (long long)end);
+        *p++ = ']';
+        sb_put(b, tmp, (size_t)(p - tmp));
+        return;
+    }
+    sb_puts(b, first ? "[" : ", [");
+    sb_double(b, start);
+    sb_put(b, ", ", 2);
+    sb_double(b, end);
+    sb_put(b, "]", 1);
 }
 
 char *sched_to_string(const sched_t *s)
@@ -819,11 +892,8 @@ char *sched_to_string(const sched_t *s)
         const sched_lane *l = &s->dev[d];
         int dev_stages = sched_device_stage_count(s, d);
         sb_puts(&b, "    [");
-        for (int i = 0; i < l->n_ops; i++) {
-            if (i)
-                sb_put(&b, ", ", 2);
-            sb_op(&b, s, dev_stages, l->ops[i]);
-        }
+        for (int i = 0; i < l->n_ops; i++)
+            sb_op(&b, i == 0, dev_stages, l->ops[i]);
         sb_puts(&b, d + 1 < s->n_devices ? "],\n" : "]\n");
         any_times |= l->start != NULL;
     }
@@ -836,13 +906,8 @@ char *sched_to_string(const sched_t *s)
                 sb_puts(&b, "    null");
             } else {
                 sb_puts(&b, "    [");
-                for (int i = 0; i < l->n_ops; i++) {
-                    sb_puts(&b, i ? ", [" : "[");
-                    sb_double(&b, l->start[i]);
-                    sb_put(&b, ", ", 2);
-                    sb_double(&b, l->end[i]);
-                    sb_put(&b, "]", 1);
-                }
+                for (int i = 0; i < l->n_ops; i++)
+                    sb_times(&b, i == 0, l->start[i], l->end[i]);
                 sb_put(&b, "]", 1);
             }
             sb_puts(&b, d + 1 < s->n_devices ? ",\n" : "\n");

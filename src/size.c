@@ -11,6 +11,7 @@
 #include "src/size.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -135,12 +136,14 @@ void zb_size_format(double bytes, char *buf, size_t len)
     static const char *units[] = { "B", "KB", "MB", "GB", "TB", "PB" };
     int u = 0;
     double v = bytes;
-    while ((v >= 1000 || v <= -1000) && u < 5) {
+    /* Move up a unit while the figure would print as 1000 or more at its
+     * precision (whole bytes, else two decimals): 999.996 GB is 1.00 TB. */
+    while (u < 5 && fabs(v) >= (u == 0 ? 999.5 : 999.995)) {
         v /= 1000;
         u++;
     }
     if (u == 0)
         snprintf(buf, len, "%.0f B", v);
     else
-        snprintf(buf, len, "%.1f %s", v, units[u]);
+        snprintf(buf, len, "%.2f %s", v, units[u]);
 }

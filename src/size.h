@@ -32,9 +32,13 @@
  * message quotes text; callers prefix the flag name with zb_wrap). */
 int zb_size_parse(const char *text, uint64_t *bytes, zb_err *err);
 
-/* Writes bytes as a short decimal figure ("40.0 GB", "512.0 MB", "123 B")
+/* Writes bytes as a decimal figure with two decimals and its unit
+ * ("39.86 GB", "512.00 MB", "1.00 TB"; whole bytes below 1 KB: "123 B")
  * into buf (NUL-terminated, truncated to len).  Decimal because the sizes
- * users type and GPU datasheets use are decimal. */
+ * users type and GPU datasheets use are decimal; two decimals because a
+ * plan's peak is read against its limit (39.98 GB under 40 GB must not
+ * print as "40.0 GB").  This is the one memory figure every command
+ * prints (search, simulate, render, run). */
 void zb_size_format(double bytes, char *buf, size_t len);
 
 #endif

@@ -71,6 +71,7 @@ char *torch_csv_write(const sched_t *s)
 /* One action collected by the first pass. */
 typedef struct csv_action {
     int row;     /* rank (device) */
+    int col;     /* cell of the row, for messages */
     int stage;   /* virtual stage */
     int mb;      /* micro-batch */
     uint8_t kind; /* op_kind */
@@ -178,11 +179,17 @@ static int parse_action(const char *p, const char *end, int row, int col, csv_ac
     if (zb_parse_uint(&p, end, &a->mb) || p != end)
         return zb_fail(err, "row %d, cell %d ('%s'): expected <stage><type><micro-batch>, "
                        "e.g. 0F3", row, col, cell_text(cell, end, shown, sizeof shown));
-    if (a->stage >= CSV_MAX_STAGE || a->mb >= CSV_MAX_MICRO)
-        return zb_fail(err, "row %d, cell %d ('%s'): stage or micro-batch too large",
-                       row, col, cell_text(cell, end, shown, sizeof shown));
+    if (a->stage >= CSV_MAX_STAGE)
+        return zb_fail(err, "row %d (rank %d), cell %d ('%s'): stage %d is outside 0..%d", row,
+                       row, col, cell_text(cell, end, shown, sizeof shown), a->stage,
+                       CSV_MAX_STAGE - 1);
+    if (a->mb >= CSV_MAX_MICRO)
+        return zb_fail(err, "row %d (rank %d), cell %d ('%s'): micro-batch %d is outside 0..%d",
+                       row, row, col, cell_text(cell, end, shown, sizeof shown), a->mb,
+                       CSV_MAX_MICRO - 1);
     a->kind = (uint8_t)kind;
     a->row = row;
+    a->col = col;
     return CELL_COMPUTE;
 }
 
@@ -223,8 +230,8 @@ static int scan_add(csv_scan *sc, const csv_action *a, int col, zb_err *err)
     int held = sc->stage_row[a->stage];
     if (held >= 0 && held != a->row)
         return zb_fail(err, "row %d, cell %d (%d%c%d): stage %d is already on row %d; "
-                       "a stage must live on one rank", a->row, col, a->stage,
-                       kind_letter[a->kind], a->mb, a->stage, held);
+                       "a stage must live on one rank (stage s runs where its first action is)",
+                       a->row, col, a->stage, kind_letter[a->kind], a->mb, a->stage, held);
     sc->stage_row[a->stage] = a->row;
     sc->acts[sc->n_acts++] = *a;
     if (a->stage > sc->max_stage)
@@ -345,6 +352,43 @@ static int scan_text(const char *text, size_t len, csv_scan *sc, int *n_rows, zb
     return 0;
 }
 
+/* With m taken from the largest micro-batch, a stage without a forward
+ * of some micro-batch in 0..m-1 is a CSV whose indices are off (torch's
+ * own Schedule1F1B dump numbers its last rank's forwards 1..m): say so
+ * naming the action that set m, rather than leaving it to validation,
+ * which would name only the stage that lacks it.  Returns 1 with err set
+ * when such a stage exists, 0 otherwise (also when the table would be too
+ * large to be worth it; validation still catches the schedule). */
+static int missing_forward(const csv_scan *sc, int S, int m, zb_err *err)
+{
+    if ((double)S * m > 1 << 26)
+        return 0;
+    unsigned char *seen = calloc((size_t)S * (size_t)m, 1);
+    if (!seen)
+        return 0;
+    const csv_action *top = NULL;
+    for (long i = 0; i < sc->n_acts; i++) {
+        const csv_action *a = &sc->acts[i];
+        if (a->kind == OP_F)
+            seen[(size_t)a->stage * (size_t)m + (size_t)a->mb] = 1;
+        if (!top && a->mb == m - 1)
+            top = a;
+    }
+    int found = 0;
+    for (int st = 0; st < S && !found; st++)
+        for (int j = 0; j < m && !found; j++)
+            if (!seen[(size_t)st * (size_t)m + (size_t)j]) {
+                zb_fail(err, "stage %d (row %d, rank %d) has no forward of micro-batch %d; the "
+                        "largest micro-batch, %d at row %d (rank %d), cell %d (%d%c%d), makes "
+                        "the range 0..%d, which every stage must run (off by one?)", st,
+                        sc->stage_row[st], sc->stage_row[st], j, m - 1, top->row, top->row,
+                        top->col, top->stage, kind_letter[top->kind], top->mb, m - 1);
+                found = 1;
+            }
+    free(seen);
+    return found;
+}
+
 int torch_csv_read(const char *text, size_t len, int n_micro, sched_t **out, zb_err *err)
 {
     return torch_csv_read_stats(text, len, n_micro, out, NULL, err);
@@ -365,7 +409,16 @@ int torch_csv_read_stats(const char *text, size_t len, int n_micro, sched_t **ou
     int m = sc.max_mb + 1;
     if (n_micro > 0) {
         if (n_micro < m) {
-            zb_fail(err, "--microbatches %d, but the CSV uses micro-batch %d", n_micro, sc.max_mb);
+            /* The first action in file order past the range: the one a
+             * reader of the CSV would look for (torch's own dumps of a
+             * single-stage schedule can be shifted by one micro-batch). */
+            const csv_action *a = sc.acts;
+            while (a->mb < n_micro)
+                a++;
+            zb_fail(err, "row %d (rank %d), cell %d (%d%c%d): micro-batch %d is outside "
+                    "0..%d for --microbatches %d (the CSV's micro-batches reach %d)", a->row,
+                    a->row, a->col, a->stage, kind_letter[a->kind], a->mb, a->mb, n_micro - 1,
+                    n_micro, sc.max_mb);
             goto out;
         }
         m = n_micro;
@@ -373,10 +426,12 @@ int torch_csv_read_stats(const char *text, size_t len, int n_micro, sched_t **ou
     int S = sc.max_stage + 1;
     for (int st = 0; st < S; st++)
         if (sc.stage_row[st] < 0) {
-            zb_fail(err, "stage %d appears on no row (stages must be numbered 0..%d without gaps)",
-                    st, S - 1);
+            zb_fail(err, "stage %d appears on no row (rank): the CSV's stages are 0..%d, and "
+                    "each must be on one rank", st, S - 1);
             goto out;
         }
+    if (n_micro <= 0 && missing_forward(&sc, S, m, err))
+        goto out;
     s = sched_new(rows, m, S);
     if (!s) {
         zb_fail(err, "out of memory");

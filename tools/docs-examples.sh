@@ -13,7 +13,7 @@
 #
 #   <!-- docs-example: zbsched search --mem 1G 2>&1 >/dev/null -->
 #   ```
-#   zbsched: nothing fits in 1.00 GB per GPU; ...
+#   zbsched: nothing fits in 1.0 GB per GPU; ...
 #   ```
 #
 # The command runs under bash in a fresh empty directory with `zbsched` on

@@ -109,6 +109,9 @@ def cases():
         ("one_node", ints(2, 24, 100), 32, 4, 1, 4, "hierarchical"),
         ("dominant_expert", dominant, 16, 2, 1, 4, "auto"),
         ("float32_loads", [[float(v) for v in row] for row in floats], 48, 4, 2, 8, "auto"),
+        # 4 groups on 3 nodes: rebalance_experts falls back to its global
+        # policy, which never asks whether the 4 GPUs divide into 3 nodes.
+        ("fallback_uneven_nodes", ints(3, 16, 1000), 20, 4, 3, 4, "auto"),
     ]
 
 
@@ -128,6 +131,11 @@ def sweep(mod, zbsched, n):
                 R += M
             R += M * int(rng.integers(0, 3))
             L = int(rng.integers(1, 4))
+            if t % 10 == 9 and G % (N + 1) and N + 1 <= M:
+                # The reference's fallback: groups that do not divide into
+                # one more node than the GPUs were built for, so its global
+                # policy runs and the GPUs need not divide into the nodes.
+                N += 1
             if t % 3 == 0:
                 w = rng.integers(0, 5, (L, E)).tolist()
             elif t % 3 == 1:

@@ -18,6 +18,11 @@
  * last gives the longest path through the graph, weighted by op times and
  * T_comm.  Measured times give the chain that actually bound the run.
  *
+ * A view (view.h: a time window, micro-batches, devices) draws a part of a
+ * schedule of any size: the ops it selects, the edges among them, and the
+ * whole schedule's critical path wherever it passes through them (it is
+ * found on every op first).  The op limit applies to the part.
+ *
  * Graphviz prints its warnings on stderr by default; they are routed into a
  * buffer while we hold the library (agseterr / agseterrf) so that the CLI
  * can keep its one-line error rule.  dot's layout is superlinear, so graphs
@@ -34,8 +39,10 @@
 #include <cgraph.h>
 #include <gvc.h>
 
+#include "src/numfmt.h"
 #include "viz/palette.h"
 #include "viz/times.h"
+#include "viz/view.h"
 
 /* Up to this many ops dot runs with its default effort; above, its
  * iteration limits are cut so that VIZ_DAG_MAX_OPS stays interactive. */
@@ -64,6 +71,8 @@ typedef struct dag_ops {
                         * shard, mb), or -1 */
     long *crit_pred;   /* [n] predecessor on the critical path, -1 at its start */
     unsigned char *on_crit; /* [n] 1 when on the critical path */
+    unsigned char *shown;   /* [n] 1 when the view selects the op (a node is drawn) */
+    long n_shown;           /* how many are */
 } dag_ops;
 
 /* Rows per kind in by_key: stages, or vocabulary shards when there are
@@ -86,6 +95,7 @@ static void dag_ops_free(dag_ops *o)
     free(o->by_key);
     free(o->crit_pred);
     free(o->on_crit);
+    free(o->shown);
 }
 
 static int dag_ops_index(const sched_t *s, dag_ops *o, zb_err *err)
@@ -100,7 +110,9 @@ static int dag_ops_index(const sched_t *s, dag_ops *o, zb_err *err)
     o->by_key = malloc(sizeof *o->by_key * keys);
     o->crit_pred = malloc(sizeof *o->crit_pred * n);
     o->on_crit = calloc(n, 1);
-    if (!o->first || !o->dev || !o->pos || !o->by_key || !o->crit_pred || !o->on_crit) {
+    o->shown = calloc(n, 1);
+    if (!o->first || !o->dev || !o->pos || !o->by_key || !o->crit_pred || !o->on_crit ||
+        !o->shown) {
         dag_ops_free(o);
         return zb_fail(err, "out of memory");
     }
@@ -292,30 +304,25 @@ static void dag_set(void *obj, const char *name, const char *value)
     agsafeset(obj, (char *)name, (char *)value, (char *)"");
 }
 
-/* The barrier nodes C0 j (and C1 j for Vocab-2), into *out[2m] (caller
- * frees).  Returns 0 or -1 when memory runs out. */
-static int dag_barriers(const sched_t *s, Agraph_t *g, Agnode_t ***out)
+/* Barrier node C<c> j, made on first use (a view draws only the barriers
+ * its ops touch); barrier[] holds 2m slots.  NULL for C1 under Vocab-1. */
+static Agnode_t *dag_barrier(const sched_t *s, Agraph_t *g, Agnode_t **barrier, int c, int j)
 {
-    Agnode_t **b = calloc(2 * (size_t)s->n_micro, sizeof *b);
-    if (!b)
-        return -1;
-    char name[48];
-    for (int c = 0; c < 2; c++) {
-        if (c == 1 && s->vocab.variant != SCHED_VOCAB_2)
-            break;
-        for (int j = 0; j < s->n_micro; j++) {
-            snprintf(name, sizeof name, "C%d %d", c, j);
-            Agnode_t *n = b[c * s->n_micro + j] = agnode(g, name, 1);
-            dag_set(n, "shape", "ellipse");
-            dag_set(n, "style", "solid");
-            dag_set(n, "color", VIZ_BARRIER_STROKE);
-            dag_set(n, "fontcolor", VIZ_BARRIER_STROKE);
-            dag_set(n, "tooltip", c == 0 ? "barrier C0: all-reduce over all devices after every S"
-                                         : "barrier C1: all-reduce over all devices after every T");
-        }
+    if (c == 1 && s->vocab.variant != SCHED_VOCAB_2)
+        return NULL;
+    Agnode_t **slot = &barrier[c * s->n_micro + j];
+    if (!*slot) {
+        char name[48];
+        snprintf(name, sizeof name, "C%d %d", c, j);
+        Agnode_t *n = *slot = agnode(g, name, 1);
+        dag_set(n, "shape", "ellipse");
+        dag_set(n, "style", "solid");
+        dag_set(n, "color", VIZ_BARRIER_STROKE);
+        dag_set(n, "fontcolor", VIZ_BARRIER_STROKE);
+        dag_set(n, "tooltip", c == 0 ? "barrier C0: all-reduce over all devices after every S"
+                                     : "barrier C1: all-reduce over all devices after every T");
     }
-    *out = b;
-    return 0;
+    return *slot;
 }
 
 /* The edges of op gi that pass through a barrier: S -> C0, C0 -> T;
@@ -324,7 +331,11 @@ static void dag_barrier_edges(const sched_t *s, const dag_ops *o, Agraph_t *g, A
                               Agnode_t **barrier, long gi)
 {
     sched_op op = s->dev[o->dev[gi]].ops[o->pos[gi]];
-    Agnode_t *c0 = barrier[op.mb], *c1 = barrier[s->n_micro + op.mb];
+    int needs = OP_IS_VOCAB(op.kind) ||
+                ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1);
+    if (!needs)
+        return;
+    Agnode_t *c0 = dag_barrier(s, g, barrier, 0, op.mb), *c1 = dag_barrier(s, g, barrier, 1, op.mb);
     Agedge_t *e = NULL;
     if (op.kind == OP_S) {
         e = agedge(g, node[gi], c0, NULL, 1);
@@ -341,16 +352,19 @@ static void dag_barrier_edges(const sched_t *s, const dag_ops *o, Agraph_t *g, A
         dag_set(e, "color", VIZ_BARRIER_STROKE);
 }
 
-static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
+static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, const viz_window *w)
 {
     Agdisc_t disc = { &AgMemDisc, &dag_id_disc, &AgIoDisc };
     Agraph_t *g = agopen((char *)"schedule", Agdirected, &disc);
     if (!g)
         return NULL;
-    char label[512];
-    snprintf(label, sizeof label, "%s: dependency graph, p=%d, m=%d; %s cost %.4g %s; red: critical path",
+    char label[768], cost[48], view[256];
+    zb_num_format(t->r.cost, 6, cost, sizeof cost);
+    viz_window_describe(s, w, s->time_unit, view, sizeof view);
+    snprintf(label, sizeof label, "%s: dependency graph, p=%d, m=%d; %s cost %s %s; red: critical path%s%s%s",
              s->name[0] ? s->name : "schedule", s->n_devices, s->n_micro,
-             t->measured ? "measured" : "simulated", t->r.cost, s->time_unit);
+             t->measured ? "measured" : "simulated", cost, s->time_unit[0] ? s->time_unit : "units",
+             view[0] ? "\n" : "", view, view[0] ? " (edges to ops outside it are not drawn)" : "");
     dag_set(g, "label", label);
     dag_set(g, "labelloc", "t");
     dag_set(g, "rankdir", "LR");
@@ -358,7 +372,7 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
     dag_set(g, "nodesep", "0.08");
     dag_set(g, "ranksep", "0.25");
     dag_set(g, "bgcolor", "white");
-    if (o->n > DAG_FULL_QUALITY_OPS) {
+    if (o->n_shown > DAG_FULL_QUALITY_OPS) {
         /* dot's network simplex (ranking and x placement) and crossing
          * minimisation dominate on big graphs: 768 ops took 48 s with the
          * defaults on a 2-core VM and 3 s with these limits, 1920 ops 10 s. */
@@ -387,7 +401,12 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
         return NULL;
     }
     char name[64], text[160];
-    for (int d = 0; d < s->n_devices; d++) {
+    for (int d = w->dev_lo; d <= w->dev_hi; d++) {
+        int any = 0;
+        for (int i = 0; i < s->dev[d].n_ops && !any; i++)
+            any = o->shown[o->first[d] + i];
+        if (!any)
+            continue;
         snprintf(name, sizeof name, "cluster_device%d", d);
         Agraph_t *c = agsubg(g, name, 1);
         snprintf(text, sizeof text, "device %d", d);
@@ -399,6 +418,8 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
         dag_set(c, "fontsize", "11");
         for (int i = 0; i < s->dev[d].n_ops; i++) {
             long gi = o->first[d] + i;
+            if (!o->shown[gi])
+                continue;
             sched_op op = s->dev[d].ops[i];
             const char *kn = op_kind_name((op_kind)op.kind);
             int vocab = OP_IS_VOCAB(op.kind);
@@ -415,9 +436,12 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
             dag_set(n, "label", text);
             dag_set(n, "fillcolor", col.fill);
             dag_set(n, "fontcolor", col.text);
-            snprintf(text, sizeof text, "%s%d %s %d on device %d: %.6g to %.6g", kn, op.mb,
-                     vocab ? "vocabulary shard" : "stage", op.stage, d,
-                     t->r.dev[d].start[i], t->r.dev[d].end[i]);
+            char a[32], e[32];
+            zb_num_format(t->r.dev[d].start[i] - t->t0, 6, a, sizeof a);
+            zb_num_format(t->r.dev[d].end[i] - t->t0, 6, e, sizeof e);
+            snprintf(text, sizeof text, "%s%d %s %d on device %d: %s to %s %s", kn, op.mb,
+                     vocab ? "vocabulary shard" : "stage", op.stage, d, a, e,
+                     s->time_unit[0] ? s->time_unit : "units");
             dag_set(n, "tooltip", text);
             if (o->on_crit[gi]) {
                 dag_set(n, "color", "#d62728");
@@ -426,27 +450,29 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t)
         }
     }
     Agnode_t **barrier = NULL;
-    if (sched_has_vocab(s) && dag_barriers(s, g, &barrier) != 0) {
+    if (sched_has_vocab(s) && !(barrier = calloc(2 * (size_t)s->n_micro, sizeof *barrier))) {
         free(node);
         agclose(g);
         return NULL;
     }
     for (long gi = 0; gi < o->n; gi++) {
+        if (!o->shown[gi])
+            continue;
         long preds[2];
         int np = dag_data_preds(s, o, t, gi, preds);
         if (barrier)
             dag_barrier_edges(s, o, g, node, barrier, gi);
         for (int k = 0; k < np; k++) {
             sched_op pop = s->dev[o->dev[preds[k]]].ops[o->pos[preds[k]]];
-            if (OP_IS_VOCAB(pop.kind))
-                continue; /* drawn through the barrier node */
+            if (OP_IS_VOCAB(pop.kind) || !o->shown[preds[k]])
+                continue; /* drawn through the barrier node, or outside the view */
             Agedge_t *e = agedge(g, node[preds[k]], node[gi], NULL, 1);
             if (o->crit_pred[gi] == preds[k] && o->on_crit[gi]) {
                 dag_set(e, "color", "#d62728");
                 dag_set(e, "penwidth", "2.5");
             }
         }
-        if (o->pos[gi] > 0) {
+        if (o->pos[gi] > 0 && o->shown[gi - 1]) {
             Agedge_t *e = agedge(g, node[gi - 1], node[gi], NULL, 1);
             dag_set(e, "style", "dashed");
             dag_set(e, "weight", "10");
@@ -477,15 +503,40 @@ static GVC_t *dag_context(void)
 
 int viz_dag_svg(const sched_t *s, char **svg, size_t *len, zb_err *err)
 {
+    return viz_dag_svg_view(s, NULL, svg, len, err);
+}
+
+int viz_dag_svg_view(const sched_t *s, const viz_view *v, char **svg, size_t *len, zb_err *err)
+{
     long n_ops = sched_op_count(s);
-    if (n_ops > VIZ_DAG_MAX_OPS)
-        return zb_fail(err, "the schedule has %ld ops; the dependency graph is drawn for at most %d "
-                       "(use the SVG timeline or the trace for big schedules)", n_ops, VIZ_DAG_MAX_OPS);
+    if (!v && n_ops > VIZ_DAG_MAX_OPS) /* refused before any work */
+        return zb_fail(err, "the schedule has %ld ops; the dependency graph is drawn for at most %d: "
+                       "draw a part of it with --from/--to, --micro-batches or --devices",
+                       n_ops, VIZ_DAG_MAX_OPS);
     viz_times t;
     if (viz_times_compute(s, &t, err) != 0)
         return -1;
+    viz_window w;
     dag_ops o;
-    if (dag_ops_index(s, &o, err) != 0) {
+    if (viz_window_resolve(s, &t, v, 1, &w, err) != 0 || dag_ops_index(s, &o, err) != 0) {
+        viz_times_free(&t);
+        return -1;
+    }
+    for (long g = 0; g < o.n; g++) {
+        int d = o.dev[g], i = o.pos[g];
+        o.shown[g] = viz_window_has_op(&w, &t, d, i) && viz_window_selected(&w, s->dev[d].ops[i].mb);
+        o.n_shown += o.shown[g];
+    }
+    if (o.n_shown > VIZ_DAG_MAX_OPS) {
+        if (w.narrowed)
+            zb_fail(err, "the part chosen holds %ld ops; the dependency graph is drawn for at most %d: "
+                    "narrow it with --from/--to, --micro-batches or --devices", o.n_shown,
+                    VIZ_DAG_MAX_OPS);
+        else
+            zb_fail(err, "the schedule has %ld ops; the dependency graph is drawn for at most %d: "
+                    "draw a part of it with --from/--to, --micro-batches or --devices",
+                    o.n_shown, VIZ_DAG_MAX_OPS);
+        dag_ops_free(&o);
         viz_times_free(&t);
         return -1;
     }
@@ -496,7 +547,7 @@ int viz_dag_svg(const sched_t *s, char **svg, size_t *len, zb_err *err)
     dag_gv_msg[0] = '\0';
     int rc = -1;
     GVC_t *gvc = dag_context();
-    Agraph_t *g = gvc ? dag_build(s, &o, &t) : NULL;
+    Agraph_t *g = gvc ? dag_build(s, &o, &t, &w) : NULL;
     if (!gvc || !g) {
         zb_fail(err, "cannot set up Graphviz%s%s", dag_gv_msg[0] ? ": " : "", dag_gv_msg);
     } else if (gvLayout(gvc, g, "dot") != 0) {

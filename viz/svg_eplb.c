@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "viz/buf.h"
+#include "viz/font.h"
 
 #define BEFORE_FILL "#9e9e9e" /* the plain layout: neutral grey */
 #define AFTER_FILL "#397AF2"  /* the placement: the timeline's F blue */
@@ -52,11 +53,24 @@ static double row_mean(const double *row, int n)
     return sum / n;
 }
 
+/* Node of GPU g: floor(g N / M), as solver/eplb.h places GPUs on nodes
+ * (contiguous, nearly equal nodes when N does not divide M). */
+static int node_of(int g, int M, int N)
+{
+    return (int)((long)g * N / M);
+}
+
+/* The first GPU of node n (ceil(n M / N)); node_of's inverse. */
+static int node_first(int n, int M, int N)
+{
+    return (int)(((long)n * M + N - 1) / N);
+}
+
 /* The bar chart of one layer at (x0, y0); returns its height. */
 static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double y0, double cw,
                         double node_gap)
 {
-    const int M = in->n_gpus, per_node = in->n_gpus / in->n_nodes, l = in->layer;
+    const int M = in->n_gpus, N = in->n_nodes, l = in->layer;
     const double *before = in->gpu_before + (size_t)l * M, *after = in->gpu_after + (size_t)l * M;
     const double chart_h = 200, bar_w = cw * 0.4;
     double top = 0;
@@ -73,12 +87,13 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
     double cy = y0 + 30, base = cy + chart_h;
     double width = M * cw + (in->n_nodes - 1) * node_gap;
     /* Node bands and labels. */
-    for (int n = 0; n < in->n_nodes; n++) {
-        double nx = x0 + n * (per_node * cw + node_gap);
+    for (int n = 0; n < N; n++) {
+        int first = node_first(n, M, N), count = node_first(n + 1, M, N) - first;
+        double nx = x0 + first * cw + n * node_gap;
         viz_buf_printf(b, "<rect class=\"node\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
-                       nx, cy, per_node * cw, chart_h, NODE_FILL);
+                       nx, cy, count * cw, chart_h, NODE_FILL);
         viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">node %d</text>\n",
-                       nx + per_node * cw / 2, base + 28, n);
+                       nx + count * cw / 2, base + 28, n);
     }
     /* Axis: 0, half and the top value. */
     for (int k = 0; k <= 2; k++) {
@@ -91,7 +106,7 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
                        x0 - 6, y + 3, label);
     }
     for (int g = 0; g < M; g++) {
-        double gx = x0 + g * cw + (g / per_node) * node_gap + cw * 0.1;
+        double gx = x0 + g * cw + node_of(g, M, N) * node_gap + cw * 0.1;
         double hb = chart_h * before[g] / top, ha = chart_h * after[g] / top;
         viz_buf_printf(b, "<rect class=\"bar-before\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
                        "<title>GPU %d before: %.6g</title></rect>",
@@ -99,7 +114,7 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
         viz_buf_printf(b, "<rect class=\"bar-after\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
                        "<title>GPU %d after: %.6g</title></rect>\n",
                        gx + bar_w, base - ha, bar_w, ha, AFTER_FILL, g, after[g]);
-        if (cw >= 14 || g % per_node == 0)
+        if (cw >= 14 || g == node_first(node_of(g, M, N), M, N))
             viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\">%d</text>",
                            gx + bar_w, base + 12, g);
     }
@@ -126,7 +141,7 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
 static void draw_heat(viz_buf *b, const viz_eplb_input *in, const double *table, const char *label,
                       double x0, double y0, double hw, double hh)
 {
-    const int M = in->n_gpus, per_node = in->n_gpus / in->n_nodes;
+    const int M = in->n_gpus, N = in->n_nodes;
     viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n", x0, y0 - 4, label);
     for (int l = 0; l < in->n_layers; l++) {
         const double *row = table + (size_t)l * M;
@@ -135,7 +150,7 @@ static void draw_heat(viz_buf *b, const viz_eplb_input *in, const double *table,
             char fill[8];
             heat_color(mean > 0 ? row[g] / mean : 0, fill);
             viz_buf_printf(b, "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
-                           x0 + g * hw + (g / per_node) * 3.0, y0 + l * hh, hw, hh, fill);
+                           x0 + g * hw + node_of(g, M, N) * 3.0, y0 + l * hh, hw, hh, fill);
         }
         viz_buf_puts(b, "\n");
     }
@@ -143,7 +158,7 @@ static void draw_heat(viz_buf *b, const viz_eplb_input *in, const double *table,
 
 int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
 {
-    if (in->n_layers < 1 || in->n_gpus < 1 || in->n_nodes < 1 || in->n_gpus % in->n_nodes)
+    if (in->n_layers < 1 || in->n_gpus < 1 || in->n_nodes < 1 || in->n_nodes > in->n_gpus)
         return zb_fail(err, "eplb picture: %d layers, %d GPUs, %d nodes is not a valid shape",
                        in->n_layers, in->n_gpus, in->n_nodes);
     if (in->layer < 0 || in->layer >= in->n_layers)
@@ -161,6 +176,8 @@ int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
     double width = margin + (bars_w > 2 * heat_w + 40 ? bars_w : 2 * heat_w + 40) + 20;
     if (width < 680) /* room for the headings */
         width = 680;
+    if (in->subtitle && margin + viz_text_width(in->subtitle, 11, 0) + 20 > width)
+        width = ceil(margin + viz_text_width(in->subtitle, 11, 0) + 20);
 
     viz_buf body = { 0 };
     double y = 50;

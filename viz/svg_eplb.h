@@ -25,8 +25,8 @@
 
 typedef struct viz_eplb_input {
     int n_layers;                 /* rows of the tables (>= 1) */
-    int n_gpus;                   /* columns (>= 1), a multiple of n_nodes */
-    int n_nodes;                  /* GPU g is on node g / (n_gpus / n_nodes) */
+    int n_gpus;                   /* columns (>= 1), at least n_nodes */
+    int n_nodes;                  /* GPU g is on node floor(g n_nodes / n_gpus) */
     const double *gpu_before;     /* [layer][gpu] load without balancing */
     const double *gpu_after;      /* [layer][gpu] load of the placement */
     const double *balance_before; /* [layer] max / mean of gpu_before's row */

@@ -12,6 +12,9 @@
  *
  * The text is written directly rather than through cJSON: a p=64, m=1024
  * schedule has 200k events and a fixed "%.3f" keeps output byte-stable.
+ * Through a view (view.h) only the shown devices' processes, the chosen
+ * micro-batches' ops and barriers and what overlaps the window are
+ * written, at their own times (from the schedule's first op).
  */
 #include "viz/viz.h"
 
@@ -20,6 +23,7 @@
 
 #include "viz/buf.h"
 #include "viz/times.h"
+#include "viz/view.h"
 
 /* Microseconds per unit of the schedule's time_unit; abstract units and
  * anything unknown map to 1 us so that numbers read the same in the viewer. */
@@ -35,8 +39,8 @@ static double us_per_unit(const char *unit)
 }
 
 /* Emits one device's memory curve as counter events; returns 0 or -1. */
-static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, int d, double k,
-                        zb_err *err)
+static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
+                        int d, double k, zb_err *err)
 {
     sim_mem_point *pts = NULL;
     int n = 0;
@@ -45,6 +49,9 @@ static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, int d,
     for (int i = 0; i < n; i++) {
         /* Several changes at one instant: only the last one is visible. */
         if (i + 1 < n && pts[i + 1].t == pts[i].t)
+            continue;
+        /* Inside the window, and the level it starts at. */
+        if (pts[i].t > w->w1 || (i + 1 < n && pts[i + 1].t <= w->w0))
             continue;
         viz_buf_printf(b, ",\n{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
                        "\"args\":{\"", d, (pts[i].t - t->t0) * k);
@@ -58,7 +65,8 @@ static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, int d,
 /* Vocabulary parallelism: the all-reduce barriers of device d on a thread
  * of their own ("all-reduce", tid 1), as the side stream runs them: C0(j)
  * and C1(j) each as a slice that ends when the simulator says it ends. */
-static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, int d, double k)
+static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
+                           int d, double k)
 {
     if (!t->r.barrier[0])
         return;
@@ -70,6 +78,8 @@ static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, int
         double dur = c == 0 ? s->vocab.t_c0 : s->vocab.t_c1;
         for (int j = 0; j < t->r.n_micro; j++) {
             double e = t->r.barrier[c][j];
+            if (!viz_window_selected(w, j) || e < w->w0 || e - dur > w->w1)
+                continue;
             viz_buf_printf(b, ",\n{\"name\":\"C%d %d\",\"cat\":\"barrier\",\"ph\":\"X\",\"pid\":%d,"
                            "\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"barrier\":\"C%d\"}}",
                            c, j, d, (e - dur - t->t0) * k, dur * k, j, c);
@@ -79,9 +89,20 @@ static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, int
 
 int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
 {
+    return viz_trace_json_view(s, NULL, json, len, err);
+}
+
+int viz_trace_json_view(const sched_t *s, const viz_view *view, char **json, size_t *len,
+                        zb_err *err)
+{
     viz_times t;
+    viz_window w;
     if (viz_times_compute(s, &t, err) != 0)
         return -1;
+    if (viz_window_resolve(s, &t, view, 1, &w, err) != 0) {
+        viz_times_free(&t);
+        return -1;
+    }
     double k = us_per_unit(s->time_unit);
     viz_buf b = { 0 };
     viz_buf_puts(&b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"");
@@ -93,17 +114,19 @@ int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
     viz_buf_printf(&b, "\",\"us_per_time_unit\":%.9g,\"cost\":%.9g,\"bubble_rate\":%.6f,"
                    "\"peak_memory\":%.9g},\n\"traceEvents\":[\n",
                    k, t.r.cost, t.r.bubble_rate, t.r.peak_mem);
-    for (int d = 0; d < s->n_devices; d++) {
+    for (int d = w.dev_lo; d <= w.dev_hi; d++) {
         viz_buf_printf(&b, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                        "\"args\":{\"name\":\"device %d\"}},\n"
                        "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                        "\"args\":{\"sort_index\":%d}},\n"
                        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                        "\"args\":{\"name\":\"compute\"}}",
-                       d ? ",\n" : "", d, d, d, d, d);
+                       d > w.dev_lo ? ",\n" : "", d, d, d, d, d);
         const sched_lane *l = &s->dev[d];
         for (int i = 0; i < l->n_ops; i++) {
             sched_op op = l->ops[i];
+            if (!viz_window_has_op(&w, &t, d, i) || !viz_window_selected(&w, op.mb))
+                continue;
             const char *kn = op_kind_name((op_kind)op.kind);
             double a = t.r.dev[d].start[i], e = t.r.dev[d].end[i];
             if (OP_IS_VOCAB(op.kind)) { /* a shard, not a stage or chunk */
@@ -119,8 +142,8 @@ int viz_trace_json(const sched_t *s, char **json, size_t *len, zb_err *err)
                            kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage,
                            t.stage_chunk[op.stage], kn);
         }
-        trace_barriers(&b, s, &t, d, k);
-        if (trace_memory(&b, s, &t, d, k, err) != 0) {
+        trace_barriers(&b, s, &t, &w, d, k);
+        if (trace_memory(&b, s, &t, &w, d, k, err) != 0) {
             viz_buf_free(&b);
             viz_times_free(&t);
             return -1;

@@ -10,6 +10,9 @@
 #include <assert.h>
 #include <math.h>
 
+#include "kernels/cpu/team.h"
+#include "kernels/cpu/vmath.h"
+
 void adamw_config_default(adamw_config *c)
 {
     c->lr = 1e-3f;
@@ -35,12 +38,22 @@ float adamw_lr(const adamw_config *c, int step)
     return (float)(c->min_lr + coeff * ((double)c->lr - c->min_lr));
 }
 
-double adamw_sum_squares(const float *g, size_t n)
+/* Four partial sums by index mod 4, added in a fixed order at the end:
+ * the same bits for a given n on every run, and a quarter of the
+ * dependency chain of one running sum. */
+KERN_VECTOR double adamw_sum_squares(const float *restrict g, size_t n)
 {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)g[i] * g[i];
-    return s;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)g[i] * g[i];
+        s1 += (double)g[i + 1] * g[i + 1];
+        s2 += (double)g[i + 2] * g[i + 2];
+        s3 += (double)g[i + 3] * g[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)g[i] * g[i];
+    return (s0 + s1) + (s2 + s3);
 }
 
 double adamw_tensor_sum_squares(const llama_stage *st, const float *grads,
@@ -66,21 +79,51 @@ float adamw_clip_scale(double total_sq, float max_norm)
     return scale < 1.0 ? (float)scale : 1.0f;
 }
 
+/* The update of elements [lo, hi): elementwise, so vectorized or split
+ * over threads it gives the same bits. */
+KERN_VECTOR static void adamw_range(float *restrict params, const float *restrict grads,
+                                    float *restrict m, float *restrict v, size_t lo, size_t hi,
+                                    float lr, float beta1, float beta2, float eps, float wd,
+                                    float grad_scale, float bc1, float bc2)
+{
+    for (size_t i = lo; i < hi; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+    }
+}
+
+/* One adamw_update, shared out over the calling thread's team in chunks
+ * of ADAMW_CHUNK elements. */
+typedef struct adamw_job {
+    float *params, *m, *v;       /* updated in place */
+    const float *grads;          /* read */
+    size_t n;                    /* elements */
+    float lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2; /* as adamw_range's */
+} adamw_job;
+enum { ADAMW_CHUNK = 32768 };
+
+static void adamw_chunks(void *p, int lo, int hi)
+{
+    const adamw_job *j = p;
+    size_t e0 = (size_t)lo * ADAMW_CHUNK, e1 = (size_t)hi * ADAMW_CHUNK;
+    adamw_range(j->params, j->grads, j->m, j->v, e0, e1 < j->n ? e1 : j->n, j->lr, j->beta1,
+                j->beta2, j->eps, j->wd, j->grad_scale, j->bc1, j->bc2);
+}
+
 void adamw_update(float *params, const float *grads, float *m, float *v,
                   size_t n, int t, float lr, float beta1, float beta2,
                   float eps, float wd, float grad_scale)
 {
     assert(t >= 1);
-    float bc1 = 1.0f - powf(beta1, (float)t);
-    float bc2 = 1.0f - powf(beta2, (float)t);
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-        float mhat = m[i] / bc1;
-        float vhat = v[i] / bc2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
-    }
+    adamw_job j = { params, m, v, grads, n, lr, beta1, beta2, eps, wd, grad_scale,
+                    1.0f - powf(beta1, (float)t), 1.0f - powf(beta2, (float)t) };
+    kern_parallel((int)((n + ADAMW_CHUNK - 1) / ADAMW_CHUNK), 4, adamw_chunks, &j);
 }
 
 void adamw_step_stage(const llama_stage *st, const adamw_config *c,

@@ -584,6 +584,34 @@ void llama_saved_set_recompute(llama_saved *sv, int level)
 static const int mlp_slots[] = { LS_N2, LS_A, LS_B, LS_HS };
 enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
 
+int llama_saved_plan(const llama_stage *st, int batch, int recompute, llama_saved_sizes *out)
+{
+    llama_saved *sv = llama_saved_new(st, batch); /* the slot table only */
+    if (!sv)
+        return -1;
+    size_t keep = 0, only = 0, b_keep = 0, mlp = 0;
+    for (int k = 0; k < sv->n_slots; k++) {
+        size_t b = sv->slot_bytes[k];
+        keep += sv->slot_phase[k] == PH_F_KEEP ? b : 0;
+        only += sv->slot_phase[k] == PH_F_ONLY ? b : 0;
+        b_keep += sv->slot_phase[k] == PH_B_KEEP ? b : 0;
+    }
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; !local_is_memory(st, i) && k < MLP_SLOT_COUNT; k++)
+            mlp += sv->slot_bytes[i * LS_COUNT + mlp_slots[k]];
+    size_t N = (size_t)batch * st->cfg.seq_len;
+    /* keep_inputs_only's copies */
+    size_t inputs = (st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float))
+                    + (st->has_head ? N * sizeof(int32_t) : 0);
+    out->after_f = recompute == LLAMA_RC_FULL  ? inputs
+                   : recompute == LLAMA_RC_MLP ? keep + only - mlp
+                                               : keep + only;
+    out->in_b = keep + only + b_keep + (recompute == LLAMA_RC_FULL ? inputs : 0);
+    out->after_b = keep + b_keep;
+    llama_saved_free(sv);
+    return 0;
+}
+
 /* Frees whichever MLP block slots are held (a failed rebuild's). */
 static void drop_mlp_blocks_partial(llama_saved *sv)
 {
@@ -726,8 +754,7 @@ static int layer_forward(const llama_stage *st, const float *params,
         return -1;
     /* h = x + att·wo */
     kern_matmul_forward(h, att, layer_param(st, params, i, LLAMA_T_WO), N, qd, d);
-    for (size_t j = 0; j < (size_t)N * d; j++)
-        h[j] = x[j] + h[j];
+    kern_add(h, x, h, (size_t)N * d);
     kern_rmsnorm_forward(n2, LSLOT(sv, i, LS_RSTD2), h,
                          layer_param(st, params, i, LLAMA_T_MLP_NORM), N, d);
     if (local_is_memory(st, i)) {
@@ -741,8 +768,7 @@ static int layer_forward(const llama_stage *st, const float *params,
         kern_matmul_forward(out, hs, layer_param(st, params, i, LLAMA_T_W2), N, ff, d);
     }
     /* out = h + block output */
-    for (size_t j = 0; j < (size_t)N * d; j++)
-        out[j] = h[j] + out[j];
+    kern_add(out, h, out, (size_t)N * d);
     return 0;
 }
 
@@ -861,8 +887,7 @@ typedef struct b_scratch {
 /* dst[j] = a[j] + b[j] over n floats (dst may alias a). */
 static void add_into(float *dst, const float *a, const float *b, size_t n)
 {
-    for (size_t j = 0; j < n; j++)
-        dst[j] = a[j] + b[j];
+    kern_add(dst, a, b, n);
 }
 
 /* B of the memory block of local layer i: from LS_DOUT and the memory F
@@ -1112,8 +1137,7 @@ int llama_stage_backward_w(const llama_stage *st, llama_saved *sv,
             assert(0 && "bad tensor kind");
         }
         float *g = grads + ten->offset;
-        for (size_t j = 0; j < ten->count; j++)
-            g[j] = g[j] + tmp[j];
+        kern_add(g, g, tmp, ten->count);
     }
     free(vscratch);
     release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
@@ -1138,6 +1162,5 @@ void llama_grads_zero(const llama_stage *st, float *grads)
 
 void llama_grads_add(const llama_stage *st, float *acc, const float *scratch)
 {
-    for (size_t j = 0; j < st->n_params; j++)
-        acc[j] = acc[j] + scratch[j];
+    kern_add(acc, acc, scratch, st->n_params);
 }

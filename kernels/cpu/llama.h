@@ -257,6 +257,23 @@ enum {
  * programming error (assert). */
 void llama_saved_set_recompute(llama_saved *sv, int level);
 
+/* What a saved state of `batch` sequences of st holds at each point of a
+ * micro-batch's life at recompute level `recompute` (LLAMA_RC_*), in the
+ * bytes llama_saved_bytes reports, read from the slot table without
+ * allocating an activation: the runtime's memory estimate
+ * (runtime/footprint.h) is this, not a copy of it. */
+typedef struct llama_saved_sizes {
+    size_t after_f; /* from F until B: the forward's slots, or what the
+                     * recompute level keeps of them */
+    size_t in_b;    /* the most B holds at once: the forward's slots
+                     * (rebuilt when recomputed) and B's own */
+    size_t after_b; /* from B until W: what W reads */
+} llama_saved_sizes;
+
+/* Fills *out for st at `batch` and `recompute`.  Returns 0, or -1 when the
+ * slot table cannot be allocated. */
+int llama_saved_plan(const llama_stage *st, int batch, int recompute, llama_saved_sizes *out);
+
 /* Forward of one micro-batch of sv's batch size B and T = cfg.seq_len.
  *   tokens  int32 [B·T]   input when has_embedding (else NULL)
  *   act_in  float [B·T·d] input when !has_embedding (else NULL)

@@ -6,10 +6,13 @@
  * style of llm.c's train_gpt2.c: shapes are in the comments, N = B·T rows,
  * activations row-major [N, features], weights row-major [in, out].
  *
- * Nothing here allocates except the attention kernels (one T×T scratch per
- * call) and nothing here is order-dependent across calls: every reduction
- * runs in a fixed index order, GEMMs go through kern_gemm (single-threaded
- * OpenBLAS, kernels.h).  Workload: N up to 16·256 = 4096 rows, d ≤ 384,
+ * Nothing here allocates once the largest shape has been seen (the
+ * attention's blocks of scores and RoPE's table live in per-thread scratch,
+ * team.h) and nothing here is order-dependent across calls: every
+ * reduction runs in a fixed index order, GEMMs go through kern_gemm
+ * (single-threaded BLAS, kernels.h), and the passes a thread team shares
+ * are split where the split changes no bit (rows, sequences, fixed chunks
+ * of elements).  Workload: N up to 16·256 = 4096 rows, d ≤ 384,
  * d_ff ≤ 1536, T ≤ 256.
  */
 #ifndef ZB_KERNELS_OPS_H
@@ -68,6 +71,7 @@ void kern_rope_row(float *row, int pos, int n_heads, int hd, double theta);
 
 /* Causal attention per sequence b and head h (KV head h / (nh/nkv)):
  *   P = softmax(q_h k_hᵀ / sqrt(hd) + causal mask),  o_h = P v_h
+ * in blocks of 64 query rows that skip the masked scores (ops.c).
  * q[N, nh·hd], k,v [N, nkv·hd], o [N, nh·hd] written, lse[B, nh, T] the
  * per-row log-sum-exp of the scaled scores (kept so B can recompute P).
  * Returns 0, or -1 when its T×T scratch cannot be allocated. */
@@ -83,6 +87,11 @@ int kern_attention_backward(float *dq, float *dk, float *dv, const float *do_,
                             const float *q, const float *k, const float *v,
                             const float *o, const float *lse, int B, int T,
                             int nh, int nkv, int hd);
+
+/* dst[i] = a[i] + b[i] for i < n (dst may be a or b): the residual adds,
+ * gradient sums and weight-gradient accumulation, vectorized and shared
+ * over the calling thread's team (elementwise: the same bits at any split). */
+void kern_add(float *dst, const float *a, const float *b, size_t n);
 
 /* hs[N,f] = silu(a) ⊙ b, silu(a) = a·sigmoid(a). */
 void kern_swiglu_forward(float *hs, const float *a, const float *b, size_t n);

@@ -76,6 +76,7 @@ enum {
     KERN_SCRATCH_B_ATT = 2,  /* llama B: one [N, q_dim] gradient */
     KERN_SCRATCH_B_FF = 3,   /* llama B: one [N, d_ff] gradient */
     KERN_SCRATCH_W_TMP = 4,  /* llama W: one tensor's gradient */
+    KERN_SCRATCH_ROPE = 5,   /* RoPE's (cos, sin) table (ops.c) */
     KERN_SCRATCH_SLOTS = 8,
 };
 void *kern_scratch(int slot, size_t bytes);

@@ -1,21 +1,19 @@
 /*
- * gpu_profile.h: the GPU side of `zbsched profile`: measure F, B and W of
- * one micro-batch through one transformer layer, through the embedding and
- * through the final norm + LM head + loss on a CUDA device, the activation
- * memory each leaves allocated (gpu_saved_bytes after F and after B: the
- * zero-bubble paper's M_B and M_W), the one-GPU stage-to-stage transfer
- * and the static bytes per layer, and fill the same zb_profile that
- * runtime/profiler.h fills on the CPU, so `zbsched search --profile FILE`
- * can plan with measured H100/H200 figures.
+ * gpu_profile.h: the GPU side of `zbsched profile --device cuda`: the
+ * profile runtime/profiler.h measures on the CPU, measured on a CUDA
+ * device by the same profiler over the CUDA backend (backend_cuda.h):
+ * F, B and W of one micro-batch through a stack of layers, the embedding
+ * and the final norm + LM head + loss, the activation memory each leaves
+ * allocated (the zero-bubble paper's M_B and M_W), the stage-to-stage
+ * hand-over and the static bytes per layer (its post-validation snapshot
+ * included), so that `zbsched search --profile FILE` can plan with
+ * measured H100/H200 figures.  The module's table entry profile_measure
+ * (runtime/cuda_module.h) is this function.
  *
- * Hook for the CLI (owned by the runtime engineer): in cmd_profile.c,
- * under #ifdef ZB_HAVE_CUDA, a `--gpu N` flag calls gpu_profile_measure
- * instead of profiler_measure and saves the result with profile_save.
- *
- * Each op runs once to warm up (cuBLASLt heuristics, allocator pool), then
- * `reps` times between CUDA events; the median is reported.  Inputs are
- * seeded random tokens and activations.  Expected workload: one layer of
- * up to Llama-3 8B width at s = 4096, a few seconds.
+ * Each op is timed on the host around the op and the wait for its stream
+ * (the backend's sync), after warm-up micro-batches (cuBLASLt heuristics,
+ * allocator pool); the median is reported.  Expected workload: a few
+ * layers of up to Llama-3 8B width at s = 4096, a few seconds.
  */
 #ifndef ZB_GPU_PROFILE_H
 #define ZB_GPU_PROFILE_H

@@ -56,6 +56,7 @@
 #define ZB_NCCL_TRANSPORT_H
 
 #include "runtime/cuda_module.h"
+#include "runtime/link_plan.h"
 #include "runtime/transport.h"
 
 #ifdef __cplusplus

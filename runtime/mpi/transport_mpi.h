@@ -39,6 +39,7 @@
 
 #include <mpi.h>
 
+#include "runtime/link_plan.h"
 #include "runtime/transport.h"
 
 /* What trainer_opts.make_transport_ctx points to for this transport. */

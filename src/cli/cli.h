@@ -23,6 +23,7 @@ int cmd_profile(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_eplb(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_checkpoint(int argc, char **argv);
 
 /* Prints "zbsched: <message>" and a newline on stderr; returns 1 so that a
  * command can `return cli_error(...)`. */

@@ -56,10 +56,11 @@ static void usage(FILE *out)
         "  --replicas R   physical expert slots per layer: at least the number of\n"
         "                 experts, a multiple of M (R/M slots per GPU)\n"
         "  --groups G     expert groups (the experts' count must divide by G)\n"
-        "  --nodes N      server nodes\n"
-        "  --gpus M       GPUs, a multiple of N\n"
-        "  --policy P     auto (default: hierarchical when N divides G, else global),\n"
-        "                 hierarchical (keeps each group inside one node) or global\n"
+        "  --nodes N      server nodes (at most M)\n"
+        "  --gpus M       GPUs; a multiple of N for the hierarchical policy\n"
+        "  --policy P     auto (default: hierarchical when N divides G, else global,\n"
+        "                 as DeepSeek's reference), hierarchical (keeps each group\n"
+        "                 inside one node) or global (ignores groups and nodes)\n"
         "  --json         print the whole placement as JSON instead of the table:\n"
         "                 phy2log, log2phy, logcnt, per-GPU and per-node loads and\n"
         "                 balances (max / mean) before and after\n"
@@ -69,7 +70,9 @@ static void usage(FILE *out)
         "  -h, --help     this text\n"
         "\n"
         "'Before' is the plain layout without redundant experts: expert e on GPU\n"
-        "e*M/E (rounded down).  See docs/eplb.md.\n");
+        "e*M/E (rounded down); GPU g is on node g*N/M.  When the hierarchical policy\n"
+        "leaves a worse node balance than the global one would, a note says so with\n"
+        "both figures.  See docs/eplb.md.\n");
 }
 
 /* Writes v in decimal at p; returns the end.  printf per number made the
@@ -167,17 +170,27 @@ static void json_summary(viz_buf *b, const char *key, const double *v, int n)
     viz_buf_printf(b, ",\"%s\":{\"mean\":%.17g,\"max\":%.17g}", key, mean, max);
 }
 
-/* The whole placement as one JSON document. */
+/* The whole placement as one JSON document.  cmp is the global policy's
+ * comparison when the hierarchical one ran, else NULL. */
 static int build_json(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
-                      char **doc, size_t *len, zb_err *err)
+                      const eplb_global_compare *cmp, char **doc, size_t *len, zb_err *err)
 {
     int L = r->n_layers, E = r->n_experts;
     viz_buf b = { 0 };
     viz_buf_printf(&b, "{\"format\":\"zbsched-eplb\",\"version\":1,\"policy\":\"%s\","
+                   "\"policy_requested\":\"%s\",\"fell_back\":%s,"
                    "\"layers\":%d,\"experts\":%d,\"replicas\":%d,\"groups\":%d,\"nodes\":%d,"
                    "\"gpus\":%d,\"max_replicas\":%d",
-                   r->hierarchical ? "hierarchical" : "global", L, E, r->n_replicas, p->n_groups,
+                   r->hierarchical ? "hierarchical" : "global", eplb_policy_name(p->policy),
+                   r->fell_back ? "true" : "false", L, E, r->n_replicas, p->n_groups,
                    r->n_nodes, r->n_gpus, r->max_count);
+    if (cmp)
+        viz_buf_printf(&b, ",\"global_comparison\":{\"hierarchical_worse\":%s,\"layer\":%d,"
+                       "\"node_balance\":%.17g,\"gpu_balance\":%.17g,\"global_layer\":%d,"
+                       "\"global_node_balance\":%.17g,\"global_gpu_balance\":%.17g}",
+                       cmp->worse ? "true" : "false", cmp->layer, cmp->node_balance,
+                       cmp->gpu_balance, cmp->global_layer, cmp->global_node_balance,
+                       cmp->global_gpu_balance);
     json_summary(&b, "balance_before_summary", ld->balance_before, L);
     json_summary(&b, "balance_after_summary", ld->balance_after, L);
     json_summary(&b, "node_balance_before_summary", ld->node_balance_before, L);
@@ -207,13 +220,37 @@ static int build_json(const eplb_params *p, const eplb_result *r, const eplb_loa
     return viz_buf_take(&b, doc, len, err);
 }
 
-static void print_table(const eplb_params *p, const eplb_result *r, const eplb_loads *ld)
+/* "2 nodes x 4", or "3 nodes of 1-2" when the GPUs do not divide evenly
+ * (GPU g on node floor(g N / M)). */
+static void nodes_text(const eplb_result *r, char *buf, size_t len)
+{
+    int M = r->n_gpus, N = r->n_nodes;
+    if (M % N == 0)
+        snprintf(buf, len, "%d node%s x %d", N, N == 1 ? "" : "s", M / N);
+    else
+        snprintf(buf, len, "%d nodes of %d-%d", N, M / N, M / N + 1);
+}
+
+/* The policy that ran, and why when auto fell back (the reference's rule). */
+static void policy_text(const eplb_params *p, const eplb_result *r, char *buf, size_t len)
+{
+    if (r->fell_back)
+        snprintf(buf, len, "global (auto: %d groups do not divide into %d nodes, so the global "
+                 "policy ran, as DeepSeek's reference falls back)", p->n_groups, p->n_nodes);
+    else
+        snprintf(buf, len, "%s", r->hierarchical ? "hierarchical" : "global");
+}
+
+static void print_table(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
+                        const eplb_global_compare *cmp)
 {
     int L = r->n_layers;
-    printf("eplb: %d layers x %d experts -> %d slots on %d GPUs (%d nodes x %d), %d groups, "
-           "policy %s\n",
-           L, r->n_experts, r->n_replicas, r->n_gpus, r->n_nodes, r->n_gpus / r->n_nodes,
-           p->n_groups, r->hierarchical ? "hierarchical" : "global");
+    char nodes[64], policy[200];
+    nodes_text(r, nodes, sizeof nodes);
+    policy_text(p, r, policy, sizeof policy);
+    printf("eplb: %d layer%s x %d experts -> %d slots on %d GPUs (%s), %d group%s, policy %s\n",
+           L, L == 1 ? "" : "s", r->n_experts, r->n_replicas, r->n_gpus, nodes, p->n_groups,
+           p->n_groups == 1 ? "" : "s", policy);
     printf("balance = max / mean load; before = expert e on GPU e*M/E, no replicas\n");
     printf("%6s %12s %12s %12s %12s %9s\n", "layer", "GPU before", "GPU after", "node before",
            "node after", "replicas");
@@ -233,6 +270,13 @@ static void print_table(const eplb_params *p, const eplb_result *r, const eplb_l
     mean_max(ld->node_balance_after, L, &nma, &nxa);
     printf("GPU balance: mean %.4f -> %.4f, worst layer %.4f -> %.4f\n", mb, ma, xb, xa);
     printf("node balance: mean %.4f -> %.4f, worst layer %.4f -> %.4f\n", nmb, nma, nxb, nxa);
+    if (cmp && cmp->worse)
+        printf("note: the hierarchical policy keeps each group inside one node, which leaves "
+               "layer %d a node balance of %.4f (worst GPU balance %.4f); --policy global "
+               "spreads the groups over the nodes and gets %.4f at worst (layer %d; worst GPU "
+               "balance %.4f), at the price of more traffic between nodes\n",
+               cmp->layer, cmp->node_balance, cmp->gpu_balance, cmp->global_node_balance,
+               cmp->global_layer, cmp->global_gpu_balance);
 }
 
 /* The first layer with the worst balance before. */
@@ -321,10 +365,12 @@ int cmd_eplb(int argc, char **argv)
 
     eplb_result r = { 0 };
     eplb_loads ld = { 0 };
+    eplb_global_compare cmp = { 0 };
     char *doc = NULL, *svg = NULL;
     size_t doc_len = 0, svg_len = 0;
     rc = 1;
-    if (eplb_rebalance(weight, &p, &r, &err) || eplb_compute_loads(weight, &r, &ld, &err)) {
+    if (eplb_rebalance(weight, &p, &r, &err) || eplb_compute_loads(weight, &r, &ld, &err) ||
+        (r.hierarchical && eplb_compare_global(weight, &p, &ld, &cmp, &err))) {
         rc = cli_fail(&err);
         goto out;
     }
@@ -332,16 +378,18 @@ int cmd_eplb(int argc, char **argv)
         rc = cli_usage("eplb", "--svg-layer: %ld is out of range (0..%d)", svg_layer, p.n_layers - 1);
         goto out;
     }
-    if ((json || out_path) && build_json(&p, &r, &ld, &doc, &doc_len, &err)) {
+    if ((json || out_path) &&
+        build_json(&p, &r, &ld, r.hierarchical ? &cmp : NULL, &doc, &doc_len, &err)) {
         rc = cli_fail(&err);
         goto out;
     }
     if (svg_path) {
         char subtitle[256];
         snprintf(subtitle, sizeof subtitle,
-                 "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy",
+                 "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy%s",
                  p.n_layers, p.n_experts, p.n_replicas, p.n_gpus, p.n_nodes, p.n_groups,
-                 r.hierarchical ? "hierarchical" : "global");
+                 r.hierarchical ? "hierarchical" : "global",
+                 r.fell_back ? " (auto: the groups do not divide into the nodes)" : "");
         viz_eplb_input in = {
             .n_layers = ld.n_layers, .n_gpus = ld.n_gpus, .n_nodes = ld.n_nodes,
             .gpu_before = ld.gpu_before, .gpu_after = ld.gpu_after,
@@ -369,7 +417,7 @@ int cmd_eplb(int argc, char **argv)
     if (json)
         fwrite(doc, 1, doc_len, stdout);
     else
-        print_table(&p, &r, &ld);
+        print_table(&p, &r, &ld, r.hierarchical ? &cmp : NULL);
     rc = 0; /* main's final flush reports stdout errors, with their cause */
 out:
     free(doc);

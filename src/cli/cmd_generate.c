@@ -7,11 +7,20 @@
  * The decoding lives in runtime/generate.h; this file parses flags, prints
  * the prompt and streams each new character to stdout as it comes (flushed,
  * so a pipe sees it at once), and ends with one summary line on stderr.
- * With --json nothing is streamed: one object {"text", "tokens",
- * "tokens_per_s", ...} is printed at the end, text being the prompt plus
- * the new characters.  Bad input (no checkpoint, a prompt character the
- * model never saw, more tokens than the context holds) is one line on
- * stderr and a non-zero exit before anything is printed.
+ * Past the model's context the conditioning is cropped to its last seq_len
+ * tokens (nanoGPT's rule); --max-context refuses such a request instead.
+ *
+ * With --json nothing is streamed: one object is printed at the end.  A
+ * character model's tokens are bytes, and it can emit any byte of its
+ * vocabulary: half of a UTF-8 sequence, NUL, control bytes.  The object
+ * stays valid JSON (UTF-8, no raw control bytes) for all of them and loses
+ * nothing: "text" is the bytes as a JSON string, exact wherever they are
+ * valid UTF-8 (NUL and control bytes as JSON escapes) and with U+FFFD for
+ * each byte that is not, "text_base64" the exact bytes (RFC 4648 base64),
+ * and "utf8" says whether "text" is exact.  docs/generate.md has the
+ * decoding recipe.  Bad input (no checkpoint, a prompt character the
+ * model never saw, with --max-context more tokens than the context holds)
+ * is one line on stderr and a non-zero exit before anything is printed.
  */
 #include "src/cli/cli.h"
 
@@ -32,12 +41,14 @@ static void usage(FILE *out)
     fprintf(out,
         "usage: zbsched generate --checkpoint DIR [--prompt TEXT | --prompt-file F]\n"
         "                        [--tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-        "                        [--seed S] [--json] [--no-cache]\n"
+        "                        [--seed S] [--json] [--no-cache] [--max-context]\n"
         "\n"
         "Generates text with a model trained by `zbsched run --checkpoint DIR` (any\n"
         "schedule or split), one character at a time with a KV cache, and streams the\n"
-        "prompt and the new characters to stdout.  Generation stops at the model's\n"
-        "context: prompt + N must fit in its seq_len (docs/generate.md).\n"
+        "prompt and the new characters to stdout.  Past the model's context (its\n"
+        "seq_len) each character is drawn from the last seq_len characters, as nanoGPT\n"
+        "does; that window is rerun for every character, which is slower\n"
+        "(docs/generate.md).\n"
         "\n"
         "      --checkpoint DIR   the directory `run --checkpoint` wrote\n"
         "      --prompt TEXT      text to continue (default: a newline)\n"
@@ -48,7 +59,10 @@ static void usage(FILE *out)
         "      --top-p P          nucleus sampling, 0 < P <= 1 (default 1: off)\n"
         "      --seed S           sampling seed (default 1): same seed, same text\n"
         "      --no-cache         rerun the whole prefix for every token (checks the cache)\n"
-        "      --json             print {\"text\", \"tokens\", \"tokens_per_s\"} instead of streaming\n"
+        "      --max-context      refuse prompt + N beyond the context instead of cropping\n"
+        "      --json             print one object instead of streaming: \"text\" (U+FFFD for\n"
+        "                         bytes that are not UTF-8), \"text_base64\" (the exact\n"
+        "                         bytes), \"utf8\", \"tokens\", \"tokens_per_s\", ...\n"
         "  -q, --quiet            no summary line on stderr\n"
         "  -h, --help             this text\n");
 }
@@ -95,10 +109,167 @@ static void emit_buffer(void *ctx, const char *bytes, size_t n)
     b->data[b->len] = '\0';
 }
 
+/* The UTF-8 sequence at p (n > 0 bytes left): returns how many bytes it
+ * takes and sets *valid.  A valid sequence is taken whole.  Otherwise the
+ * "maximal subpart" is taken (Unicode's recommended practice for U+FFFD,
+ * as Python's errors="replace", WHATWG's TextDecoder and ICU do): the
+ * longest start of a valid sequence, or the one byte when it starts none.
+ * Overlong forms, surrogates (U+D800..DFFF) and code points past U+10FFFF
+ * are invalid (RFC 3629). */
+static size_t utf8_scan(const unsigned char *p, size_t n, int *valid)
+{
+    unsigned c = p[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf; /* range of the second byte */
+    *valid = 0;
+    if (c < 0x80) {
+        *valid = 1;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong */
+        if (c == 0xed)
+            hi = 0x9f; /* surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong */
+        if (c == 0xf4)
+            hi = 0x8f; /* past U+10FFFF */
+    } else {
+        return 1; /* a continuation byte, C0, C1 or F5..FF: starts nothing */
+    }
+    size_t i = 1;
+    if (i < n && p[i] >= lo && p[i] <= hi)
+        for (i = 2; i < len && i < n && p[i] >= 0x80 && p[i] <= 0xbf; i++)
+            ;
+    *valid = i == len;
+    return i;
+}
+
+/* bytes[0..n) as a quoted JSON string into a new malloc'd buffer: valid
+ * UTF-8 copied, '"', '\\' and the control bytes 0x00..0x1f and 0x7f
+ * escaped, each maximal invalid subpart written as one U+FFFD (so the
+ * string equals Python's bytes.decode("utf-8", "replace")).  Sets *exact
+ * to whether nothing was replaced.  NULL when memory runs out. */
+static char *json_text(const char *bytes, size_t n, int *exact)
+{
+    /* worst case: 6 bytes per input byte ("\u001f", or U+FFFD's 3), quotes */
+    char *out = malloc(6 * n + 3), *o = out;
+    if (!out)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)bytes;
+    *exact = 1;
+    *o++ = '"';
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int valid;
+        size_t len = utf8_scan(p + i, n - i, &valid);
+        if (!valid) {
+            memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD REPLACEMENT CHARACTER */
+            o += 3;
+            *exact = 0;
+            i += len;
+        } else if (len > 1) {
+            memcpy(o, p + i, len);
+            o += len;
+            i += len;
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            if (c == '"' || c == '\\') {
+                *o++ = '\\';
+                *o++ = (char)c;
+            } else if (c == '\n') {
+                memcpy(o, "\\n", 2);
+                o += 2;
+            } else if (c == '\t') {
+                memcpy(o, "\\t", 2);
+                o += 2;
+            } else if (c == '\r') {
+                memcpy(o, "\\r", 2);
+                o += 2;
+            } else if (c < 0x20 || c == 0x7f) {
+                memcpy(o, "\\u00", 4);
+                o[4] = hex[c >> 4];
+                o[5] = hex[c & 15];
+                o += 6;
+            } else {
+                *o++ = (char)c;
+            }
+            i++;
+        }
+    }
+    *o++ = '"';
+    *o = '\0';
+    return out;
+}
+
+/* bytes[0..n) in standard base64 with padding (RFC 4648, section 4), as a
+ * quoted JSON string in a new malloc'd buffer; NULL when memory runs out. */
+static char *json_base64(const char *bytes, size_t n)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 3), *o = out;
+    if (!out)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)bytes;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        *o++ = alphabet[v >> 18 & 63];
+        *o++ = alphabet[v >> 12 & 63];
+        *o++ = i + 1 < n ? alphabet[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? alphabet[v & 63] : '=';
+    }
+    *o++ = '"';
+    *o = '\0';
+    return out;
+}
+
+/* The --json document.  Built with cJSON except the two strings above,
+ * which cJSON cannot write (it stops at a NUL and copies other bytes
+ * as they are): they go in as raw, already valid JSON values. */
+static char *json_document(const text_buf *buf, size_t prompt_bytes, const gen_result *res,
+                           const gen_opts *o, int seq_len)
+{
+    int exact = 1;
+    char *text = json_text(buf->data ? buf->data : "", buf->len, &exact);
+    char *b64 = json_base64(buf->data ? buf->data : "", buf->len);
+    cJSON *out = cJSON_CreateObject();
+    char *s = NULL;
+    if (text && b64 && out && cJSON_AddRawToObject(out, "text", text) &&
+        cJSON_AddRawToObject(out, "text_base64", b64) &&
+        cJSON_AddBoolToObject(out, "utf8", exact) &&
+        cJSON_AddNumberToObject(out, "bytes", (double)buf->len) &&
+        cJSON_AddNumberToObject(out, "prompt_bytes", (double)prompt_bytes) &&
+        cJSON_AddNumberToObject(out, "tokens", res->n_new) &&
+        cJSON_AddNumberToObject(out, "cropped_tokens", res->n_cropped) &&
+        cJSON_AddNumberToObject(out, "context", seq_len) &&
+        cJSON_AddNumberToObject(out, "tokens_per_s", res->tokens_per_s) &&
+        cJSON_AddNumberToObject(out, "seconds", res->seconds) &&
+        cJSON_AddBoolToObject(out, "cache", o->use_cache) &&
+        cJSON_AddNumberToObject(out, "seed", (double)o->seed) &&
+        cJSON_AddNumberToObject(out, "temperature", o->temperature))
+        s = cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    free(text);
+    free(b64);
+    return s;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     enum { O_CKPT = 256, O_PROMPT, O_PROMPT_FILE, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON,
-           O_NOCACHE };
+           O_NOCACHE, O_MAXCTX };
     static const struct option opts[] = {
         { "checkpoint", required_argument, NULL, O_CKPT },
         { "prompt", required_argument, NULL, O_PROMPT },
@@ -110,6 +281,7 @@ int cmd_generate(int argc, char **argv)
         { "seed", required_argument, NULL, O_SEED },
         { "json", no_argument, NULL, O_JSON },
         { "no-cache", no_argument, NULL, O_NOCACHE },
+        { "max-context", no_argument, NULL, O_MAXCTX },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -144,6 +316,7 @@ int cmd_generate(int argc, char **argv)
         case O_SEED: bad = cli_parse_int("--seed", optarg, 0, 0x7fffffffffffffffL, &seed, &err); break;
         case O_JSON: json = 1; break;
         case O_NOCACHE: o.use_cache = 0; break;
+        case O_MAXCTX: o.max_context = 1; break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return cli_usage(argv[0], "%s needs a value (try --help)", argv[optind - 1]);
@@ -182,6 +355,8 @@ int cmd_generate(int argc, char **argv)
     free(probe);
     if (!probe)
         zb_fail(&err, "out of memory");
+    if (rc == 0)
+        rc = gen_check_request(g, prompt_len, &o, &err);
     if (rc != 0) {
         gen_free(g);
         free(file_text);
@@ -194,8 +369,7 @@ int cmd_generate(int argc, char **argv)
     if (!json) {
         /* an empty prompt starts from "\n" (gen_run), which is printed too */
         int write_errno = 0;
-        if (o.n_tokens + start_len <= (size_t)gen_model_config(g)->seq_len)
-            emit_stdout(&write_errno, start, start_len);
+        emit_stdout(&write_errno, start, start_len);
         rc = gen_run(g, prompt, prompt_len, &o, emit_stdout, &write_errno, &res, &err);
         if (rc == 0 && write_errno)
             rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
@@ -214,17 +388,7 @@ int cmd_generate(int argc, char **argv)
         return cli_fail(&err);
     }
     if (json) {
-        cJSON *out = cJSON_CreateObject();
-        char *s = NULL;
-        if (out && cJSON_AddStringToObject(out, "text", buf.data) &&
-            cJSON_AddNumberToObject(out, "tokens", res.n_new) &&
-            cJSON_AddNumberToObject(out, "tokens_per_s", res.tokens_per_s) &&
-            cJSON_AddNumberToObject(out, "seconds", res.seconds) &&
-            cJSON_AddBoolToObject(out, "cache", o.use_cache) &&
-            cJSON_AddNumberToObject(out, "seed", (double)o.seed) &&
-            cJSON_AddNumberToObject(out, "temperature", o.temperature))
-            s = cJSON_PrintUnformatted(out);
-        cJSON_Delete(out);
+        char *s = json_document(&buf, start_len, &res, &o, gen_model_config(g)->seq_len);
         if (!s) {
             free(buf.data);
             gen_free(g);
@@ -234,10 +398,15 @@ int cmd_generate(int argc, char **argv)
         printf("%s\n", s);
         free(s);
     }
-    if (!quiet)
+    if (!quiet) {
+        char crop[128] = "";
+        if (res.n_cropped > 0)
+            snprintf(crop, sizeof crop, "; context cropped to the last %d tokens for %d of them",
+                     gen_model_config(g)->seq_len, res.n_cropped);
         fprintf(stderr, "zbsched generate: %s (%zu parameters), %d tokens in %.3f s, %.1f tokens/s "
-                "(%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
-                res.tokens_per_s, o.use_cache ? "KV cache" : "no cache");
+                "(%s%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
+                res.tokens_per_s, o.use_cache ? "KV cache" : "no cache", crop);
+    }
     free(buf.data);
     gen_free(g);
     free(file_text);

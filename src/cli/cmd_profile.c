@@ -13,6 +13,7 @@
  */
 #include "src/cli/cli.h"
 #include "src/cli/cli_flags.h"
+#include "src/cli/cli_job.h"
 #include "src/cli/run_checks.h"
 
 #include <getopt.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "runtime/data.h"
 #include "runtime/profiler.h"
 #include "src/model.h"
@@ -30,7 +32,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: zbsched profile [--model NAME|FILE] [--batch-size B] [--out FILE]\n"
+        "usage: zbsched profile [--model NAME|FILE] [--micro-batch B] [--seq-len N] [--out FILE]\n"
         "                       [--device cpu|cuda] [--gpu N]\n"
         "\n"
         "Measures F, B and W of one micro-batch per layer, through the embedding and\n"
@@ -41,7 +43,9 @@ static void usage(FILE *out)
         "With --device cuda the same is measured on a GPU (CUDA events, bf16).\n"
         "\n"
         "      --model NAME|FILE  model preset or JSON file (default tiny)\n"
-        "      --batch-size B     sequences per micro-batch (default: the model's)\n"
+        "      --micro-batch B    sequences per micro-batch (default: the model's;\n"
+        "                         --batch-size B is the same)\n"
+        "      --seq-len N        tokens per sequence (default: the model's)\n"
         "      --data PATH        take the vocabulary size from this text, as `run` does\n"
         "      --reps N           timed repetitions per op (default 5)\n"
         "  -o, --out FILE         profile file to write ('-' or none: stdout)\n"
@@ -53,9 +57,9 @@ static void usage(FILE *out)
 
 int cmd_profile(int argc, char **argv)
 {
-    enum { O_MODEL = 256, O_BATCH, O_REPS, O_DATA, O_DEVICE, O_GPU };
+    enum { O_BATCH = 256, O_REPS, O_DATA, O_DEVICE, O_GPU };
     static const struct option opts[] = {
-        { "model", required_argument, NULL, O_MODEL },
+        CLI_JOB_MODEL_OPTIONS,
         { "batch-size", required_argument, NULL, O_BATCH },
         { "reps", required_argument, NULL, O_REPS },
         { "data", required_argument, NULL, O_DATA },
@@ -66,17 +70,23 @@ int cmd_profile(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    const char *model = "tiny", *out = "-", *data = NULL;
-    long batch = 0, reps = 5, gpu = -1;
+    const char *out = "-", *data = NULL;
+    long reps = 5, gpu = -1;
     int quiet = 0, cuda = 0, c;
     zb_err err = { { 0 } };
+    cli_job job;
+    cli_job_init(&job, "tiny", NULL);
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:qh", opts, NULL)) != -1) {
-        int bad = 0;
+        int bad = cli_job_option(c, optarg, &job, &err);
+        if (bad != 0) {
+            if (bad < 0)
+                return cli_usage(argv[0], "%s", err.msg);
+            continue;
+        }
         switch (c) {
-        case O_MODEL: model = optarg; break;
-        case O_BATCH: bad = cli_flag_batch(optarg, &batch, &err); break;
+        case O_BATCH: bad = cli_parse_int("--batch-size", optarg, 1, 65536, &job.micro_batch, &err); break;
         case O_REPS: bad = cli_parse_int("--reps", optarg, 1, 1000, &reps, &err); break;
         case O_DATA: data = optarg; break;
         case 'o': out = optarg; break;
@@ -94,17 +104,17 @@ int cmd_profile(int argc, char **argv)
         return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
     if (gpu >= 0 && !cuda)
         return cli_usage(argv[0], "--gpu N needs --device cuda");
-    if (cli_check_output(out, model, data))
+    if (cli_check_output(out, job.model_arg, data))
         return 1;
     const zb_cuda_api *cu = NULL;
     if (cuda && cuda_module_load_with_gpu(&cu, &err) != 0)
         return cli_fail(&err);
-    zb_model m, preset;
-    if (model_load(model, &m, &err) != 0 ||
-        run_check_model(&m, model_preset(model, &preset, NULL) != 0, cuda, &err) != 0)
+    zb_model preset;
+    if (cli_job_finish(&job, &err) != 0 ||
+        run_check_model(&job.model, model_preset(job.model_arg, &preset, NULL) != 0, cuda, &err) != 0)
         return cli_fail(&err);
-    if (batch > 0)
-        m.micro_batch = (int)batch;
+    zb_model m = job.model;
+    long batch = job.micro_batch;
     if (data) {
         zb_data *d = NULL;
         if (data_load_file(data, m.seq_len, &d, &err) != 0)
@@ -116,7 +126,7 @@ int cmd_profile(int argc, char **argv)
         /* Refuse before allocating what this machine cannot hold. */
         run_memory mem;
         run_estimate_profile(&m, &mem);
-        if (run_check_memory(&mem, run_physical_memory(), &err) != 0)
+        if (run_check_memory(&mem, run_memory_available(), &err) != 0)
             return cli_fail(&err);
     }
     zb_profile p;
@@ -139,6 +149,8 @@ int cmd_profile(int argc, char **argv)
                     parts[i]->t_f * 1e3, parts[i]->t_b * 1e3, parts[i]->t_w * 1e3,
                     parts[i]->m_b / 1e6, parts[i]->m_w / 1e6);
         fprintf(stderr, "  transfer   %.4f ms\n", p.t_comm * 1e3);
+        if (!cuda && kernels_blas_describe())
+            fprintf(stderr, "  BLAS       %s\n", kernels_blas_describe());
     }
     if (profile_save(&p, out, &err) != 0)
         return cli_fail(&err);

@@ -109,8 +109,8 @@ static int load_inputs(run_args *a, const sched_t *s, run_setup *setup,
         /* Refuse before allocating what this machine cannot hold. */
         run_memory mem;
         run_estimate_memory(s, &setup->model, (*d)->n_tokens, a->isl.replicas,
-                            setup->recompute_stages, &mem);
-        if (run_check_memory(&mem, run_physical_memory(), &err) != 0)
+                            setup->layers_per_stage, setup->recompute_stages, &mem);
+        if (run_check_memory(&mem, run_memory_available(), &err) != 0)
             return cli_fail(&err);
     }
     if (setup->data_parallel > 1 && a->isl.replicas != setup->data_parallel)

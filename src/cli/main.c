@@ -4,12 +4,11 @@
 #include "src/cli/cli.h"
 
 #include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "src/input.h"
 #include "src/size.h"
 
@@ -31,75 +30,14 @@ static const command commands[] = {
     { "launch",   cmd_launch,   "start one process per local GPU for a multi-GPU run" },
     { "eplb",     cmd_eplb,     "place MoE experts on GPUs with DeepSeek's expert-parallel load balancer" },
     { "generate", cmd_generate, "generate text from a checkpoint of `run` (KV cache)" },
+    { "checkpoint", cmd_checkpoint, "weights in and out: a run's first state, Hugging Face export and import" },
 };
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: zbsched COMMAND [ARGS]   (zbsched COMMAND --help for its flags)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
-}
-
-int cli_error(const char *fmt, ...)
-{
-    /* The line goes out in one fprintf (glibc writes an unbuffered
-     * stream's formatted output at once): the ranks of mpirun share one
-     * stream, where pieces of two ranks' lines would interleave. */
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof line) {
-        fprintf(stderr, "zbsched: %s\n", line);
-        return 1;
-    }
-    va_start(ap, fmt);
-    fputs("zbsched: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
-
-int cli_fail(const zb_err *err)
-{
-    return cli_error("%s", err->msg[0] ? err->msg : "unknown error");
-}
-
-int cli_usage(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "zbsched %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
-int cli_parse_int(const char *flag, const char *text, long min, long max, long *out, zb_err *err)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
-        return zb_fail(err, "%s: '%s' is not a whole number", flag, text);
-    if (v < min || v > max)
-        return zb_fail(err, "%s: %ld is out of range (%ld..%ld)", flag, v, min, max);
-    *out = v;
-    return 0;
-}
-
-int cli_parse_double(const char *flag, const char *text, double *out, zb_err *err)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v))
-        return zb_fail(err, "%s: '%s' is not a finite number", flag, text);
-    *out = v;
-    return 0;
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
 /* The last word on standard output: whatever a command printed is still
@@ -147,8 +85,16 @@ static int dispatch(int argc, char **argv)
         zb_input_set_max(bytes);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* BLAS is loaded on first use (kernels.h), so gen, simulate
+             * and the rest never pay its start-up; the commands that
+             * multiply matrices load it here, to fail with one line */
+            zb_err err = { "" };
+            if ((!strcmp(argv[1], "run") || !strcmp(argv[1], "profile") ||
+                 !strcmp(argv[1], "generate")) && kernels_blas_load(&err) != 0)
+                return cli_fail(&err);
             return commands[i].fn(argc - 1, argv + 1);
+        }
     cli_error("unknown command '%s' (try 'zbsched help')", argv[1]);
     return 2;
 }

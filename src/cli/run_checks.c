@@ -1,27 +1,14 @@
 /*
- * run_checks.c: model support and the memory estimate of `run`
- * (run_checks.h).
- *
- * The activation figure follows the kernels' saved-state slots
- * (kernels/cpu/llama.c, slot_spec): per token and layer, what a forward
- * keeps (x, two norms and their rstd, attention output, residual, SwiGLU
- * output, q, k, v, the log-sum-exp per head, the gate and up
- * pre-activations) or what a B keeps for its W (the output gradients of
- * every matmul), whichever is larger; the head keeps its logits and their
- * gradient (2 V per token), the embedding the tokens and the input
- * gradient.  A device holds a stage's slots for a micro-batch from its F
- * until its W (or BW); walking each device's op list gives the busiest
- * moment exactly, whatever the schedule.  Everything is computed in
- * doubles so that absurd sizes cannot overflow.
+ * run_checks.c: model support and the memory checks of `run` and
+ * `profile` (run_checks.h).  The estimates are the runtime's
+ * (runtime/footprint.h for a run, runtime/profiler.h for a profile): this
+ * file only compares them with the memory this machine has available and
+ * says so in one line.
  */
 #include "src/cli/run_checks.h"
 
-#include <stdint.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include "runtime/footprint.h"
-#include "runtime/split.h"
+#include "runtime/profiler.h"
 #include "src/size.h"
 
 int run_check_model(const zb_model *m, int from_file, int cuda, zb_err *err)
@@ -43,155 +30,45 @@ int run_check_model(const zb_model *m, int from_file, int cuda, zb_err *err)
     return 0;
 }
 
-/* Floats per token one layer keeps for a micro-batch in flight. */
-static double layer_floats_per_token(const zb_model *m)
-{
-    double d = m->d_model, ff = m->d_ff, hd = (double)m->d_model / m->n_heads;
-    double q = hd * m->n_heads, kv = hd * m->n_kv_heads;
-    double after_f = 4 * d + 2 + q + ff /* kept for B and W */ + q + 2 * kv + m->n_heads + 2 * ff;
-    double after_b = 4 * d + 2 + q + ff /* still kept for W */ + 4 * d + 2 * ff + q + 2 * kv;
-    return after_f > after_b ? after_f : after_b;
-}
-
-/* Extra parameters of the product-key memory layers (kernels/cpu/llama.h):
- * each replaces w1, w3, w2 by a query projection, half-key tables, a
- * value table of n_keys^2 rows (one for all layers when shared), the
- * gate and the output projections.  The value table dominates and can
- * dwarf the rest of a small model. */
-static double memory_layer_params(const zb_model *m)
-{
-    const zb_memory *mm = &m->memory;
-    if (mm->n_layers <= 0)
-        return 0;
-    double d = m->d_model, per = d * mm->heads * mm->k_dim + (double)mm->heads * 2 * mm->n_keys * (mm->k_dim / 2) +
-                                 2 * d * mm->value_dim;
-    double values = (double)mm->n_keys * mm->n_keys * mm->value_dim;
-    return mm->n_layers * (per - 3 * d * m->d_ff) + (mm->shared_values ? 1 : mm->n_layers) * values;
-}
-
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
-                         const int *recompute_stages, run_memory *out)
+                         const int *layers_per_stage, const int *recompute_stages,
+                         run_memory *out)
 {
-    const double f = sizeof(float);
-    double N = (double)m->micro_batch * m->seq_len; /* tokens per micro-batch */
-    double d = m->d_model, V = m->vocab, ff = m->d_ff;
-    double q = (d / m->n_heads) * m->n_heads;
-    *out = (run_memory){ 0 };
-    /* Parameters from the kernels' own tensor table (runtime/footprint.h),
-     * memory layers included, so that the estimate cannot drift from what
-     * trainer_create allocates.  A split the model cannot take leaves 0:
-     * trainer_create refuses it before allocating anything. */
-    double n_params, param_bytes;
-    zb_err split_err;
-    if (trainer_footprint(m, s->n_stages, NULL, &n_params, &param_bytes, &split_err) == 0)
-        out->params = param_bytes;
-
-    /* Bytes one micro-batch keeps on each stage, from its layers, and of
-     * those what a recomputing stage keeps from F to B (kernels/cpu/
-     * llama.h, llama_saved_set_recompute): full, the stage input; MLP
-     * level, all but each layer's norm output, gate, up and product.  B
-     * brings a recomputing stage back to the whole. */
-    double *stage_bytes = calloc((size_t)s->n_stages, sizeof *stage_bytes);
-    double *after_f = calloc((size_t)s->n_stages, sizeof *after_f);
-    int *first = malloc(sizeof *first * (size_t)(s->n_stages + 1));
+    /* The runtime's one estimate (runtime/footprint.h).  A split or model
+     * it refuses leaves 0 but the data: trainer_create refuses it, in its
+     * own words, before allocating anything. */
+    footprint fp;
     zb_err ignored;
-    if (stage_bytes && after_f && first && split_layers(m->n_layers, s->n_stages, first, &ignored) == 0) {
-        double lf = layer_floats_per_token(m);
-        for (int st = 0; st < s->n_stages; st++) {
-            int n_layers = first[st + 1] - first[st];
-            double floats = n_layers * lf;
-            if (st == 0)
-                floats += 1 + d; /* tokens, input gradient */
-            if (st == s->n_stages - 1)
-                floats += 3 * d + 3 + 2 * V; /* final norm, logits and their gradient */
-            stage_bytes[st] = N * floats * f;
-            int level = recompute_stages ? recompute_stages[st] : 0;
-            after_f[st] = stage_bytes[st];
-            if (level == 1) /* full: tokens or the input activation, and the targets */
-                after_f[st] = N * ((st == 0 ? 1 : d) + (st == s->n_stages - 1 ? 1 : 0)) * f;
-            else if (level == 2) { /* memory layers keep theirs */
-                int swiglu = n_layers;
-                for (int k = 0; k < m->memory.n_layers; k++)
-                    swiglu -= m->memory.layers[k] >= first[st] && m->memory.layers[k] < first[st + 1];
-                after_f[st] -= N * swiglu * (d + 3 * ff) * f;
-            }
-        }
-        for (int dev = 0; dev < s->n_devices; dev++) {
-            const sched_lane *l = &s->dev[dev];
-            double now = 0, peak = 0;
-            int count = 0, most = 0;
-            for (int i = 0; i < l->n_ops; i++) {
-                sched_op op = l->ops[i];
-                if (op.kind == OP_F) {
-                    now += after_f[op.stage];
-                    count++;
-                } else if (op.kind == OP_B || op.kind == OP_BW) {
-                    now += stage_bytes[op.stage] - after_f[op.stage];
-                }
-                if (now > peak)
-                    peak = now;
-                if (op.kind == OP_W || op.kind == OP_BW) {
-                    now -= stage_bytes[op.stage];
-                    count--;
-                }
-                if (now > peak)
-                    peak = now;
-                if (count > most)
-                    most = count;
-            }
-            /* The kernels' per-op scratch (normed input, attention, MLP). */
-            out->activations += peak + N * (d + q + ff) * f;
-            if (most > out->in_flight)
-                out->in_flight = most;
-        }
-    } else {
-        /* Sizes the trainer will refuse anyway (more stages than layers):
-         * count every micro-batch on every layer. */
-        out->activations = (double)s->n_micro * N * (m->n_layers * layer_floats_per_token(m) + 2 * V) * f;
-        out->in_flight = s->n_micro;
-    }
-    free(stage_bytes);
-    free(after_f);
-    free(first);
-    /* Vocabulary parallelism (runtime/vocab_exec.c) keeps, for every
-     * micro-batch, the head input, each shard's logits, statistics and
-     * input-gradient partial, allocated once for the whole run. */
-    if (sched_has_vocab(s))
-        out->activations += (double)s->n_micro * N * (V + d + s->n_devices * (d + 4.0)) * f;
-    /* At worst every micro-batch's activation and gradient wait at every
-     * stage boundary. */
-    out->messages = 2.0 * s->n_micro * (s->n_stages - 1) * N * d * f;
-    out->data = (double)n_tokens * (1 + sizeof(int32_t)) + 2.0 * s->n_micro * N * sizeof(int32_t);
-    /* The slots above are what the kernels keep; their temporaries in B
-     * and W and the allocator's overhead come on top: at batch 500 the
-     * peak RSS was 11% above the sum (bench/README.md), hence 1.15. */
-    out->total = 1.15 * ((out->params + out->activations + out->messages) * (replicas > 0 ? replicas : 1) +
-                         out->data);
+    *out = (run_memory){ 0 };
+    if (footprint_estimate(s, m, layers_per_stage, recompute_stages, n_tokens, replicas, &fp,
+                           &ignored) != 0)
+        return;
+    out->params = fp.param_bytes;
+    out->activations = fp.activations;
+    out->messages = fp.messages;
+    out->data = fp.data;
+    out->total = fp.total;
+    out->in_flight = fp.in_flight;
 }
 
 void run_estimate_profile(const zb_model *m, run_memory *out)
 {
-    const double f = sizeof(float);
-    double N = (double)m->micro_batch * m->seq_len, d = m->d_model, V = m->vocab, ff = m->d_ff;
-    double hd = d / m->n_heads, q = hd * m->n_heads, kv = hd * m->n_kv_heads;
-    double n_params = V * d + (2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff) + d + d * V;
-    if (m->memory.n_layers > 0) /* the profiler measures a memory layer too */
-        n_params += memory_layer_params(m) / m->memory.n_layers * 2;
+    /* runtime/profiler.h's own estimate of what it allocates; a model it
+     * cannot lay out leaves 0 (the profiler then refuses it itself) */
+    double stage = 0, act = 0;
+    zb_err ignored;
     *out = (run_memory){ 0 };
-    out->params = 7 * n_params * f;
-    out->activations = N * (layer_floats_per_token(m) + 1 + d + 3 * d + 3 + 2 * V + d + q + ff) * f;
-    out->messages = 2 * N * d * f;
-    out->data = 2 * N * sizeof(int32_t);
-    out->total = 1.15 * (out->params + out->activations + out->messages + out->data);
+    if (profiler_footprint(m, m->micro_batch, profiler_cpu_threads(), &stage, &act, &ignored) != 0)
+        return;
+    out->params = stage;
+    out->activations = act;
+    out->total = FOOTPRINT_SLACK * (stage + act);
     out->in_flight = 1;
 }
 
-double run_physical_memory(void)
+double run_memory_available(void)
 {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0)
-        return 0;
-    return (double)pages * (double)page;
+    return host_available_bytes();
 }
 
 int run_check_memory(const run_memory *mem, double physical, zb_err *err)

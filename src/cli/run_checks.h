@@ -7,14 +7,16 @@
  *     only (SwiGLU, RoPE, untied head; fp32 on the CPU, bf16 on CUDA), so a
  *     model file asking for anything else is refused instead of silently
  *     trained as something it is not;
- *   - does the run fit in this machine's memory?  Parameters, gradients,
- *     AdamW moments and the post-validation snapshot (7 copies of the
- *     parameters), the activations every device keeps for the micro-batches
- *     it has in flight (walked from the schedule's op order), the messages
- *     between stages, the batch and the text.  A run that cannot fit is
- *     refused with one line giving needed against physical memory, rather
- *     than swapping the machine to a halt (`--batch-size 65536` used to
- *     reach 12 GB before failing or being killed).
+ *   - does the run fit in this machine's memory?  The runtime's one
+ *     estimate (runtime/footprint.h: parameters, gradients, AdamW moments
+ *     and the post-validation snapshot, the activations every device keeps
+ *     for the micro-batches it has in flight walked from the schedule's op
+ *     order with the kernels' own slot table, the messages between stages,
+ *     the batch and the text) against the memory available now.  A run
+ *     that cannot fit is refused with one line giving needed against
+ *     available memory, rather than swapping the machine to a halt
+ *     (`--batch-size 65536` used to reach 12 GB before failing or being
+ *     killed).
  */
 #ifndef ZB_CLI_RUN_CHECKS_H
 #define ZB_CLI_RUN_CHECKS_H
@@ -45,24 +47,30 @@ typedef struct run_memory {
 
 /* Estimates the memory of `replicas` CPU trainers of schedule s (valid)
  * for model m (micro_batch and vocab as the trainer will use them) on a
- * text of n_tokens tokens, with each stage's recompute level
- * (recompute_stages[S], LLAMA_RC_* / a plan's levels; NULL: none): a
- * recomputing stage holds less from F to B.  Never allocates more than
- * O(stages). */
+ * text of n_tokens tokens, split as the plan says (layers_per_stage[S];
+ * NULL: the even split) with each stage's recompute level
+ * (recompute_stages[S], LLAMA_RC_* / a plan's levels; NULL: none):
+ * runtime/footprint.h's footprint_estimate.  A split or model the trainer
+ * refuses gives 0 (its own refusal comes later, before any allocation).
+ * Never allocates more than O(stages). */
 void run_estimate_memory(const sched_t *s, const zb_model *m, size_t n_tokens, int replicas,
-                         const int *recompute_stages, run_memory *out);
+                         const int *layers_per_stage, const int *recompute_stages,
+                         run_memory *out);
 
-/* Estimates `profile`'s memory: one micro-batch of m through one layer,
- * the embedding and the head (the profiler measures them one at a time,
- * but keeps their parameters and saved state), into *out (in_flight 1). */
+/* Estimates `profile`'s memory on the CPU: runtime/profiler.h's
+ * profiler_footprint for m at its micro-batch on the threads the CPU
+ * profile uses, into *out (params: the stage buffers; in_flight 1). */
 void run_estimate_profile(const zb_model *m, run_memory *out);
 
-/* Physical memory of this machine in bytes (sysconf), or 0 when unknown. */
-double run_physical_memory(void);
+/* The memory this process may still use, in bytes (runtime/footprint.h's
+ * host_available_bytes: MemAvailable, else the physical memory), or 0 when
+ * unknown: the one denominator of every memory check of `run` and
+ * `profile`, run_plan_fits's included. */
+double run_memory_available(void);
 
-/* Refuses a run whose estimate exceeds physical memory: "run needs about
- * 120.3 GB (...), but this machine has 24.0 GB of memory: ...".  Returns 0
- * or -1 with err set. */
+/* Refuses a run whose estimate exceeds the available memory: "run needs
+ * about 120.3 GB (...), but this machine has 24.0 GB of memory: ...".
+ * Returns 0 or -1 with err set. */
 int run_check_memory(const run_memory *mem, double physical, zb_err *err);
 
 #endif

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend_cpu.h"
 #include "runtime/backend.h"
 
 /* Op counters (workers call concurrently: atomics). */
@@ -340,6 +341,67 @@ static int w_restore(zb_backend *be, zb_bstage *st, zb_err *err)
     return IN(be)->ops->restore(IN(be), IST(st), err);
 }
 
+/* The vocabulary passes (runtime/vocab_exec.h) on the inner stage, the
+ * device's buffers: in mirrored mode the head input and its gradient obey
+ * the fences like every other activation an op touches. */
+/* S and T passes that went through the wrapper (workers: atomics). */
+static long mb_vocab_passes;
+
+static int w_vocab_new(zb_backend *be, const zb_vocab_shape *sh, zb_bvocab **out, zb_err *err)
+{
+    return IN(be)->ops->vocab_new(IN(be), sh, out, err);
+}
+
+static void w_vocab_free(zb_backend *be, zb_bvocab *v)
+{
+    IN(be)->ops->vocab_free(IN(be), v);
+}
+
+static int w_vocab_begin(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t off,
+                         const int32_t *y, zb_err *err)
+{
+    return IN(be)->ops->vocab_begin(IN(be), v, IST(st), off, y, err);
+}
+
+static int w_vocab_put_x(zb_backend *be, zb_bvocab *v, int dev, int mb, const void *x,
+                         zb_err *err)
+{
+    if (mb_fence_use(be, dev, x, 0, "read", err) != 0)
+        return -1;
+    return IN(be)->ops->vocab_put_x(IN(be), v, dev, mb, x, err);
+}
+
+static int w_vocab_s(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err)
+{
+    __atomic_add_fetch(&mb_vocab_passes, 1, __ATOMIC_RELAXED);
+    return IN(be)->ops->vocab_s(IN(be), v, shard, mb, err);
+}
+
+static int w_vocab_t(zb_backend *be, zb_bvocab *v, int shard, int mb, zb_err *err)
+{
+    __atomic_add_fetch(&mb_vocab_passes, 1, __ATOMIC_RELAXED);
+    return IN(be)->ops->vocab_t(IN(be), v, shard, mb, err);
+}
+
+static int w_vocab_dx(zb_backend *be, zb_bvocab *v, int dev, int mb, float dloss, void *dx,
+                      float *loss, zb_err *err)
+{
+    if (mb_fence_use(be, dev, dx, 0, "wrote", err) != 0)
+        return -1;
+    return IN(be)->ops->vocab_dx(IN(be), v, dev, mb, dloss, dx, loss, err);
+}
+
+static int w_vocab_eval(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t off, const void *x,
+                        const int32_t *y, int batch, double *loss, zb_err *err)
+{
+    return IN(be)->ops->vocab_eval(IN(be), v, IST(st), off, x, y, batch, loss, err);
+}
+
+static size_t w_vocab_cell_bytes(zb_backend *be, const zb_bvocab *v, int shard)
+{
+    return IN(be)->ops->vocab_cell_bytes(IN(be), v, shard);
+}
+
 static int w_memory(zb_backend *be, size_t *a, size_t *b, zb_err *err)
 {
     return IN(be)->ops->memory(IN(be), a, b, err);
@@ -353,7 +415,10 @@ static const zb_backend_ops counting_ops = {
     .backward_w = w_backward_w, .sync = w_sync, .grads_new = w_grads_new,
     .grads_free = w_grads_free, .grads_zero = w_grads_zero, .grads_add = w_grads_add,
     .grad_sumsq = w_grad_sumsq, .adamw = w_adamw, .snapshot = w_snapshot,
-    .restore = w_restore, .memory = w_memory,
+    .restore = w_restore, .memory = w_memory, .vocab_new = w_vocab_new,
+    .vocab_free = w_vocab_free, .vocab_begin = w_vocab_begin, .vocab_put_x = w_vocab_put_x,
+    .vocab_s = w_vocab_s, .vocab_t = w_vocab_t, .vocab_dx = w_vocab_dx,
+    .vocab_eval = w_vocab_eval, .vocab_cell_bytes = w_vocab_cell_bytes,
 };
 
 static const zb_backend_ops mirrored_ops = {
@@ -365,7 +430,10 @@ static const zb_backend_ops mirrored_ops = {
     .backward_w = w_backward_w, .sync = w_sync, .grads_new = w_grads_new,
     .grads_free = w_grads_free, .grads_zero = w_grads_zero, .grads_add = w_grads_add,
     .grad_sumsq = w_grad_sumsq, .adamw = w_adamw, .snapshot = w_snapshot,
-    .restore = w_restore, .memory = w_memory,
+    .restore = w_restore, .memory = w_memory, .vocab_new = w_vocab_new,
+    .vocab_free = w_vocab_free, .vocab_begin = w_vocab_begin, .vocab_put_x = w_vocab_put_x,
+    .vocab_s = w_vocab_s, .vocab_t = w_vocab_t, .vocab_dx = w_vocab_dx,
+    .vocab_eval = w_vocab_eval, .vocab_cell_bytes = w_vocab_cell_bytes,
 };
 
 /* make_backend of trainer_opts: ctx is "1" for the mirrored mode. */

@@ -221,7 +221,10 @@ START_TEST(simulate_output)
     cJSON_Delete(o);
 
     ck_assert_int_eq(run(NULL, "simulate", f, NULL), 0);
-    ck_assert_ptr_nonnull(strstr(out_text, "cost 10, makespan 10, bubble rate 40.00%"));
+    ck_assert_ptr_nonnull(strstr(out_text, "cost 10 units, makespan 10 units, bubble rate 40.00%"));
+    /* Abstract units: activations only, labelled so, in fixed notation. */
+    ck_assert_ptr_nonnull(strstr(out_text, "peak activations 4 units on device 0"));
+    ck_assert_ptr_null(strstr(out_text, "e+"));
     ck_assert_ptr_null(strstr(out_text, "measured"));
 
     /* Measured times are shown next to the prediction. */
@@ -235,12 +238,62 @@ START_TEST(simulate_output)
     }
     save_fixture(s, f);
     ck_assert_int_eq(run(NULL, "simulate", f, NULL), 0);
-    ck_assert_ptr_nonnull(strstr(out_text, "measured:  cost 7.5, makespan 7.5"));
+    ck_assert_ptr_nonnull(strstr(out_text, "measured:  cost 7.5 units, makespan 7.5 units"));
     ck_assert_int_eq(run(NULL, "simulate", f, "--json", NULL), 0);
     o = cJSON_Parse(out_text);
     cJSON *m = cJSON_GetObjectItem(o, "measured");
     ck_assert_ptr_nonnull(m);
     ck_assert_double_eq(cJSON_GetObjectItem(m, "cost")->valuedouble, 7.5);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* Memory as search reports it (issue 29.4): a plan in bytes with static
+ * memory prints one total per device, static + activation peak, in GB
+ * with the unit, both parts labelled beside it, and a limit (here an
+ * activation limit, 996256000 bytes, which becomes static + it) in GB too:
+ * never "1.76529e+10" or "limit 9.96256e+08".  The fixture's activation
+ * peaks are 2 and 1 GB (test_sim.c's 4 and 2 units at dF = 1 GB). */
+START_TEST(simulate_memory_figures)
+{
+    const char *f = tmp("b.json");
+    sched_t *s = fixture_1f1b(2, 2, 0);
+    ck_assert_ptr_nonnull(s);
+    sched_set_mem(s, 1e9, -0.5e9, -0.5e9);
+    snprintf(s->mem_unit, sizeof s->mem_unit, "bytes");
+    snprintf(s->time_unit, sizeof s->time_unit, "ms");
+    s->mem_static = malloc(2 * sizeof(double));
+    s->mem_limit = malloc(2 * sizeof(double));
+    s->mem_static[0] = 22.2e9;
+    s->mem_static[1] = 21e9;
+    s->mem_limit[0] = s->mem_limit[1] = 996256000;
+    sched_set_costs(s, 1234.5, 2000, 1000, 17);
+    save_fixture(s, f);
+    ck_assert_int_eq(run(NULL, "simulate", f, NULL), 0);
+    ck_assert_msg(strstr(out_text, "peak memory 24.20 GB on device 0 (static 22.20 GB + "
+                                   "activations 2.00 GB)"), "%s", out_text);
+    ck_assert_ptr_nonnull(strstr(out_text, "static"));
+    ck_assert_ptr_nonnull(strstr(out_text, "activations"));
+    ck_assert_ptr_nonnull(strstr(out_text, "peak memory"));
+    ck_assert_ptr_nonnull(strstr(out_text, "23.20 GB OVER")); /* 22.2 GB + 0.996 GB */
+    ck_assert_ptr_nonnull(strstr(out_text, "22.00 GB"));      /* device 1's total */
+    ck_assert_ptr_nonnull(strstr(out_text, "memory: OVER the limit"));
+    ck_assert_msg(!strstr(out_text, "e+") && !strstr(out_text, "e-"), "%s", out_text);
+    /* The columns line up: every row of the table as long as its header. */
+    const char *h = strstr(out_text, "\ndevice") + 1, *nl = strchr(h, '\n');
+    size_t width = (size_t)(nl - h);
+    for (int row = 0; row < 2; row++) {
+        const char *b = nl + 1;
+        nl = strchr(b, '\n');
+        ck_assert_msg((size_t)(nl - b) == width, "row %d is %zu wide, the header %zu", row,
+                      (size_t)(nl - b), width);
+    }
+    ck_assert_int_eq(run(NULL, "simulate", f, "--json", NULL), 0);
+    cJSON *o = cJSON_Parse(out_text);
+    ck_assert_double_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "total_peak_memory"), 0)->valuedouble, 24.2e9);
+    ck_assert_double_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "static_memory"), 1)->valuedouble, 21e9);
+    ck_assert_double_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "peak_memory"), 0)->valuedouble, 2e9);
+    ck_assert_double_eq(cJSON_GetObjectItem(o, "total_peak_memory_max")->valuedouble, 24.2e9);
     cJSON_Delete(o);
 }
 END_TEST
@@ -349,6 +402,7 @@ int main(void)
     tcase_add_test(tc, gen_bad_input);
     tcase_add_test(tc, simulate_bad_input);
     tcase_add_test(tc, simulate_output);
+    tcase_add_test(tc, simulate_memory_figures);
     tcase_add_test(tc, export_import_bad_input);
     tcase_add_test(tc, round_trip_every_kind);
     suite_add_tcase(su, tc);

@@ -227,7 +227,7 @@ START_TEST(endless_and_oversized_inputs)
     EXPECT_CLEAN_FAILURE(rc, "larger than the input limit", NULL);
     rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=1K", "import /dev/zero -o t.json",
                  out_text, sizeof out_text, err_text, sizeof err_text);
-    EXPECT_CLEAN_FAILURE(rc, "1.0 KB", "t.json");
+    EXPECT_CLEAN_FAILURE(rc, "1.00 KB", "t.json");
     /* A regular file over the cap is refused before it is read. */
     ck_assert_int_eq(zb("gen 1f1b -p 4 -m 64 -o big.json"), 0);
     rc = cli_run(tmpdir, "timeout 60 env ZBSCHED_MAX_INPUT=1K", "simulate big.json",
@@ -250,7 +250,7 @@ START_TEST(run_data_without_end)
 {
     ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 2 -o s.json"), 0);
     int rc = zb("run s.json --steps 1 --data /dev/zero --max-input 1M -q");
-    EXPECT_CLEAN_FAILURE(rc, "1.0 MB", NULL);
+    EXPECT_CLEAN_FAILURE(rc, "1.00 MB", NULL);
     rc = zb("run s.json --steps 1 --data /dev/zero");
     EXPECT_CLEAN_FAILURE(rc, "larger than the input limit", NULL);
     rc = zb("run s.json --steps 1 --max-input 12parsecs");

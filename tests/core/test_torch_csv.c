@@ -197,6 +197,34 @@ START_TEST(not_nul_terminated_and_blank_rows)
 }
 END_TEST
 
+/* PyTorch 2.15's own Schedule1F1B order for 4 ranks and 8 micro-batches
+ * (Schedule1F1B._get_pipeline_order, as _dump_csv writes it): its last
+ * rank numbers its forwards 1..8 instead of 0..7.  Import must say which
+ * action is out of which range on which rank, not only that 8 is too
+ * large or that stage 0 lacks micro-batch 8. */
+START_TEST(torch_1f1b_dump_off_by_one)
+{
+    static const char dump[] =
+        "0F0,0F1,0F2,0F3,0B0,0F4,0B1,0F5,0B2,0F6,0B3,0F7,0B4,0B5,0B6,0B7,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\n"
+        "1F0,1F1,1F2,1B0,1F3,1B1,1F4,1B2,1F5,1B3,1F6,1B4,1F7,1B5,1B6,1B7,1REDUCE_GRAD,1WAIT_REDUCE_GRAD\n"
+        "2F0,2F1,2B0,2F2,2B1,2F3,2B2,2F4,2B3,2F5,2B4,2F6,2B5,2F7,2B6,2B7,2REDUCE_GRAD,2WAIT_REDUCE_GRAD\n"
+        "3F1,3B0,3F2,3B1,3F3,3B2,3F4,3B3,3F5,3B4,3F6,3B5,3F7,3B6,3F8,3B7,3REDUCE_GRAD,3WAIT_REDUCE_GRAD\n";
+    sched_t *s = NULL;
+    zb_err err = { "" };
+    ck_assert_int_eq(torch_csv_read(dump, strlen(dump), 8, &s, &err), -1);
+    ck_assert_str_eq(err.msg, "row 3 (rank 3), cell 14 (3F8): micro-batch 8 is outside 0..7 for "
+                     "--microbatches 8 (the CSV's micro-batches reach 8)");
+    ck_assert_int_eq(torch_csv_read(dump, strlen(dump), 0, &s, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "stage 0 (row 0, rank 0) has no forward of micro-batch 8"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "row 3 (rank 3), cell 14 (3F8)"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "range 0..8"));
+    /* A stage or micro-batch beyond what a file may hold names its range. */
+    ck_assert_int_eq(torch_csv_read("0F16777216", 10, 0, &s, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "micro-batch 16777216 is outside 0..16777215"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "rank 0"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("torch_csv");
@@ -207,6 +235,7 @@ int main(void)
     tcase_add_test(tc, rejects_bad_csv);
     tcase_add_test(tc, pytorch_comms_and_overlap);
     tcase_add_test(tc, not_nul_terminated_and_blank_rows);
+    tcase_add_test(tc, torch_1f1b_dump_off_by_one);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

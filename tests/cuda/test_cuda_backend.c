@@ -27,6 +27,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/llama.h"
 #include "kernels/cuda/backend_cuda.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "runtime/backend.h"
 #include "src/model.h"
 #include "tests/cuda/cuda_check.h"

@@ -27,6 +27,7 @@
 
 #include <mpi.h>
 
+#include "kernels/cpu/backend_cpu.h"
 #include "runtime/backend_rank.h"
 #include "runtime/mpi/mpi_pipeline.h"
 #include "schedules/gen.h"

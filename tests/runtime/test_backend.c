@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "schedules/gen.h"
 #include "tests/common/mirror_backend.h"
 #include "tests/common/trainer_fixture.h"
 
@@ -139,6 +140,43 @@ START_TEST(mirrored_backend_is_bit_identical)
 }
 END_TEST
 
+/* The vocabulary passes go through the backend interface (backend.h's
+ * vocab_* ops), so a backend whose buffers are apart from the host runs
+ * vocabulary-parallel schedules too: on the mirrored wrapper, Vocab-1 and
+ * Vocab-2 plans of 1F1B train, evaluate and checkpoint the CPU's bits,
+ * every S and T pass going through the wrapper. */
+START_TEST(mirrored_backend_runs_vocabulary_passes)
+{
+    zb_data *d = fixture_data(fixture_model().seq_len);
+    trainer_opts o = base_opts();
+    gen_params gp;
+    gen_params_default(&gp);
+    gp.stages = 2;
+    gp.microbatches = M;
+    zb_err err = { { 0 } };
+    sched_t *base = NULL;
+    ck_assert_msg(gen_1f1b(&gp, &base, &err) == 0, "%s", err.msg);
+    for (int variant = SCHED_VOCAB_1; variant <= SCHED_VOCAB_2; variant++) {
+        sched_vocab v = { .variant = variant, .t_s = 0.5, .t_t = 0.5, .t_c0 = 0.1, .t_c1 = 0.1 };
+        sched_t *s = NULL;
+        ck_assert_msg(gen_vocab_insert(base, &v, &s, &err) == 0, "%s", err.msg);
+        trainer_opts plain = o;
+        fixture_run ref = fixture_train(s, d, &plain, STEPS);
+        mb_vocab_passes = 0;
+        with_wrapper(&plain, 1);
+        fixture_run got = fixture_train(s, d, &plain, STEPS);
+        fixture_assert_same(&ref, &got, s->name);
+        /* S and T of each device and micro-batch, every step */
+        ck_assert_int_eq(mb_vocab_passes, 2L * 2 * M * STEPS);
+        free(ref.params);
+        free(got.params);
+        sched_free(s);
+    }
+    sched_free(base);
+    data_free(d);
+}
+END_TEST
+
 /* Steps t `steps` times, halving stage 0's params before each step
  * through trainer_stage_params (an outer optimizer's kind of write). */
 static void step_with_writes(trainer *t, int steps, double *loss)
@@ -234,6 +272,7 @@ int main(void)
     tcase_add_test(tc, post_validation_goes_through_the_backend);
     tcase_add_test(tc, mirrored_backend_is_bit_identical);
     tcase_add_test(tc, mirrored_host_writes_and_checkpoints);
+    tcase_add_test(tc, mirrored_backend_runs_vocabulary_passes);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

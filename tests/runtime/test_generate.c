@@ -12,9 +12,11 @@
  *   - cached logits agree with the training forward on the prefix;
  *     greedy text with the cache equals the uncached text exactly;
  *   - exactly N new tokens, the same text for the same seed, another for
- *     another seed; prompts outside the vocabulary and requests beyond the
- *     context are refused with nothing emitted; a model file that does not
- *     match the checkpoint is refused.
+ *     another seed; prompts outside the vocabulary, and with max_context
+ *     requests beyond the context, are refused with nothing emitted; a
+ *     model file that does not match the checkpoint is refused;
+ *   - past the context the conditioning is the last seq_len tokens, as in
+ *     nanoGPT: prompts that differ only before that window continue alike.
  */
 #include <check.h>
 #include <math.h>
@@ -258,13 +260,17 @@ START_TEST(refusals)
     gen_opts_default(&o);
     gen_result r;
     size_t count = 0;
-    o.n_tokens = 60; /* 5 + 60 > 64 */
+    o.n_tokens = 60; /* 5 + 60 > 64: refused only with max_context */
+    o.max_context = 1;
     ck_assert_int_eq(gen_run(g, "KING:", 5, &o, emit_count, &count, &r, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "context of 64"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "at most 59"));
     ck_assert_uint_eq(count, 0);
     o.n_tokens = 59; /* exactly fits */
     ck_assert_int_eq(gen_run(g, "KING:", 5, &o, emit_count, &count, &r, &err), 0);
     ck_assert_uint_eq(count, 59);
+    ck_assert_int_eq(r.n_cropped, 0);
+    o.max_context = 0;
     count = 0;
     o.n_tokens = 5;
     ck_assert_int_eq(gen_run(g, "caf\xc3\xa9", 5, &o, emit_count, &count, &r, &err), -1);
@@ -290,6 +296,66 @@ START_TEST(refusals)
 }
 END_TEST
 
+/*
+ * Past the context (issue 29.7): nanoGPT's generate conditions every token
+ * on idx[:, -block_size:], the last T tokens, and so must gen_run.  Three
+ * prompts that end in the same 64 characters W (tiny-mem's context),
+ * one of them W alone and two with 10 different characters before it,
+ * must continue identically, token for token, far past the context: the
+ * bytes before the window can make no difference.  With the cache and
+ * without, since the crop runs the window afresh either way.  And the
+ * second new token must be the argmax of the training forward on its
+ * window, W without its first byte plus the first new token, built here
+ * by hand and run through gen_logits.
+ */
+START_TEST(crops_the_context_as_nanogpt)
+{
+    gen_model *g = NULL;
+    zb_err err = { { 0 } };
+    ck_assert_msg(gen_load(dirs[0], &g, &err) == 0, "%s", err.msg);
+    int T = gen_model_config(g)->seq_len;
+    ck_assert_int_eq(T, 64);
+    static const char w[] = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll";
+    ck_assert_uint_eq(strlen(w), 64);
+    char a[128], b[128];
+    snprintf(a, sizeof a, "ABCDEFGHIJ%s", w);
+    snprintf(b, sizeof b, "abcdefghij%s", w);
+    gen_opts o;
+    gen_opts_default(&o);
+    o.temperature = 0;
+    o.n_tokens = 150;
+    gen_result r;
+    sink sw = { { 0 }, 0 }, sa = { { 0 }, 0 }, sb = { { 0 }, 0 }, su = { { 0 }, 0 };
+    ck_assert_msg(gen_run(g, w, 64, &o, emit_sink, &sw, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.n_new, 150);
+    ck_assert_int_eq(r.n_cropped, 149); /* all but the first, drawn from exactly W */
+    ck_assert_int_eq(gen_run(g, a, 74, &o, emit_sink, &sa, &r, &err), 0);
+    ck_assert_int_eq(r.n_cropped, 150);
+    ck_assert_int_eq(gen_run(g, b, 74, &o, emit_sink, &sb, &r, &err), 0);
+    o.use_cache = 0;
+    ck_assert_int_eq(gen_run(g, a, 74, &o, emit_sink, &su, &r, &err), 0);
+    ck_assert_str_eq(sa.text, sw.text);
+    ck_assert_str_eq(sb.text, sw.text);
+    ck_assert_str_eq(su.text, sw.text);
+
+    /* The token after W + its first new one, from the window that drops
+     * W's first byte: the training forward's argmax on that window. */
+    int32_t ids[64];
+    char win[65];
+    memcpy(win, w + 1, 63);
+    win[63] = sw.text[0];
+    ck_assert_int_eq(gen_encode(g, win, 64, ids, &err), 0);
+    float logits[256];
+    ck_assert_int_eq(gen_logits(g, ids, 64, 0, logits, &err), 0);
+    int best = 0;
+    for (int i = 1; i < gen_model_config(g)->vocab; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    ck_assert_int_eq(gen_decode(g, best), sw.text[1]);
+    gen_free(g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runtime_generate");
@@ -298,6 +364,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_add_test(tc, tiny_mem_bit_identical_across_schedules);
     tcase_add_test(tc, checkpoints_of_any_split_generate_the_same);
+    tcase_add_test(tc, crops_the_context_as_nanogpt);
     tcase_add_test(tc, cache_matches_training_forward);
     tcase_add_test(tc, greedy_cached_equals_uncached);
     tcase_add_test(tc, exact_count_and_seeds);

@@ -3,8 +3,10 @@
  * checkpoint directory written by `zbsched run --model tiny-mem
  * --checkpoint DIR`: stdout is exactly the prompt plus N characters, the
  * same seed gives the same text, --json has text, tokens and tokens_per_s,
- * greedy --no-cache prints the cached text, and bad input is one line on
- * stderr with nothing on stdout.
+ * and stays valid JSON that loses nothing for any bytes the model emits,
+ * greedy --no-cache prints the cached text, generation goes past the
+ * context by cropping it (--max-context refuses instead), and bad input is
+ * one line on stderr with nothing on stdout.
  */
 #include <check.h>
 #include <stdio.h>
@@ -96,9 +98,155 @@ START_TEST(json_and_no_cache)
 }
 END_TEST
 
+/* Past the context the conditioning is cropped and generation goes on
+ * (issue 29.7's "done when": 6 + 100 characters from a model of context
+ * 64); --max-context keeps the old refusal. */
+START_TEST(past_the_context)
+{
+    ck_assert_msg(gen("--prompt 'ROMEO:' --tokens 100") == 0, "%s", err);
+    ck_assert_uint_eq(strlen(out), 106);
+    ck_assert(strncmp(out, "ROMEO:", 6) == 0);
+    ck_assert_ptr_nonnull(strstr(err, "100 tokens"));
+    ck_assert_ptr_nonnull(strstr(err, "context cropped to the last 64 tokens for 41 of them"));
+    ck_assert_int_eq(gen("--prompt 'ROMEO:' --tokens 100 --json -q"), 0);
+    cJSON *a = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq(strlen(cJSON_GetObjectItem(a, "text")->valuestring), 106);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(a, "cropped_tokens")->valuedouble, 41);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(a, "context")->valuedouble, 64);
+    cJSON_Delete(a);
+    ck_assert_int_ne(gen("--prompt 'ROMEO:' --tokens 100 --max-context"), 0);
+    cli_assert_one_line(err, "context of 64");
+    ck_assert_ptr_nonnull(strstr(err, "ask for at most 58"));
+    ck_assert_str_eq(out, "");
+}
+END_TEST
+
+/* Decodes standard base64 (RFC 4648) into out; returns the length or -1. */
+static long base64_decode(const char *in, unsigned char *out, size_t cap)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = strlen(in), len = 0;
+    if (n % 4)
+        return -1;
+    for (size_t i = 0; i < n; i += 4) {
+        unsigned v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            const char *at = strchr(alphabet, in[i + k]);
+            if (in[i + k] == '=')
+                pad++;
+            else if (!at || pad)
+                return -1;
+            v = v << 6 | (unsigned)(at ? at - alphabet : 0);
+        }
+        for (int k = 0; k < 3 - pad; k++) {
+            if (len >= cap)
+                return -1;
+            out[len++] = (unsigned char)(v >> (16 - 8 * k));
+        }
+    }
+    return (long)len;
+}
+
+/* Whether text[0..n) is valid UTF-8 (RFC 3629) with no raw byte below
+ * 0x20 but the newlines JSON allows outside strings. */
+static int valid_json_bytes(const unsigned char *t, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = t[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                   : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (len == 0 || i + len > n || (c < 0x20 && c != '\n'))
+            return 0;
+        for (size_t k = 1; k < len; k++)
+            if ((t[i + k] & 0xc0) != 0x80)
+                return 0;
+        if ((c == 0xe0 && t[i + 1] < 0xa0) || (c == 0xed && t[i + 1] > 0x9f) ||
+            (c == 0xf0 && t[i + 1] < 0x90) || (c == 0xf4 && t[i + 1] > 0x8f))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/*
+ * --json for any bytes the model can produce (issue 23.4): a model
+ * trained on a text of NUL, 0x01, 0x7f, 0xff, '"', '\\', newlines, the
+ * two bytes of "é" and the three of "€" can emit each of them alone,
+ * half sequences included.  The prompt holds all of them (so the output
+ * does whatever the sampling draws).  The document must be valid JSON in
+ * valid UTF-8, "text" the bytes with NUL and control bytes escaped and
+ * one U+FFFD per invalid subpart, "text_base64" exactly the bytes that
+ * the streaming run with the same seed writes to stdout.
+ */
+START_TEST(json_any_bytes)
+{
+    char bdir[160], data[200], cmd[1024];
+    snprintf(bdir, sizeof bdir, "%s_bytes", dir);
+    snprintf(data, sizeof data, "%s_bytes.txt", dir);
+    static const unsigned char alphabet[] = { 0x00, 0x01, 0x7f, 0xff, '"', '\\', '\n', 'a', 'b',
+                                              0xc3, 0xa9, 0xe2, 0x82, 0xac };
+    FILE *f = fopen(data, "wb");
+    ck_assert_ptr_nonnull(f);
+    unsigned long st = 7;
+    for (int i = 0; i < 20000; i++) {
+        st = st * 6364136223846793005UL + 1442695040888963407UL;
+        fputc(alphabet[(st >> 33) % sizeof alphabet], f);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "run %s.json --model tiny --steps 2 --batch-size 2 --eval-windows 2 "
+             "--checkpoint %s -q --data %s", dir, bdir, data);
+    ck_assert_msg(cli_run(NULL, NULL, cmd, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    static const unsigned char prompt[] = { 'a', 0xc3, 0xa9, 0x00, 0xff, 0xc3, 'b', 0x01, '"', '\\',
+                                            0xe2, 0x82, 0xac, 0x7f, '\n', 0xe2, 0x82, 'a' };
+    char ppath[200];
+    snprintf(ppath, sizeof ppath, "%s/prompt.bin", bdir);
+    ck_assert_ptr_nonnull(f = fopen(ppath, "wb"));
+    fwrite(prompt, 1, sizeof prompt, f);
+    fclose(f);
+
+    /* What the streaming run writes, byte for byte (out holds NULs). */
+    snprintf(cmd, sizeof cmd, "generate --checkpoint %s --prompt-file %s --tokens 60 "
+             "--temperature 1.5 --seed 3 -q > %s/stream.bin", bdir, ppath, bdir);
+    ck_assert_msg(cli_run(NULL, NULL, cmd, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    char spath[200];
+    snprintf(spath, sizeof spath, "%s/stream.bin", bdir);
+    unsigned char streamed[256];
+    ck_assert_ptr_nonnull(f = fopen(spath, "rb"));
+    size_t n_streamed = fread(streamed, 1, sizeof streamed, f);
+    fclose(f);
+    ck_assert_uint_eq(n_streamed, sizeof prompt + 60);
+
+    snprintf(cmd, sizeof cmd, "generate --checkpoint %s --prompt-file %s --tokens 60 "
+             "--temperature 1.5 --seed 3 -q --json", bdir, ppath);
+    ck_assert_msg(cli_run(NULL, NULL, cmd, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(valid_json_bytes((const unsigned char *)out, strlen(out)), "not UTF-8: %s", out);
+    cJSON *doc = cJSON_Parse(out);
+    ck_assert_msg(doc != NULL, "not JSON: %s", out);
+    unsigned char bytes[256];
+    long n = base64_decode(cJSON_GetObjectItem(doc, "text_base64")->valuestring, bytes, sizeof bytes);
+    ck_assert_int_eq(n, (long)n_streamed);
+    ck_assert(memcmp(bytes, streamed, n_streamed) == 0);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(doc, "utf8")));
+    ck_assert_int_eq((int)cJSON_GetObjectItem(doc, "bytes")->valuedouble, (int)n_streamed);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(doc, "prompt_bytes")->valuedouble, (int)sizeof prompt);
+    /* The prompt's part of "text" as written: é kept, NUL escaped, 0xff
+     * and the lone 0xc3 one U+FFFD each, 0x01, '"', '\\' escaped, € kept,
+     * 0x7f escaped, the truncated e2 82 one U+FFFD (a maximal subpart). */
+    static const char want[] = "\"text\":\"a\xc3\xa9\\u0000\xef\xbf\xbd\xef\xbf\xbd"
+                               "b\\u0001\\\"\\\\\xe2\x82\xac\\u007f\\n\xef\xbf\xbd" "a";
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    cJSON_Delete(doc);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", bdir, data);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
-    ck_assert_int_ne(gen("--prompt 'KING:' --tokens 60"), 0); /* 5 + 60 > 64 */
+    ck_assert_int_ne(gen("--prompt 'KING:' --tokens 60 --max-context"), 0); /* 5 + 60 > 64 */
     cli_assert_one_line(err, "context of 64");
     ck_assert_str_eq(out, "");
     ck_assert_int_ne(gen("--prompt 'K~' --tokens 3"), 0);
@@ -126,6 +274,8 @@ int main(void)
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_add_test(tc, prompt_plus_exactly_n);
     tcase_add_test(tc, json_and_no_cache);
+    tcase_add_test(tc, past_the_context);
+    tcase_add_test(tc, json_any_bytes);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

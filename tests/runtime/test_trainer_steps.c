@@ -14,7 +14,14 @@
  *   - batches of different sizes in a row (3 + 1 + 2) equal 6 single steps;
  *   - the per-step records (loss, lr, skipped, seconds summing to the wall
  *     time), the trace of the batch's last step, and the fallback of the
- *     FIFO transport and the synchronous clip (plain steps).
+ *     FIFO transport and the synchronous clip (plain steps);
+ *   - that the batch did overlap: trainer_stats counts the steps begun
+ *     without a barrier (all but the first of each batch) and the
+ *     speculative forwards (one set per step followed by another in its
+ *     batch when the clip is off, none redone), some redone under the
+ *     clip just below the first norm, and none at all for the plain-step
+ *     fallbacks; trainer_steps with its overlap switched off passes the
+ *     bit-identity checks and fails these.
  */
 #include <check.h>
 #include <math.h>
@@ -22,6 +29,7 @@
 
 #include "kernels/cpu/llama.h"
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "schedules/gen.h"
 #include "src/validate.h"
 #include "tests/common/trainer_fixture.h"
@@ -94,7 +102,7 @@ static void poison(trainer *t)
  * batches of 3, 1 and 2; with poison_at >= 0 the head is poisoned before
  * that step (a batch boundary). */
 static fixture_run train(const sched_t *s, const zb_data *d, const trainer_opts *o, int batched,
-                         int poison_at)
+                         int poison_at, trainer_stats *stats)
 {
     zb_model m = fixture_model();
     trainer *t = NULL;
@@ -120,6 +128,8 @@ static fixture_run train(const sched_t *s, const zb_data *d, const trainer_opts 
     }
     fixture_run r = collect(t, STEPS);
     memcpy(r.loss, loss, sizeof loss);
+    if (stats)
+        *stats = *trainer_get_stats(t);
     trainer_free(t);
     return r;
 }
@@ -157,7 +167,7 @@ static sched_t *schedule(int k)
 START_TEST(steps_equal_single_steps)
 {
     zb_data *d = fixture_data(fixture_model().seq_len);
-    long rollbacks = 0;
+    long rollbacks = 0, redone = 0;
     for (int k = 0; k < N_SCHEDULES; k++) {
         sched_t *s = schedule(k);
         double norm = first_norm(s, d);
@@ -165,8 +175,9 @@ START_TEST(steps_equal_single_steps)
         float clips[3] = { 0, 1.0f, (float)(norm * 0.98) };
         for (int c = 0; c < 3; c++) {
             trainer_opts o = steps_opts(clips[c]);
-            fixture_run a = train(s, d, &o, 0, -1);
-            fixture_run b = train(s, d, &o, 1, -1);
+            trainer_stats sa, sb;
+            fixture_run a = train(s, d, &o, 0, -1, &sa);
+            fixture_run b = train(s, d, &o, 1, -1, &sb);
             char what[96];
             snprintf(what, sizeof what, "%s p=%d S=%d, clip %g", s->name, s->n_devices, s->n_stages,
                      clips[c]);
@@ -174,14 +185,27 @@ START_TEST(steps_equal_single_steps)
             ck_assert_msg(a.rollbacks == b.rollbacks, "%s: rollbacks %ld vs %ld", what, a.rollbacks,
                           b.rollbacks);
             ck_assert_int_eq(a.skipped, b.skipped);
-            if (c == 2 && s->n_stages > 1)
+            /* the batches of 3, 1 and 2 ran without a barrier inside */
+            ck_assert_msg(sb.overlapped_steps == 3, "%s: %ld overlapped steps", what,
+                          sb.overlapped_steps);
+            ck_assert_int_eq(sa.overlapped_steps + sa.spec_forwards + sa.spec_redone, 0);
+            if (c == 0) /* nothing clips: stage 0 speculates before each of 3 next steps */
+                ck_assert_msg(sb.spec_forwards > 0 && sb.spec_forwards % 3 == 0
+                                  && sb.spec_redone == 0,
+                              "%s: %ld speculative forwards, %ld redone", what, sb.spec_forwards,
+                              sb.spec_redone);
+            ck_assert(sb.spec_redone <= sb.spec_forwards);
+            if (c == 2 && s->n_stages > 1) {
                 rollbacks += b.rollbacks;
+                redone += sb.spec_redone;
+            }
             free(a.params);
             free(b.params);
         }
         sched_free(s);
     }
-    ck_assert_int_ge(rollbacks, N_SCHEDULES - 1); /* the redo path ran */
+    ck_assert_int_ge(rollbacks, N_SCHEDULES - 1); /* stages rolled back */
+    ck_assert_msg(redone > 0, "no speculative forward was redone"); /* the redo path ran */
     data_free(d);
 }
 END_TEST
@@ -192,8 +216,8 @@ START_TEST(nan_gradients_skip_in_a_batch)
     for (int k = 0; k < N_SCHEDULES; k++) {
         sched_t *s = schedule(k);
         trainer_opts o = steps_opts(1.0f);
-        fixture_run a = train(s, d, &o, 0, 4); /* poisoned before the last batch (2 steps) */
-        fixture_run b = train(s, d, &o, 1, 4);
+        fixture_run a = train(s, d, &o, 0, 4, NULL); /* poisoned before the last batch (2 steps) */
+        fixture_run b = train(s, d, &o, 1, 4, NULL);
         char what[96];
         snprintf(what, sizeof what, "%s, NaN gradients", s->name);
         ck_assert(isnan(b.loss[STEPS - 1]));
@@ -255,6 +279,9 @@ START_TEST(records_trace_and_fallbacks)
             }
         if (variant == 0)
             ck_assert(first == 0); /* counted from the last step's first op */
+        /* the FIFO and synchronous variants are plain steps: no overlap */
+        ck_assert_int_eq(st->overlapped_steps, variant == 0 ? 3 : 0);
+        ck_assert_int_eq(st->spec_forwards > 0, variant == 0);
         ck_assert(tr->cost[0].t_f > 0 && tr->cost[1].t_b > 0);
         ck_assert_msg(sched_validate(tr, &err) == 0, "%s", err.msg);
         sched_free(tr);

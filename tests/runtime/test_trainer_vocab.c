@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "tests/common/trainer_fixture.h"
 
 /* Two devices, one stage each, m = 2: both forwards, the S passes, the T

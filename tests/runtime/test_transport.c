@@ -16,7 +16,9 @@
 #include <check.h>
 #include <string.h>
 
+#include "runtime/link_plan.h"
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "schedules/gen.h"
 #include "tests/common/trainer_fixture.h"
 

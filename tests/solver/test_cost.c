@@ -296,8 +296,9 @@ START_TEST(test_param_counts)
     struct { const char *name; double params; } rows[] = {
         { "1.5B", 1.5e9 }, { "6.2B", 6.2e9 }, { "14.6B", 14.6e9 }, { "28.3B", 28.3e9 },
         { "llama3-8b", 8.03e9 }, { "llama3-70b", 70.55e9 }, { "intellect-1-10b", 10.2e9 },
+        { "llama3-405b", 405.85e9 }, /* Meta's model card: 405 B */
     };
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         zb_model m = preset(rows[i].name);
         double p = cost_param_count(&m);
         ck_assert_msg(fabs(p - rows[i].params) / rows[i].params < 0.02,

@@ -61,6 +61,86 @@ START_TEST(test_presets)
 }
 END_TEST
 
+/* The presets users name (issue 29.1), with their datasheet figures
+ * (docs/cost-model.md): dense bf16 peak, memory as nvidia-smi / rocm-smi
+ * report it, bandwidth per direction, GPUs per NVLink domain. */
+START_TEST(test_gpu_presets_datasheets)
+{
+    static const struct {
+        const char *name;
+        double peak, mem, link, hbm;
+        int per_node;
+    } rows[] = {
+        { "A100-40G", 312e12, 40960.0 * 1048576, 80e9, 1.555e12, 8 },
+        { "H100-94G", 835.5e12, 95830.0 * 1048576, 300e9, 3.9e12, 2 },
+        { "H20", 148e12, 97871.0 * 1048576, 450e9, 4.0e12, 8 },
+        { "L40S", 362.05e12, 46068.0 * 1048576, 32e9, 0.864e12, 8 },
+        { "MI300X", 1307.4e12, 206141652992.0, 64e9, 5.3e12, 8 },
+    };
+    zb_err err = { { 0 } };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        zb_gpu g;
+        ck_assert_msg(gpu_load(rows[i].name, &g, &err) == 0, "%s: %s", rows[i].name, err.msg);
+        ck_assert_str_eq(g.name, rows[i].name);
+        ck_assert_double_eq(g.peak_flops, rows[i].peak);
+        ck_assert_double_eq(g.mem_bytes, rows[i].mem);
+        ck_assert_double_eq(g.link_bw, rows[i].link);
+        ck_assert_double_eq(g.hbm_bw, rows[i].hbm);
+        ck_assert_int_eq(gpu_per_node(&g), rows[i].per_node);
+        ck_assert_int_eq(gpu_check(&g, &err), 0);
+    }
+    /* Names are case-insensitive, as for the older presets. */
+    zb_gpu g;
+    ck_assert_int_eq(gpu_preset("mi300x", &g, &err), 0);
+    ck_assert_str_eq(g.name, "MI300X");
+    /* The unknown-GPU message lists the new ones. */
+    ck_assert_int_eq(gpu_preset("B200", &g, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "A100-40G"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "MI300X"));
+
+    /* Llama 3.1 405B: Meta's config.json, about 405.9 B parameters. */
+    zb_model m;
+    ck_assert_int_eq(model_preset("llama3-405b", &m, &err), 0);
+    ck_assert_int_eq(m.n_layers, 126);
+    ck_assert_int_eq(m.d_model, 16384);
+    ck_assert_int_eq(m.n_heads, 128);
+    ck_assert_int_eq(m.n_kv_heads, 8);
+    ck_assert_int_eq(m.d_ff, 53248);
+    ck_assert_int_eq(m.vocab, 128256);
+    ck_assert_int_eq(m.tied_embedding, 0);
+    ck_assert_int_eq(model_check(&m, &err), 0);
+}
+END_TEST
+
+/* A GPU file without "name" prints as its own file, not as its base
+ * preset (issue 29.1): "g.json" edited from H100-80G is "g". */
+START_TEST(test_gpu_file_name)
+{
+    char path[160];
+    zb_gpu g;
+    zb_err err = { { 0 } };
+    snprintf(path, sizeof path, "%s/my-h100.json", tmpdir);
+    write_file(path, "{\"base\": \"H100-80G\", \"mem_bytes\": 40e9}");
+    ck_assert_msg(gpu_load(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(g.name, "my-h100");
+    ck_assert_double_eq(g.mem_bytes, 40e9);
+    unlink(path);
+    /* Without a base either, and with bytes a name should not carry. */
+    snprintf(path, sizeof path, "%s/lab gpu\t1.json", tmpdir);
+    write_file(path, "{\"peak_flops\": 1e14, \"mem_bytes\": 1e10, \"link_bw\": 1e10, "
+                     "\"link_latency\": 1e-5}");
+    ck_assert_msg(gpu_load(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(g.name, "lab_gpu_1");
+    unlink(path);
+    /* An explicit "name" wins. */
+    snprintf(path, sizeof path, "%s/x.json", tmpdir);
+    write_file(path, "{\"base\": \"H100-80G\", \"name\": \"H100-IB\"}");
+    ck_assert_msg(gpu_load(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(g.name, "H100-IB");
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_model_json)
 {
     char path[128];
@@ -211,6 +291,8 @@ int main(void)
     Suite *s = suite_create("cost_files");
     TCase *tc = tcase_create("files");
     tcase_add_test(tc, test_presets);
+    tcase_add_test(tc, test_gpu_presets_datasheets);
+    tcase_add_test(tc, test_gpu_file_name);
     tcase_add_test(tc, test_model_json);
     tcase_add_test(tc, test_gpu_json);
     tcase_add_test(tc, test_profile_round_trip);

@@ -6,7 +6,7 @@
  *     through step by step in the comments (each exercising a tie rule),
  *     and the example of DeepSeek's README;
  *   - the reference itself: tests/solver/eplb_golden.json holds the
- *     placements of DeepSeek's eplb.py (tools/eplb_golden.py) on 14 load
+ *     placements of DeepSeek's eplb.py (tools/eplb_golden.py) on 15 load
  *     matrices; the port must match the reference with a stable sort
  *     exactly, and the unmodified reference in replica counts and per-GPU
  *     loads (see the generator's docstring for why not slot for slot);
@@ -254,7 +254,7 @@ START_TEST(golden_reference)
         eplb_result_free(&r);
         n_cases++;
     }
-    ck_assert_int_eq(n_cases, 14);
+    ck_assert_int_eq(n_cases, 15);
     /* The golden file covers the unstable-sort case it claims to. */
     ck_assert_int_gt(n_as_is_differs, 0);
     cJSON_Delete(doc);
@@ -468,7 +468,10 @@ START_TEST(library_rejects)
     } bad[] = {
         { 8, 10, 2, 2, 4, EPLB_AUTO, "multiple of GPUs" },
         { 6, 6, 3, 2, 2, EPLB_HIERARCHICAL, "multiple of nodes (2) for the hierarchical" },
-        { 8, 12, 2, 3, 4, EPLB_AUTO, "GPUs (4) must be a multiple of nodes (3)" },
+        /* auto picks hierarchical (3 nodes divide 3 groups), which needs
+         * whole nodes of GPUs; the reference asserts here. */
+        { 6, 8, 3, 3, 4, EPLB_AUTO, "GPUs (4) must be a multiple of nodes (3) for the hierarchical policy, which auto picks" },
+        { 4, 4, 1, 3, 2, EPLB_GLOBAL, "nodes (3) must not outnumber GPUs (2)" },
         { 8, 12, 3, 1, 4, EPLB_AUTO, "experts (8) must be a multiple of groups (3)" },
         { 8, 4, 2, 2, 4, EPLB_AUTO, "at least the number of experts" },
         { 8, 12, 0, 2, 4, EPLB_AUTO, "at least 1" },
@@ -487,6 +490,7 @@ START_TEST(library_rejects)
     eplb_result r;
     rebalance(w, 1, 6, 12, 3, 2, 4, EPLB_AUTO, &r);
     ck_assert_int_eq(r.hierarchical, 0);
+    ck_assert_int_eq(r.fell_back, 1);
     eplb_result_free(&r);
     double neg[] = { 1, -2, 3, 4 }, inf[] = { 1, 2, INFINITY, 4 }, huge[] = { 1, 1e300, 3, 4 };
     double *loads[] = { neg, inf, huge };
@@ -498,6 +502,113 @@ START_TEST(library_rejects)
         ck_assert_int_eq(eplb_rebalance(loads[i], &p, &r, &err), -1);
         ck_assert_msg(strstr(err.msg, want[i]), "'%s'", err.msg);
     }
+}
+END_TEST
+
+/*
+ * The reference's fallback (issue 29.10): rebalance_experts runs its
+ * global policy, rebalance_experts_hierarchical(weight, R, 1, 1, M),
+ * whenever the groups do not divide into the nodes, and that call never
+ * asks whether the GPUs divide into the nodes: 4 GPUs on 3 nodes with 4
+ * groups is placed.  The placement is the one-group, one-node placement
+ * slot for slot; the node loads put GPU g on node floor(3g/4): nodes
+ * {0, 1}, {2}, {3}.
+ */
+START_TEST(fallback_uneven_nodes)
+{
+    const double w[] = { 90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86 };
+    eplb_result r, g;
+    rebalance(w, 1, 12, 16, 4, 3, 4, EPLB_AUTO, &r);
+    ck_assert_int_eq(r.hierarchical, 0);
+    ck_assert_int_eq(r.fell_back, 1);
+    rebalance(w, 1, 12, 16, 1, 1, 4, EPLB_GLOBAL, &g);
+    ck_assert_int_eq(g.fell_back, 0);
+    assert_ints(r.phy2log, g.phy2log, 16, "phy2log");
+    assert_ints(r.logcnt, g.logcnt, 12, "logcnt");
+    eplb_loads ld;
+    zb_err err = { "" };
+    ck_assert_int_eq(eplb_compute_loads(w, &r, &ld, &err), 0);
+    ck_assert_int_eq(ld.n_nodes, 3);
+    ck_assert(fabs(ld.node_after[0] - (ld.gpu_after[0] + ld.gpu_after[1])) < 1e-9);
+    ck_assert(fabs(ld.node_after[1] - ld.gpu_after[2]) < 1e-9);
+    ck_assert(fabs(ld.node_after[2] - ld.gpu_after[3]) < 1e-9);
+    ck_assert_int_eq(eplb_node_of_gpu(1, 4, 3), 0);
+    ck_assert_int_eq(eplb_node_of_gpu(2, 4, 3), 1);
+    ck_assert_int_eq(eplb_node_of_gpu(3, 4, 3), 2);
+    ck_assert_int_eq(eplb_node_of_gpu(5, 8, 2), 1); /* g / (M/N) when N divides M */
+    eplb_loads_free(&ld);
+    eplb_result_free(&r);
+    eplb_result_free(&g);
+}
+END_TEST
+
+/*
+ * The hierarchical policy against the global one (issue 29.10).  Loads
+ * [100, 100, 1, 1] in 2 groups on 2 nodes of 2 GPUs, 8 slots: step 1 must
+ * put the hot group {100, 100} on one node, so the nodes carry 200 and 2,
+ * a node balance of 200 / 101 = 1.9802 however the slots are filled.  The
+ * global policy gives both hot experts 3 replicas (33.3 each) and packs
+ * 33.3 + 33.3 | 33.3 + 33.3 | 33.3 + 1 | 33.3 + 1 (largest first, least
+ * loaded GPU): GPUs 0 and 1 on node 0 carry 133.3, node 1 68.7, a balance
+ * of 133.33 / 101 = 1.3201.  The comparison must say the hierarchical
+ * policy is worse and give both figures; on the README example (1.1365
+ * against the global policy's 1.1522) it must not.
+ */
+START_TEST(compare_global)
+{
+    const double w[] = { 100, 100, 1, 1 };
+    eplb_params p = { .n_layers = 1, .n_experts = 4, .n_replicas = 8, .n_groups = 2,
+                      .n_nodes = 2, .n_gpus = 4, .policy = EPLB_AUTO };
+    eplb_result r;
+    eplb_loads ld;
+    eplb_global_compare c;
+    zb_err err = { "" };
+    ck_assert_int_eq(eplb_rebalance(w, &p, &r, &err), 0);
+    ck_assert_int_eq(r.hierarchical, 1);
+    ck_assert_int_eq(eplb_compute_loads(w, &r, &ld, &err), 0);
+    ck_assert_int_eq(eplb_compare_global(w, &p, &ld, &c, &err), 0);
+    ck_assert_int_eq(c.worse, 1);
+    ck_assert_int_eq(c.layer, 0);
+    ck_assert(fabs(c.node_balance - 200.0 / 101) < 1e-9);
+    ck_assert(fabs(c.global_node_balance - (400.0 / 3) / 101) < 1e-5);
+    eplb_loads_free(&ld);
+    eplb_result_free(&r);
+
+    const double readme[] = { 90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86,
+                              20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27 };
+    eplb_params q = { .n_layers = 2, .n_experts = 12, .n_replicas = 16, .n_groups = 4,
+                      .n_nodes = 2, .n_gpus = 8, .policy = EPLB_AUTO };
+    ck_assert_int_eq(eplb_rebalance(readme, &q, &r, &err), 0);
+    ck_assert_int_eq(eplb_compute_loads(readme, &r, &ld, &err), 0);
+    ck_assert_int_eq(eplb_compare_global(readme, &q, &ld, &c, &err), 0);
+    ck_assert_int_eq(c.worse, 0);
+    ck_assert(fabs(c.node_balance - 1.1365) < 1e-4);
+    ck_assert(fabs(c.global_node_balance - 1.1522) < 1e-4);
+    eplb_loads_free(&ld);
+    eplb_result_free(&r);
+
+    /* DeepSeek-V3's shape (61 layers x 256 experts, 288 slots, 8 groups,
+     * 4 nodes, 32 GPUs) with heavy-tailed loads, a Pareto tail of index
+     * 1.1: a hot expert makes its group outweigh a node's share, which
+     * step 1 cannot split.  The issue saw 3.0 against 1.13. */
+    enum { L = 61, E = 256 };
+    double *big = malloc(sizeof(double) * L * E);
+    unsigned long st = 29;
+    for (int i = 0; i < L * E; i++) {
+        st = st * 6364136223846793005UL + 1442695040888963407UL;
+        double u = ((st >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+        big[i] = floor(100 * pow(u, -1 / 1.1));
+    }
+    eplb_params v3 = { .n_layers = L, .n_experts = E, .n_replicas = 288, .n_groups = 8,
+                       .n_nodes = 4, .n_gpus = 32, .policy = EPLB_AUTO };
+    ck_assert_int_eq(eplb_rebalance(big, &v3, &r, &err), 0);
+    ck_assert_int_eq(eplb_compute_loads(big, &r, &ld, &err), 0);
+    ck_assert_int_eq(eplb_compare_global(big, &v3, &ld, &c, &err), 0);
+    ck_assert_msg(c.worse && c.node_balance > 2 && c.global_node_balance < 1.3,
+                  "hierarchical %.4f, global %.4f", c.node_balance, c.global_node_balance);
+    eplb_loads_free(&ld);
+    eplb_result_free(&r);
+    free(big);
 }
 END_TEST
 
@@ -654,8 +765,42 @@ START_TEST(cli_table_json_csv)
     /* Groups that do not divide by nodes: auto falls back to global. */
     ck_assert_int_eq(eplb_run("w.json --replicas 16 --groups 3 --nodes 2 --gpus 8"), 0);
     ck_assert_ptr_nonnull(strstr(out_buf, "policy global"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "as DeepSeek's reference falls back"));
     ck_assert_int_eq(eplb_run("- --replicas 16 --groups 4 --nodes 2 --gpus 8 --policy global < w.csv"), 0);
-    ck_assert_ptr_nonnull(strstr(out_buf, "policy global"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "policy global\n"));
+    ck_assert_ptr_null(strstr(out_buf, "falls back"));
+    /* 4 GPUs on 3 nodes, 4 groups: the reference falls back to its global
+     * policy and answers, and so does the command, saying so. */
+    ck_assert_msg(eplb_run("w.json --replicas 16 --groups 4 --nodes 3 --gpus 4") == 0, "%s", err_buf);
+    ck_assert_ptr_nonnull(strstr(out_buf, "4 GPUs (3 nodes of 1-2), 4 groups, policy global (auto: "
+                                          "4 groups do not divide into 3 nodes"));
+    ck_assert_int_eq(eplb_run("w.json --replicas 16 --groups 4 --nodes 3 --gpus 4 --json"), 0);
+    doc = cJSON_Parse(out_buf);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(cJSON_GetObjectItem(doc, "policy")->valuestring, "global");
+    ck_assert_str_eq(cJSON_GetObjectItem(doc, "policy_requested")->valuestring, "auto");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(doc, "fell_back")));
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "node_load_after"), 0)), 3);
+    ck_assert_ptr_null(cJSON_GetObjectItem(doc, "global_comparison"));
+    cJSON_Delete(doc);
+    /* A placement the global policy would balance better is told so,
+     * with both figures (compare_global works the numbers). */
+    write_file("hot.json", "[[100,100,1,1]]");
+    ck_assert_int_eq(eplb_run("hot.json --replicas 8 --groups 2 --nodes 2 --gpus 4"), 0);
+    ck_assert_ptr_nonnull(strstr(out_buf, "1 layer x 4 experts"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "note: the hierarchical policy keeps each group inside one "
+                                          "node, which leaves layer 0 a node balance of 1.9802"));
+    ck_assert_ptr_nonnull(strstr(out_buf, "--policy global spreads the groups over the nodes and gets "
+                                          "1.3201 at worst"));
+    ck_assert_int_eq(eplb_run("hot.json --replicas 8 --groups 2 --nodes 2 --gpus 4 --json"), 0);
+    doc = cJSON_Parse(out_buf);
+    cJSON *cmp = cJSON_GetObjectItem(doc, "global_comparison");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cmp, "hierarchical_worse")));
+    ck_assert(fabs(cJSON_GetObjectItem(cmp, "global_node_balance")->valuedouble - 1.3201) < 1e-4);
+    cJSON_Delete(doc);
+    /* The README example: no note (hierarchical 1.1365, global 1.1522). */
+    ck_assert_int_eq(eplb_run("w.json --replicas 16 --groups 4 --nodes 2 --gpus 8"), 0);
+    ck_assert_ptr_null(strstr(out_buf, "note:"));
 }
 END_TEST
 
@@ -711,7 +856,8 @@ START_TEST(cli_bad_input)
         { "inf.json --replicas 4 --groups 1 --nodes 1 --gpus 2", "inf.json: layer 0, expert 2: load is not finite" },
         { "w.json --replicas 18 --groups 4 --nodes 2 --gpus 8", "replicas (18) must be a multiple of GPUs (8)" },
         { "w.json --replicas 16 --groups 3 --nodes 2 --gpus 8 --policy hierarchical", "groups (3) must be a multiple of nodes (2)" },
-        { "w.json --replicas 16 --groups 4 --nodes 3 --gpus 8", "GPUs (8) must be a multiple of nodes (3)" },
+        { "w.json --replicas 16 --groups 3 --nodes 3 --gpus 8", "GPUs (8) must be a multiple of nodes (3) for the hierarchical policy" },
+        { "w.json --replicas 16 --groups 4 --nodes 9 --gpus 8", "nodes (9) must not outnumber GPUs (8)" },
         { "w.json --replicas 16 --groups 5 --nodes 1 --gpus 8", "experts (12) must be a multiple of groups (5)" },
         { "w.json --replicas 8 --groups 4 --nodes 2 --gpus 8", "replicas (8) must be at least the number of experts (12)" },
         { "missing.json --replicas 16 --groups 4 --nodes 2 --gpus 8", "missing.json" },
@@ -840,6 +986,8 @@ static Suite *eplb_suite(void)
     tcase_add_test(lib, golden_reference);
     tcase_add_test(lib, random_invariants);
     tcase_add_test(lib, heuristic_can_lose);
+    tcase_add_test(lib, fallback_uneven_nodes);
+    tcase_add_test(lib, compare_global);
     tcase_add_test(lib, library_rejects);
     tcase_add_test(lib, parse_weights);
     suite_add_tcase(s, lib);

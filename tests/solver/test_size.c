@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/numfmt.h"
 #include "src/size.h"
 
 static uint64_t parse_ok(const char *text)
@@ -107,13 +108,61 @@ START_TEST(test_format)
 {
     char buf[32];
     zb_size_format(40e9, buf, sizeof buf);
-    ck_assert_str_eq(buf, "40.0 GB");
+    ck_assert_str_eq(buf, "40.00 GB");
     zb_size_format(512, buf, sizeof buf);
     ck_assert_str_eq(buf, "512 B");
     zb_size_format(1.5e12, buf, sizeof buf);
-    ck_assert_str_eq(buf, "1.5 TB");
+    ck_assert_str_eq(buf, "1.50 TB");
     zb_size_format(85899345920.0, buf, sizeof buf);
-    ck_assert_str_eq(buf, "85.9 GB");
+    ck_assert_str_eq(buf, "85.90 GB");
+    /* A plan's peak as search, simulate and render print it (issue 29.4). */
+    zb_size_format(39862853120.0, buf, sizeof buf);
+    ck_assert_str_eq(buf, "39.86 GB");
+    zb_size_format(39980000000.0, buf, sizeof buf); /* not "40.0 GB" under a 40 GB limit */
+    ck_assert_str_eq(buf, "39.98 GB");
+    /* Rounding up to 1000 moves up a unit. */
+    zb_size_format(999.996e9, buf, sizeof buf);
+    ck_assert_str_eq(buf, "1.00 TB");
+    zb_size_format(999.6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "1.00 KB");
+    zb_size_format(999.4, buf, sizeof buf);
+    ck_assert_str_eq(buf, "999 B");
+    zb_size_format(7360000, buf, sizeof buf);
+    ck_assert_str_eq(buf, "7.36 MB");
+}
+END_TEST
+
+/* Fixed notation for times and counts: never an exponent (issue 29.4:
+ * "limit 9.96256e+08", "cost 1.155e+04 ms"). */
+START_TEST(test_num_format)
+{
+    char buf[64];
+    zb_num_format(8090.54116423896, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "8090.54");
+    zb_num_format(11550.3, 4, buf, sizeof buf);
+    ck_assert_str_eq(buf, "11550");
+    zb_num_format(996256000.0, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "996256000");
+    zb_num_format(17652875264.0, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "17652875264");
+    zb_num_format(0.000123456, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0.000123456");
+    zb_num_format(2.5, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "2.5");
+    zb_num_format(9.9999996, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "10");
+    zb_num_format(0, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0");
+    zb_num_format(-1.5e-9, 3, buf, sizeof buf);
+    ck_assert_str_eq(buf, "-0.0000000015");
+    zb_num_format(-0.0, 3, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0");
+    zb_num_format(1.0 / 0.0, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "inf");
+    for (double v = 1e-9; v < 1e18; v *= 7.3) {
+        zb_num_format(v, 6, buf, sizeof buf);
+        ck_assert_msg(!strchr(buf, 'e'), "%g printed as %s", v, buf);
+    }
 }
 END_TEST
 
@@ -123,6 +172,7 @@ int main(void)
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, test_decimal_units);
     tcase_add_test(tc, test_binary_units);
+    tcase_add_test(tc, test_num_format);
     tcase_add_test(tc, test_plain_bytes);
     tcase_add_test(tc, test_rejects);
     tcase_add_test(tc, test_format);

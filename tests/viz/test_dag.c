@@ -12,6 +12,7 @@
 #include "tests/viz/viz_fixtures.h"
 #include "tests/viz/viz_testutil.h"
 #include "viz/palette.h"
+#include "viz/times.h"
 #include "viz/viz.h"
 
 static char *dag(const sched_t *s, size_t *len)
@@ -177,6 +178,56 @@ START_TEST(big_schedule_is_refused)
 }
 END_TEST
 
+/* A window of a plan too big to draw whole (issue 29.6): the ops that
+ * overlap the window, the edges among them, and the whole schedule's
+ * critical path where it passes; a window that is still too big is
+ * refused, saying how to narrow it. */
+START_TEST(window_of_a_big_schedule)
+{
+    sched_t *s = fixture_zb_h1(8, 128); /* 3072 ops */
+    viz_view v;
+    viz_view_all(&v);
+    v.has_from = v.has_to = 1;
+    v.from = 0;
+    v.to = 12;
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n = 0;
+    ck_assert_msg(viz_dag_svg_view(s, &v, &svg, &n, &err) == 0, "%s", err.msg);
+    ck_assert(tu_xml_valid(svg, n));
+    viz_times t;
+    ck_assert_int_eq(viz_times_compute(s, &t, &err), 0);
+    long want = 0;
+    for (int d = 0; d < 8; d++)
+        for (int i = 0; i < s->dev[d].n_ops; i++)
+            want += t.r.dev[d].end[i] > 0 && t.r.dev[d].start[i] < 12;
+    viz_times_free(&t);
+    ck_assert_int_eq(tu_count(svg, "class=\"node\""), want);
+    ck_assert_int_lt(want, 400);
+    ck_assert_ptr_nonnull(strstr(svg, "window 0"));
+    ck_assert_ptr_nonnull(strstr(svg, "#d62728")); /* the critical path starts in it */
+    free(svg);
+    /* Micro-batches and devices narrow it too. */
+    viz_view_all(&v);
+    v.mb_lo = v.mb_hi = 5;
+    v.dev_lo = 2;
+    v.dev_hi = 3;
+    ck_assert_msg(viz_dag_svg_view(s, &v, &svg, &n, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(tu_count(svg, "class=\"node\""), 2 * 3);
+    free(svg);
+    /* A part still over the limit. */
+    viz_view_all(&v);
+    v.dev_lo = 0;
+    v.dev_hi = 6;
+    svg = NULL;
+    ck_assert_int_eq(viz_dag_svg_view(s, &v, &svg, &n, &err), -1);
+    ck_assert_ptr_null(svg);
+    ck_assert_ptr_nonnull(strstr(err.msg, "the part chosen holds 2688 ops"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "narrow it"));
+    sched_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("dag");
@@ -187,6 +238,7 @@ int main(void)
     tcase_add_test(tc, chunks_and_same_bytes);
     tcase_add_test(tc, nodes_coloured_by_kind);
     tcase_add_test(tc, big_schedule_is_refused);
+    tcase_add_test(tc, window_of_a_big_schedule);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -8,11 +8,15 @@
  * invalid schedules.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "src/sim.h"
 #include "tests/viz/viz_fixtures.h"
 #include "tests/viz/viz_testutil.h"
 #include "viz/palette.h"
@@ -52,8 +56,9 @@ START_TEST(zb_h1_boxes_and_figures)
     ck_assert_ptr_nonnull(strstr(svg, "simulated"));
     ck_assert_int_eq(tu_count(svg, "class=\"lane\""), 4);
     ck_assert_int_eq(tu_count(svg, "class=\"mem-line\""), 4);
-    /* Standalone: generic font, no scripts or external references. */
-    ck_assert_ptr_nonnull(strstr(svg, "font-family=\"sans-serif\""));
+    /* Standalone: the font the labels are measured in, falling back to
+     * the generic family; no scripts or external references. */
+    ck_assert_ptr_nonnull(strstr(svg, "font-family=\"DejaVu Sans, Verdana, sans-serif\""));
     ck_assert_ptr_null(strstr(svg, "<script"));
     ck_assert_ptr_null(strstr(svg, "href"));
     ck_assert_ptr_null(strstr(svg, "@import"));
@@ -584,6 +589,318 @@ START_TEST(render_file_is_atomic)
 }
 END_TEST
 
+/* ---- big pictures (issue 29.6) ------------------------------------- */
+
+/* The pictures' font, DejaVu Sans: every digit 0.637 em wide, 0.729 em
+ * high (viz/font.h; tools/font_widths.py reads them from the TTF), and the
+ * label rule written down again here: a label of at least 4.5 px with
+ * 0.75 px to spare at each side, across the box or upright in it. */
+#define DIGIT_W 0.637
+#define DIGIT_H 0.729
+#define MIN_FONT 4.5
+#define PAD 1.5
+
+/* One op box of a timeline with the label drawn in it, if any. */
+typedef struct box {
+    double x, w, h;  /* the rect */
+    int mb;          /* its micro-batch (from the tooltip) */
+    int label;       /* 0 none, 1 across ("mb"), 2 upright ("mbv") */
+    int number;      /* the label's text */
+    double font;     /* its size */
+    double lx;       /* its anchor's x */
+} box;
+
+/* Parses every op box (class "op ...") of svg into a new array; *n gets
+ * how many.  Each box and its label are on one line. */
+static box *parse_boxes(const char *svg, long *n)
+{
+    long cap = tu_count(svg, "<rect class=\"op ") + 1, k = 0;
+    box *b = calloc((size_t)cap, sizeof *b);
+    for (const char *p = svg; (p = strstr(p, "<rect class=\"op ")) != NULL; p++) {
+        const char *eol = strchr(p, '\n');
+        box *x = &b[k++];
+        ck_assert_int_eq(sscanf(strstr(p, " x=\""), " x=\"%lf\"", &x->x), 1);
+        ck_assert_int_eq(sscanf(strstr(p, " width=\""), " width=\"%lf\"", &x->w), 1);
+        ck_assert_int_eq(sscanf(strstr(p, " height=\""), " height=\"%lf\"", &x->h), 1);
+        const char *t = strstr(p, "<title>") + 7;
+        while (*t >= 'A' && *t <= 'Z')
+            t++;
+        ck_assert_int_eq(sscanf(t, "%d", &x->mb), 1);
+        /* Search the box's own line only: a search of the whole rest of
+         * the document for every unlabelled box is quadratic. */
+        size_t line_len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *lab = memmem(p, line_len, "<text class=\"mb", 15);
+        if (lab) {
+            x->label = lab[15] == 'v' ? 2 : 1;
+            ck_assert_int_eq(sscanf(strstr(lab, " x=\""), " x=\"%lf\"", &x->lx), 1);
+            ck_assert_int_eq(sscanf(strstr(lab, "font-size=\""), "font-size=\"%lf\"", &x->font), 1);
+            ck_assert_int_eq(sscanf(strchr(lab, '>') + 1, "%d", &x->number), 1);
+        }
+    }
+    *n = k;
+    return b;
+}
+
+static int digits(int v)
+{
+    int d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Whether a number of nd digits can be written in a w x h box, with a
+ * margin: +1 fits by more than `slack`, -1 misses by more, 0 too close. */
+static int fits(int nd, double w, double h, double slack)
+{
+    double across = (w - PAD) / (DIGIT_W * nd);
+    double up = fmin((w - PAD) / DIGIT_H, (h - PAD) / (DIGIT_W * nd));
+    double best = fmax(fmin(across, 12), fmin(up, 12));
+    return best >= MIN_FONT + slack ? 1 : best < MIN_FONT - slack ? -1 : 0;
+}
+
+/*
+ * Labels for every micro-batch number the box can hold (issue 29.6: the
+ * default plan had none readable, the 70B plot none after 9).  1F1B with
+ * p=16, m=128 and unequal costs leaves boxes from about 4 to 10 px wide:
+ * every box whose number fits (across, or upright in a box narrower than
+ * the number but a lane high) must carry it, no box whose number cannot
+ * fit may, each label must be its box's own micro-batch and lie inside the
+ * box measured in the real font, and three-digit numbers appear.
+ */
+START_TEST(labels_in_every_box_that_holds_them)
+{
+    sched_t *s = fixture_1f1b(16, 128);
+    /* Costs that differ by stage, so that box widths spread over the
+     * thresholds (about 2.5 to 10 px) instead of taking two values. */
+    for (int st = 0; st < s->n_stages; st++) {
+        s->cost[st].t_f = 0.6 + 0.08 * st;
+        s->cost[st].t_b = 0.7 + 0.05 * st;
+        s->cost[st].t_w = 0.4 + 0.03 * st;
+    }
+    size_t len;
+    char *svg = render(s, &len);
+    long n;
+    box *b = parse_boxes(svg, &n);
+    ck_assert_int_eq(n, sched_op_count(s));
+    long labelled = 0, upright = 0, big = 0, missed_fit = 0, small = 0;
+    for (long i = 0; i < n; i++) {
+        int nd = digits(b[i].mb), f = fits(nd, b[i].w, b[i].h, 0.05);
+        if (f > 0)
+            ck_assert_msg(b[i].label, "box %ld (mb %d, %.2f px wide) can hold its number but has none",
+                          i, b[i].mb, b[i].w);
+        if (f < 0)
+            ck_assert_msg(!b[i].label, "box %ld (mb %d, %.2f px wide) cannot hold its number",
+                          i, b[i].mb, b[i].w);
+        missed_fit += f < 0;
+        if (!b[i].label)
+            continue;
+        labelled++;
+        ck_assert_int_eq(b[i].number, b[i].mb);
+        ck_assert(b[i].font >= MIN_FONT);
+        double along = nd * DIGIT_W * b[i].font, across = b[i].label == 2 ? DIGIT_H * b[i].font : along;
+        double centre = b[i].label == 2 ? b[i].lx - DIGIT_H * b[i].font / 2 : b[i].lx;
+        ck_assert_msg(centre - across / 2 >= b[i].x - 0.01 && centre + across / 2 <= b[i].x + b[i].w + 0.01,
+                      "label %d (%.1f px) sticks out of its %.2f px box", b[i].number, b[i].font, b[i].w);
+        if (b[i].label == 2) {
+            upright++;
+            ck_assert(along <= b[i].h + 0.01);
+        }
+        big += b[i].mb >= 100;
+        small += b[i].font < 7;
+    }
+    ck_assert_msg(labelled >= n / 3 && upright > 0 && big > 0 && missed_fit > 0 && small > 0,
+                  "%ld of %ld labelled, %ld upright, %ld of three digits, %ld cannot fit, "
+                  "%ld below 7 px", labelled, n, upright, big, missed_fit, small);
+    free(b);
+    ck_assert(tu_xml_valid(svg, len));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+/* Renders s through view v, asserting success. */
+static char *render_view(const sched_t *s, const viz_view *v, size_t *len)
+{
+    zb_err err = { 0 };
+    char *svg = NULL;
+    size_t n = 0;
+    ck_assert_msg(viz_svg_timeline_view(s, v, &svg, &n, &err) == 0, "render failed: %s", err.msg);
+    if (len)
+        *len = n;
+    return svg;
+}
+
+/* A time window: only the ops that overlap it, clipped to the plot, the
+ * axis over the window's own range, and wide enough boxes for labels. */
+START_TEST(view_time_window)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    viz_view v;
+    viz_view_all(&v);
+    v.has_from = v.has_to = 1;
+    v.from = 5;
+    v.to = 15;
+    size_t len;
+    char *svg = render_view(s, &v, &len);
+    ck_assert(tu_xml_valid(svg, len));
+    /* The ops that overlap [5, 15] (the simulator's times, unit costs). */
+    sim_result r;
+    zb_err err = { 0 };
+    ck_assert_int_eq(sim_run(s, &r, &err), 0);
+    long want = 0;
+    for (int d = 0; d < 4; d++)
+        for (int i = 0; i < s->dev[d].n_ops; i++)
+            want += r.dev[d].end[i] > 5 && r.dev[d].start[i] < 15;
+    sim_result_free(&r);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), want);
+    ck_assert_int_lt(want, sched_op_count(s));
+    long n;
+    box *b = parse_boxes(svg, &n);
+    double plot_w = 0;
+    const char *lane = strstr(svg, "class=\"lane\"");
+    ck_assert_int_eq(sscanf(strstr(lane, " width=\""), " width=\"%lf\"", &plot_w), 1);
+    for (long i = 0; i < n; i++)
+        ck_assert(b[i].x >= 70 - 0.01 && b[i].x + b[i].w <= 70 + plot_w + 0.01);
+    free(b);
+    ck_assert_ptr_nonnull(strstr(svg, "class=\"tick\" x=\"70.0\" y=\""));
+    ck_assert_ptr_nonnull(strstr(svg, "text-anchor=\"middle\">5</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "text-anchor=\"middle\">15</text>"));
+    ck_assert_ptr_null(strstr(svg, "text-anchor=\"middle\">20</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "window 5\xe2\x80\x93" "15 units"));
+    free(svg);
+    /* Nothing in the window: refused, naming it. */
+    v.from = 100;
+    v.to = 200;
+    char *out = NULL;
+    size_t n2;
+    ck_assert_int_eq(viz_svg_timeline_view(s, &v, &out, &n2, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "holds no op"));
+    ck_assert_ptr_null(out);
+    sched_free(s);
+}
+END_TEST
+
+/* A micro-batch subset: its ops in colour with their numbers, the others
+ * grey without, the picture spanning the subset, and a legend entry for
+ * the grey. */
+START_TEST(view_micro_batches_and_devices)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    viz_view v;
+    viz_view_all(&v);
+    v.mb_lo = 2;
+    v.mb_hi = 3;
+    char *svg = render_view(s, &v, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 4 * 2 * 3); /* F, B, W of 2 mbs on 4 devices */
+    ck_assert_int_gt(tu_count(svg, "class=\"ghost\""), 0);
+    ck_assert_int_eq(tu_count(svg, "class=\"mb"), 4 * 2 * 3);
+    ck_assert_ptr_nonnull(strstr(svg, "class=\"key key-other\""));
+    ck_assert_ptr_nonnull(strstr(svg, "micro-batches 2\xe2\x80\x93" "3 in colour"));
+    long n;
+    box *b = parse_boxes(svg, &n);
+    for (long i = 0; i < n; i++)
+        ck_assert(b[i].mb == 2 || b[i].mb == 3);
+    free(b);
+    free(svg);
+    /* Devices 1-2: two lanes, two memory panels, labelled with their own
+     * numbers. */
+    viz_view_all(&v);
+    v.dev_lo = 1;
+    v.dev_hi = 2;
+    svg = render_view(s, &v, NULL);
+    ck_assert_int_eq(tu_count(svg, "class=\"lane\""), 2);
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-line\""), 2);
+    ck_assert_int_eq(tu_count(svg, "class=\"op "), 2 * 24);
+    ck_assert_ptr_nonnull(strstr(svg, ">dev 1</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, ">dev 2</text>"));
+    ck_assert_ptr_null(strstr(svg, ">dev 0</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "devices 1\xe2\x80\x93" "2 of 4"));
+    free(svg);
+    zb_err err = { 0 };
+    char *out = NULL;
+    size_t n2;
+    v.dev_hi = 4;
+    ck_assert_int_eq(viz_svg_timeline_view(s, &v, &out, &n2, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "devices 0-3"));
+    viz_view_all(&v);
+    v.mb_lo = 3;
+    v.mb_hi = 8;
+    ck_assert_int_eq(viz_svg_timeline_view(s, &v, &out, &n2, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "micro-batches 0-7"));
+    int lo, hi;
+    ck_assert_int_eq(viz_view_parse_range("3-7", &lo, &hi, &err), 0);
+    ck_assert(lo == 3 && hi == 7);
+    ck_assert_int_eq(viz_view_parse_range("5", &lo, &hi, &err), 0);
+    ck_assert(lo == 5 && hi == 5);
+    ck_assert_int_eq(viz_view_parse_range("7-3", &lo, &hi, &err), -1);
+    ck_assert_int_eq(viz_view_parse_range("-3", &lo, &hi, &err), -1);
+    ck_assert_int_eq(viz_view_parse_range("3-x", &lo, &hi, &err), -1);
+    sched_free(s);
+}
+END_TEST
+
+/* The memory panels of a plan (bytes, static memory, the plan's --mem):
+ * a y axis in GB, static memory as a band, the limit dashed, and the
+ * title's one figure per quantity, all in fixed notation (issue 29.4):
+ * peak memory = static + activations, in GB with the unit.  Times in ms
+ * never print with an exponent ("cost 1.155e+04 ms"). */
+START_TEST(memory_axis_in_gb_and_figures)
+{
+    sched_t *s = fixture_zb_h1(4, 8);
+    sched_set_costs(s, 481.3, 481.3, 481.3, 0);
+    sched_set_mem(s, 1e9, -0.5e9, -0.5e9);
+    snprintf(s->mem_unit, sizeof s->mem_unit, "bytes");
+    snprintf(s->time_unit, sizeof s->time_unit, "ms");
+    s->mem_static = malloc(4 * sizeof(double));
+    for (int d = 0; d < 4; d++)
+        s->mem_static[d] = 22.2e9;
+    s->meta = cJSON_Parse("{\"plan\": {\"mem_limit_bytes\": 32e9}}");
+    size_t len;
+    char *svg = render(s, &len);
+    ck_assert(tu_xml_valid(svg, len));
+    /* ZB-H1 unit costs: cost 27 units = 12995.1 ms; device 0 peaks at
+     * four forwards of 1 GB each (8 units at dF = 2). */
+    ck_assert_msg(strstr(svg, "cost 12995.1 ms"), "%.400s", strstr(svg, "simulated"));
+    ck_assert_msg(strstr(svg, "peak memory 26.20 GB (device 0: static 22.20 GB + activations 4.00 GB)"), "%.300s", strstr(svg, "simulated"));
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-static\""), 4);
+    ck_assert_int_eq(tu_count(svg, "class=\"mem-limit\""), 4);
+    ck_assert_int_gt(tu_count(svg, "class=\"mem-tick\""), 4);
+    ck_assert_ptr_nonnull(strstr(svg, "class=\"mem-tick\" x=\"65.0\" y=\""));
+    ck_assert_ptr_nonnull(strstr(svg, " GB</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "static (grey) + activations"));
+    ck_assert_ptr_nonnull(strstr(svg, ">peak 26.20 GB</text>"));
+    ck_assert_ptr_null(strstr(svg, "GiB"));
+    /* No exponent anywhere in the text a person reads. */
+    for (const char *p = svg; (p = strstr(p, "e+")) != NULL; p++)
+        ck_assert_msg(0, "an exponent: %.40s", p - 20);
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
+/* A whole big plan says how to see the numbers it cannot show. */
+START_TEST(dense_picture_names_the_view_flags)
+{
+    sched_t *s = fixture_1f1b(8, 256);
+    char *svg = render(s, NULL);
+    ck_assert_ptr_nonnull(strstr(svg, "boxes are too narrow for their micro-batch number"));
+    ck_assert_ptr_nonnull(strstr(svg, "--from T --to T"));
+    free(svg);
+    viz_view v;
+    viz_view_all(&v);
+    v.has_from = v.has_to = 1;
+    v.from = 100;
+    v.to = 130;
+    svg = render_view(s, &v, NULL);
+    ck_assert_ptr_null(strstr(svg, "too narrow"));
+    free(svg);
+    sched_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("svg");
@@ -604,6 +921,11 @@ int main(void)
     tcase_add_test(tc, text_is_escaped);
     tcase_add_test(tc, invalid_schedule_is_refused);
     tcase_add_test(tc, render_file_is_atomic);
+    tcase_add_test(tc, labels_in_every_box_that_holds_them);
+    tcase_add_test(tc, view_time_window);
+    tcase_add_test(tc, view_micro_batches_and_devices);
+    tcase_add_test(tc, memory_axis_in_gb_and_figures);
+    tcase_add_test(tc, dense_picture_names_the_view_flags);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,6 +1,6 @@
 /*
- * backend_cpu.c: the CPU backend (backend.h) over kernels/cpu/llama.h and
- * adamw.h.
+ * backend_cpu.c: the CPU backend (runtime/backend.h, backend_cpu.h) over
+ * kernels/cpu/llama.h and adamw.h.
  *
  * Every buffer lives in host memory, so the host mirror of a buffer is the
  * buffer itself (download and upload are NULL), an activation is a plain
@@ -11,22 +11,16 @@
  *
  * The kernels run on the calling thread's team (kernels/cpu/team.h), which
  * the executor binds per worker: the backend itself has no threads and no
- * per-device state, so n_devices is unused.
+ * per-device state, so n_devices is unused.  The vocabulary passes' ops are
+ * in backend_cpu_vocab.c.
  */
-#include "runtime/backend.h"
+#include "kernels/cpu/backend_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* One stage's buffers. */
-typedef struct cpu_stage {
-    const llama_stage *layout; /* borrowed description of the buffers */
-    const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
-                                 * layout, or a prefix of it (stage_new) */
-    size_t n;                  /* floats per buffer */
-    float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
-    float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
-} cpu_stage;
+#include "kernels/cpu/backend_cpu_impl.h"
+#include "kernels/cpu/backend_cpu_vocab.h"
 
 /* The backend's state: only the bytes it holds, for memory. */
 typedef struct cpu_impl {
@@ -295,6 +289,15 @@ static const zb_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .snapshot = cpu_snapshot,
     .restore = cpu_restore,
+    .vocab_new = cpu_vocab_new,
+    .vocab_free = cpu_vocab_free,
+    .vocab_begin = cpu_vocab_begin,
+    .vocab_put_x = cpu_vocab_put_x,
+    .vocab_s = cpu_vocab_s,
+    .vocab_t = cpu_vocab_t,
+    .vocab_dx = cpu_vocab_dx,
+    .vocab_eval = cpu_vocab_eval,
+    .vocab_cell_bytes = cpu_vocab_cell_bytes,
     .memory = cpu_memory,
 };
 
@@ -312,10 +315,4 @@ int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err)
     be->impl = im;
     *out = be;
     return 0;
-}
-
-void backend_free(zb_backend *be)
-{
-    if (be && be->ops->destroy)
-        be->ops->destroy(be);
 }

@@ -1,13 +1,11 @@
 /*
- * transport.c: the transport factory and the default in-process transport
- * (transport.h).  The slots transport is the keyed mailbox of channel.h
- * behind the transport interface: any order, pointers handed over.
+ * transport_slots.c: the default in-process transport (transport_slots.h):
+ * the keyed mailbox of channel.h behind the transport interface, any
+ * order, pointers handed over.
  */
-#include "runtime/transport.h"
+#include "runtime/transport_slots.h"
 
 #include <stdlib.h>
-
-#include "runtime/transport_fifo.h"
 
 /* State of a slots transport. */
 typedef struct slots_impl {
@@ -59,13 +57,9 @@ static const zb_transport_ops slots_ops = {
     .destroy = slots_destroy,
 };
 
-int transport_create(int kind, const sched_t *s, int with_norms, const zb_transport_pool *pool,
-                     zb_transport **out, zb_err *err)
+int transport_slots_create(const sched_t *s, const zb_transport_pool *pool, zb_transport **out,
+                           zb_err *err)
 {
-    if (kind == ZB_TRANSPORT_FIFO)
-        return transport_fifo_create(s, with_norms, pool, out, err);
-    if (kind != ZB_TRANSPORT_SLOTS)
-        return zb_fail(err, "unknown transport %d", kind);
     zb_transport *tr = calloc(1, sizeof *tr);
     slots_impl *im = calloc(1, sizeof *im);
     if (!tr || !im || chan_init(&im->chan, s->n_stages, s->n_micro) != 0) {
@@ -78,12 +72,4 @@ int transport_create(int kind, const sched_t *s, int with_norms, const zb_transp
     tr->impl = im;
     *out = tr;
     return 0;
-}
-
-void transport_free(zb_transport *tr)
-{
-    if (!tr)
-        return;
-    tr->ops->destroy(tr);
-    free(tr);
 }

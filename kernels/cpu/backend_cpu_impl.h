@@ -1,0 +1,23 @@
+/*
+ * backend_cpu_impl.h: what the files of the CPU backend share (internal to
+ * kernels/cpu/backend_cpu*.c): a stage's buffers.
+ */
+#ifndef ZB_KERNELS_BACKEND_CPU_IMPL_H
+#define ZB_KERNELS_BACKEND_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/backend.h"
+
+/* One stage's buffers. */
+typedef struct cpu_stage {
+    const llama_stage *layout; /* borrowed description of the buffers */
+    const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
+                                 * layout, or a prefix of it (stage_new) */
+    size_t n;                  /* floats per buffer */
+    float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
+    float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
+} cpu_stage;
+
+#endif

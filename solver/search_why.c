@@ -1,0 +1,183 @@
+/*
+ * search_why.c: the search's account of why the winner takes the time it
+ * takes, as labelled rows (search.h, search_why_build; docs/search.md "Say
+ * why").  The CLI prints the rows under the ranked table, aligning labels
+ * and times; `--json` carries the same rows.
+ *
+ * What is said, in order: the bounds no schedule (work bound) or no
+ * schedule with this split (imbalance bound) beats; the winner's time and
+ * its losses to bubble, imbalance and data-parallel sync; the plain 1F1B
+ * baseline; the work bounds of the winner's depth and micro-batch without
+ * recompute (plain and vocabulary-parallel layouts); for the zbsched
+ * target whether vocabulary parallelism won and what the other kind's
+ * best took; every other pipeline depth's best or smallest peak; and last
+ * every other target's best plan with its time as a ratio of the
+ * winner's (each under its own step rule, search_target.c).
+ *
+ * Workload: a few dozen rows once per search.
+ */
+#include "solver/search.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "src/size.h"
+
+/* Appends a row; rows past SEARCH_WHY_MAX_ROWS are dropped (at most 64
+ * depths and 4 targets fit). */
+static search_why_row *add_row(search_why_block *w, search_why_kind kind, int level, const char *label,
+                               double ms, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static search_why_row *add_row(search_why_block *w, search_why_kind kind, int level, const char *label,
+                               double ms, const char *fmt, ...)
+{
+    if (w->n >= SEARCH_WHY_MAX_ROWS)
+        return NULL;
+    search_why_row *row = &w->row[w->n++];
+    row->kind = kind;
+    row->level = level;
+    row->ms = ms;
+    snprintf(row->label, sizeof row->label, "%s", label);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(row->text, sizeof row->text, fmt, ap);
+    va_end(ap);
+    return row;
+}
+
+/* The plan in a few words: "zb-auto max, pp=8 x dp=1, b=1, recompute 0-3". */
+static void plan_words(const search_candidate *c, char *buf, size_t len)
+{
+    char rcb[32];
+    snprintf(buf, len, "%s, pp=%d x dp=%d, b=%d, recompute %s", c->label, c->pp, c->dp, c->micro_batch,
+             search_rc_text(c, rcb, sizeof rcb));
+}
+
+/* The rows on vocabulary parallelism (zbsched target): which kind won and
+ * the other kind's best. */
+static void vocab_rows(const search_options *o, const search_result *r, search_why_block *w)
+{
+    const search_candidate *win = &r->c[0];
+    const search_candidate *other = NULL;
+    for (int i = 1; i < r->n_fit && !other; i++)
+        if (!r->c[i].vocab != !win->vocab)
+            other = &r->c[i];
+    char text[512], rcb[32];
+    size_t n = 0;
+    if (win->vocab)
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "chosen (Vocab-%d): the head and embedding no longer load one device", win->vocab);
+    else
+        n += (size_t)snprintf(text + n, sizeof text - n, "not chosen");
+    if (other && n < sizeof text)
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "; the best %s plan, %s (pp=%d, recompute %s), takes %.1f ms (%.3fx the winner's time)",
+                              other->vocab ? "vocabulary-parallel" : "plain", other->label, other->pp,
+                              search_rc_text(other, rcb, sizeof rcb), other->time_ms, other->time_ms / win->time_ms);
+    else if (o->vocab == SEARCH_VOCAB_AUTO && (win->vocab || r->vocab_pruned == 0) && n < sizeof text)
+        n += (size_t)snprintf(text + n, sizeof text - n, "; no %s plan fits", win->vocab ? "plain" : "vocabulary-parallel");
+    else if (o->vocab == SEARCH_VOCAB_AUTO && n < sizeof text)
+        n += (size_t)snprintf(text + n, sizeof text - n, "; no vocabulary-parallel plan that fits was simulated");
+    if (r->vocab_pruned > 0 && n < sizeof text)
+        snprintf(text + n, sizeof text - n,
+                 "; %d vocabulary-parallel %s not simulated: their busiest device alone computes at least the best time",
+                 r->vocab_pruned, r->vocab_pruned == 1 ? "version" : "versions");
+    add_row(w, SEARCH_WHY_ROW, 0, "vocabulary parallelism", -1, "%s", text);
+}
+
+/* One row per pipeline depth other than the winner's: its best fit, or
+ * its smallest peak when nothing of it fits. */
+static void depth_rows(const search_options *o, const search_result *r, search_why_block *w)
+{
+    const search_candidate *win = &r->c[0];
+    int shown = 0;
+    for (int i = 0; i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp == win->pp || (c->status != SEARCH_FIT && c->status != SEARCH_OOM))
+            continue;
+        int first = 1;
+        for (int k = 0; k < i && first; k++)
+            first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp;
+        if (!first)
+            continue;
+        if (!shown++)
+            add_row(w, SEARCH_WHY_HEADING, 0, "other pipeline depths:", -1, "%s", "");
+        char label[48], peak[32];
+        snprintf(label, sizeof label, "pp=%d x dp=%d", c->pp, c->dp);
+        char rcb[32];
+        if (c->status == SEARCH_FIT)
+            add_row(w, SEARCH_WHY_ROW, 1, label, c->time_ms,
+                    "best %s, recompute %s (%.0f tok/s/%s, %.0f ms exposed sync), %.3fx the winner's time",
+                    c->label, search_rc_text(c, rcb, sizeof rcb), c->tokens_per_s, search_device_noun(&o->gpu, 1),
+                    c->dp_ms, c->time_ms / win->time_ms);
+        else { /* OOM candidates sort by peak: this is the depth's smallest */
+            zb_size_format(c->peak_bytes, peak, sizeof peak);
+            add_row(w, SEARCH_WHY_ROW, 1, label, -1, "nothing fits; the smallest peak is %s (%s, b=%d)", peak,
+                    c->label, c->micro_batch);
+        }
+    }
+}
+
+/* One row per target other than the searched one: its best plan and its
+ * time (under its own step rule) as a ratio of the winner's. */
+static void target_rows(const search_options *o, const search_result *r, search_why_block *w)
+{
+    const search_candidate *win = &r->c[0];
+    add_row(w, SEARCH_WHY_HEADING, 0, "other targets:", -1, "%s", "");
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        if (t == (int)o->target)
+            continue;
+        const search_candidate *b = &r->best[t];
+        const char *name = search_target_name((search_target)t);
+        char plan[160], peak[32];
+        plan_words(b, plan, sizeof plan);
+        if (b->status == SEARCH_FIT)
+            add_row(w, SEARCH_WHY_ROW, 1, name, b->time_ms, "%s: %.3fx the winner's time%s", plan,
+                    b->time_ms / win->time_ms,
+                    search_target_sync((search_target)t) ? " (every device steps together)" : "");
+        else if (b->status == SEARCH_OOM) {
+            zb_size_format(b->peak_bytes, peak, sizeof peak);
+            add_row(w, SEARCH_WHY_ROW, 1, name, -1, "nothing it runs fits; the smallest peak is %s (%s)", peak, plan);
+        } else
+            add_row(w, SEARCH_WHY_ROW, 1, name, -1, "nothing it runs could be built");
+    }
+}
+
+void search_why_build(const search_options *o, const search_result *r, search_why_block *w)
+{
+    memset(w, 0, sizeof *w);
+    if (r->n_fit <= 0)
+        return;
+    const search_candidate *win = &r->c[0];
+    search_why y;
+    search_explain(win, &y);
+    int p = win->pp;
+    const char *dev = search_device_noun(&o->gpu, p);
+    snprintf(w->head, sizeof w->head, "the winner takes %.1f ms per iteration (%s, pp=%d x dp=%d, b=%d%s%s).",
+             y.time_ms, win->label, win->pp, win->dp, win->micro_batch,
+             o->target != SEARCH_TARGET_ZBSCHED ? ", for " : "",
+             o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "");
+    add_row(w, SEARCH_WHY_ROW, 0, "work bound", y.work_bound_ms, "total compute / devices");
+    add_row(w, SEARCH_WHY_ROW, 0, "imbalance bound", y.imbalance_bound_ms, "busiest device's compute");
+    char sync[64] = "";
+    if (win->dp_ms > 0)
+        snprintf(sync, sizeof sync, ", of which data-parallel sync %.1f ms", win->dp_ms);
+    add_row(w, SEARCH_WHY_ROW, 0, "winner", y.time_ms,
+            "schedule bubble %.1f%%, imbalance %.1f%%, total idle %.1f%%%s%s", 100 * y.bubble_share,
+            100 * y.imbalance_share, 100 * y.idle_share, sync,
+            search_target_sync(o->target) ? " (every device steps after the last one is done)" : "");
+    if (r->baseline.status != SEARCH_SKIPPED && r->baseline.time_ms > 0)
+        add_row(w, SEARCH_WHY_ROW, 0, "baseline", r->baseline.time_ms,
+                "plain 1F1B, b=1, recompute everywhere, pp=%d: winner %.3fx faster%s", r->baseline.pp,
+                win->speedup, r->baseline.status == SEARCH_OOM ? " (the baseline itself does not fit)" : "");
+    if (r->bound_plain_ms > 0)
+        add_row(w, SEARCH_WHY_ROW, 0, "work bound, no recompute", r->bound_plain_ms,
+                "plain layout, pp=%d, b=%d: no schedule, split or recompute beats it", p, win->micro_batch);
+    if (r->bound_vocab_ms > 0)
+        add_row(w, SEARCH_WHY_ROW, 0, "with vocab parallelism", r->bound_vocab_ms,
+                "output layer and embedding split over the %d %s", p, dev);
+    if (o->target == SEARCH_TARGET_ZBSCHED && o->vocab != SEARCH_VOCAB_PLAIN)
+        vocab_rows(o, r, w);
+    depth_rows(o, r, w);
+    target_rows(o, r, w);
+}
