@@ -77,25 +77,8 @@ static char *join_path(const char *dir, const char *file)
 int gen_write_model_file(const char *dir, const zb_model *m, const unsigned char *chars,
                          int vocab, zb_err *err)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *mj = model_to_json(m);
-    cJSON *cs = cJSON_CreateArray();
-    int ok = root && mj && cs;
-    for (int i = 0; ok && i < vocab; i++) {
-        cJSON *x = cJSON_CreateNumber(chars[i]);
-        ok = x != NULL;
-        if (x)
-            cJSON_AddItemToArray(cs, x);
-    }
-    if (!ok) {
-        cJSON_Delete(root);
-        cJSON_Delete(mj);
-        cJSON_Delete(cs);
-        return zb_fail(err, "out of memory");
-    }
-    cJSON_AddItemToObject(root, "model", mj);
-    cJSON_AddItemToObject(root, "chars", cs);
-    char *text = cJSON_Print(root);
+    cJSON *root = ckptset_model_record(m, chars, vocab);
+    char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     char *path = join_path(dir, GEN_MODEL_FILE);
     int rc = -1;
@@ -108,50 +91,25 @@ int gen_write_model_file(const char *dir, const zb_model *m, const unsigned char
     return rc;
 }
 
-/* Reads dir/model.json into g->cfg and the vocabulary. */
-static int load_model_file(const char *dir, gen_model *g, zb_err *err)
+/* The model record of dir's checkpoint into g->cfg and the vocabulary. */
+static int load_model_record(const ckptset_view *v, gen_model *g, zb_err *err)
 {
-    char *path = join_path(dir, GEN_MODEL_FILE);
-    char *text = NULL;
-    size_t len = 0;
-    if (!path)
-        return zb_fail(err, "out of memory");
-    if (zb_read_file(path, &text, &len, err) != 0) {
-        free(path);
-        return zb_wrap(err, "%s holds no model description (written by `zbsched run "
-                       "--checkpoint`): ", dir);
+    if (!v->model)
+        return zb_fail(err, "%s holds no model description (written by `zbsched run "
+                       "--checkpoint`): %s/%s is missing", v->dir, v->dir, GEN_MODEL_FILE);
+    unsigned char chars[256];
+    int n = 0;
+    const char *where = v->version >= 2 ? v->what : GEN_MODEL_FILE;
+    if (ckptset_model_from_record(v->model, where, &g->cfg, chars, &n, err) != 0)
+        return -1;
+    for (int i = 0; i < 256; i++)
+        g->id_of[i] = -1;
+    for (int i = 0; i < n; i++) {
+        g->chars[i] = chars[i];
+        g->id_of[chars[i]] = (int16_t)i;
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    int rc = 0;
-    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
-    const cJSON *cs = root ? cJSON_GetObjectItemCaseSensitive(root, "chars") : NULL;
-    if (!root || !cJSON_IsObject(mj) || !cJSON_IsArray(cs))
-        rc = zb_fail(err, "%s: not a model file (needs \"model\" and \"chars\")", path);
-    if (rc == 0 && model_from_json(mj, &g->cfg, err) != 0)
-        rc = zb_wrap(err, "%s: ", path);
-    if (rc == 0) {
-        int n = cJSON_GetArraySize(cs);
-        if (n < 1 || n > 256 || n != g->cfg.vocab)
-            rc = zb_fail(err, "%s: \"chars\" has %d entries, the model's vocab is %d", path, n,
-                         g->cfg.vocab);
-        for (int i = 0; i < 256; i++)
-            g->id_of[i] = -1;
-        for (int i = 0; rc == 0 && i < n; i++) {
-            const cJSON *c = cJSON_GetArrayItem(cs, i);
-            if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > 255 ||
-                c->valuedouble != floor(c->valuedouble) || g->id_of[(int)c->valuedouble] >= 0) {
-                rc = zb_fail(err, "%s: \"chars\" must hold distinct bytes 0..255", path);
-                break;
-            }
-            g->chars[i] = (unsigned char)c->valuedouble;
-            g->id_of[g->chars[i]] = (int16_t)i;
-        }
-        g->vocab = n;
-    }
-    cJSON_Delete(root);
-    free(path);
-    return rc;
+    g->vocab = n;
+    return 0;
 }
 
 /* One checkpoint file, read whole (ckpt_read_any). */
@@ -176,77 +134,45 @@ static long file_step(const gen_file *f)
     return (long)step;
 }
 
-/* Reads dir's newest checkpoint (runtime/ckpt_set.h): checkpoint.bin, or
- * the per-rank parts that checkpoint.parts.json names, whichever holds
- * the later step.  *files_out gets the files read, *n_out how many;
- * *shown the path to name in messages (malloc'd). */
-static int read_newest(const char *dir, gen_file **files_out, int *n_out, char **shown,
-                       zb_err *err)
+/* Reads every part of the view, each checked against the manifest: of
+ * its step and, where it records them, of its stages. */
+static int read_parts(const ckptset_view *v, gen_file **files_out, zb_err *err)
 {
-    ckptset_manifest m;
-    int have_set = ckptset_manifest_read(dir, &m, err);
-    if (have_set < 0)
-        return -1;
-    char *single = join_path(dir, GEN_CKPT_FILE);
-    if (!single)
+    gen_file *f = calloc((size_t)v->ranks, sizeof *f);
+    if (!f)
         return zb_fail(err, "out of memory");
-    gen_file one = { NULL, 0 };
-    zb_err single_err = { { 0 } };
-    int have_single = ckpt_read_any(single, &one.parts, &one.n, &single_err) == 0;
-    if (!have_set || (have_single && file_step(&one) >= m.step)) {
-        if (!have_single) {
-            *err = single_err;
-            free(single);
-            return -1;
-        }
-        gen_file *f = malloc(sizeof *f);
-        if (!f) {
-            ckpt_parts_free(one.parts, one.n);
-            free(single);
-            return zb_fail(err, "out of memory");
-        }
-        f[0] = one;
-        *files_out = f;
-        *n_out = 1;
-        *shown = single;
-        return 0;
+    int rc = 0;
+    for (int r = 0; r < v->ranks && rc == 0; r++) {
+        rc = ckpt_read_any(v->parts[r], &f[r].parts, &f[r].n, err);
+        if (rc == 0 && v->step >= 0 && file_step(&f[r]) != v->step)
+            rc = zb_fail(err, "%s: a part of step %ld, but %s says step %ld", v->parts[r],
+                         file_step(&f[r]), v->what, v->step);
+        if (rc == 0 && v->stages >= 0 && f[r].n != 2 + 4 * v->stages)
+            rc = zb_fail(err, "%s: %d parts, but %s records %d stages", v->parts[r], f[r].n,
+                         v->what, v->stages);
     }
-    ckpt_parts_free(one.parts, one.n);
-    free(single);
-    gen_file *f = calloc((size_t)m.ranks, sizeof *f);
-    size_t cap = strlen(dir) + 64;
-    char *path = malloc(cap);
-    int rc = f && path ? 0 : zb_fail(err, "out of memory");
-    for (int r = 0; r < m.ranks && rc == 0; r++) {
-        rc = ckptset_part_path(dir, m.tag, r, path, cap, err);
-        if (rc == 0)
-            rc = ckpt_read_any(path, &f[r].parts, &f[r].n, err);
-        if (rc == 0 && file_step(&f[r]) != m.step)
-            rc = zb_fail(err, "%s: a part of step %ld, but the manifest says step %ld", path,
-                         file_step(&f[r]), m.step);
-    }
-    free(path);
     if (rc != 0) {
-        files_free(f, m.ranks);
+        files_free(f, v->ranks);
         return -1;
     }
     *files_out = f;
-    *n_out = m.ranks;
-    *shown = join_path(dir, CKPTSET_MANIFEST);
-    return *shown ? 0 : zb_fail(err, "out of memory");
+    return 0;
 }
 
-/* Joins the per-stage parameter parts of dir's newest checkpoint.  The
- * trainer writes: part 0 metadata, part 1 progress, then per stage s the
- * parts 2+4s (parameters), 3+4s and 4+4s (AdamW moments), 5+4s (step
- * count); a part of a multi-process checkpoint leaves the stages of other
- * ranks empty, so stage s comes from the file whose step count is there. */
-static int load_params(const char *dir, gen_model *g, zb_err *err)
+/* Joins the per-stage parameter parts of dir's checkpoint.  The trainer
+ * writes: part 0 metadata, part 1 progress, then per stage s the parts
+ * 2+4s (parameters), 3+4s and 4+4s (AdamW moments), 5+4s (step count); a
+ * part of a multi-process checkpoint leaves the stages of other ranks
+ * empty, so stage s comes from the file whose step count is there. */
+static int load_params(const ckptset_view *v, gen_model *g, zb_err *err)
 {
     gen_file *files = NULL;
-    int n_files = 0;
-    char *path = NULL;
-    if (read_newest(dir, &files, &n_files, &path, err) != 0)
+    int n_files = v->ranks;
+    const char *path = v->what;
+    if (v->parameters >= 0 && (size_t)v->parameters != g->st.n_params)
+        return zb_fail(err, "%s: %ld parameters, but its model record describes a model of %zu",
+                       path, v->parameters, g->st.n_params);
+    if (read_parts(v, &files, err) != 0)
         return -1;
     int n = files[0].n, rc = 0;
     for (int f = 0; f < n_files && rc == 0; f++)
@@ -257,8 +183,15 @@ static int load_params(const char *dir, gen_model *g, zb_err *err)
     for (int s = 0; rc == 0 && s < n_stages; s++) {
         int from = -1;
         for (int f = 0; f < n_files; f++)
-            if (files[f].parts[5 + 4 * s].bytes == sizeof(int64_t) && from < 0)
+            if (files[f].parts[5 + 4 * s].bytes == sizeof(int64_t)) {
+                if (from >= 0) {
+                    rc = zb_fail(err, "%s: stage %d is in two of its files", path, s);
+                    break;
+                }
                 from = f;
+            }
+        if (rc != 0)
+            break;
         if (from < 0) {
             rc = zb_fail(err, "%s: stage %d is in none of its files", path, s);
             break;
@@ -273,22 +206,33 @@ static int load_params(const char *dir, gen_model *g, zb_err *err)
     }
     if (rc == 0 && have != sizeof(float) * g->st.n_params)
         rc = zb_fail(err, "%s: %zu parameters, but %s describes a model of %zu (another model?)",
-                     path, have / sizeof(float), GEN_MODEL_FILE, g->st.n_params);
+                     path, have / sizeof(float), v->version >= 2 ? "its model record"
+                                                             : GEN_MODEL_FILE, g->st.n_params);
     for (size_t i = 0; rc == 0 && i < g->st.n_params; i++)
         if (!isfinite(g->params[i]))
             rc = zb_fail(err, "%s: parameter %zu is not finite", path, i);
     files_free(files, n_files);
-    free(path);
     return rc;
 }
 
 int gen_load(const char *dir, gen_model **out, zb_err *err)
 {
+    /* the directory's one checkpoint, through the same checks as a
+     * resume (runtime/ckpt_set.h) */
+    ckptset_view v;
+    int found = ckptset_open(dir, &v, err);
+    if (found <= 0)
+        return found < 0 ? -1
+                         : zb_fail(err, "%s holds no checkpoint and no model description (written "
+                                   "by `zbsched run --checkpoint`)", dir);
     gen_model *g = calloc(1, sizeof *g);
-    if (!g)
+    if (!g) {
+        ckptset_view_free(&v);
         return zb_fail(err, "out of memory");
-    if (load_model_file(dir, g, err) != 0 ||
+    }
+    if (load_model_record(&v, g, err) != 0 ||
         llama_stage_init(&g->st, &g->cfg, 0, g->cfg.n_layers, 1, 1, err) != 0) {
+        ckptset_view_free(&v);
         gen_free(g);
         return -1;
     }
@@ -322,10 +266,13 @@ int gen_load(const char *dir, gen_model **out, zb_err *err)
     if (!g->params || !g->kcache || !g->vcache || !g->x || !g->n || !g->q || !g->k || !g->v ||
         !g->att || !g->h || !g->a || !g->b || !g->hs || !g->out || !g->logits || !g->mq ||
         !g->mw || !g->midx || !g->me || !g->mg || !g->mu || !g->scores) {
+        ckptset_view_free(&v);
         gen_free(g);
         return zb_fail(err, "out of memory for the model and its KV cache");
     }
-    if (load_params(dir, g, err) != 0) {
+    int rc = load_params(&v, g, err);
+    ckptset_view_free(&v);
+    if (rc != 0) {
         gen_free(g);
         return -1;
     }

@@ -1,12 +1,15 @@
 /*
  * generate.h: text generation from a training checkpoint, with a KV cache.
  *
- * `zbsched run --checkpoint DIR` writes DIR/checkpoint.bin (the trainer's
- * parameters, per stage) and DIR/model.json (the model, its memory layers
- * and the character vocabulary of the training text).  gen_load reads both
- * and joins the stages' parameter buffers: stage buffers concatenated in
- * stage order are the whole-model buffer (kernels/cpu/llama.h), so a
- * checkpoint from any schedule and any stage split loads the same way.
+ * `zbsched run --checkpoint DIR` writes a checkpoint directory
+ * (runtime/ckpt_set.h): the trainer's parameters, per stage, in one part
+ * per rank, and a manifest holding the model record (the model, its
+ * memory layers and the character vocabulary of the training text); the
+ * older layout had DIR/checkpoint.bin and DIR/model.json.  gen_load finds
+ * the checkpoint through ckpt_set's checks, reads the record and joins the
+ * stages' parameter buffers: stage buffers concatenated in stage order
+ * are the whole-model buffer (kernels/cpu/llama.h), so a checkpoint from
+ * any schedule and any stage split loads the same way.
  *
  * Decoding runs one token at a time through the model as one stage.  With
  * the cache (the default), every layer keeps the keys and values of the
@@ -47,8 +50,8 @@
 #include "src/err.h"
 #include "src/model.h"
 
-#define GEN_MODEL_FILE "model.json"      /* inside a checkpoint directory */
-#define GEN_CKPT_FILE "checkpoint.bin"   /* the trainer's checkpoint there */
+#define GEN_MODEL_FILE "model.json"      /* the older layout's model record */
+#define GEN_CKPT_FILE "checkpoint.bin"   /* the older layout's one-process checkpoint */
 
 /* A model loaded for generation (opaque). */
 typedef struct gen_model gen_model;
@@ -82,16 +85,18 @@ typedef void (*gen_emit_fn)(void *ctx, const char *bytes, size_t n);
  * seed 1, cache on, context cropped (max_context 0). */
 void gen_opts_default(gen_opts *o);
 
-/* Writes dir/model.json for model m and the vocabulary chars[0..vocab)
- * atomically (temporary file, then rename).  Returns 0 or -1 with err. */
+/* Writes dir/model.json, the older layout's model record, for model m and
+ * the vocabulary chars[0..vocab) atomically (temporary file, then
+ * rename); for tests and tools that make such a directory.  Returns 0 or
+ * -1 with err. */
 int gen_write_model_file(const char *dir, const zb_model *m, const unsigned char *chars,
                          int vocab, zb_err *err);
 
-/* Loads dir/model.json and dir's newest checkpoint: checkpoint.bin, or the
- * per-rank parts of a multi-process run (runtime/ckpt_set.h), whichever
- * holds the later step.  Returns 0 and a new model
+/* Loads dir's checkpoint (runtime/ckpt_set.h: ckptset_open, the same
+ * checks as a resume) and its model record.  Returns 0 and a new model
  * in *out (free with gen_free), or -1 with err set (missing or malformed
- * files, a checkpoint whose parameters do not match the model). */
+ * files, parts that disagree with the manifest, a checkpoint whose
+ * parameters do not match the model). */
 int gen_load(const char *dir, gen_model **out, zb_err *err);
 
 /* Frees g; NULL is fine. */

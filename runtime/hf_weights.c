@@ -549,21 +549,28 @@ int hf_save_checkpoint_dir(const trainer *t, const unsigned char *chars, int voc
 {
     if (make_dir(dir, err) != 0)
         return -1;
-    const char *held[] = { CKPTSET_SINGLE, CKPTSET_MANIFEST };
-    for (int i = 0; i < 2; i++) {
-        char *p = join(dir, held[i]);
-        if (!p)
-            return zb_fail(err, "out of memory");
-        int there = access(p, F_OK) == 0;
-        free(p);
-        if (there)
-            return zb_fail(err, "%s already holds a checkpoint (%s); give a new directory", dir,
-                           held[i]);
-    }
-    if (ckptset_save_single(t, dir, err) != 0 ||
-        gen_write_model_file(dir, trainer_model(t), chars, vocab, err) != 0)
+    /* any checkpoint there, of either layout (runtime/ckpt_set.h) */
+    ckptset_view v;
+    zb_err ignored = { { 0 } };
+    int found = ckptset_open(dir, &v, &ignored);
+    if (found > 0) {
+        const char *what = strrchr(v.what, '/') ? strrchr(v.what, '/') + 1 : v.what;
+        zb_fail(err, "%s already holds a checkpoint (%s); give a new directory", dir, what);
+        ckptset_view_free(&v);
         return -1;
-    return 0;
+    }
+    if (found < 0)
+        return zb_fail(err, "%s already holds a checkpoint (%s); give a new directory", dir,
+                       ignored.msg);
+    /* one committed unit: the weights and the model record, no run record
+     * (no run trained these) */
+    cJSON *model = ckptset_model_record(trainer_model(t), chars, vocab);
+    if (!model)
+        return zb_fail(err, "out of memory");
+    ckptset_records rec = { model, NULL };
+    int rc = ckptset_save(t, dir, &rec, NULL, NULL, err);
+    cJSON_Delete(model);
+    return rc;
 }
 
 /* A text whose vocabulary is exactly chars[0..vocab) and long enough for

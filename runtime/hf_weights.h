@@ -74,9 +74,10 @@ typedef struct hf_import_opts {
  * checkpoint).  Returns 0, or -1 with err set. */
 int hf_import(const char *hf_dir, const char *out_dir, const hf_import_opts *o, zb_err *err);
 
-/* Saves trainer t as a checkpoint directory dir: DIR/checkpoint.bin and
- * DIR/model.json with the vocabulary chars[0..vocab), what `run --resume`
- * and `generate` read.  dir is created if missing and must not hold a
+/* Saves trainer t as a checkpoint directory dir (runtime/ckpt_set.h: one
+ * part and the manifest with the model record of the vocabulary
+ * chars[0..vocab), no run record), what `run --resume` and `generate`
+ * read.  dir is created if missing and must not hold a
  * checkpoint already (a run's state is never overwritten by this).
  * Returns 0 or -1 with err set. */
 int hf_save_checkpoint_dir(const trainer *t, const unsigned char *chars, int vocab,

@@ -15,12 +15,15 @@
  */
 #include "runtime/mpi/mpi_islands.h"
 
+#include <assert.h>
+
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/job.h"
 #include "runtime/mpi/mpi_pipeline.h"
 #include "runtime/mpi/mpi_ring.h"
 #include "runtime/outer/outer_edit.h"
@@ -322,17 +325,16 @@ static int membership(mpi_replica *p, volatile sig_atomic_t *leave, long trained
         present[all[2 * i + 1]] = 1;
         going[all[2 * i + 1]] |= all[2 * i];
     }
-    int n_going = 0, n_present = 0, first = -1;
+    int n_going = 0, n_present = 0;
     for (int g = 0; g < initial_k; g++) {
         n_present += present[g];
         n_going += present[g] && going[g];
-        if (present[g] && first < 0)
-            first = g;
     }
-    if (n_going == 0)
+    /* nobody, or everybody: the whole job was asked to stop (scancel, a
+     * time limit), which the job loop's stop vote does right after this
+     * boundary, every replica alike, instead of leaving one alone */
+    if (n_going == 0 || n_going == n_present)
         return 0;
-    if (n_going == n_present)
-        going[first] = 0; /* one replica must finish: the lowest stays */
     if (tally_bytes(p, res, err))
         return -1;
     for (int g = 0; g < initial_k; g++)
@@ -478,142 +480,293 @@ int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, z
     return 0;
 }
 
+/* The islands of one run over MPI, stepped by the job loop. */
+struct mpi_islands {
+    mpi_replica p;           /* this rank's part of its replica */
+    mpi_islands_result res;  /* the run's bookkeeping (the counters the outer steps keep) */
+    islands_opts io;         /* the run's options */
+    volatile sig_atomic_t *leave; /* this process's SIGTERM / SIGINT flag, or NULL */
+    long step;               /* inner steps taken */
+    long since_sync;         /* inner steps since the last outer step */
+    long tokens_per_step;    /* one replica's tokens per step */
+    double t0;               /* the clock at creation */
+    int gone;                /* 1 once this rank's replica left */
+    double *pairs;           /* [2 K] scratch: every replica's (loss, skipped) */
+    double *mloss;           /* [K] the step's losses, replica order */
+    unsigned char *mskip;    /* [K] whether each replica skipped */
+};
+
+void mpi_islands_free(mpi_islands *x)
+{
+    if (!x)
+        return;
+    replica_free(&x->p);
+    mpi_islands_result_free(&x->res);
+    free(x->pairs);
+    free(x->mloss);
+    free(x->mskip);
+    free(x);
+}
+
+int mpi_islands_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                       const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
+                       volatile sig_atomic_t *leave, mpi_islands **out, zb_err *err)
+{
+    if (mpi_islands_check(s, io, comm, err))
+        return -2; /* the same answer on every rank */
+    mpi_islands *x = calloc(1, sizeof *x);
+    if (!x)
+        return zb_fail(err, "islands: out of memory");
+    x->p.cur = x->p.ring = x->p.pipe_comm = MPI_COMM_NULL;
+    x->io = *io;
+    x->leave = leave;
+    x->t0 = now_s();
+    const int k = io->replicas;
+    x->res.initial_replicas = k;
+    int rc = replica_init(&x->p, s, m, d, base, io, comm, err);
+    if (rc == 0) {
+        x->res.left_at = malloc((size_t)k * sizeof *x->res.left_at);
+        x->pairs = malloc(2 * (size_t)k * sizeof *x->pairs);
+        x->mloss = malloc((size_t)k * sizeof *x->mloss);
+        x->mskip = malloc((size_t)k);
+        if (!x->res.left_at || !x->pairs || !x->mloss || !x->mskip)
+            rc = zb_fail(err, "islands: out of memory");
+    }
+    if (rc != 0) {
+        mpi_islands_free(x);
+        return -1;
+    }
+    for (int i = 0; i < k; i++)
+        x->res.left_at[i] = -1;
+    x->p.last_sync = io->outer.clock ? io->outer.clock(io->outer.clock_ctx) : now_s();
+    x->tokens_per_step = trainer_get_stats(x->p.t)->tokens_per_step;
+    *out = x;
+    return 0;
+}
+
+/* One inner step of this rank's replica, then every replica's loss and
+ * skip gathered over the ring (each rank holds them all, so the job's
+ * rules decide alike everywhere); sync: the gradient average and the
+ * optimizer step come first, since the skip is decided there. */
+static int way_steps(void *ctx, int n, job_step *out, zb_err *err)
+{
+    mpi_islands *x = ctx;
+    mpi_replica *p = &x->p;
+    assert(n == 1);
+    (void)n;
+    const int outer = x->io.outer.kind != OUTER_SYNC;
+    double t0 = now_s();
+    memset(out, 0, sizeof *out);
+    long before = trainer_get_stats(p->t)->skipped_steps;
+    double loss;
+    int rc;
+    if (p->pipe)
+        rc = outer ? mpi_pipeline_step(p->pipe, &loss, err) : mpi_pipeline_backward(p->pipe, &loss, err);
+    else
+        rc = outer ? trainer_step(p->t, &loss, err) : trainer_backward(p->t, &loss, err);
+    if (rc == 0 && !outer) {
+        rc = sync_grads(p, &x->io.outer, err);
+        if (rc == 0)
+            rc = p->pipe ? mpi_pipeline_apply(p->pipe, err) : trainer_apply(p->t, err);
+    }
+    if (rc != 0)
+        return -1;
+    double mine[2] = { loss, trainer_get_stats(p->t)->skipped_steps > before ? 1.0 : 0.0 };
+    int e = MPI_Allgather(mine, 2, MPI_DOUBLE, x->pairs, 2, MPI_DOUBLE, p->ring);
+    if (e != MPI_SUCCESS)
+        return mpi_failed(err, e, "MPI_Allgather of the losses");
+    double sum = 0.0; /* replica order, from 0.0, as islands.c */
+    for (int i = 0; i < p->k; i++) {
+        x->mloss[i] = x->pairs[2 * i];
+        x->mskip[i] = x->pairs[2 * i + 1] != 0.0;
+        sum += x->mloss[i];
+        out->skipped |= x->mskip[i];
+    }
+    x->step++;
+    out->loss = sum / p->k;
+    out->grad_norm = NAN;
+    out->lr = trainer_get_stats(p->t)->last_lr;
+    out->tokens = (long)p->k * x->tokens_per_step;
+    out->members = out->members_after = p->k;
+    out->member_id = p->ids;
+    out->member_loss = x->mloss;
+    out->member_skipped = x->mskip;
+    out->seconds = now_s() - t0;
+    return 0;
+}
+
+/* After a step passed the job's rules: the outer step when due, then at
+ * an outer-step boundary the replicas asked to leave do (membership). */
+static int way_boundary(void *ctx, job_step *info, zb_err *err)
+{
+    mpi_islands *x = ctx;
+    mpi_replica *p = &x->p;
+    int boundary = 1, rc = 0;
+    if (x->io.outer.kind != OUTER_SYNC) {
+        int due = 0;
+        ++x->since_sync;
+        if (x->io.outer.kind == OUTER_AEDIT)
+            rc = aedit_due(p, &x->io.outer, x->since_sync, &due, err);
+        else
+            due = x->since_sync >= x->io.outer.inner_steps;
+        if (rc == 0 && due)
+            rc = outer_sync(p, &x->io.outer, x->since_sync, &x->res, err);
+        if (rc != 0)
+            return rc;
+        boundary = due;
+        if (due)
+            x->since_sync = 0;
+    }
+    if (boundary && x->step < x->io.steps &&
+        (rc = membership(p, x->leave, x->step, x->io.replicas, &x->res, &x->gone, err)) != 0)
+        return rc;
+    info->left = x->gone;
+    info->members_after = x->gone ? info->members : p->k;
+    return 0;
+}
+
+static int way_eval(void *ctx, double *val, zb_err *err)
+{
+    mpi_islands *x = ctx;
+    return eval_shared(&x->p, val, err);
+}
+
+/* The synchronized model at the end, when inner steps are pending. */
+static int way_finish(void *ctx, zb_err *err)
+{
+    mpi_islands *x = ctx;
+    if (x->io.outer.kind == OUTER_SYNC || x->since_sync == 0)
+        return 0;
+    int rc = outer_sync(&x->p, &x->io.outer, x->since_sync, &x->res, err);
+    if (rc == 0)
+        x->since_sync = 0;
+    return rc;
+}
+
+static long way_step_count(void *ctx)
+{
+    const mpi_islands *x = ctx;
+    return x->step;
+}
+
+/* The job stops when every present rank asked to (the whole job was
+ * signalled: scancel, a time limit); a request of some ranks only is a
+ * leave, taken at the next outer-step boundary (membership). */
+static int way_stop_vote(void *ctx, int here, int *stop, zb_err *err)
+{
+    mpi_islands *x = ctx;
+    /* a replica asks when any of its ranks does, as membership counts it */
+    int all = here;
+    int rc = x->p.pipe_comm != MPI_COMM_NULL
+                 ? MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MAX, x->p.pipe_comm)
+                 : MPI_SUCCESS;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, x->p.cur);
+    if (rc != MPI_SUCCESS)
+        return mpi_failed(err, rc, "MPI_Allreduce of the stop requests");
+    *stop = all != 0;
+    return 0;
+}
+
+static int way_speaker(void *ctx)
+{
+    const mpi_islands *x = ctx;
+    return x->p.cur_rank == 0;
+}
+
+void mpi_islands_way(mpi_islands *x, job_way *w)
+{
+    memset(w, 0, sizeof *w);
+    w->ctx = x;
+    w->max_batch = 1;
+    w->steps = way_steps;
+    w->boundary = way_boundary;
+    w->eval = way_eval;
+    w->finish = way_finish;
+    w->step_count = way_step_count;
+    w->stop_vote = way_stop_vote;
+    w->speaker = way_speaker;
+}
+
+int mpi_islands_totals(mpi_islands *x, mpi_islands_result *res, zb_err *err)
+{
+    mpi_replica *p = &x->p;
+    memset(res, 0, sizeof *res);
+    res->initial_replicas = x->res.initial_replicas;
+    res->steps = x->step;
+    res->left = x->gone;
+    res->wall_s = now_s() - x->t0;
+    res->left_at = malloc((size_t)res->initial_replicas * sizeof *res->left_at);
+    if (!res->left_at)
+        return zb_fail(err, "islands: out of memory");
+    memcpy(res->left_at, x->res.left_at, (size_t)res->initial_replicas * sizeof *res->left_at);
+    if (x->gone)
+        return 0;
+    if (tally_bytes(p, &x->res, err) != 0)
+        return -1;
+    res->bytes_sent = x->res.bytes_sent;
+    res->outer_steps = x->res.outer_steps;
+    res->eliminated = x->res.eliminated;
+    res->skipped = x->res.skipped;
+    if (x->io.outer.kind == OUTER_EDIT || x->io.outer.kind == OUTER_AEDIT) {
+        /* every ring counted its own segments, on each of its ranks */
+        long mine[2] = { p->me == 0 ? res->eliminated : 0, p->me == 0 ? res->skipped : 0 }, all[2];
+        int e = MPI_Allreduce(mine, all, 2, MPI_LONG, MPI_SUM, p->cur);
+        if (e != MPI_SUCCESS)
+            return mpi_failed(err, e, "MPI_Allreduce of the EDiT counts");
+        res->eliminated = all[0];
+        res->skipped = all[1];
+    }
+    res->final_replicas = p->k;
+    res->speaker = p->cur_rank == 0;
+    return 0;
+}
+
 int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                     const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
-                    volatile sig_atomic_t *leave, mpi_islands_progress progress, void *ctx,
-                    mpi_islands_result *res, zb_err *err)
+                    volatile sig_atomic_t *leave, mpi_islands_result *res, zb_err *err)
 {
     memset(res, 0, sizeof *res);
-    res->agreed_error = 1; /* option errors are the same on every rank */
-    if (mpi_islands_check(s, io, comm, err))
+    mpi_islands *x = NULL;
+    int rc = mpi_islands_create(s, m, d, base, io, comm, leave, &x, err);
+    if (rc != 0) {
+        res->agreed_error = rc == -2;
         return -1;
-    res->agreed_error = 0;
-    mpi_replica p;
-    memset(&p, 0, sizeof p);
-    p.cur = p.ring = p.pipe_comm = MPI_COMM_NULL;
-    double t0 = now_s();
-    const int initial_k = io->replicas;
-    res->initial_replicas = initial_k;
-    int rc = replica_init(&p, s, m, d, base, io, comm, err);
+    }
+    job_way w;
+    mpi_islands_way(x, &w);
+    job_opts jo;
+    job_opts_default(&jo);
+    jo.steps = jo.stop_at = io->steps;
+    jo.eval_every = io->eval_every;
+    jo.max_skipped = io->max_skipped;
+    jo.max_loss_factor = io->max_loss_factor;
+    jo.hint = "try a lower --lr or --outer-lr";
+    job_result jr;
+    job_status st = job_run(&w, &jo, &jr, err);
+    rc = st == JOB_DONE || st == JOB_LEFT ? 0 : -1;
+    if (rc == 0 && mpi_islands_totals(x, res, err) != 0)
+        rc = -1;
     if (rc == 0) {
         res->loss = malloc((size_t)io->steps * sizeof *res->loss);
         res->val_loss = malloc((size_t)io->steps * sizeof *res->val_loss);
-        res->left_at = malloc((size_t)initial_k * sizeof *res->left_at);
-        if (!res->loss || !res->val_loss || !res->left_at)
+        if (!res->loss || !res->val_loss)
             rc = zb_fail(err, "islands: out of memory for %ld steps", io->steps);
     }
-    if (rc) {
-        replica_free(&p);
+    if (rc == 0) {
+        for (long i = 0; i < io->steps; i++)
+            res->loss[i] = res->val_loss[i] = NAN;
+        for (long i = 0; i < jr.n_losses; i++)
+            res->loss[i] = jr.losses[i];
+        for (int e = 0; e < jr.n_evals; e++)
+            res->val_loss[jr.eval_step[e] - 1] = jr.eval_loss[e];
+        res->final_val_loss = jr.val_loss;
+        res->tokens = jr.tokens;
+    }
+    res->agreed_error = st == JOB_DIVERGED || st == JOB_FAILED;
+    job_result_free(&jr);
+    mpi_islands_free(x);
+    if (rc)
         mpi_islands_result_free(res);
-        return -1;
-    }
-    for (long i = 0; i < io->steps; i++)
-        res->loss[i] = res->val_loss[i] = NAN;
-    for (int i = 0; i < initial_k; i++)
-        res->left_at[i] = -1;
-
-    const int outer = io->outer.kind != OUTER_SYNC; /* DiLoCo, EDiT, A-EDiT */
-    const int edit = io->outer.kind == OUTER_EDIT || io->outer.kind == OUTER_AEDIT;
-    p.last_sync = io->outer.clock ? io->outer.clock(io->outer.clock_ctx) : now_s();
-    long since_sync = 0, tokens_per_step = trainer_get_stats(p.t)->tokens_per_step;
-    int gone = 0;
-    long step;
-    for (step = 0; step < io->steps && rc == 0 && !gone; step++) {
-        double loss;
-        if (p.pipe)
-            rc = outer ? mpi_pipeline_step(p.pipe, &loss, err)
-                        : mpi_pipeline_backward(p.pipe, &loss, err);
-        else
-            rc = outer ? trainer_step(p.t, &loss, err) : trainer_backward(p.t, &loss, err);
-        if (rc)
-            break;
-        int e = MPI_Allgather(&loss, 1, MPI_DOUBLE, p.losses, 1, MPI_DOUBLE, p.ring);
-        if (e != MPI_SUCCESS) {
-            rc = mpi_failed(err, e, "MPI_Allgather of the losses");
-            break;
-        }
-        double sum = 0.0; /* replica order, from 0.0, as islands.c */
-        for (int i = 0; i < p.k; i++)
-            sum += p.losses[i];
-        res->loss[step] = sum / p.k;
-        res->tokens += (long)p.k * tokens_per_step;
-        /* The divergence rule of islands.c, agreed on for free: every rank
-         * holds every replica's loss of this step, so all stop here alike
-         * (-2) with the same line.  (--max-skipped is not applied across
-         * processes: the skip counters are not gathered.) */
-        for (int i = 0; i < p.k && rc == 0; i++)
-            if (!isfinite(p.losses[i])) {
-                zb_fail(err, "step %ld: replica %d: the training loss is %s (diverged; try a "
-                        "lower --lr or --outer-lr)", step + 1, p.ids[i],
-                        isnan(p.losses[i]) ? "NaN" : "infinite");
-                rc = -2;
-            }
-        if (rc)
-            break;
-        int boundary = 0;
-        if (outer) {
-            int due = 0;
-            ++since_sync;
-            if (io->outer.kind == OUTER_AEDIT)
-                rc = aedit_due(&p, &io->outer, since_sync, &due, err);
-            else
-                due = since_sync >= io->outer.inner_steps;
-            if (rc == 0 && due)
-                rc = outer_sync(&p, &io->outer, since_sync, res, err);
-            if (rc)
-                break;
-            if (due) {
-                since_sync = 0;
-                boundary = 1;
-            }
-        } else {
-            if ((rc = sync_grads(&p, &io->outer, err)) != 0)
-                break;
-            if ((rc = p.pipe ? mpi_pipeline_apply(p.pipe, err) : trainer_apply(p.t, err)) != 0)
-                break;
-            boundary = 1;
-        }
-        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0 &&
-            (rc = eval_shared(&p, &res->val_loss[step], err)) != 0)
-            break;
-        int k_before = p.k;
-        if (boundary && step + 1 < io->steps &&
-            (rc = membership(&p, leave, step + 1, initial_k, res, &gone, err)) != 0)
-            break;
-        if (progress && !gone && p.cur_rank == 0)
-            progress(ctx, step, res->loss[step], k_before, p.k);
-    }
-    res->steps = step;
-    if (rc == 0 && gone) {
-        res->left = 1;
-        res->wall_s = now_s() - t0;
-        replica_free(&p);
-        return 0;
-    }
-    if (rc == 0 && outer && since_sync > 0) /* the synchronized model at the end */
-        rc = outer_sync(&p, &io->outer, since_sync, res, err);
-    if (rc == 0)
-        rc = eval_shared(&p, &res->final_val_loss, err);
-    if (rc == 0)
-        rc = tally_bytes(&p, res, err);
-    if (rc == 0 && edit) { /* every ring counted its own segments, on each of its ranks */
-        long mine[2] = { p.me == 0 ? res->eliminated : 0, p.me == 0 ? res->skipped : 0 }, all[2];
-        int e = MPI_Allreduce(mine, all, 2, MPI_LONG, MPI_SUM, p.cur);
-        if (e != MPI_SUCCESS) {
-            rc = mpi_failed(err, e, "MPI_Allreduce of the EDiT counts");
-        } else {
-            res->eliminated = all[0];
-            res->skipped = all[1];
-        }
-    }
-    res->final_replicas = p.k;
-    res->speaker = p.cur_rank == 0;
-    res->wall_s = now_s() - t0;
-    replica_free(&p);
-    if (rc) {
-        res->agreed_error = rc == -2;
-        mpi_islands_result_free(res);
-        return -1;
-    }
-    return 0;
+    return rc;
 }

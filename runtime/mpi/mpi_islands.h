@@ -36,8 +36,9 @@
  * with res->left set.  In-process, this is an ISLANDS_LEAVE event at the
  * step after the boundary (`run --leave R:S`), and gives the same bits
  * (tests/mpi/test_mpi_islands.sh compares them).  When every replica
- * asks to leave at once, the lowest rank stays and finishes (a run needs
- * one replica), as outer_remove_replica refuses to remove the last.
+ * asks at once, the whole job was asked to stop (scancel, a time limit):
+ * nobody leaves, and the job loop stops every rank at that step instead
+ * (runtime/job.h: checkpoint, JOB_STOPPED), as in one process.
  *
  * What MPI does not survive: a rank that dies without warning (SIGKILL, a
  * crash, a lost node).  Standard MPI then has no communicator left to
@@ -89,27 +90,53 @@ typedef struct mpi_islands_result {
                             * (print it once), 0 when it may be this rank's alone (abort) */
 } mpi_islands_result;
 
-/* Progress callback, called on the current speaker after every inner step:
- * replicas is how many trained in it, after how many remain (fewer when
- * some left at this step's boundary). */
-typedef void (*mpi_islands_progress)(void *ctx, long step, double loss, int replicas, int after);
-
 /* Checks io and the rank count of comm for s (the same answer on every
  * rank): 0, or -1 with err set. */
 int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, zb_err *err);
 
-/* Runs this rank's part of the islands over comm (io->replicas K divides
- * the size of comm into P = 1 or P = s->n_devices ranks per replica, as
- * mpi_islands_check requires; any outer kind; no events).  leave is the SIGTERM flag of this process
- * (may be NULL).  Collective over comm.  Fills *res (free with
- * mpi_islands_result_free).  Returns 0, or -1 with err set (the same error
- * on every rank when it is about the options or a rank's non-finite
- * pseudo-gradient; a local failure, such as memory, only on the rank that
- * had it: the caller must then abort the job). */
+/* The islands of one run over MPI, stepped by the job loop. */
+typedef struct mpi_islands mpi_islands;
+struct job_way;
+
+/* Creates this rank's part of the islands over comm (io->replicas K
+ * divides the size of comm into P = 1 or P = s->n_devices ranks per
+ * replica, as mpi_islands_check requires; any outer kind; no events).
+ * leave is this process's stop flag (SIGTERM, SIGINT), may be NULL.
+ * Collective over comm.  Returns 0, -2 (the options, the same error on
+ * every rank) or -1 (this rank's failure: the caller aborts the job). */
+int mpi_islands_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                       const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
+                       volatile sig_atomic_t *leave, mpi_islands **out, zb_err *err);
+
+/* Frees x; NULL is fine. */
+void mpi_islands_free(mpi_islands *x);
+
+/* Fills *w with the way of running x: one inner step per call, every
+ * replica's loss and skip gathered over the ring (the job's members);
+ * the boundary takes the outer step when due and, after one, lets the
+ * replicas asked to leave go (the step's left on their ranks, fewer
+ * members_after on the others); eval and finish as islands.h's; the
+ * stop vote stops the job when every replica asked (see the header);
+ * the speaker is rank 0 of the current members. */
+void mpi_islands_way(mpi_islands *x, struct job_way *w);
+
+/* The run's figures once the job ended (collective over the current
+ * members; on a rank whose replica left, only steps, left and left_at):
+ * bytes, outer steps, EDiT counts, replicas at the start and the end,
+ * who left when, the speaker.  Not the losses, which the job's result
+ * holds.  0 or -1 with err. */
+int mpi_islands_totals(mpi_islands *x, mpi_islands_result *res, zb_err *err);
+
+/* The whole run through the job loop (mpi_islands_create, _way, job_run,
+ * _totals), with io->max_skipped and io->max_loss_factor as the
+ * divergence rules.  Fills *res (free with mpi_islands_result_free).
+ * Returns 0, or -1 with err set and res->agreed_error 1 when every rank
+ * failed alike (the options, divergence, a rank's non-finite
+ * pseudo-gradient), 0 when the failure may be this rank's alone (the
+ * caller must then abort the job). */
 int mpi_islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                     const trainer_opts *base, const islands_opts *io, MPI_Comm comm,
-                    volatile sig_atomic_t *leave, mpi_islands_progress progress, void *ctx,
-                    mpi_islands_result *res, zb_err *err);
+                    volatile sig_atomic_t *leave, mpi_islands_result *res, zb_err *err);
 
 /* Frees what mpi_islands_run allocated in r (not r itself). */
 void mpi_islands_result_free(mpi_islands_result *r);

@@ -4,6 +4,7 @@
 #include "runtime/mpi/mpi_pipeline.h"
 
 #include "runtime/ckpt_set.h"
+#include "runtime/mpi/mpi_job.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,10 @@ struct mpi_pipeline {
     trainer *t;              /* this rank's trainer (one_device) */
     transport_mpi_cfg cfg;   /* its transport's communicator, sizes and counters */
     const sched_t *s;        /* the schedule (borrowed) */
+    const zb_data *d;        /* the text (borrowed): its characters go in a checkpoint */
     int me;                  /* rank = device */
     long rollback_offset;    /* added to this rank's rollbacks in the totals: minus
-                              * those a one-process checkpoint gave every rank */
+                              * those a part read by every rank gave each */
 };
 
 static int mpi_failed(zb_err *err, int rc, const char *what)
@@ -41,6 +43,7 @@ int mpi_pipeline_create(const sched_t *s, const zb_model *m, const zb_data *d,
     if (!p)
         return zb_fail(err, "out of memory");
     p->s = s;
+    p->d = d;
     int rc = MPI_Comm_dup(comm, &p->cfg.comm);
     if (rc != MPI_SUCCESS) {
         free(p);
@@ -140,68 +143,35 @@ static int gather_params(mpi_pipeline *p, zb_err *err)
     return 0;
 }
 
-/* After a step every rank took part in: 0 when fail is 0 everywhere;
- * else -1 on every rank, err holding the lowest failing rank's message
- * ("rank R: ..." on the others), so that rank 0 can print it. */
-static int agree(mpi_pipeline *p, int fail, zb_err *err)
-{
-    int mine = fail ? p->me : p->s->n_devices, first = 0;
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, p->cfg.comm);
-    if (rc != MPI_SUCCESS)
-        return mpi_failed(err, rc, "MPI_Allreduce of a status");
-    if (first == p->s->n_devices)
-        return 0;
-    char msg[sizeof err->msg];
-    memcpy(msg, err->msg, sizeof msg);
-    rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, p->cfg.comm);
-    if (rc != MPI_SUCCESS)
-        return mpi_failed(err, rc, "MPI_Bcast of an error");
-    msg[sizeof msg - 1] = '\0';
-    if (p->me != first)
-        zb_fail(err, "rank %d: %s", first, msg);
-    return -1;
-}
-
 int mpi_pipeline_save(mpi_pipeline *p, const char *dir, zb_err *err)
 {
-    /* 1. a fresh tag from rank 0, so no part the manifest names is
-     * overwritten; each rank writes its own stages, atomically */
-    ckptset_manifest m = { .step = trainer_get_stats(p->t)->step, .ranks = p->s->n_devices };
-    if (p->me == 0)
-        ckptset_new_tag(m.tag);
-    int rc = MPI_Bcast(m.tag, (int)sizeof m.tag, MPI_CHAR, 0, p->cfg.comm);
-    if (rc != MPI_SUCCESS)
-        return mpi_failed(err, rc, "MPI_Bcast of the checkpoint tag");
+    job_comm c;
+    mpi_job_comm(&p->cfg.comm, &c);
     unsigned char own[p->s->n_stages];
     for (int st = 0; st < p->s->n_stages; st++)
         own[st] = p->s->stage_device[st] == p->me;
-    char path[4096];
-    int fail = ckptset_part_path(dir, m.tag, p->me, path, sizeof path, err) != 0 ||
-               trainer_save_stages(p->t, path, own, err) != 0;
-    /* 2. every part is durable (outfile fsyncs file and directory) */
-    if (agree(p, fail, err))
+    cJSON *model = ckptset_model_record(trainer_model(p->t), p->d->chars, p->d->vocab);
+    ckptset_records rec = { model, NULL };
+    int rc = model ? 0 : zb_fail(err, "out of memory");
+    if (job_comm_agree(&c, rc != 0, err) != 0) {
+        cJSON_Delete(model);
         return -1;
-    /* 3. the commit point: the manifest, by rank 0 */
-    fail = p->me == 0 && ckptset_manifest_write(dir, &m, err) != 0;
-    if (agree(p, fail, err))
-        return -1;
-    /* 4. what the new manifest no longer names */
-    ckptset_prune(dir, p->me, m.tag, p->me == 0);
-    return 0;
+    }
+    rc = ckptset_save(p->t, dir, &rec, &c, own, err);
+    cJSON_Delete(model);
+    return rc;
 }
 
 int mpi_pipeline_load(mpi_pipeline *p, const char *dir, zb_err *err)
 {
-    const char *what = NULL;
-    int fail = ckptset_load(p->t, dir, p->me, p->s->n_devices, &what, err) != 0;
-    if (agree(p, fail, err))
-        return -1;
-    /* A one-process checkpoint.bin holds the total rollbacks, now on every
-     * rank: count them once (a part holds only its own stages'). */
-    p->rollback_offset = what && strcmp(what, CKPTSET_SINGLE) == 0 && p->me != 0
-                             ? -trainer_get_stats(p->t)->rollbacks
-                             : 0;
-    return 0;
+    job_comm c;
+    mpi_job_comm(&p->cfg.comm, &c);
+    ckptset_view v;
+    int found = ckptset_open(dir, &v, err);
+    int fail = found < 0 || (found == 0 && zb_fail(err, "%s holds no checkpoint", dir)) ||
+               ckptset_load(p->t, &v, p->me, p->s->n_devices, &p->rollback_offset, err) != 0;
+    ckptset_view_free(&v);
+    return job_comm_agree(&c, fail, err) == 0 ? 0 : -1;
 }
 
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)

@@ -68,14 +68,16 @@ int mpi_pipeline_device(const mpi_pipeline *p);
  * 0, or -1 with err set. */
 int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err);
 
-/* Checkpoints in directory dir (runtime/ckpt_set.h).  save: every rank
- * writes its own stages (trainer_save_stages) to its part file, and once
- * every part is durable rank 0 commits the manifest; a rank that dies
- * before that leaves the previous checkpoint as it was.  load: the newest
- * complete checkpoint of dir, this rank's own part when the set was
- * written by as many ranks, else every part (or DIR/checkpoint.bin of a
- * one-process run).  Collective; 0, or -1 on every rank with err holding
- * the first failing rank's message. */
+/* Checkpoints in directory dir through ckptset_save / ckptset_load
+ * (runtime/ckpt_set.h; `zbsched run` itself goes through the job loop,
+ * runtime/job_trainer.h, which adds the run record).  save: every rank
+ * writes its own stages to its part file, and once every part is durable
+ * rank 0 commits the manifest with the model record (the trainer's model
+ * and the text's characters; no run record); a rank that dies before
+ * that leaves the previous checkpoint as it was.  load: dir's checkpoint,
+ * checked whole, this rank's own part when the set was written by as many
+ * ranks, else every part (or an older layout's).  Collective; 0, or -1 on
+ * every rank with err holding the first failing rank's message. */
 int mpi_pipeline_save(mpi_pipeline *p, const char *dir, zb_err *err);
 int mpi_pipeline_load(mpi_pipeline *p, const char *path, zb_err *err);
 

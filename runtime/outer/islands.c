@@ -13,6 +13,7 @@
  * stops at the step where it diverged instead of training to the end.
  */
 #include "runtime/outer/islands.h"
+#include "runtime/job.h"
 
 #include <assert.h>
 #include <math.h>
@@ -124,13 +125,13 @@ static int check_opts(const islands_opts *io, zb_err *err)
 
 typedef struct island_set {
     trainer **t;   /* [cap] trainer of each outer replica id, NULL once gone */
-    long *streak;  /* [cap] consecutive skipped steps of each replica */
+    long *before;  /* [cap] each replica's skipped-step counter before the step */
     int cap;       /* allocated ids */
     float **ptr;   /* [n_seg] scratch: segment pointers of one replica */
     islands_seg_layout l;  /* the segment layout (same for every replica) */
 } island_set;
 
-/* Grows is->t and is->streak to hold at least `need` ids (new slots
+/* Grows is->t and is->before to hold at least `need` ids (new slots
  * empty).  Returns 0 or -1 with err set. */
 static int island_slots(island_set *is, int need, zb_err *err)
 {
@@ -141,45 +142,13 @@ static int island_slots(island_set *is, int need, zb_err *err)
     if (!nt)
         return zb_fail(err, "islands: out of memory");
     is->t = nt;
-    long *ns = realloc(is->streak, (size_t)cap * sizeof *ns);
+    long *ns = realloc(is->before, (size_t)cap * sizeof *ns);
     if (!ns)
         return zb_fail(err, "islands: out of memory");
-    is->streak = ns;
+    is->before = ns;
     memset(nt + is->cap, 0, (size_t)(cap - is->cap) * sizeof *nt);
     memset(ns + is->cap, 0, (size_t)(cap - is->cap) * sizeof *ns);
     is->cap = cap;
-    return 0;
-}
-
-/* The divergence rule (islands.h) for replica id after a step of its
- * that returned `loss` and moved its skipped-step counter from
- * skipped_before; step is 0-based.  Returns 0 to go on, or -1 with err
- * naming the step, the replica and why. */
-static int island_check_step(island_set *is, int id, long step, double loss,
-                             long skipped_before, const islands_opts *io, zb_err *err)
-{
-    if (!isfinite(loss))
-        return zb_fail(err, "step %ld: replica %d: the training loss is %s (diverged; try a lower "
-                       "--lr or --outer-lr)", step + 1, id, isnan(loss) ? "NaN" : "infinite");
-    long skipped = trainer_get_stats(is->t[id])->skipped_steps;
-    is->streak[id] = skipped > skipped_before ? is->streak[id] + 1 : 0;
-    if (io->max_skipped > 0 && is->streak[id] >= io->max_skipped)
-        return zb_fail(err, "step %ld: replica %d: diverged: %ld steps in a row were skipped because "
-                       "the gradient was not finite (loss %.4g; try a lower --lr, or raise "
-                       "--max-skipped)", step + 1, id, is->streak[id], loss);
-    return 0;
-}
-
-/* An evaluation during the run (after 0-based step `step`) under the same
- * rule: a validation loss that is not finite stops the run there, as in
- * the single-trainer `run`.  Returns 0, or -1 with err set. */
-static int island_check_eval(trainer *t, long step, double *val_loss, zb_err *err)
-{
-    if (trainer_eval(t, val_loss, err) != 0)
-        return -1;
-    if (!isfinite(*val_loss))
-        return zb_fail(err, "step %ld: the validation loss is not finite (diverged; try a lower "
-                       "--lr or --outer-lr)", step + 1);
     return 0;
 }
 
@@ -239,7 +208,7 @@ static void island_set_free(island_set *is)
     for (int i = 0; i < is->cap; i++)
         trainer_free(is->t[i]);
     free(is->t);
-    free(is->streak);
+    free(is->before);
     free(is->ptr);
     islands_seg_layout_free(&is->l);
 }
@@ -262,197 +231,297 @@ static int replicas_identical(const island_set *is, int first)
     return 1;
 }
 
-/* The synchronous baseline: K trainers (same seed, data streams 0..K-1)
- * each run their backward, the outer object all-reduces their gradients
- * segment by segment through the ring (fp32 or int8, every byte counted)
- * into the mean, and every trainer applies its optimizer step to that mean.
- * Identical weights, moments and gradients give identical steps, so the
- * replicas stay bit-identical; that is checked after every step. */
-static int run_sync(const sched_t *s, const zb_model *m, const zb_data *d,
-                    const trainer_opts *base, const islands_opts *io,
-                    islands_result *res, zb_err *err)
+/* The islands of one run, stepped by the job loop. */
+struct islands {
+    const sched_t *s;       /* the schedule (borrowed) */
+    const zb_model *m;      /* the model (borrowed) */
+    const zb_data *d;       /* the text (borrowed) */
+    trainer_opts base;      /* every replica's options but its data stream */
+    islands_opts io;        /* the run's options (events borrowed) */
+    island_set is;          /* the replicas' trainers */
+    outer_t *o;             /* the outer optimizer (sync: the gradient all-reduce) */
+    float **gptr;           /* [segments] sync: gradient pointers, scratch */
+    int ev;                 /* next elastic event */
+    uint64_t next_stream;   /* data stream of the next replica to join */
+    long step;              /* inner steps taken */
+    long eliminated;        /* EDiT: (replica, layer) contributions dropped */
+    long skipped_segments;  /* EDiT: (outer step, layer) pairs left unchanged */
+    int *ids;               /* [cap_members] the step's replicas, for the job */
+    double *mloss;          /* [cap_members] their losses */
+    unsigned char *mskip;   /* [cap_members] whether each skipped */
+    int cap_members;        /* room in the three arrays */
+};
+
+static int members_room(islands *x, int n, zb_err *err)
 {
-    island_set is;
-    memset(&is, 0, sizeof is);
-    outer_t *o = NULL;
-    float **gptr = NULL;
-    int rc = 0;
-    if (island_add(&is, NULL, s, m, d, base, 0, err)) {
-        island_set_free(&is);
+    if (n <= x->cap_members)
+        return 0;
+    int cap = n + 8;
+    int *ids = realloc(x->ids, (size_t)cap * sizeof *ids);
+    if (ids)
+        x->ids = ids;
+    double *l = realloc(x->mloss, (size_t)cap * sizeof *l);
+    if (l)
+        x->mloss = l;
+    unsigned char *k = realloc(x->mskip, (size_t)cap);
+    if (k)
+        x->mskip = k;
+    if (!ids || !l || !k)
+        return zb_fail(err, "islands: out of memory");
+    x->cap_members = cap;
+    return 0;
+}
+
+void islands_free(islands *x)
+{
+    if (!x)
+        return;
+    outer_free(x->o);
+    island_set_free(&x->is);
+    free(x->gptr);
+    free(x->ids);
+    free(x->mloss);
+    free(x->mskip);
+    free(x);
+}
+
+int islands_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                   const trainer_opts *base, const islands_opts *io, islands **out, zb_err *err)
+{
+    if (check_opts(io, err))
         return -1;
-    }
-    if (outer_new(&io->outer, is.l.n, is.l.len, &o, err)) {
-        island_set_free(&is);
-        return -1;
-    }
-    if (!(gptr = malloc((size_t)is.l.n * sizeof *gptr)))
+    islands *x = calloc(1, sizeof *x);
+    if (!x)
+        return zb_fail(err, "islands: out of memory");
+    x->s = s;
+    x->m = m;
+    x->d = d;
+    x->base = *base;
+    x->io = *io;
+    int sync = io->outer.kind == OUTER_SYNC;
+    /* Replica 0 first: its trainer defines the segment layout. */
+    int rc = island_add(&x->is, NULL, s, m, d, base, x->next_stream++, err);
+    if (rc == 0)
+        rc = outer_new(&io->outer, x->is.l.n, x->is.l.len, &x->o, err);
+    if (rc == 0 && sync && !(x->gptr = malloc((size_t)x->is.l.n * sizeof *x->gptr)))
         rc = zb_fail(err, "islands: out of memory");
+    if (rc == 0 && members_room(x, io->replicas, err))
+        rc = -1;
     for (int r = 0; r < io->replicas && rc == 0; r++) {
-        trainer *t = NULL;
+        if (r > 0 && !sync) {
+            rc = island_add(&x->is, x->o, s, m, d, base, x->next_stream++, err);
+            continue;
+        }
         if (r > 0) {
+            /* sync: the replicas join with their gradients, ids in order */
             trainer_opts opts = *base;
-            opts.data_stream = (uint64_t)r;
+            opts.data_stream = x->next_stream++;
+            trainer *t = NULL;
             if ((rc = trainer_create(s, m, d, &opts, &t, err)) != 0)
                 break;
-            if ((rc = island_slots(&is, r + 1, err)) != 0) {
+            if ((rc = island_slots(&x->is, r + 1, err)) != 0) {
                 trainer_free(t);
                 break;
             }
-            is.t[r] = t;
+            x->is.t[r] = t;
         }
-        t = is.t[r];
-        islands_seg_pointers(t, &is.l, is.ptr);
-        islands_seg_grad_pointers(t, &is.l, gptr);
-        int id = outer_add_replica(o, is.ptr, gptr, err);
+        trainer *t = x->is.t[r];
+        islands_seg_pointers(t, &x->is.l, x->is.ptr);
+        if (sync)
+            islands_seg_grad_pointers(t, &x->is.l, x->gptr);
+        int id = outer_add_replica(x->o, x->is.ptr, sync ? x->gptr : NULL, err);
         if (id < 0)
             rc = -1;
         else
             assert(id == r); /* ids are handed out in order from 0 */
     }
-    double *loss = malloc((size_t)io->replicas * sizeof *loss);
-    long *skipped_before = malloc((size_t)io->replicas * sizeof *skipped_before);
-    if (rc == 0 && (!loss || !skipped_before))
-        rc = zb_fail(err, "islands: out of memory");
-    for (long step = 0; step < io->steps && rc == 0; step++) {
-        double sum = 0.0;
-        for (int r = 0; r < io->replicas && rc == 0; r++) {
-            skipped_before[r] = trainer_get_stats(is.t[r])->skipped_steps;
-            if ((rc = trainer_backward(is.t[r], &loss[r], err)) != 0)
-                break;
-            sum += loss[r];
-            res->tokens += trainer_get_stats(is.t[r])->tokens_per_step;
-        }
-        if (rc)
-            break;
-        res->loss[step] = sum / io->replicas;
-        if ((rc = islands_host_sync(&is, TRAINER_BUF_GRADS, err)) != 0
-            || (rc = outer_sync_grads(o, err)) != 0)
-            break;
-        for (int r = 0; r < io->replicas && rc == 0; r++)
-            rc = trainer_apply(is.t[r], err);
-        /* After the apply, which is where a step is skipped. */
-        for (int r = 0; r < io->replicas && rc == 0; r++)
-            rc = island_check_step(&is, r, step, loss[r], skipped_before[r], io, err);
-        if (rc)
-            break;
-        if (!replicas_identical(&is, 0)) {
-            rc = zb_fail(err, "islands: sync replicas diverged at step %ld", step);
-            break;
-        }
-        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0)
-            rc = island_check_eval(is.t[0], step, &res->val_loss[step], err);
+    if (rc != 0) {
+        islands_free(x);
+        return -1;
     }
-    if (rc == 0)
-        rc = trainer_eval(is.t[0], &res->final_val_loss, err);
-    res->final_replicas = io->replicas;
-    res->outer_steps = outer_step_count(o);
-    res->bytes_sent = outer_traffic(o)->bytes_sent;
-    free(loss);
-    free(skipped_before);
-    free(gptr);
-    outer_free(o);
-    island_set_free(&is);
-    return rc;
+    *out = x;
+    return 0;
 }
 
-static int run_outer(const sched_t *s, const zb_model *m, const zb_data *d,
-                     const trainer_opts *base, const islands_opts *io,
-                     islands_result *res, zb_err *err)
+/* The synchronous baseline's step: every replica's backward, the
+ * gradient all-reduce (fp32 or int8, every byte counted) into the mean,
+ * every replica's optimizer step on that mean.  Identical weights,
+ * moments and gradients give identical steps; the boundary checks it. */
+static int step_sync(islands *x, job_step *out, zb_err *err)
 {
-    island_set is;
-    memset(&is, 0, sizeof is);
-    outer_t *o = NULL;
-    int rc = 0;
-    uint64_t next_stream = 0;
-    /* Replica 0 first (its trainer defines the segment layout). */
-    if (island_add(&is, NULL, s, m, d, base, next_stream++, err)) {
-        island_set_free(&is);
-        return -1;
+    island_set *is = &x->is;
+    int k = x->io.replicas;
+    double sum = 0.0;
+    for (int r = 0; r < k; r++) {
+        is->before[r] = trainer_get_stats(is->t[r])->skipped_steps;
+        if (trainer_backward(is->t[r], &x->mloss[r], err) != 0)
+            return -1;
+        sum += x->mloss[r];
+        x->ids[r] = r;
+        out->tokens += trainer_get_stats(is->t[r])->tokens_per_step;
     }
-    if (outer_new(&io->outer, is.l.n, is.l.len, &o, err)) {
-        island_set_free(&is);
+    out->loss = sum / k;
+    if (islands_host_sync(is, TRAINER_BUF_GRADS, err) != 0 || outer_sync_grads(x->o, err) != 0)
         return -1;
-    }
-    islands_seg_pointers(is.t[0], &is.l, is.ptr);
-    if (outer_add_replica(o, is.ptr, NULL, err) != 0)
-        rc = -1;
-    for (int r = 1; r < io->replicas && rc == 0; r++)
-        rc = island_add(&is, o, s, m, d, base, next_stream++, err);
+    for (int r = 0; r < k; r++)
+        if (trainer_apply(is->t[r], err) != 0)
+            return -1;
+    /* after the apply, which is where a step is skipped */
+    for (int r = 0; r < k; r++)
+        x->mskip[r] = trainer_get_stats(is->t[r])->skipped_steps > is->before[r];
+    out->members = k;
+    return 0;
+}
 
-    int ev = 0;
-    outer_step_info info;
-    for (long step = 0; step < io->steps && rc == 0; step++) {
-        for (; ev < io->n_events && io->events[ev].step <= step && rc == 0; ev++) {
-            const islands_event *e = &io->events[ev];
-            if (e->kind == ISLANDS_LEAVE) {
-                if ((rc = outer_remove_replica(o, e->replica, err)) == 0) {
-                    trainer_free(is.t[e->replica]);
-                    is.t[e->replica] = NULL;
-                }
-            } else {
-                rc = island_add(&is, o, s, m, d, base, next_stream++, err);
-            }
-        }
-        if (rc)
-            break;
-        double sum = 0.0;
-        int trained = 0;
-        for (int id = 0; id < is.cap && rc == 0; id++) {
-            if (!is.t[id] || !outer_replica_trains(o, id))
-                continue;
-            double loss;
-            long skipped_before = trainer_get_stats(is.t[id])->skipped_steps;
-            if ((rc = trainer_step(is.t[id], &loss, err)) != 0)
-                break;
-            if ((rc = island_check_step(&is, id, step, loss, skipped_before, io, err)) != 0)
-                break;
-            outer_note_step(o, id);
-            sum += loss;
-            trained++;
-            res->tokens += trainer_get_stats(is.t[id])->tokens_per_step;
-        }
-        if (rc)
-            break;
-        res->loss[step] = trained ? sum / trained : NAN;
-        if (outer_should_sync(o)) {
-            if ((rc = islands_host_sync(&is, TRAINER_BUF_PARAMS, err)) != 0
-                || (rc = outer_step(o, &info, err)) != 0)
-                break;
-            res->eliminated += info.eliminated;
-            res->skipped += info.skipped_segments;
-        }
-        if (io->eval_every > 0 && (step + 1) % io->eval_every == 0) {
-            /* outer_replicas writes every present id: room for all of them
-             * (a single int here overflowed the stack with K >= 2). */
-            int n = outer_replicas(o, NULL);
-            assert(n > 0); /* the last replica can never leave */
-            int ids[n];
-            outer_replicas(o, ids);
-            rc = island_check_eval(is.t[ids[0]], step, &res->val_loss[step], err);
+/* An outer optimizer's inner step: this step's elastic events, then a
+ * step of every replica that trains. */
+static int step_outer(islands *x, job_step *out, zb_err *err)
+{
+    island_set *is = &x->is;
+    const islands_opts *io = &x->io;
+    for (; x->ev < io->n_events && io->events[x->ev].step <= x->step; x->ev++) {
+        const islands_event *e = &io->events[x->ev];
+        if (e->kind == ISLANDS_LEAVE) {
+            if (outer_remove_replica(x->o, e->replica, err) != 0)
+                return -1;
+            trainer_free(is->t[e->replica]);
+            is->t[e->replica] = NULL;
+        } else if (island_add(is, x->o, x->s, x->m, x->d, &x->base, x->next_stream++, err) != 0) {
+            return -1;
         }
     }
-    /* Finish with the synchronized model when inner steps are pending. */
-    if (rc == 0) {
-        int n = outer_replicas(o, NULL);
-        int ids[n];
-        outer_replicas(o, ids);
-        int pending = 0;
-        for (int a = 0; a < n; a++)
-            pending |= outer_steps_since_sync(o, ids[a]) > 0;
-        if (pending && (rc = islands_host_sync(&is, TRAINER_BUF_PARAMS, err)) == 0
-            && (rc = outer_step(o, &info, err)) == 0) {
-            res->eliminated += info.eliminated;
-            res->skipped += info.skipped_segments;
-        }
-        if (rc == 0)
-            rc = trainer_eval(is.t[ids[0]], &res->final_val_loss, err);
-        res->final_replicas = n;
+    if (members_room(x, is->cap, err))
+        return -1;
+    double sum = 0.0;
+    int trained = 0;
+    for (int id = 0; id < is->cap; id++) {
+        if (!is->t[id] || !outer_replica_trains(x->o, id))
+            continue;
+        double loss;
+        long before = trainer_get_stats(is->t[id])->skipped_steps;
+        if (trainer_step(is->t[id], &loss, err) != 0)
+            return -1;
+        outer_note_step(x->o, id);
+        x->ids[trained] = id;
+        x->mloss[trained] = loss;
+        x->mskip[trained] = trainer_get_stats(is->t[id])->skipped_steps > before;
+        sum += loss;
+        trained++;
+        out->tokens += trainer_get_stats(is->t[id])->tokens_per_step;
     }
-    res->outer_steps = outer_step_count(o);
-    res->bytes_sent = outer_traffic(o)->bytes_sent;
-    outer_free(o);
-    island_set_free(&is);
-    return rc;
+    out->loss = trained ? sum / trained : NAN;
+    out->members = trained;
+    return 0;
+}
+
+static int way_steps(void *ctx, int n, job_step *out, zb_err *err)
+{
+    islands *x = ctx;
+    assert(n == 1);
+    (void)n;
+    double t0 = now_s();
+    memset(out, 0, sizeof *out);
+    out->grad_norm = NAN;
+    int rc = x->io.outer.kind == OUTER_SYNC ? step_sync(x, out, err) : step_outer(x, out, err);
+    if (rc != 0)
+        return -1;
+    x->step++;
+    out->members_after = out->members;
+    out->member_id = x->ids;
+    out->member_loss = x->mloss;
+    out->member_skipped = x->mskip;
+    for (int i = 0; i < out->members; i++)
+        out->skipped |= x->mskip[i];
+    out->lr = out->members ? trainer_get_stats(x->is.t[x->ids[0]])->last_lr : NAN;
+    out->seconds = now_s() - t0;
+    return 0;
+}
+
+/* After a step passed the job's rules: sync replicas must still agree;
+ * an outer optimizer syncs when it is due. */
+static int way_boundary(void *ctx, job_step *info, zb_err *err)
+{
+    islands *x = ctx;
+    (void)info;
+    if (x->io.outer.kind == OUTER_SYNC) {
+        if (!replicas_identical(&x->is, 0))
+            return zb_fail(err, "islands: sync replicas diverged at step %ld", x->step - 1);
+        return 0;
+    }
+    if (!outer_should_sync(x->o))
+        return 0;
+    outer_step_info oi;
+    if (islands_host_sync(&x->is, TRAINER_BUF_PARAMS, err) != 0 || outer_step(x->o, &oi, err) != 0)
+        return -1;
+    x->eliminated += oi.eliminated;
+    x->skipped_segments += oi.skipped_segments;
+    return 0;
+}
+
+/* The lowest present replica: after a sync, every replica's model. */
+static trainer *first_replica(islands *x)
+{
+    int n = outer_replicas(x->o, NULL);
+    assert(n > 0); /* the last replica can never leave */
+    /* outer_replicas writes every present id: room for all of them */
+    int ids[n];
+    outer_replicas(x->o, ids);
+    return x->is.t[ids[0]];
+}
+
+static int way_eval(void *ctx, double *val, zb_err *err)
+{
+    islands *x = ctx;
+    return trainer_eval(first_replica(x), val, err) != 0 ? -1 : 0;
+}
+
+/* The synchronized model at the end, when inner steps are pending. */
+static int way_finish(void *ctx, zb_err *err)
+{
+    islands *x = ctx;
+    if (x->io.outer.kind == OUTER_SYNC)
+        return 0;
+    int n = outer_replicas(x->o, NULL);
+    int ids[n];
+    outer_replicas(x->o, ids);
+    int pending = 0;
+    for (int a = 0; a < n; a++)
+        pending |= outer_steps_since_sync(x->o, ids[a]) > 0;
+    if (!pending)
+        return 0;
+    outer_step_info oi;
+    if (islands_host_sync(&x->is, TRAINER_BUF_PARAMS, err) != 0 || outer_step(x->o, &oi, err) != 0)
+        return -1;
+    x->eliminated += oi.eliminated;
+    x->skipped_segments += oi.skipped_segments;
+    return 0;
+}
+
+static long way_step_count(void *ctx)
+{
+    const islands *x = ctx;
+    return x->step;
+}
+
+void islands_way(islands *x, job_way *w)
+{
+    memset(w, 0, sizeof *w);
+    w->ctx = x;
+    w->max_batch = 1;
+    w->steps = way_steps;
+    w->boundary = way_boundary;
+    w->eval = way_eval;
+    w->finish = way_finish;
+    w->step_count = way_step_count;
+}
+
+void islands_totals(const islands *x, islands_result *r)
+{
+    r->bytes_sent = outer_traffic(x->o)->bytes_sent;
+    r->outer_steps = outer_step_count(x->o);
+    r->eliminated = x->eliminated;
+    r->skipped = x->skipped_segments;
+    r->final_replicas = outer_replicas(x->o, NULL);
 }
 
 int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
@@ -460,21 +529,43 @@ int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                 islands_result *res, zb_err *err)
 {
     memset(res, 0, sizeof *res);
-    if (check_opts(io, err))
-        return -1;
-    res->loss = malloc((size_t)io->steps * sizeof *res->loss);
-    res->val_loss = malloc((size_t)io->steps * sizeof *res->val_loss);
-    if (!res->loss || !res->val_loss) {
-        islands_result_free(res);
-        return zb_fail(err, "islands: out of memory for %ld steps", io->steps);
-    }
-    for (long i = 0; i < io->steps; i++)
-        res->loss[i] = res->val_loss[i] = NAN;
+    islands *x = NULL;
     double t0 = now_s();
-    int rc = io->outer.kind == OUTER_SYNC ? run_sync(s, m, d, base, io, res, err)
-                                          : run_outer(s, m, d, base, io, res, err);
-    res->steps = io->steps;
+    if (islands_create(s, m, d, base, io, &x, err) != 0)
+        return -1;
+    job_way w;
+    islands_way(x, &w);
+    job_opts jo;
+    job_opts_default(&jo);
+    jo.steps = jo.stop_at = io->steps;
+    jo.eval_every = io->eval_every;
+    jo.max_skipped = io->max_skipped;
+    jo.max_loss_factor = io->max_loss_factor;
+    jo.hint = "try a lower --lr or --outer-lr";
+    job_result jr;
+    job_status st = job_run(&w, &jo, &jr, err);
+    int rc = st == JOB_DONE ? 0 : -1;
+    if (rc == 0) {
+        res->steps = jr.n_losses;
+        res->loss = malloc((size_t)jr.n_losses * sizeof *res->loss);
+        res->val_loss = malloc((size_t)jr.n_losses * sizeof *res->val_loss);
+        if (!res->loss || !res->val_loss)
+            rc = zb_fail(err, "islands: out of memory for %ld steps", jr.n_losses);
+    }
+    if (rc == 0) {
+        for (long i = 0; i < jr.n_losses; i++) {
+            res->loss[i] = jr.losses[i];
+            res->val_loss[i] = NAN;
+        }
+        for (int e = 0; e < jr.n_evals; e++)
+            res->val_loss[jr.eval_step[e] - 1] = jr.eval_loss[e];
+        res->final_val_loss = jr.val_loss;
+        res->tokens = jr.tokens;
+        islands_totals(x, res);
+    }
     res->wall_s = now_s() - t0;
+    job_result_free(&jr);
+    islands_free(x);
     if (rc)
         islands_result_free(res);
     return rc;

@@ -60,6 +60,8 @@ typedef struct islands_opts {
     long max_skipped;            /* > 0: a replica with this many consecutive
                                     steps skipped (gradient not finite) stops
                                     the run; 0: never */
+    double max_loss_factor;      /* > 0: divergence rule 4 of runtime/job.h
+                                    (islands_run); 0: off */
 } islands_opts;
 
 typedef struct islands_result {
@@ -99,25 +101,56 @@ void islands_seg_pointers(trainer *t, const islands_seg_layout *l, float **ptr);
 void islands_seg_grad_pointers(trainer *t, const islands_seg_layout *l, float **ptr);
 
 /* Fills o: K = 4, 200 steps, DiLoCo defaults (outer_config_default), no
- * intermediate evaluation, no events. */
+ * intermediate evaluation, no events, no divergence rules. */
 void islands_opts_default(islands_opts *o);
 
-/* Runs the islands: trainers from (s, m, d, base) — base->data_stream is
- * replaced per replica — for io->steps inner steps with the outer
- * optimizer, then a final outer step when inner steps are pending, and
- * evaluates the result.  Fills *res (free with islands_result_free).
- * Returns 0, or -1 with err set (invalid options, a trainer failure, a
- * non-finite DiLoCo pseudo-gradient, an event naming an absent replica,
- * sync replicas that diverged, which would be a bug).
+/* The islands of one run, stepped by the job loop (runtime/job.h). */
+typedef struct islands islands;
+struct job_way;
+
+/* Creates the K replicas' trainers from (s, m, d, base) (base->data_stream
+ * replaced per replica: replica r gets stream r, joiners the next ones)
+ * and the outer optimizer.  s, m, d and io->events are borrowed and must
+ * outlive *out.  Returns 0, or -1 with err set (invalid options, a
+ * trainer failure). */
+int islands_create(const sched_t *s, const zb_model *m, const zb_data *d,
+                   const trainer_opts *base, const islands_opts *io, islands **out, zb_err *err);
+
+/* Frees x and its trainers; NULL is fine. */
+void islands_free(islands *x);
+
+/* Fills *w with the way of running x (one process):
+ *   steps     one inner step: the step's elastic events, then every
+ *             replica that trains (sync: every replica's backward, the
+ *             gradient all-reduce, every apply); each replica's loss and
+ *             skip are the job's members, so the divergence rules name
+ *             the replica;
+ *   boundary  the outer step when it is due (sync: the check that the
+ *             replicas are still bit-identical, which would be a bug);
+ *   eval      the lowest present replica;
+ *   finish    the final outer step when inner steps are pending, so that
+ *             the final evaluation is of the synchronized model. */
+void islands_way(islands *x, struct job_way *w);
+
+/* x's outer figures into r: bytes_sent, outer_steps, eliminated,
+ * skipped, final_replicas (the other fields untouched). */
+void islands_totals(const islands *x, islands_result *r);
+
+/* Runs the islands for io->steps inner steps through the job loop
+ * (islands_create, islands_way, job_run), then fills *res (free with
+ * islands_result_free).  Returns 0, or -1 with err set (invalid options,
+ * a trainer failure, a non-finite DiLoCo pseudo-gradient, an event naming
+ * an absent replica, sync replicas that diverged, which would be a bug).
  *
- * Divergence stops the run at once, the rule of the single-trainer `run`:
- * a replica whose training loss is not finite, or (io->max_skipped > 0)
- * whose last io->max_skipped steps were all skipped for a gradient that
- * was not finite, fails the call right after that step with err naming
- * the 1-based step, the replica id and why ("step 2: replica 1: the
- * training loss is NaN ..."); no later step or outer sync runs.  An
- * evaluation (io->eval_every) whose loss is not finite stops it the same
- * way ("step 4: the validation loss is not finite ..."). */
+ * Divergence stops the run at once, the rules of the single-trainer
+ * `run` (runtime/job.h) with io->max_skipped and io->max_loss_factor: a
+ * replica whose training loss is not finite, or whose last
+ * io->max_skipped steps were all skipped, fails the call right after
+ * that step with err naming the 1-based step, the replica id and why
+ * ("step 2: replica 1: the training loss is NaN ..."); no later step or
+ * outer sync runs.  An evaluation (io->eval_every) whose loss is not
+ * finite stops it the same way ("step 4: the validation loss is not
+ * finite ..."). */
 int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
                 const trainer_opts *base, const islands_opts *io,
                 islands_result *res, zb_err *err);

@@ -11,28 +11,16 @@
 #define ZB_CLI_MPI_H
 
 #include "runtime/cuda_module.h"
-#include "runtime/outer/islands.h"
 #include "runtime/rank.h"
+#include "runtime/run_record.h"
 #include "runtime/trainer.h"
-#include "src/cli/run_resume.h"
+#include "src/cli/run_args.h"
 
-/* What the multi-process run needs from the command line. */
+/* What the multi-process run needs besides the flags. */
 typedef struct cli_mpi_run {
-    const char *file;       /* the schedule file, for messages */
-    islands_opts *isl;      /* --replicas K and the outer flags (steps, eval filled in);
-                             * replicas 0: pipeline ranks, one schedule device per rank */
-    long steps;             /* --steps */
-    long eval_every;        /* --eval-every (0: at the end only) */
-    const char *refused;    /* a flag pipeline ranks do not support, or NULL */
-    const char *ckpt_dir;   /* --checkpoint DIR (pipeline ranks), or NULL */
-    int resume;             /* --resume */
-    long stop_at;           /* --stop-at: last step of this invocation (steps when not given) */
-    const char *inputs[3];  /* schedule, data, model: what a checkpoint must not overwrite */
-    const run_identity *identity; /* the settings DIR/run.json records and --resume checks */
-    int json;               /* --json */
-    int quiet;              /* --quiet */
-    int threads_given;      /* 1 when --threads was given (else per rank: cores / (ranks * p)) */
-    int saved_stderr;       /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
+    run_args *a;                  /* the flags (a->isl.replicas 0: pipeline ranks) */
+    const run_identity *identity; /* what a checkpoint's run record holds, --resume checks */
+    int saved_stderr;             /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
 } cli_mpi_run;
 
 /* 1 in a build with MPI, 0 without. */

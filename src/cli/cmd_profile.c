@@ -12,6 +12,7 @@
  * command fails with one line.
  */
 #include "src/cli/cli.h"
+#include "src/cli/cli_flags.h"
 #include "src/cli/cli_job.h"
 #include "src/cli/run_checks.h"
 
@@ -89,15 +90,8 @@ int cmd_profile(int argc, char **argv)
         case O_REPS: bad = cli_parse_int("--reps", optarg, 1, 1000, &reps, &err); break;
         case O_DATA: data = optarg; break;
         case 'o': out = optarg; break;
-        case O_DEVICE:
-            if (strcmp(optarg, "cpu") == 0)
-                cuda = 0;
-            else if (strcmp(optarg, "cuda") == 0)
-                cuda = 1;
-            else
-                bad = zb_fail(&err, "--device: '%s' is not cpu or cuda", optarg);
-            break;
-        case O_GPU: bad = cli_parse_int("--gpu", optarg, 0, 1023, &gpu, &err); break;
+        case O_DEVICE: bad = cli_flag_device(optarg, &cuda, &err); break;
+        case O_GPU: bad = cli_flag_gpu(optarg, &gpu, &err); break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return cli_usage(argv[0], "%s needs a value (try --help)", argv[optind - 1]);

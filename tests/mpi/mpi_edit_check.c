@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     io.outer.edit_alpha = 0.5;
     zb_err err = { { 0 } };
     mpi_islands_result mr;
-    int fail = mpi_islands_run(s, &m, d, &o, &io, MPI_COMM_WORLD, NULL, NULL, NULL, &mr, &err);
+    int fail = mpi_islands_run(s, &m, d, &o, &io, MPI_COMM_WORLD, NULL, &mr, &err);
     int verdict = 0;
     if (rank == 0) {
         islands_result ir;

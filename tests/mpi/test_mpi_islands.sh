@@ -117,6 +117,22 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c . "$T/e4.err")" = 1 ] \
    && grep -q "step [0-9]*: replica [01]: the training loss is" "$T/e4.err"
 then pass "diverged run: stops with one line"; else fail "diverged run: exit $rc, $(head -3 "$T/e4.err")"; fi
 
+# The issue's done-when for the islands: --lr 1e6 stops with one line
+# (the loss rule of runtime/job.h); --max-skipped now applies across
+# processes too (the skips are gathered with the losses).
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --steps 12 --replicas 2 \
+    --lr 1e6 -q > "$T/e5.out" 2> "$T/e5.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/e5.err")" = 1 ] && grep -q "step 2: diverged" "$T/e5.err" && [ ! -s "$T/e5.out" ]
+then pass "--lr 1e6, islands over MPI: exit 1, one line"
+else fail "--lr 1e6 islands: exit $rc, $(cat "$T/e5.err")"; fi
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --steps 100000 --replicas 2 \
+    --lr 1e6 --max-loss-factor 0 --max-skipped 2 -q > "$T/e6.out" 2> "$T/e6.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/e6.err")" = 1 ] && grep -q "replica [01]: diverged: 2 steps in a row" "$T/e6.err"
+then pass "--max-skipped across processes: exit 1, one line"
+else fail "--max-skipped islands: exit $rc, $(cat "$T/e6.err")"; fi
+
 # --leave in one process: malformed, out of order, absent replica, sync:
 # one line each, non-zero.
 for case in "--leave 1|is not REPLICA:STEP" "--leave 1:x|is not REPLICA:STEP" \
@@ -195,6 +211,23 @@ if [ $rc -eq 0 ] && grep -q '"final_replicas":1' "$T/term-edit.out" && grep -q '
 then pass "SIGTERM, EDiT: 1 of 2 replicas finishes, exit 0"
 else fail "SIGTERM EDiT: exit $rc, $(cat "$T/term-edit.out") $(tail -3 "$T/term-edit.err")"; fi
 OUTER=edit same_leave term-edit 2
+
+# SIGTERM to every rank (scancel, a time limit): nobody leaves, every rank
+# stops at the same step, exit 143 with one line (before, the lowest
+# replica stayed and trained on alone, to be killed by the time limit).
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model "$T/model.json" --steps 100000 \
+    --replicas 2 --inner-steps 3 -q > "$T/all.out" 2> "$T/all.err" &
+job=$!
+sleep 4
+mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
+ranks=$(ps -o pid= --ppid "${mp:-$job}" | tr -d ' ')
+[ -n "$ranks" ] && kill -TERM $ranks
+wait "$job"
+rc=$?
+if [ -n "$ranks" ] && [ $rc -eq 143 ] && [ "$(grep -c . "$T/all.err")" = 1 ] \
+   && grep -q "^zbsched: stopped by SIGTERM after step [0-9]*" "$T/all.err" && [ ! -s "$T/all.out" ]
+then pass "SIGTERM to every rank of the islands: the job stops, exit 143, one line"
+else fail "SIGTERM to every rank: exit $rc, $(cat "$T/all.err")"; fi
 
 # SIGKILL: the job ends (no hang, non-zero) and a line names the rank.
 signal_rank KILL kill

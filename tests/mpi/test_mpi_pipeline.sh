@@ -84,10 +84,10 @@ rc=$?
 tail4() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -4 | tr '\n' ' '; }
 vl() { grep -o '"val_loss":[^,]*' "$1" | tail -1; }
 rb() { grep -o '"rollbacks":[0-9]*' "$1"; }
-# what a checkpoint directory may hold: the checkpoint (one file, or the
-# manifest and the parts it names), and the model and run settings
-# `run --checkpoint` writes beside it (generate, --resume)
-stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|checkpoint\.parts\.json|checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin|model\.json|run\.json)$'; }
+# what a checkpoint directory may hold: the checkpoint (the manifest and
+# the parts it names; checkpoint.bin, model.json and run.json of the
+# older layout), and the writer's lock (runtime/ckpt_set.h)
+stray() { ls "$1" | grep -Ev '^(checkpoint\.bin|checkpoint\.parts\.json|checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin|model\.json|run\.json|lock)$'; }
 nparts() { ls "$1" | grep -Ec '^checkpoint\.[0-9a-f]{16}\.rank-[0-9]+\.bin$'; }
 [ -n "$(stray "$T/ckA")" ] && fail "checkpoint: stray files in the directory: $(stray "$T/ckA")"
 if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck2.json")" ] \
@@ -100,12 +100,13 @@ else fail "checkpoint resume: rc $rc; ref $(tail4 "$T/ref.json") mpi $(tail4 "$T
 # the layout on disk: a part per rank, written by that rank, and the
 # manifest; no checkpoint.bin.  After the resumed run's save, only the new
 # set (the old one is pruned); after the one-process run's save, only its
-# checkpoint.bin.
+# one part (every stage) and the manifest.
 if [ "$(nparts "$T/ckC")" = 2 ] && [ -f "$T/ckC/checkpoint.parts.json" ] && [ ! -e "$T/ckC/checkpoint.bin" ] \
    && grep -q '"step":[[:space:]]*4' "$T/ckC/checkpoint.parts.json" \
    && [ "$(nparts "$T/ckA")" = 2 ] && grep -q '"step":[[:space:]]*8' "$T/ckA/checkpoint.parts.json" \
-   && [ "$(nparts "$T/ckB")" = 0 ] && [ ! -e "$T/ckB/checkpoint.parts.json" ] && [ -f "$T/ckB/checkpoint.bin" ]
-then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one file"
+   && [ "$(nparts "$T/ckB")" = 1 ] && grep -q '"ranks":[[:space:]]*1,' "$T/ckB/checkpoint.parts.json" \
+   && grep -q '"step":[[:space:]]*8' "$T/ckB/checkpoint.parts.json" && [ ! -e "$T/ckB/checkpoint.bin" ]
+then pass "checkpoint files: 2 parts + manifest; the superseded set pruned; one process writes one part"
 else fail "checkpoint files: $(ls "$T/ckC") / $(ls "$T/ckA") / $(ls "$T/ckB")"; fi
 
 # `zbsched generate` reads the parts of a multi-process checkpoint (ckC,
@@ -141,14 +142,15 @@ if [ $rc -eq 0 ] && [ "$(tail4 "$T/ref.json")" = "$(tail4 "$T/ck4.json")" ] && [
 then pass "an orphan part of an unfinished save: ignored on resume, pruned by the next save"
 else fail "orphan part: exit $rc, $(ls "$T/ckC"), $(cat "$T/ck4.err")"; fi
 
-# A part the manifest names is missing: one line, naming it, from rank 0;
-# every rank exits 1 (no hang), under mpirun and in one process.
+# A part the manifest names is missing: one line, naming it, from rank 0
+# (every rank checks the whole set before loading its own part); every
+# rank exits 1 (no hang), under mpirun and in one process.
 rm "$T/ckD/checkpoint.$tagC.rank-1.bin"
 "${MPIRUN[@]}" -np 2 "$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck5.out" 2> "$T/ck5.err"
 rc=$?
 "$ZB" "${ck[@]}" --checkpoint "$T/ckD" --resume > "$T/ck6.out" 2> "$T/ck6.err"
 rc6=$?
-if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank 1: .*rank-1.bin" "$T/ck5.err" \
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/ck5.err")" = 1 ] && grep -q "rank-1.bin: .*is missing" "$T/ck5.err" \
    && [ $rc6 -eq 1 ] && [ "$(grep -c . "$T/ck6.err")" = 1 ] && grep -q "rank-1.bin" "$T/ck6.err"
 then pass "a missing part: one line naming it ($(cat "$T/ck5.err"))"
 else fail "missing part: exit $rc / $rc6: $(cat "$T/ck5.err" "$T/ck6.err")"; fi
@@ -224,6 +226,53 @@ then pass "devices != ranks: one line"; else fail "devices != ranks: exit $rc: $
 rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c . "$T/e2.err")" = 1 ]; then pass "--sync-optimizer refused: one line"
 else fail "--sync-optimizer: exit $rc: $(cat "$T/e2.err")"; fi
+
+# The issue's done-when: a diverged run under mpirun exits 1 with one line
+# and writes no checkpoint of the diverged state (before: exit 0 after 12
+# steps at loss 1.5e13, and a checkpoint of that).  With evaluations every
+# step, the checkpoint of step 1 (before the skips) is the one kept.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 12 \
+    --checkpoint "$T/ckd" > "$T/d.out" 2> "$T/d.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -vc '^\(zbsched run:\|step \)' "$T/d.err")" = 1 ] \
+   && grep -q "^zbsched: step 2: diverged" "$T/d.err" && [ ! -s "$T/d.out" ] \
+   && [ ! -e "$T/ckd/checkpoint.parts.json" ]
+then pass "--lr 1e6 under mpirun: exit 1, one line, no checkpoint"
+else fail "--lr 1e6 under mpirun: exit $rc, $(ls "$T/ckd" 2>&1) $(cat "$T/d.err")"; fi
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 12 \
+    --eval-every 1 --eval-windows 2 --checkpoint "$T/ckd2" -q > "$T/d2.out" 2> "$T/d2.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/d2.err")" = 1 ] && grep -q "last checkpoint is kept (step 1)" "$T/d2.err" \
+   && grep -q '"step":[[:space:]]*1,' "$T/ckd2/checkpoint.parts.json"
+then pass "--lr 1e6 with evaluations every step: the checkpoint of step 1 kept"
+else fail "--lr 1e6 eval-every 1: exit $rc, $(cat "$T/d2.err")"; fi
+
+# SIGTERM to rank 1 only: the ranks agree at the next step boundary, the
+# checkpoint of that step is written, exit 143; the resumed run continues
+# with the losses of the run never stopped.
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 \
+    --eval-windows 4 --checkpoint "$T/ckS" -q > "$T/st.out" 2> "$T/st.err" &
+job=$!
+for i in $(seq 1 600); do [ -s "$T/ckS/lock" ] && break; sleep 0.1; done
+sleep 2
+mp=$(ps -o pid= --ppid "$job" | head -1 | tr -d ' ')
+victim=$(ps -o pid= --ppid "${mp:-$job}" --sort=start_time | sed -n 2p | tr -d ' ')
+[ -n "$victim" ] && kill -TERM "$victim"
+wait "$job"
+rc=$?
+at=$(grep -o 'stopped by SIGTERM after step [0-9]*' "$T/st.err" | grep -o '[0-9]*$')
+if [ -n "$victim" ] && [ $rc -eq 143 ] && [ "$(grep -c . "$T/st.err")" = 1 ] && [ -n "$at" ] \
+   && grep -q "\"step\":[[:space:]]*$at," "$T/ckS/checkpoint.parts.json" && [ "$(nparts "$T/ckS")" = 2 ]
+then
+    "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 --stop-at $((at + 2)) \
+        --eval-windows 4 --json -q > "$T/st.ref"
+    "${MPIRUN[@]}" -np 2 "$ZB" run "$T/v.json" --data "$DATA" --model "$T/narrow.json" --steps 100000 \
+        --stop-at $((at + 2)) --eval-windows 4 --checkpoint "$T/ckS" --resume --json -q > "$T/st.res"
+    last2() { grep -o '"losses":[^]]*]' "$1" | tr -d '[]"a-z:' | tr ',' '\n' | grep . | tail -2 | tr '\n' ' '; }
+    if [ -n "$(last2 "$T/st.res")" ] && [ "$(last2 "$T/st.ref")" = "$(last2 "$T/st.res")" ]
+    then pass "SIGTERM to rank 1: both ranks stopped after step $at with its checkpoint (exit 143); resumed, the same losses"
+    else fail "SIGTERM resume: $(last2 "$T/st.ref") / $(last2 "$T/st.res")"; fi
+else fail "SIGTERM to rank 1: exit $rc, $(cat "$T/st.err"), $(ls "$T/ckS")"; fi
 
 # pipeline ranks whose backend holds only their own stages (backend_rank.h,
 # what a GPU rank uses over the CUDA backend), over the CPU backend

@@ -171,7 +171,7 @@ static void expect_import_refused(const char *frag)
     ck_assert_int_eq(zb("checkpoint import bad -o x"), 1);
     cli_assert_one_line(err, frag);
     char p[512];
-    snprintf(p, sizeof p, "%s/x/checkpoint.bin", dir);
+    snprintf(p, sizeof p, "%s/x/checkpoint.parts.json", dir);
     cli_assert_no_file(p);
     ck_assert_int_eq(sh("rm -rf bad x && cp -r hf bad"), 0);
 }
@@ -229,7 +229,7 @@ START_TEST(refusals)
                         DATA), 0);
     ck_assert_msg(zb("checkpoint export ck -o hf") == 0, "%s", err);
     ck_assert_int_eq(zb("checkpoint import hf -o ck"), 1);
-    cli_assert_one_line(err, "ck already holds a checkpoint (checkpoint.bin)");
+    cli_assert_one_line(err, "ck already holds a checkpoint (checkpoint.parts.json)");
 
     ck_assert_int_eq(sh("cp -r hf bad"), 0);
     ck_assert_int_eq(sh("sed -Ei 's/(\"tie_word_embeddings\":[[:space:]]*)false/\\1true/' "

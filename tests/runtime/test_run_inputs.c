@@ -72,21 +72,67 @@ static void expect_failure(int rc, const char *frag)
 START_TEST(diverged_run_fails_and_keeps_the_checkpoint)
 {
     ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 2 -o s.json"), 0);
-    /* lr 1e6: the loss jumps to ~1e13, then every gradient is not finite. */
+    /* lr 1e6: the loss jumps to ~1e13, then every gradient is not finite.
+     * The loss rule (runtime/job.h, rule 4) sees it at step 2. */
     int rc = zb("run s.json --data text.txt --steps 20 --lr 1e6 --checkpoint ck --eval-every 1 "
                 "--eval-windows 2 -q");
     expect_failure(rc, "diverged");
-    ck_assert_msg(strstr(err_text, "step 6:") != NULL, "expected the stop at step 6: %s", err_text);
-    ck_assert_ptr_nonnull(strstr(err_text, "last checkpoint is kept"));
+    ck_assert_msg(strstr(err_text, "step 2: diverged: the training loss averaged") != NULL,
+                  "expected the stop at step 2: %s", err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "last checkpoint is kept (step 1)"));
     /* The checkpoint on disk is the last one before the skips: step 1. */
-    rc = zb("run s.json --data text.txt --steps 2 --lr 1e6 --checkpoint ck --resume --max-skipped 0 --json -q");
+    rc = zb("run s.json --data text.txt --steps 2 --lr 1e6 --checkpoint ck --resume --max-skipped 0 "
+            "--max-loss-factor 0 --json -q");
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
     ck_assert_msg(strstr(out_text, "\"first_step\":1,") != NULL, "%s", out_text);
-    /* --max-skipped 0 keeps the old behaviour for those who want it. */
-    rc = zb("run s.json --data text.txt --steps 8 --lr 1e6 --max-skipped 0 --eval-windows 2 -q");
+    /* Without the loss rule, the skip streak (rule 2) at step 6. */
+    rc = zb("run s.json --data text.txt --steps 20 --lr 1e6 --max-loss-factor 0 --eval-windows 2 -q");
+    expect_failure(rc, "step 6: diverged: 5 steps in a row");
+    /* --max-skipped 0 --max-loss-factor 0 keeps the old behaviour for
+     * those who want it. */
+    rc = zb("run s.json --data text.txt --steps 8 --lr 1e6 --max-skipped 0 --max-loss-factor 0 "
+            "--eval-windows 2 -q");
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-    rc = zb("run s.json --data text.txt --steps 8 --lr 1e6 --max-skipped 2 --eval-windows 2 -q");
+    rc = zb("run s.json --data text.txt --steps 8 --lr 1e6 --max-skipped 2 --max-loss-factor 0 "
+            "--eval-windows 2 -q");
     expect_failure(rc, "step 3: diverged: 2 steps in a row");
+}
+END_TEST
+
+/* Issue 23: `run --lr 1e6 --steps 5` ended at loss 1.5e13 with 4 of 5
+ * steps skipped and exit 0; --max-skipped 5 cannot fire in 5 steps. */
+START_TEST(a_run_gone_wrong_never_reports_success)
+{
+    ck_assert_int_eq(zb("gen zb-h1 -p 2 -m 2 -o s.json"), 0);
+    int rc = zb("run s.json --data text.txt --steps 5 --lr 1e6 --eval-windows 2 -q --json");
+    expect_failure(rc, "step 2: diverged: the training loss averaged");
+    ck_assert_msg(out_text[0] == '\0', "a summary of a diverged run: %s", out_text);
+    /* without the loss rule, most steps skipped (rule 3) at the end */
+    rc = zb("run s.json --data text.txt --steps 5 --lr 1e6 --max-loss-factor 0 --eval-windows 2 "
+            "-q --checkpoint ck");
+    expect_failure(rc, "step 5: diverged: 4 of the run's 5 steps were skipped");
+    ck_assert_ptr_nonnull(strstr(err_text, "no checkpoint was written"));
+    char manifest[512];
+    snprintf(manifest, sizeof manifest, "%s/ck/checkpoint.parts.json", tmpdir);
+    cli_assert_no_file(manifest);
+    /* the same run on islands */
+    rc = zb("run s.json --data text.txt --steps 5 --replicas 2 --lr 1e6 --eval-windows 2 -q");
+    expect_failure(rc, "s.json: step 2: diverged: the training loss averaged");
+    /* --checkpoint-every 1: the checkpoint of step 1 is written, that of
+     * step 2 (inside the skip streak) is withheld and says so, and at step
+     * 3, a checkpoint due with 2 of 3 steps skipped, rule 3 stops the run
+     * keeping the one of step 1 */
+    rc = zb("run s.json --data text.txt --steps 20 --lr 1e6 --max-loss-factor 0 --max-skipped 3 "
+            "--checkpoint-every 1 --checkpoint ck1 --eval-windows 2");
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "step 2: no checkpoint: the step is inside a skip streak"));
+    ck_assert_ptr_nonnull(strstr(err_text, "step 3: diverged: 2 of the run's 3 steps were skipped"));
+    ck_assert_ptr_nonnull(strstr(err_text, "the last checkpoint is kept (step 1)"));
+    rc = zb("run s.json --data text.txt --steps 20 --stop-at 1 --checkpoint ck1 --resume -q");
+    ck_assert_msg(rc == 1 && strstr(err_text, "already at step 1"), "exit %d: %s", rc, err_text);
+    /* a healthy run at a high learning rate is not called diverged */
+    rc = zb("run s.json --data text.txt --steps 30 --lr 1e-2 --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
 }
 END_TEST
 
@@ -106,7 +152,8 @@ START_TEST(diverged_islands_fail)
     /* --max-skipped applies to every replica as it does to one trainer. */
     rc = cli_run(tmpdir, "timeout 20",
                  "run s.json --data text.txt --steps 100000 --replicas 2 --outer diloco --lr 1e6 "
-                 "--max-skipped 2 --eval-windows 2 -q", out_text, sizeof out_text, err_text,
+                 "--max-skipped 2 --max-loss-factor 0 --eval-windows 2 -q", out_text,
+                 sizeof out_text, err_text,
                  sizeof err_text);
     expect_failure(rc, ": replica 0: diverged: 2 steps in a row were skipped");
     /* An outer step that blows the weights up shows first in the
@@ -197,6 +244,7 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, diverged_run_fails_and_keeps_the_checkpoint);
     tcase_add_test(tc, diverged_islands_fail);
+    tcase_add_test(tc, a_run_gone_wrong_never_reports_success);
     tcase_add_test(tc, batch_too_large_for_this_machine);
     tcase_add_test(tc, unsupported_model_settings);
     tcase_add_test(tc, resume_checks_the_run);
