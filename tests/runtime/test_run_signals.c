@@ -184,15 +184,20 @@ static void stop_and_resume(int sig, const char *name)
     int rc = zb("run s.json --data text.txt --steps 100000 --stop-at %ld --checkpoint ck --resume "
                 "--eval-windows 2 -q --json", at + 2);
     ck_assert_msg(rc == 0, "resume: exit %d, %s", rc, err_text);
-    double resumed[4], ref[64];
+    double resumed[4];
     ck_assert_int_eq(losses(resumed, 4), 2);
     ck_assert_msg(strstr(out_text, "\"first_step\":") && atol(strstr(out_text, "\"first_step\":") + 13) == at,
                   "%s", out_text);
     rc = zb("run s.json --data text.txt --steps 100000 --stop-at %ld --eval-windows 2 -q --json",
             at + 2);
     ck_assert_msg(rc == 0, "reference: exit %d, %s", rc, err_text);
-    ck_assert_int_eq(losses(ref, 64), (int)at + 2);
-    ck_assert(resumed[0] == ref[at] && resumed[1] == ref[at + 1]);
+    /* the reference holds every step up to the stop, however many ran
+     * before the signal landed (a fast machine runs hundreds) */
+    double *ref = calloc((size_t)at + 2, sizeof *ref);
+    ck_assert_ptr_nonnull(ref);
+    ck_assert_int_eq(losses(ref, (int)at + 2), (int)at + 2);
+    ck_assert_msg(resumed[0] == ref[at] && resumed[1] == ref[at + 1], "at %ld: resumed %.9g %.9g, reference %.9g %.9g", at, resumed[0], resumed[1], ref[at], ref[at + 1]);
+    free(ref);
 }
 
 START_TEST(sigterm_checkpoints_the_step_and_exits_143)
