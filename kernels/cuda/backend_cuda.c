@@ -36,8 +36,9 @@
  * on the GPU: a GPU cannot hold every stage of a real model, and this
  * rank never runs them).
  *
- * Not supported yet, refused with a reason: recomputation (saved_new with
- * recompute) and memory layers (gpu_stage_create).
+ * Recomputation (saved_new's level: full or mlp) is gpu_stage.h's, with
+ * the CPU stage's semantics.  Not supported yet, refused with a reason:
+ * memory layers (gpu_stage_create) and vocabulary-parallel stages.
  */
 #include "kernels/cuda/backend_cuda.h"
 
@@ -196,14 +197,14 @@ static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute,
                         zb_bsaved **out, zb_err *err)
 {
-    if (recompute)
-        return zb_fail(err, "recomputation (a plan's recompute stages) is not implemented on "
-                       "cuda yet");
+    if (recompute < LLAMA_RC_NONE || recompute > LLAMA_RC_MLP)
+        return zb_fail(err, "recompute level %d is not none (0), full (1) or mlp (2)", recompute);
     if (on_gpu(be, err) != 0)
         return -1;
     gpu_saved *sv = gpu_saved_new(((cuda_stage *)bst)->st, batch);
     if (!sv)
         return zb_fail(err, "out of memory for a saved state");
+    gpu_saved_set_recompute(sv, recompute);
     *out = (zb_bsaved *)sv;
     return 0;
 }

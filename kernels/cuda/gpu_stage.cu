@@ -9,6 +9,16 @@
  * Saved state: the same slot table as llama.c (F_KEEP, F_ONLY, B_KEEP),
  * element types per slot (bf16 activations, fp32 1/rms and lse, int32
  * tokens), buffers from cudaMallocAsync on the stage's stream.
+ *
+ * Recompute follows llama.c's levels (gpu_saved_set_recompute).  Full: F
+ * keeps only its inputs (the device token and target slots, or a bf16
+ * copy of act_in) and B first reruns the forward from them into freshly
+ * taken slots.  MLP: F frees each layer's MLP block (n2, the gate and up
+ * pre-activations and their SwiGLU product) and B first reruns the norm,
+ * the two matmuls and the SwiGLU from the kept block input h.  The rerun
+ * issues the same kernels on the same inputs as F did, so B and W see the
+ * values F computed (on the GPU: as far as the kernels are deterministic,
+ * which the op test tests/cuda/test_cuda_recompute.c measures).
  */
 #include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
 
@@ -49,7 +59,13 @@ struct gpu_saved {
     gpu_stage *st;           /* the stage it belongs to */
     int batch;               /* sequences per micro-batch */
     int n_local;             /* layers of the stage */
-    int state;               /* 0 empty, 1 after F, 2 after B */
+    int state;               /* 0 empty, 1 after F, 2 after B, 3 after F with full
+                              * recompute (inputs only), 4 after F with MLP-level
+                              * recompute (MLP blocks dropped) */
+    int recompute;           /* LLAMA_RC_* level of gpu_saved_set_recompute */
+    zb_bf16 *rc_input;       /* full recompute of a stage without the embedding:
+                              * bf16 [N,d] copy of act_in, or NULL */
+    size_t rc_bytes;         /* bytes of rc_input while held (counted in bytes) */
     int n_slots;             /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
     void **slot;             /* [n_slots] device buffers, NULL when not held */
     size_t *slot_bytes;      /* [n_slots] bytes of each (0: unused) */
@@ -372,12 +388,63 @@ static int acquire_phase(gpu_saved *sv, int mask, zb_err *err)
     return 0;
 }
 
+/* Drops the full-recompute copy of act_in, if held. */
+static void release_rc_input(gpu_saved *sv)
+{
+    if (!sv->rc_input)
+        return;
+    cudaFreeAsync(sv->rc_input, sv->st->c->stream);
+    sv->rc_input = NULL;
+    sv->bytes -= sv->rc_bytes;
+    sv->rc_bytes = 0;
+}
+
+/* Takes the slots of `mask` that are not held (a recompute's rebuild; the
+ * held ones are what the level kept).  0, or -1 with err (the slots this
+ * call took are freed again). */
+static int acquire_missing(gpu_saved *sv, int mask, zb_err *err)
+{
+    unsigned char *took = (unsigned char *)calloc((size_t)sv->n_slots, 1);
+    if (!took)
+        return zb_fail(err, "out of host memory for a recompute");
+    for (int s = 0; s < sv->n_slots; s++) {
+        if (!(sv->phase[s] & mask) || sv->slot_bytes[s] == 0 || sv->slot[s])
+            continue;
+        cudaError_t e = cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], sv->st->c->stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            sv->slot[s] = NULL;
+            for (int t = 0; t < s; t++)
+                if (took[t]) {
+                    cudaFreeAsync(sv->slot[t], sv->st->c->stream);
+                    sv->slot[t] = NULL;
+                    sv->bytes -= sv->slot_bytes[t];
+                }
+            free(took);
+            return zb_fail(err, "recompute: out of device memory for activations (%zu bytes "
+                           "more): %s", sv->slot_bytes[s], cudaGetErrorString(e));
+        }
+        took[s] = 1;
+        sv->bytes += sv->slot_bytes[s];
+    }
+    free(took);
+    return 0;
+}
+
+extern "C" void gpu_saved_set_recompute(gpu_saved *sv, int level)
+{
+    assert(sv->state == 0);
+    assert(level >= LLAMA_RC_NONE && level <= LLAMA_RC_MLP);
+    sv->recompute = level;
+}
+
 extern "C" void gpu_saved_free(gpu_saved *sv)
 {
     if (!sv)
         return;
     if (sv->slot && sv->phase)
         release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    release_rc_input(sv);
     if (sv->loss_dev)
         cudaFree(sv->loss_dev);
     free(sv->slot);
@@ -426,6 +493,174 @@ static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_e
     return 0;
 }
 
+/* The forward's arithmetic once its slots are taken and the tokens and
+ * targets (where the stage has them) are in ES_TOKENS and HS_TARGETS:
+ * from act_in (device, stages without the embedding) through the layers
+ * to act_out (stages without the head) or the loss sum.  F and the full
+ * recompute's rerun both run exactly this.  0 or -1. */
+static int forward_body(gpu_stage *st, gpu_saved *sv, const zb_bf16 *act_in, zb_bf16 *act_out,
+                        zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
+    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : L->has_head ? HB(sv, HS_XF) : act_out;
+    int rc = 0;
+    if (L->has_embedding)
+        rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
+                                       st->w + L->tensors[0].offset, N, d, err);
+    else
+        rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
+    for (int i = 0; i < sv->n_local && rc == 0; i++) {
+        zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
+                       : L->has_head ? HB(sv, HS_XF) : act_out;
+        rc = layer_forward(st, sv, i, out, err);
+    }
+    if (rc == 0 && L->has_head) {
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
+        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
+        const int32_t *tg = (const int32_t *)HSL(sv, HS_TARGETS);
+        rc = zb_cuda_rmsnorm_forward(c, HB(sv, HS_NF), HF(sv, HS_RSTD), HB(sv, HS_XF),
+                                     st->w + gf->offset, N, d, err) ||
+             zb_cuda_matmul_forward(c, HB(sv, HS_LOGITS), HB(sv, HS_NF), st->w + H->offset,
+                                    NULL, N, d, V, err) ||
+             zb_cuda_crossentropy_forward(c, HF(sv, HS_LSE), HF(sv, HS_LOSSES),
+                                          HB(sv, HS_LOGITS), tg, N, V, err) ||
+             zb_cuda_sum_f64(c, sv->loss_dev, HF(sv, HS_LOSSES), (size_t)N, 0, err)
+                 ? -1 : 0;
+    }
+    return rc;
+}
+
+/* The MLP block's slots of a layer: what MLP-level recompute drops after
+ * F and rebuilds at B (LS_H and LS_RSTD2, the block's input and its norm
+ * statistic, stay), as llama.c's mlp_slots. */
+static const int mlp_slots[] = { LS_N2, LS_A, LS_B, LS_HS };
+enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
+
+/* Frees whichever MLP block slots are held. */
+static void drop_mlp_blocks(gpu_saved *sv)
+{
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            if (!sv->slot[s])
+                continue;
+            cudaFreeAsync(sv->slot[s], sv->st->c->stream);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+}
+
+/* MLP-level recompute at B: retakes the MLP block slots and reruns each
+ * layer's norm, gate and up matmuls and SwiGLU exactly as layer_forward
+ * issued them, leaving state 1.  0, or -1 with err (state 4 kept). */
+static int rerun_mlp_blocks(gpu_stage *st, gpu_saved *sv, zb_err *err)
+{
+    const zb_model *m = &st->layout->cfg;
+    zb_cuda *c = st->c;
+    int N = sv->batch * m->seq_len, d = m->d_model, ff = m->d_ff;
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            assert(!sv->slot[s]);
+            if (cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], c->stream) != cudaSuccess) {
+                cudaGetLastError();
+                sv->slot[s] = NULL;
+                drop_mlp_blocks(sv);
+                return zb_fail(err, "GPU backward B: out of device memory recomputing the MLP "
+                               "blocks");
+            }
+            sv->bytes += sv->slot_bytes[s];
+        }
+    for (int i = 0; i < sv->n_local; i++) {
+        zb_bf16 *n2 = LB(sv, i, LS_N2), *a = LB(sv, i, LS_A), *b = LB(sv, i, LS_B);
+        if (zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), LB(sv, i, LS_H),
+                                    layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
+            zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
+            zb_cuda_matmul_forward(c, b, n2, layer_w(st, i, LLAMA_T_W3), NULL, N, d, ff, err) ||
+            zb_cuda_swiglu_forward(c, LB(sv, i, LS_HS), a, b, (size_t)N * ff, err)) {
+            drop_mlp_blocks(sv);
+            return -1;
+        }
+    }
+    sv->state = 1;
+    return 0;
+}
+
+/* Frees every forward slot but the token and target ones (what a full
+ * recompute reruns the forward from), leaving state 3. */
+static void drop_forward_but_inputs(gpu_saved *sv)
+{
+    int keep_tok = emb_base(sv) + ES_TOKENS, keep_tg = head_base(sv) + HS_TARGETS;
+    for (int s = 0; s < sv->n_slots; s++)
+        if (sv->slot[s] && (sv->phase[s] & (PH_F_KEEP | PH_F_ONLY)) && s != keep_tok &&
+            s != keep_tg) {
+            cudaFreeAsync(sv->slot[s], sv->st->c->stream);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+    sv->state = 3;
+}
+
+/* Full recompute after F: keeps the token and target slots (and a copy of
+ * act_in when the stage has no embedding) and frees every other forward
+ * slot, leaving state 3.  When the copy cannot be taken the full forward
+ * state stays (state 1: correct, only larger), as llama.c does. */
+static void keep_inputs_only(gpu_saved *sv, const zb_bf16 *act_in)
+{
+    const llama_stage *L = sv->st->layout;
+    cudaStream_t str = sv->st->c->stream;
+    size_t in_bytes = (size_t)sv->batch * L->cfg.seq_len * L->cfg.d_model * 2;
+    if (!L->has_embedding) {
+        if (cudaMallocAsync((void **)&sv->rc_input, in_bytes, str) != cudaSuccess) {
+            cudaGetLastError();
+            sv->rc_input = NULL;
+            return;
+        }
+        if (cudaMemcpyAsync(sv->rc_input, act_in, in_bytes, cudaMemcpyDeviceToDevice, str)
+            != cudaSuccess) {
+            cudaGetLastError();
+            cudaFreeAsync(sv->rc_input, str);
+            sv->rc_input = NULL;
+            return;
+        }
+        sv->rc_bytes = in_bytes;
+        sv->bytes += in_bytes;
+    }
+    drop_forward_but_inputs(sv);
+}
+
+/* Full recompute at B: retakes the forward's slots and reruns the forward
+ * from the kept inputs (its output, for a stage without the head, into a
+ * scratch that is thrown away; the head stage's loss sum is rewritten
+ * with the same value after its copy was queued), leaving state 1.  0, or
+ * -1 with err (state 3 kept for a retry). */
+static int rerun_forward(gpu_stage *st, gpu_saved *sv, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    cudaStream_t str = st->c->stream;
+    size_t out_bytes = (size_t)sv->batch * L->cfg.seq_len * L->cfg.d_model * 2;
+    zb_bf16 *out = NULL;
+    if (!L->has_head && cudaMallocAsync((void **)&out, out_bytes, str) != cudaSuccess) {
+        cudaGetLastError();
+        return zb_fail(err, "GPU backward B: out of device memory recomputing the forward");
+    }
+    int rc = acquire_missing(sv, PH_F_KEEP | PH_F_ONLY, err);
+    if (rc == 0 && forward_body(st, sv, sv->rc_input, out, err) != 0) {
+        drop_forward_but_inputs(sv); /* back to state 3, the kept inputs untouched */
+        rc = -1;
+    }
+    if (out)
+        cudaFreeAsync(out, str);
+    if (rc != 0)
+        return -1;
+    release_rc_input(sv);
+    sv->state = 1;
+    return 0;
+}
+
 extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *tokens,
                                  const zb_bf16 *act_in, const int32_t *targets,
                                  zb_bf16 *act_out, zb_err *err)
@@ -438,7 +673,7 @@ extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *to
     assert(L->has_head ? targets != NULL : act_out != NULL);
     if (sv->state != 0)
         return zb_fail(err, "GPU forward: saved state still holds a micro-batch");
-    int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
+    int B = sv->batch, T = m->seq_len, N = B * T, V = m->vocab;
     if (L->has_embedding)
         for (int n = 0; n < N; n++)
             if (tokens[n] < 0 || tokens[n] >= V)
@@ -451,40 +686,24 @@ extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *to
                                "vocabulary [0, %d)", targets[n], n, V);
     if (acquire_phase(sv, PH_F_KEEP | PH_F_ONLY, err) != 0)
         return -1;
-    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : L->has_head ? HB(sv, HS_XF) : act_out;
     int rc = 0;
-    if (L->has_embedding) {
+    if (L->has_embedding)
         rc = zb_cuda_upload(c, ESL(sv, ES_TOKENS), tokens, sizeof(int32_t) * (size_t)N, err);
-        if (rc == 0)
-            rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
-                                           st->w + L->tensors[0].offset, N, d, err);
-    } else {
-        rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
-    }
-    for (int i = 0; i < sv->n_local && rc == 0; i++) {
-        zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
-                       : L->has_head ? HB(sv, HS_XF) : act_out;
-        rc = layer_forward(st, sv, i, out, err);
-    }
-    if (rc == 0 && L->has_head) {
-        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
-        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
-        int32_t *tg = (int32_t *)HSL(sv, HS_TARGETS);
-        rc = zb_cuda_rmsnorm_forward(c, HB(sv, HS_NF), HF(sv, HS_RSTD), HB(sv, HS_XF),
-                                     st->w + gf->offset, N, d, err) ||
-             zb_cuda_matmul_forward(c, HB(sv, HS_LOGITS), HB(sv, HS_NF), st->w + H->offset,
-                                    NULL, N, d, V, err) ||
-             zb_cuda_upload(c, tg, targets, sizeof(int32_t) * (size_t)N, err) ||
-             zb_cuda_crossentropy_forward(c, HF(sv, HS_LSE), HF(sv, HS_LOSSES),
-                                          HB(sv, HS_LOGITS), tg, N, V, err) ||
-             zb_cuda_sum_f64(c, sv->loss_dev, HF(sv, HS_LOSSES), (size_t)N, 0, err)
-                 ? -1 : 0;
-    }
+    if (rc == 0 && L->has_head)
+        rc = zb_cuda_upload(c, HSL(sv, HS_TARGETS), targets, sizeof(int32_t) * (size_t)N, err);
+    if (rc == 0)
+        rc = forward_body(st, sv, act_in, act_out, err);
     if (rc != 0) {
         release_phase(sv, PH_F_KEEP | PH_F_ONLY);
         return -1;
     }
     sv->state = 1;
+    if (sv->recompute == LLAMA_RC_FULL) {
+        keep_inputs_only(sv, act_in);
+    } else if (sv->recompute == LLAMA_RC_MLP && sv->n_local > 0) {
+        drop_mlp_blocks(sv);
+        sv->state = 4;
+    }
     return 0;
 }
 
@@ -563,6 +782,10 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
     assert(sv && sv->st == st);
     assert(L->has_head || dy_in != NULL);
     assert(L->has_embedding || dx_out != NULL);
+    if (sv->state == 3 && rerun_forward(st, sv, err) != 0)
+        return -1;
+    if (sv->state == 4 && rerun_mlp_blocks(st, sv, err) != 0)
+        return -1;
     if (sv->state != 1)
         return zb_fail(err, "GPU backward B: saved state holds no forward pass");
     int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;

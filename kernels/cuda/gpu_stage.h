@@ -115,6 +115,21 @@ int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr, float
 gpu_saved *gpu_saved_new(gpu_stage *st, int batch);
 void gpu_saved_free(gpu_saved *sv);
 
+/* Activation recomputation for the micro-batches that use sv (call while
+ * it is empty) at level LLAMA_RC_* (kernels/cpu/llama.h), with the CPU
+ * stage's semantics:
+ *   LLAMA_RC_FULL  F keeps only its inputs (tokens and targets on the
+ *                  device, or a bf16 copy of act_in) and frees every other
+ *                  activation; B first reruns the forward from them.  If
+ *                  the copy cannot be taken, F keeps its full state.
+ *   LLAMA_RC_MLP   F frees every layer's MLP block (the pre-MLP norm
+ *                  output, gate and up pre-activations, their SwiGLU
+ *                  product) and keeps attention's state and the block
+ *                  input; B first reruns the norm and the MLP matmuls.
+ * B and W then compute from what F computed; gpu_saved_bytes reports what
+ * is held at each point.  Any other level is a programming error. */
+void gpu_saved_set_recompute(gpu_saved *sv, int level);
+
 /* Sequences per micro-batch the object was made for. */
 int gpu_saved_batch(const gpu_saved *sv);
 
