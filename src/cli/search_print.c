@@ -240,8 +240,9 @@ void search_print_runs_on(const search_options *o, const search_result *r)
         if (runs_on_can(uses, (zb_path)p, why, sizeof why))
             continue;
         int i = search_best_runs_on(o, r, (zb_path)p);
-        if (i < 0) {
-            printf("note: %s, and no plan it runs fits\n", why);
+        if (i < 0) { /* --vocab parallel ranks vocabulary plans only */
+            printf("note: %s, and no plan it runs %s\n", why,
+                   o->vocab == SEARCH_VOCAB_PARALLEL ? "was ranked (--vocab parallel)" : "fits");
             continue;
         }
         const search_candidate *c = &r->c[i];

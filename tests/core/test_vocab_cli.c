@@ -115,7 +115,7 @@ START_TEST(refused_by_export_and_run)
     /* The GPU runtime refuses before reading any data (the path is bogus);
      * the CPU runtime trains it (tests/runtime/test_vocab_run.c). */
     ck_assert(run("run s.json --model tiny --steps 1 --device cuda --data /nonexistent") != 0);
-    cli_assert_one_line(err_buf, "not on the GPU");
+    cli_assert_one_line(err_buf, "cuda does not run Vocab-");
 }
 END_TEST
 
