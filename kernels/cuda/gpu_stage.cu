@@ -30,7 +30,10 @@
 
 struct gpu_stage {
     zb_cuda *c;                /* borrowed context: stream, cuBLASLt */
-    const llama_stage *layout; /* borrowed CPU description: tensors, offsets */
+    const llama_stage *layout; /* borrowed CPU description of what F, B and W run */
+    const llama_stage *params_layout; /* borrowed: the buffers' tensors (AdamW, norms);
+                                * layout itself, or with vocabulary parallelism the
+                                * head stage's full layout whose prefix layout is */
     size_t n;                  /* parameters */
     float *master;             /* fp32 [n] master weights */
     zb_bf16 *w;                /* bf16 [n] compute copy */
@@ -81,6 +84,16 @@ struct gpu_saved {
 extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out,
                                 zb_err *err)
 {
+    return gpu_stage_create_compute(c, layout, layout, out, err);
+}
+
+extern "C" int gpu_stage_create_compute(zb_cuda *c, const llama_stage *layout,
+                                        const llama_stage *compute, gpu_stage **out, zb_err *err)
+{
+    if (compute != layout && (!compute->norm_only || compute->l0 != layout->l0 ||
+                              compute->l1 != layout->l1 || !layout->has_head))
+        return zb_fail(err, "GPU stage: the compute layout must be the final-norm-only form of "
+                       "its head stage");
     /* the memory layer has GPU kernels (memory_cuda.h) but the GPU stage
      * does not compose them yet: refuse rather than misread the layout */
     if (layout->n_memory > 0)
@@ -90,7 +103,8 @@ extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage
     if (!st)
         return zb_fail(err, "out of memory for a GPU stage");
     st->c = c;
-    st->layout = layout;
+    st->layout = compute;
+    st->params_layout = layout;
     st->n = llama_stage_num_params(layout);
     size_t n = st->n;
     if (zb_cuda_set_device(c->device, err) != 0 ||
@@ -129,6 +143,8 @@ extern "C" void gpu_stage_free(gpu_stage *st)
 }
 
 extern "C" zb_cuda *gpu_stage_ctx(const gpu_stage *st) { return st->c; }
+extern "C" const zb_bf16 *gpu_stage_weights(const gpu_stage *st) { return st->w; }
+extern "C" float *gpu_stage_grads(gpu_stage *st) { return st->grads; }
 extern "C" const llama_stage *gpu_stage_layout(const gpu_stage *st) { return st->layout; }
 extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st)
 {
@@ -239,7 +255,7 @@ extern "C" int gpu_stage_grads_zero(gpu_stage *st, zb_err *err)
 
 extern "C" int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, zb_err *err)
 {
-    const llama_stage *L = st->layout;
+    const llama_stage *L = st->params_layout;
     for (int i = 0; i < L->n_tensors; i++)
         if (zb_cuda_sum_f64(st->c, st->scalars + i, st->grads + L->tensors[i].offset,
                             L->tensors[i].count, 1, err) != 0)
@@ -256,7 +272,7 @@ extern "C" int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, z
 extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr,
                                float grad_scale, zb_err *err)
 {
-    const llama_stage *L = st->layout;
+    const llama_stage *L = st->params_layout;
     for (int i = 0; i < L->n_tensors; i++) {
         const llama_tensor *ten = &L->tensors[i];
         size_t o = ten->offset;
@@ -326,7 +342,10 @@ static void slot_spec(gpu_saved *sv)
     hsize[HS_LOGITS] = N * V * 2; hsize[HS_LSE] = N * 4; hsize[HS_TARGETS] = N * 4;
     hsize[HS_LOSSES] = N * 4; hsize[HS_DLOGITS] = N * V * 2; hsize[HS_DNF] = N * d * 2;
     for (int k = 0; k < HS_COUNT; k++) {
-        sv->slot_bytes[head_base(sv) + k] = L->has_head ? hsize[k] : 0;
+        /* the final-norm-only stage keeps the norm's input, 1/rms and the
+         * output gradient (its dy_in), as llama.c's slot table does */
+        int norm_slot = k == HS_XF || k == HS_RSTD || k == HS_DNF;
+        sv->slot_bytes[head_base(sv) + k] = L->has_head || (L->norm_only && norm_slot) ? hsize[k] : 0;
         sv->phase[head_base(sv) + k] = hphase[k];
     }
     sv->slot_bytes[emb_base(sv) + ES_TOKENS] = L->has_embedding ? N * 4 : 0;
@@ -505,7 +524,8 @@ static int forward_body(gpu_stage *st, gpu_saved *sv, const zb_bf16 *act_in, zb_
     const zb_model *m = &L->cfg;
     zb_cuda *c = st->c;
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
-    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : L->has_head ? HB(sv, HS_XF) : act_out;
+    int final_norm = L->has_head || L->norm_only; /* the stream ends in HS_XF */
+    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : final_norm ? HB(sv, HS_XF) : act_out;
     int rc = 0;
     if (L->has_embedding)
         rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
@@ -514,8 +534,14 @@ static int forward_body(gpu_stage *st, gpu_saved *sv, const zb_bf16 *act_in, zb_
         rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
     for (int i = 0; i < sv->n_local && rc == 0; i++) {
         zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
-                       : L->has_head ? HB(sv, HS_XF) : act_out;
+                       : final_norm ? HB(sv, HS_XF) : act_out;
         rc = layer_forward(st, sv, i, out, err);
+    }
+    if (rc == 0 && L->norm_only) { /* the head runs in the vocabulary passes */
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 1];
+        assert(gf->kind == LLAMA_T_FINAL_NORM);
+        rc = zb_cuda_rmsnorm_forward(c, act_out, HF(sv, HS_RSTD), HB(sv, HS_XF),
+                                     st->w + gf->offset, N, d, err);
     }
     if (rc == 0 && L->has_head) {
         const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
@@ -823,6 +849,12 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
                                            dloss, N, V, err) ||
              zb_cuda_matmul_backward_b(c, HB(sv, HS_DNF), HB(sv, HS_DLOGITS), st->w + H->offset,
                                        N, d, V, 0, err) ||
+             zb_cuda_rmsnorm_backward_b(c, dstream, HB(sv, HS_DNF), HB(sv, HS_XF),
+                                        HF(sv, HS_RSTD), st->w + gf->offset, NULL, N, d, err)
+                 ? -1 : 0;
+    } else if (L->norm_only) { /* dy_in is the final norm's output gradient; W reads it */
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 1];
+        rc = zb_cuda_copy(c, HB(sv, HS_DNF), dy_in, (size_t)N * d * 2, err) ||
              zb_cuda_rmsnorm_backward_b(c, dstream, HB(sv, HS_DNF), HB(sv, HS_XF),
                                         HF(sv, HS_RSTD), st->w + gf->offset, NULL, N, d, err)
                  ? -1 : 0;
