@@ -248,14 +248,26 @@ END_TEST
 
 START_TEST(cli_run_refuses_by_table)
 {
-    /* a vocabulary plan on a path without the passes is refused in one
-     * line naming what it lacks, before the data is read (bogus path) */
+    /* `run` asks the same table for the path it takes: a plan the CUDA
+     * path cannot run is refused in one line naming what it lacks, before
+     * the data is read (the path is bogus); one it can run gets past the
+     * plan and stops at the data.  The two plans: memory layers (a tiny-mem
+     * search) and vocabulary passes (gen --vocab parallel: Vocab-1). */
+    ck_assert_int_eq(zb("search --model tiny-mem --gpu %s/tools/cpu-device.json --gpus 2 --mem 4G "
+                        "-q -o m.json", getenv("ZB_SOURCE_ROOT")), 0);
     ck_assert_int_eq(zb("gen 1f1b -p 2 -m 4 --vocab parallel -o v.json"), 0);
-    for (int q = 0; q < ZB_PATH_COUNT; q++) {
-        if (q != ZB_PATH_CUDA || runs_on_can(1u << ZB_FEAT_VOCAB_1, ZB_PATH_CUDA, NULL, 0))
-            continue;
-        ck_assert_int_ne(zb("run v.json --model tiny --steps 1 --device cuda --data /nonexistent"), 0);
-        cli_assert_one_line(errb, "cuda does not run Vocab-1 vocabulary passes");
+    static const struct { const char *file; zb_feature f; } plans[] = {
+        { "m.json", ZB_FEAT_MEMORY }, { "v.json", ZB_FEAT_VOCAB_1 },
+    };
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_ne(zb("run %s --steps 1 --device cuda --data /nonexistent", plans[i].file), 0);
+        if (runs_on_can(1u << plans[i].f, ZB_PATH_CUDA, NULL, 0)) {
+            cli_assert_one_line(errb, "/nonexistent");
+        } else {
+            char want[96];
+            snprintf(want, sizeof want, "cuda does not run %s", runs_on_feature_name(plans[i].f));
+            cli_assert_one_line(errb, want);
+        }
     }
 }
 END_TEST
