@@ -15,8 +15,9 @@
  *         memory_layer.c, backend_cpu_vocab.c).
  *   cuda  recompute full and mlp (gpu_stage.cu; op test
  *         tests/cuda/test_cuda_recompute.c), the vocabulary passes
- *         (backend_cuda_vocab.c; tests/cuda/test_cuda_vocab_backend.c);
- *         not yet the memory layers (gpu_stage_create refuses them).
+ *         (backend_cuda_vocab.c; tests/cuda/test_cuda_vocab_backend.c),
+ *         memory layers on the GPU stage (gpu_stage.cu over
+ *         memory_layer.cu; tests/cuda/test_cuda_memory_stage.c).
  *   mpi   recompute and memory layers (each rank is the CPU backend);
  *         not the vocabulary passes yet (src/cli/cmd_run.c refuses them).
  */
@@ -36,7 +37,7 @@ typedef struct runs_on_row {
 /*                                          vocab-1 vocab-2 rc-full rc-mlp memory */
 static const runs_on_row runs_on_table[ZB_PATH_COUNT] = {
     [ZB_PATH_CPU] = { "cpu", { 1, 1, 1, 1, 1 } },
-    [ZB_PATH_CUDA] = { "cuda", { 1, 1, 1, 1, 0 } },
+    [ZB_PATH_CUDA] = { "cuda", { 1, 1, 1, 1, 1 } },
     [ZB_PATH_MPI] = { "mpi", { 0, 0, 1, 1, 1 } },
 };
 

@@ -39,8 +39,8 @@
  * Recomputation (saved_new's level: full or mlp) is gpu_stage.h's, with
  * the CPU stage's semantics.  Vocabulary parallelism: the head stage runs
  * its final-norm-only form (gpu_stage_create_compute) and the S and T
- * passes are backend_cuda_vocab.c's.  Not supported yet, refused with a
- * reason: memory layers (gpu_stage_create).
+ * passes are backend_cuda_vocab.c's.  Memory layers are gpu_stage.cu's
+ * (over memory_cuda.h's kernels).
  */
 #include "kernels/cuda/backend_cuda.h"
 

@@ -19,6 +19,13 @@
  * issues the same kernels on the same inputs as F did, so B and W see the
  * values F computed (on the GPU: as far as the kernels are deterministic,
  * which the op test tests/cuda/test_cuda_recompute.c measures).
+ *
+ * Memory layers (product-key memory in place of a layer's SwiGLU MLP,
+ * kernels/cpu/memory_layer.h) follow llama.c: their own slots (query,
+ * chosen slots and weights, gate, bag, u; B's gradients), F, B and W over
+ * memory_cuda.h's kernels, the value table's sparse W; MLP-level recompute
+ * leaves them whole.  Layers differ in size, so tensors are found through
+ * the layout's layer_tensor0, never by a fixed stride.
  */
 #include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
 
@@ -27,6 +34,7 @@
 #include <string.h>
 
 #include "kernels/cuda/gpu_stage.h"
+#include "kernels/cuda/memory_cuda.h"
 
 struct gpu_stage {
     zb_cuda *c;                /* borrowed context: stream, cuBLASLt */
@@ -50,6 +58,10 @@ enum {
     LS_X, LS_RSTD1 /* f32 */, LS_N1, LS_ATT, LS_H, LS_RSTD2 /* f32 */, LS_N2, LS_HS,
     LS_Q, LS_K, LS_V, LS_LSE /* f32 */, LS_A, LS_B,
     LS_DOUT, LS_DA, LS_DB, LS_DN2, LS_DH, LS_DQ, LS_DK, LS_DV, LS_DN1,
+    /* memory layers only, in place of the SwiGLU slots HS, A, B, DA, DB (as
+     * llama.c): q and u bf16 [N,H·kd] / [N,v], idx int32 and w f32 [N,H,k],
+     * g and e bf16 [N,v]; B's ds f32 [N,H,k], dq bf16, dg and de bf16 */
+    LS_MQ, LS_MIDX, LS_MW, LS_MU, LS_MG, LS_ME, LS_MDS, LS_MDQ, LS_MDG, LS_MDE,
     LS_COUNT
 };
 enum {
@@ -90,15 +102,14 @@ extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage
 extern "C" int gpu_stage_create_compute(zb_cuda *c, const llama_stage *layout,
                                         const llama_stage *compute, gpu_stage **out, zb_err *err)
 {
+    if (layout->n_memory > 0 && layout->cfg.memory.topk > ZB_CUDA_MEM_MAX_TOPK)
+        return zb_fail(err, "stage [%d, %d): memory layers reading %d slots per head, more "
+                       "than the GPU lookup's %d", layout->l0, layout->l1,
+                       layout->cfg.memory.topk, ZB_CUDA_MEM_MAX_TOPK);
     if (compute != layout && (!compute->norm_only || compute->l0 != layout->l0 ||
                               compute->l1 != layout->l1 || !layout->has_head))
         return zb_fail(err, "GPU stage: the compute layout must be the final-norm-only form of "
                        "its head stage");
-    /* the memory layer has GPU kernels (memory_cuda.h) but the GPU stage
-     * does not compose them yet: refuse rather than misread the layout */
-    if (layout->n_memory > 0)
-        return zb_fail(err, "stage [%d, %d) holds memory layers, which train on the CPU only "
-                       "(the GPU stage does not run them yet)", layout->l0, layout->l1);
     gpu_stage *st = (gpu_stage *)calloc(1, sizeof *st);
     if (!st)
         return zb_fail(err, "out of memory for a GPU stage");
@@ -284,13 +295,38 @@ extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, floa
     return 0;
 }
 
-/* bf16 weights of local layer i, kind k (layout order as llama.c). */
+/* Tensor of kind k of local layer i, as llama.c's layer_tensor: memory
+ * layers differ in size, so layers are found through layer_tensor0, and a
+ * shared memory value table wherever the stage holds it. */
+static const llama_tensor *layer_tensor(const llama_stage *L, int i, llama_tensor_kind k)
+{
+    for (int t = L->layer_tensor0[i]; t < L->layer_tensor0[i + 1]; t++)
+        if (L->tensors[t].kind == k) {
+            assert(L->tensors[t].layer == L->l0 + i);
+            return &L->tensors[t];
+        }
+    assert(k == LLAMA_T_MEM_VALUES && L->values_tensor >= 0);
+    return &L->tensors[L->values_tensor];
+}
+
+/* bf16 weights of local layer i, kind k. */
 static const zb_bf16 *layer_w(const gpu_stage *st, int i, llama_tensor_kind k)
 {
-    const llama_stage *L = st->layout;
-    int idx = L->has_embedding + i * 9 + (k - LLAMA_T_ATTN_NORM);
-    assert(L->tensors[idx].kind == k && L->tensors[idx].layer == L->l0 + i);
-    return st->w + L->tensors[idx].offset;
+    return st->w + layer_tensor(st->layout, i, k)->offset;
+}
+
+/* 1 when local layer i is a memory layer (llama.c's local_is_memory). */
+static int local_is_memory(const llama_stage *L, int i)
+{
+    return L->n_memory > 0 && model_is_memory_layer(&L->cfg, L->l0 + i);
+}
+
+/* The memory layer's sizes from the model. */
+static mem_shape stage_mem_shape(const llama_stage *L)
+{
+    const zb_memory *mm = &L->cfg.memory;
+    mem_shape ms = { L->cfg.d_model, mm->heads, mm->k_dim, mm->n_keys, mm->topk, mm->value_dim };
+    return ms;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -318,6 +354,8 @@ static void slot_spec(gpu_saved *sv)
         PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
         PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
         PH_B_KEEP,
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY,
+        PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
     };
     size_t lsize[LS_COUNT];
     lsize[LS_X] = N * d * 2; lsize[LS_RSTD1] = N * 4; lsize[LS_N1] = N * d * 2;
@@ -328,11 +366,22 @@ static void slot_spec(gpu_saved *sv)
     lsize[LS_DA] = N * ff * 2; lsize[LS_DB] = N * ff * 2; lsize[LS_DN2] = N * d * 2;
     lsize[LS_DH] = N * d * 2; lsize[LS_DQ] = N * qd * 2; lsize[LS_DK] = N * kvd * 2;
     lsize[LS_DV] = N * kvd * 2; lsize[LS_DN1] = N * d * 2;
-    for (int i = 0; i < sv->n_local; i++)
+    const zb_memory *mm = &L->cfg.memory;
+    size_t mq = (size_t)mm->heads * mm->k_dim, mk = (size_t)mm->heads * mm->topk;
+    size_t mv = (size_t)mm->value_dim;
+    lsize[LS_MQ] = N * mq * 2; lsize[LS_MIDX] = N * mk * 4; lsize[LS_MW] = N * mk * 4;
+    lsize[LS_MU] = N * mv * 2; lsize[LS_MG] = N * mv * 2; lsize[LS_ME] = N * mv * 2;
+    lsize[LS_MDS] = N * mk * 4; lsize[LS_MDQ] = N * mq * 2; lsize[LS_MDG] = N * mv * 2;
+    lsize[LS_MDE] = N * mv * 2;
+    for (int i = 0; i < sv->n_local; i++) {
+        int mem = local_is_memory(L, i);
         for (int k = 0; k < LS_COUNT; k++) {
-            sv->slot_bytes[i * LS_COUNT + k] = lsize[k];
+            int swiglu_only = k == LS_HS || k == LS_A || k == LS_B || k == LS_DA || k == LS_DB;
+            int used = k >= LS_MQ ? mem : swiglu_only ? !mem : 1;
+            sv->slot_bytes[i * LS_COUNT + k] = used ? lsize[k] : 0;
             sv->phase[i * LS_COUNT + k] = lphase[k];
         }
+    }
     static const unsigned char hphase[HS_COUNT] = {
         PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
         PH_B_KEEP, PH_B_KEEP,
@@ -479,6 +528,31 @@ extern "C" int gpu_saved_batch(const gpu_saved *sv) { return sv->batch; }
 /* Forward                                                                 */
 /* ---------------------------------------------------------------------- */
 
+/* The memory block of local layer i, in place of the SwiGLU MLP (llama.c's
+ * memory_forward): q = n2·Wq, the product-key lookup, the bag e, the gate
+ * g = n2·Wsw, u = silu(g)⊙e, out = h + u·Wout (residual in the epilogue). */
+static int memory_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_err *err)
+{
+    mem_shape ms = stage_mem_shape(st->layout);
+    zb_cuda *c = st->c;
+    int N = sv->batch * st->layout->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    zb_bf16 *n2 = LB(sv, i, LS_N2), *q = LB(sv, i, LS_MQ), *g = LB(sv, i, LS_MG);
+    zb_bf16 *e = LB(sv, i, LS_ME), *u = LB(sv, i, LS_MU);
+    int32_t *idx = (int32_t *)LSL(sv, i, LS_MIDX);
+    float *w = LF(sv, i, LS_MW);
+    if (zb_cuda_matmul_forward(c, q, n2, layer_w(st, i, LLAMA_T_MEM_QUERY), NULL, N, d,
+                               ms.heads * ms.k_dim, err) ||
+        zb_cuda_memory_lookup(c, idx, w, q, layer_w(st, i, LLAMA_T_MEM_KEYS), &ms, N, err) ||
+        zb_cuda_memory_bag_forward(c, e, idx, w, layer_w(st, i, LLAMA_T_MEM_VALUES), &ms, N,
+                                   err) ||
+        zb_cuda_matmul_forward(c, g, n2, layer_w(st, i, LLAMA_T_MEM_SWILU), NULL, N, d, v, err) ||
+        zb_cuda_swiglu_forward(c, u, g, e, (size_t)N * v, err) ||
+        zb_cuda_matmul_forward(c, out, u, layer_w(st, i, LLAMA_T_MEM_OUT), LB(sv, i, LS_H), N,
+                               v, d, err))
+        return -1;
+    return 0;
+}
+
 static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_err *err)
 {
     const llama_stage *L = st->layout;
@@ -502,8 +576,11 @@ static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_e
         /* h = x + att·wo, residual in the epilogue */
         zb_cuda_matmul_forward(c, h, att, layer_w(st, i, LLAMA_T_WO), x, N, qd, d, err) ||
         zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), h,
-                                layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
-        zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
+                                layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err))
+        return -1;
+    if (local_is_memory(L, i))
+        return memory_forward(st, sv, i, out, err);
+    if (zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
         zb_cuda_matmul_forward(c, b, n2, layer_w(st, i, LLAMA_T_W3), NULL, N, d, ff, err) ||
         zb_cuda_swiglu_forward(c, hs, a, b, (size_t)N * ff, err) ||
         /* out = h + hs·w2 */
@@ -569,7 +646,7 @@ enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
 static void drop_mlp_blocks(gpu_saved *sv)
 {
     for (int i = 0; i < sv->n_local; i++)
-        for (int k = 0; k < MLP_SLOT_COUNT; k++) {
+        for (int k = 0; !local_is_memory(sv->st->layout, i) && k < MLP_SLOT_COUNT; k++) {
             int s = i * LS_COUNT + mlp_slots[k];
             if (!sv->slot[s])
                 continue;
@@ -588,7 +665,7 @@ static int rerun_mlp_blocks(gpu_stage *st, gpu_saved *sv, zb_err *err)
     zb_cuda *c = st->c;
     int N = sv->batch * m->seq_len, d = m->d_model, ff = m->d_ff;
     for (int i = 0; i < sv->n_local; i++)
-        for (int k = 0; k < MLP_SLOT_COUNT; k++) {
+        for (int k = 0; !local_is_memory(st->layout, i) && k < MLP_SLOT_COUNT; k++) {
             int s = i * LS_COUNT + mlp_slots[k];
             assert(!sv->slot[s]);
             if (cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], c->stream) != cudaSuccess) {
@@ -601,6 +678,8 @@ static int rerun_mlp_blocks(gpu_stage *st, gpu_saved *sv, zb_err *err)
             sv->bytes += sv->slot_bytes[s];
         }
     for (int i = 0; i < sv->n_local; i++) {
+        if (local_is_memory(st->layout, i)) /* memory layers keep their state */
+            continue;
         zb_bf16 *n2 = LB(sv, i, LS_N2), *a = LB(sv, i, LS_A), *b = LB(sv, i, LS_B);
         if (zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), LB(sv, i, LS_H),
                                     layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
@@ -762,6 +841,33 @@ typedef struct b_scratch {
     void *attn;    /* attention backward scratch (D = dO·O per row) */
 } b_scratch;
 
+/* B of the memory block of local layer i (llama.c's memory_backward_b):
+ * from LS_DOUT and the memory F slots, fills LS_MDG, LS_MDE, LS_MDS and
+ * LS_MDQ and writes LS_DN2 = dq·Wqᵀ + dg·Wswᵀ.  s->ffb is [N, max(ff, v)]. */
+static int memory_backward_b(gpu_stage *st, gpu_saved *sv, int i, const b_scratch *s,
+                             zb_err *err)
+{
+    mem_shape ms = stage_mem_shape(st->layout);
+    zb_cuda *c = st->c;
+    int N = sv->batch * st->layout->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    zb_bf16 *dg = LB(sv, i, LS_MDG), *de = LB(sv, i, LS_MDE), *dq = LB(sv, i, LS_MDQ);
+    if (/* out = h + u·Wout, u = silu(g)⊙e */
+        zb_cuda_matmul_backward_b(c, s->ffb, LB(sv, i, LS_DOUT),
+                                  layer_w(st, i, LLAMA_T_MEM_OUT), N, v, d, 0, err) ||
+        zb_cuda_swiglu_backward(c, dg, de, s->ffb, LB(sv, i, LS_MG), LB(sv, i, LS_ME),
+                                (size_t)N * v, err) ||
+        zb_cuda_memory_backward_b(c, LF(sv, i, LS_MDS), dq, de, (const int32_t *)LSL(sv, i, LS_MIDX),
+                                  LF(sv, i, LS_MW), layer_w(st, i, LLAMA_T_MEM_VALUES),
+                                  layer_w(st, i, LLAMA_T_MEM_KEYS), &ms, N, err) ||
+        /* q = n2·Wq and g = n2·Wsw both read n2 */
+        zb_cuda_matmul_backward_b(c, LB(sv, i, LS_DN2), dq, layer_w(st, i, LLAMA_T_MEM_QUERY),
+                                  N, d, ms.heads * ms.k_dim, 0, err) ||
+        zb_cuda_matmul_backward_b(c, LB(sv, i, LS_DN2), dg, layer_w(st, i, LLAMA_T_MEM_SWILU),
+                                  N, d, v, 1, err))
+        return -1;
+    return 0;
+}
+
 static int layer_backward_b(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *dx,
                             const b_scratch *s, zb_err *err)
 {
@@ -773,13 +879,16 @@ static int layer_backward_b(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *dx,
     zb_bf16 *dout = LB(sv, i, LS_DOUT), *da = LB(sv, i, LS_DA), *db = LB(sv, i, LS_DB);
     zb_bf16 *dn2 = LB(sv, i, LS_DN2), *dh = LB(sv, i, LS_DH), *dq = LB(sv, i, LS_DQ);
     zb_bf16 *dk = LB(sv, i, LS_DK), *dv = LB(sv, i, LS_DV), *dn1 = LB(sv, i, LS_DN1);
-    if (/* MLP: out = h + (silu(a)⊙b)·w2 */
-        zb_cuda_matmul_backward_b(c, s->ffb, dout, layer_w(st, i, LLAMA_T_W2), N, ff, d, 0, err) ||
-        zb_cuda_swiglu_backward(c, da, db, s->ffb, LB(sv, i, LS_A), LB(sv, i, LS_B),
-                                (size_t)N * ff, err) ||
-        zb_cuda_matmul_backward_b(c, dn2, da, layer_w(st, i, LLAMA_T_W1), N, d, ff, 0, err) ||
-        zb_cuda_matmul_backward_b(c, dn2, db, layer_w(st, i, LLAMA_T_W3), N, d, ff, 1, err) ||
-        /* dh = dout + rmsnorm_B(dn2) */
+    if (local_is_memory(L, i) ? memory_backward_b(st, sv, i, s, err) != 0
+        : (/* MLP: out = h + (silu(a)⊙b)·w2 */
+           zb_cuda_matmul_backward_b(c, s->ffb, dout, layer_w(st, i, LLAMA_T_W2), N, ff, d, 0,
+                                     err) ||
+           zb_cuda_swiglu_backward(c, da, db, s->ffb, LB(sv, i, LS_A), LB(sv, i, LS_B),
+                                   (size_t)N * ff, err) ||
+           zb_cuda_matmul_backward_b(c, dn2, da, layer_w(st, i, LLAMA_T_W1), N, d, ff, 0, err) ||
+           zb_cuda_matmul_backward_b(c, dn2, db, layer_w(st, i, LLAMA_T_W3), N, d, ff, 1, err)))
+        return -1;
+    if (/* dh = dout + rmsnorm_B(dn2) */
         zb_cuda_rmsnorm_backward_b(c, dh, dn2, LB(sv, i, LS_H), LF(sv, i, LS_RSTD2),
                                    layer_w(st, i, LLAMA_T_MLP_NORM), dout, N, d, err) ||
         /* attention: h = x + att·wo */
@@ -817,7 +926,11 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
     int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
     b_scratch s = { NULL, NULL, NULL };
     cudaStream_t str = c->stream;
-    size_t att_bytes = (size_t)N * L->q_dim * 2, ffb_bytes = (size_t)N * m->d_ff * 2;
+    /* a memory layer's u gradient shares the [N, d_ff] scratch: sized for both */
+    size_t ffw = (size_t)m->d_ff;
+    if (L->n_memory > 0 && (size_t)m->memory.value_dim > ffw)
+        ffw = (size_t)m->memory.value_dim;
+    size_t att_bytes = (size_t)N * L->q_dim * 2, ffb_bytes = (size_t)N * ffw * 2;
     size_t attn_bytes = zb_cuda_attention_scratch_bytes(B, T, m->n_heads);
     if (sv->n_local > 0 &&
         (cudaMallocAsync((void **)&s.att, att_bytes, str) != cudaSuccess ||
@@ -898,6 +1011,7 @@ extern "C" int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *gr
         return zb_fail(err, "GPU backward W: saved state holds no B pass");
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
     int ff = m->d_ff, qd = L->q_dim, kvd = L->kv_dim;
+    mem_shape ms = stage_mem_shape(L);
     int rc = 0;
     for (int t = 0; t < L->n_tensors && rc == 0; t++) {
         const llama_tensor *ten = &L->tensors[t];
@@ -943,6 +1057,32 @@ extern "C" int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *gr
             break;
         case LLAMA_T_LM_HEAD:
             rc = zb_cuda_matmul_backward_w(c, g, HB(sv, HS_NF), HB(sv, HS_DLOGITS), N, d, V, err);
+            break;
+        case LLAMA_T_MEM_QUERY:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_MDQ), N, d,
+                                           ms.heads * ms.k_dim, err);
+            break;
+        case LLAMA_T_MEM_KEYS:
+            rc = zb_cuda_memory_keys_backward_w(c, g, LF(sv, i, LS_MDS), LB(sv, i, LS_MQ),
+                                                (const int32_t *)LSL(sv, i, LS_MIDX), &ms, N,
+                                                err);
+            break;
+        case LLAMA_T_MEM_SWILU:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_MDG), N, d,
+                                           ms.v_dim, err);
+            break;
+        case LLAMA_T_MEM_OUT:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_MU), LB(sv, i, LS_DOUT), N,
+                                           ms.v_dim, d, err);
+            break;
+        case LLAMA_T_MEM_VALUES:
+            /* sparse: each memory layer reading this table adds its touched
+             * rows, in layer order (one layer unless the table is shared) */
+            for (int j = 0; j < sv->n_local && rc == 0; j++)
+                if (local_is_memory(L, j) && layer_tensor(L, j, LLAMA_T_MEM_VALUES) == ten)
+                    rc = zb_cuda_memory_values_backward_w(c, g, (const int32_t *)LSL(sv, j, LS_MIDX),
+                                                          LF(sv, j, LS_MW), LB(sv, j, LS_MDE),
+                                                          &ms, N, err);
             break;
         default:
             assert(0 && "bad tensor kind");
