@@ -66,10 +66,6 @@ static int on_gpu(zb_backend *be, zb_err *err)
     return zb_cuda_set_device(IMPL(be)->gpu, err);
 }
 
-int backend_cuda_on_gpu(zb_backend *be, zb_err *err)
-{
-    return on_gpu(be, err);
-}
 
 /* on_gpu where there is no error to report (frees). */
 static void on_gpu_quiet(zb_backend *be)

@@ -46,9 +46,18 @@ typedef struct cuda_act {
 
 #define IMPL(be) ((cuda_impl *)(be)->impl)
 
-/* on_gpu of backend_cuda.c: makes the backend's GPU current on the calling
- * thread.  0 or -1. */
-int backend_cuda_on_gpu(zb_backend *be, zb_err *err);
+/* Makes the backend's GPU current on the calling thread (backend_cuda.c's
+ * on_gpu; inline here so that the two files call only one way).  0 or -1. */
+static inline int backend_cuda_on_gpu(zb_backend *be, zb_err *err)
+{
+    return zb_cuda_set_device(IMPL(be)->gpu, err);
+}
+
+/* The device buffer of an activation (cuda_act), or NULL. */
+static inline zb_bf16 *cuda_act_data(const void *act)
+{
+    return act ? ((const cuda_act *)act)->p : NULL;
+}
 
 /* The vocabulary passes (backend_cuda_vocab.c), backend.h's vocab_* ops. */
 int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, zb_err *err);

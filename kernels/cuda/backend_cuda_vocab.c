@@ -53,7 +53,6 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cpu/vocab_shard.h"
-#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/backend_cuda_impl.h"
 #include "kernels/cuda/vocab_cuda.h"
 #include "src/sched.h"
@@ -304,7 +303,7 @@ int cuda_vocab_put_x(zb_backend *be, zb_bvocab *bv, int dev, int mb, const void 
         return zb_fail(err, "put_x: micro-batch %d on device %d out of range", mb, dev);
     zb_cuda *c = ctx_of(be, dev);
     cu_mb *b = &cv->mb[mb];
-    if (zb_cuda_copy(c, b->x, backend_cuda_act_data((void *)x),
+    if (zb_cuda_copy(c, b->x, cuda_act_data(x),
                      (size_t)cv->N * (size_t)cv->shape.d * 2, err) != 0)
         return -1;
     return gpu_fence_signal(b->x_ready, c, err);
@@ -435,7 +434,7 @@ int cuda_vocab_dx(zb_backend *be, zb_bvocab *bv, int dev, int mb, float dloss, v
         return zb_fail(err, "dx: micro-batch %d on device %d out of range", mb, dev);
     zb_cuda *c = ctx_of(be, dev);
     cu_mb *b = &cv->mb[mb];
-    zb_bf16 *out = backend_cuda_act_data(dx);
+    zb_bf16 *out = cuda_act_data(dx);
     /* barrier C0 (Vocab-1: S's partials) or C1 (Vocab-2: T's) */
     if (wait_all(c, v1 ? b->s_done : b->t_done, p, err) != 0 ||
         zb_cuda_vshard_combine_stats(c, cv->dx_lse, cv->dx_losses, v1 ? cv->dx_weight : NULL,
@@ -465,7 +464,7 @@ int cuda_vocab_eval(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
         vmax = cv->shard[k].v > vmax ? cv->shard[k].v : vmax;
     if (backend_cuda_on_gpu(be, err) != 0)
         return -1;
-    const zb_bf16 *x = backend_cuda_act_data((void *)xv);
+    const zb_bf16 *x = cuda_act_data(xv);
     const zb_bf16 *head = gpu_stage_weights(cs->st) + head_offset;
     size_t pN = (size_t)p * N;
     zb_bf16 *w = NULL, *lg = NULL;
