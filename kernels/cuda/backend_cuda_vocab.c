@@ -162,11 +162,16 @@ void cuda_vocab_free(zb_backend *be, zb_bvocab *bv)
     free(cv);
 }
 
-/* zb_cuda_alloc of n bytes into *p unless *bad; sets *bad on failure. */
-static void take(void **p, size_t n, int *bad, zb_err *err)
+/* zb_cuda_alloc of n bytes into *p unless *bad; sets *bad on failure and
+ * adds n to *total (when not NULL) on success. */
+static void take(void **p, size_t n, int *bad, size_t *total, zb_err *err)
 {
-    if (!*bad && zb_cuda_alloc(p, n ? n : 1, err) != 0)
+    if (*bad)
+        return;
+    if (zb_cuda_alloc(p, n ? n : 1, err) != 0)
         *bad = 1;
+    else if (total)
+        *total += n;
 }
 
 int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, zb_err *err)
@@ -191,6 +196,7 @@ int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out,
         return zb_fail(err, "out of memory for the vocabulary shards");
     cv->shape = *shape;
     cv->N = shape->batch * shape->seq;
+    size_t bytes = 0; /* what the passes keep for the backend's lifetime */
     int p = shape->shards, m = shape->micro, v1 = shape->variant == SCHED_VOCAB_1;
     size_t N = (size_t)cv->N, d = (size_t)shape->d, pN = (size_t)p * N;
     cv->shard = calloc((size_t)p, sizeof *cv->shard);
@@ -204,12 +210,12 @@ int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out,
         sh->v0 = vshard_begin(k, p, shape->vocab);
         sh->v = vshard_begin(k + 1, p, shape->vocab) - sh->v0;
         size_t v = (size_t)sh->v;
-        take((void **)&sh->w, d * v * 2, &bad, err);
+        take((void **)&sh->w, d * v * 2, &bad, &bytes, err);
         if (v1)
-            take((void **)&sh->ex, N * v * 2, &bad, err);
-        take((void **)&sh->lse, N * 4, &bad, err);
-        take((void **)&sh->losses, N * 4, &bad, err);
-        take((void **)&sh->dw, d * v * 4, &bad, err);
+            take((void **)&sh->ex, N * v * 2, &bad, &bytes, err);
+        take((void **)&sh->lse, N * 4, &bad, &bytes, err);
+        take((void **)&sh->losses, N * 4, &bad, &bytes, err);
+        take((void **)&sh->dw, d * v * 4, &bad, &bytes, err);
         if (!bad && !(sh->dw_ahead = calloc((size_t)m, sizeof *sh->dw_ahead)))
             bad = zb_fail(err, "out of memory") != 0;
         if (!bad && gpu_fence_new(&sh->head_done, err) != 0)
@@ -217,13 +223,13 @@ int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out,
     }
     for (int j = 0; j < m && !bad; j++) {
         cu_mb *b = &cv->mb[j];
-        take((void **)&b->x, N * d * 2, &bad, err);
-        take((void **)&b->row_max, pN * 4, &bad, err);
-        take((void **)&b->row_sum, pN * 4, &bad, err);
-        take((void **)&b->tgt, pN * 4, &bad, err);
-        take((void **)&b->partial, pN * d * 2, &bad, err);
+        take((void **)&b->x, N * d * 2, &bad, &bytes, err);
+        take((void **)&b->row_max, pN * 4, &bad, &bytes, err);
+        take((void **)&b->row_sum, pN * 4, &bad, &bytes, err);
+        take((void **)&b->tgt, pN * 4, &bad, &bytes, err);
+        take((void **)&b->partial, pN * d * 2, &bad, &bytes, err);
         if (v1)
-            take((void **)&b->rows, pN * d * 4, &bad, err);
+            take((void **)&b->rows, pN * d * 4, &bad, &bytes, err);
         if (!bad && (!(b->s_done = calloc((size_t)p, sizeof *b->s_done)) ||
                      !(b->t_done = calloc((size_t)p, sizeof *b->t_done))))
             bad = zb_fail(err, "out of memory") != 0;
@@ -233,15 +239,17 @@ int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out,
             if (gpu_fence_new(&b->s_done[k], err) != 0 || gpu_fence_new(&b->t_done[k], err) != 0)
                 bad = 1;
     }
-    take((void **)&cv->targets, (size_t)m * N * 4, &bad, err);
-    take((void **)&cv->dx_lse, N * 4, &bad, err);
-    take((void **)&cv->dx_losses, N * 4, &bad, err);
-    take((void **)&cv->dx_weight, pN * 4, &bad, err);
-    take((void **)&cv->dx_loss_sum, sizeof(double), &bad, err);
+    take((void **)&cv->targets, (size_t)m * N * 4, &bad, &bytes, err);
+    take((void **)&cv->dx_lse, N * 4, &bad, &bytes, err);
+    take((void **)&cv->dx_losses, N * 4, &bad, &bytes, err);
+    take((void **)&cv->dx_weight, pN * 4, &bad, &bytes, err);
+    take((void **)&cv->dx_loss_sum, sizeof(double), &bad, &bytes, err);
     if (bad) {
         cuda_vocab_free(be, (zb_bvocab *)cv);
         return zb_wrap(err, "vocabulary passes on the GPU: ");
     }
+    /* counted with the stages' buffers in the backend's static bytes */
+    __atomic_add_fetch(&im->static_bytes, bytes, __ATOMIC_RELAXED);
     *out = (zb_bvocab *)cv;
     return 0;
 }
@@ -472,15 +480,15 @@ int cuda_vocab_eval(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
     int32_t *yd = NULL;
     double *sum_d = NULL;
     int bad = 0;
-    take((void **)&w, (size_t)d * vmax * 2, &bad, err);
-    take((void **)&lg, (size_t)N * vmax * 2, &bad, err);
-    take((void **)&mx, pN * 4, &bad, err);
-    take((void **)&sm, pN * 4, &bad, err);
-    take((void **)&tg, pN * 4, &bad, err);
-    take((void **)&lse, (size_t)N * 4, &bad, err);
-    take((void **)&losses, (size_t)N * 4, &bad, err);
-    take((void **)&yd, (size_t)N * 4, &bad, err);
-    take((void **)&sum_d, sizeof(double), &bad, err);
+    take((void **)&w, (size_t)d * vmax * 2, &bad, NULL, err);
+    take((void **)&lg, (size_t)N * vmax * 2, &bad, NULL, err);
+    take((void **)&mx, pN * 4, &bad, NULL, err);
+    take((void **)&sm, pN * 4, &bad, NULL, err);
+    take((void **)&tg, pN * 4, &bad, NULL, err);
+    take((void **)&lse, (size_t)N * 4, &bad, NULL, err);
+    take((void **)&losses, (size_t)N * 4, &bad, NULL, err);
+    take((void **)&yd, (size_t)N * 4, &bad, NULL, err);
+    take((void **)&sum_d, sizeof(double), &bad, NULL, err);
     if (!bad && zb_cuda_upload(c, yd, y, sizeof(int32_t) * (size_t)N, err) != 0)
         bad = 1;
     for (int k = 0; k < p && !bad; k++) {
