@@ -10,7 +10,9 @@
  * is one edit, and nothing else in the program says what a path supports.
  *
  * What the cells say (keep them true: a 1 is a path whose runtime accepts
- * the feature and has a test of it):
+ * the feature and has a test of it; cuda's tests need a GPU, so its cells
+ * stand on code that compiles everywhere and runs its op tests wherever
+ * bench/gpu/run.sh is given one; docs/gpu.md says which have run):
  *   cpu   everything (kernels/cpu: llama.c recompute levels,
  *         memory_layer.c, backend_cpu_vocab.c).
  *   cuda  recompute full and mlp (gpu_stage.cu; op test
