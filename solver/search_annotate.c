@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "solver/search_runs_on.h"
 #include "solver/solver_internal.h"
 #include "src/sim.h"
 
@@ -177,6 +178,8 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         }
         if (tg)
             cJSON_AddItemToObject(plan, "targets", tg);
+        /* and which of zbsched's own paths (cpu, cuda, mpi) can run it */
+        bad |= search_runs_on_annotate(o, c, plan) < 0;
         bad |= !cJSON_AddStringToObject(plan, "family", c->family);
         bad |= !cJSON_AddStringToObject(plan, "vocab", c->vocab ? "parallel" : "plain");
         if (c->vocab)

@@ -14,7 +14,11 @@
 #   3. meson setup -Dcuda=enabled -Dnccl_dir=..., build the GPU targets
 #   4. every CUDA op against the CPU op (tests/cuda/test_cuda_ops); every
 #      op of the CUDA backend against the CPU backend through the executor's
-#      interface, runtime/backend.h (tests/cuda/test_cuda_backend)
+#      interface, runtime/backend.h (tests/cuda/test_cuda_backend);
+#      recompute (full, mlp) on the CUDA backend against the CPU backend
+#      (tests/cuda/test_cuda_recompute), its vocabulary passes (Vocab-1,
+#      Vocab-2; tests/cuda/test_cuda_vocab_backend) and memory layers on
+#      the GPU stage (tests/cuda/test_cuda_memory_stage)
 #   5. the GPU stage against the CPU stage, and the one executor on the CUDA
 #      backend against it on the CPU backend (1F1B, ZB-H2; synchronous clip
 #      and post-validation; a GPU checkpoint evaluated on the CPU)
@@ -39,7 +43,9 @@
 #      the GPU): losses per step of both and their largest relative
 #      difference (same data and weights, only the op order differs); a
 #      GPU run checkpointed at step 10 and resumed on the CPU (one file
-#      format for both backends); with >= 2 GPUs also `zbsched launch
+#      format for both backends); plans with recompute, vocabulary passes
+#      and memory layers (issue 25) on the GPU against the CPU; with >= 2
+#      GPUs also `zbsched launch
 #      --gpus W run ... --device cuda` (GPU ranks through the one executor:
 #      1F1B and ZB-V) and tests/cuda/test_cuda_ranks (two ranks vs the CPU,
 #      a checkpoint in parts resumed)
@@ -232,6 +238,8 @@ export MESON NCCL_OPT CUDA_OPT MESON_PYTHONPATH
 export -f configure
 step configure 90 configure
 TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_backend
+         tests/cuda/test_cuda_recompute tests/cuda/test_cuda_vocab_backend
+         tests/cuda/test_cuda_memory_stage
          tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
 [ -n "${ZB_CONFIGURE_ONLY:-}" ] && TARGETS=(runtime/libzb_runtime.a)
 PYTHONPATH=$MESON_PYTHONPATH step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
@@ -251,6 +259,15 @@ keep "$WORK/ops.txt" 'FAIL|passed,'
 step backend_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_backend" > "$WORK/backend.txt" 2>&1
 cat "$WORK/backend.txt"
 keep "$WORK/backend.txt" 'FAIL|passed,'
+step recompute_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_recompute" > "$WORK/recompute.txt" 2>&1
+cat "$WORK/recompute.txt"
+keep "$WORK/recompute.txt" 'FAIL|passed,'
+step vocab_backend_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_vocab_backend" > "$WORK/vocab-backend.txt" 2>&1
+cat "$WORK/vocab-backend.txt"
+keep "$WORK/vocab-backend.txt" 'FAIL|passed,'
+step memory_stage_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_memory_stage" > "$WORK/memory-stage.txt" 2>&1
+cat "$WORK/memory-stage.txt"
+keep "$WORK/memory-stage.txt" 'FAIL|passed,'
 step train_vs_cpu 180 "$BUILD/tests/cuda/test_cuda_train" > "$WORK/train.txt" 2>&1
 cat "$WORK/train.txt"
 keep "$WORK/train.txt" 'FAIL|step [0-9]+ loss|passed,'
@@ -371,13 +388,24 @@ cli_resume() { # a GPU checkpoint at step 10, resumed on the CPU for 2 steps
         --data "$DATA" --steps 12 --checkpoint "$WORK/ck" --resume --json -q \
         > "$WORK/cli-resume-cpu.out"
 }
+cli_plan_paths() { # what the search picks, on the GPU and the CPU (issue 25)
+    local job="--gpu $ROOT/tools/cpu-device.json --gpus 2 --stages 2 --mem 4G --recompute on -q"
+    "$ZB" search --model tiny --vocab parallel $job -o "$WORK/pp-vocab.json" > /dev/null || return 1
+    "$ZB" search --model tiny-mem $job -o "$WORK/pp-mem.json" > /dev/null || return 1
+    for plan in vocab mem; do
+        for dev in cuda cpu; do
+            "$ZB" run "$WORK/pp-$plan.json" --device $dev --data "$DATA" --steps 10 --json -q \
+                > "$WORK/pp-$plan-$dev.out" || return 1
+        done
+    done
+}
 cli_launch() { # world kind
     "$ZB" gen "$2" -p "$1" -m $(( 2 * $1 )) -o "$WORK/cli-w$1-$2.json" || return 1
     ZB_MASTER_PORT=29681 "$ZB" launch --gpus "$1" run "$WORK/cli-w$1-$2.json" --device cuda \
         --model tiny --data "$DATA" --steps 5 --json -q > "$WORK/cli-w$1-$2.out"
 }
 export ZB BUILD ROOT
-export -f cli_run cli_resume cli_launch module_check
+export -f cli_run cli_resume cli_plan_paths cli_launch module_check
 if PYTHONPATH=$MESON_PYTHONPATH step build_cli 180 ninja -C "$BUILD" -j "$(nproc)" zbsched zbsched_cuda.so; then
     step module_check 60 module_check > "$WORK/module.txt" 2>&1
     cat "$WORK/module.txt"
@@ -409,6 +437,24 @@ if len(runs) == 2:
     a, b = runs["1f1b"]["losses"], runs["zb-h2"]["losses"]
     d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
     print(f"cli_run_max_rel_loss_diff_1f1b_vs_zb-h2 {d:.2e}")
+PYEOF
+    # a +vocab plan with recompute and a memory-layer plan with recompute
+    # (search on tiny / tiny-mem), GPU against CPU: the largest relative
+    # loss difference over 10 steps (bf16 against fp32, same data)
+    step cli_plan_paths 180 cli_plan_paths
+    LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$PY" - "$WORK" >> "$SUMMARY" <<'PYEOF'
+import json, sys
+for plan in ("vocab", "mem"):
+    try:
+        r = {dev: json.loads(open(f"{sys.argv[1]}/pp-{plan}-{dev}.out").read().strip().splitlines()[-1])
+             for dev in ("cuda", "cpu")}
+    except Exception as e:
+        print(f"cli_plan_{plan} no JSON ({e.__class__.__name__})")
+        continue
+    a, b = r["cuda"]["losses"], r["cpu"]["losses"]
+    print(f"cli_plan_{plan}_losses_cuda " + " ".join(f"{x:.4f}" for x in a))
+    print(f"cli_plan_{plan}_max_rel_loss_diff_cuda_vs_cpu "
+          f"{max(abs(x - y) / abs(y) for x, y in zip(a, b)):.2e}")
 PYEOF
     if [ "${NGPU:-0}" -ge 2 ]; then
         W=$(( NGPU < 4 ? NGPU : 4 ))

@@ -36,8 +36,11 @@
  * on the GPU: a GPU cannot hold every stage of a real model, and this
  * rank never runs them).
  *
- * Not supported yet, refused with a reason: recomputation (saved_new with
- * recompute) and memory layers (gpu_stage_create).
+ * Recomputation (saved_new's level: full or mlp) is gpu_stage.h's, with
+ * the CPU stage's semantics.  Vocabulary parallelism: the head stage runs
+ * its final-norm-only form (gpu_stage_create_compute) and the S and T
+ * passes are backend_cuda_vocab.c's.  Memory layers are gpu_stage.cu's
+ * (over memory_cuda.h's kernels).
  */
 #include "kernels/cuda/backend_cuda.h"
 
@@ -46,42 +49,12 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/backend_cuda_impl.h"
 #include "kernels/cuda/gpu_stage.h"
 #include "runtime/backend_rank.h"
 #include "kernels/cuda/gpu_transport.h"
 #include "kernels/cuda/zb_cuda.h"
 
-/* Losses a stage can hold on the device between two syncs; a forward
- * beyond that syncs early (a step syncs once per lane, and m rarely
- * exceeds this). */
-#define LOSS_SLOTS 256
-
-typedef struct cuda_impl {
-    int gpu;             /* CUDA device index */
-    int n_devices;       /* schedule devices = contexts */
-    int local_dev;       /* pipeline ranks: the one device with a context, else -1 */
-    zb_cuda **ctx;       /* [n_devices] one stream each (ranks: NULL but local_dev) */
-    size_t static_bytes; /* stage buffers and activation buffers (atomic adds) */
-} cuda_impl;
-
-typedef struct cuda_stage {
-    gpu_stage *st;               /* the device side */
-    zb_cuda *c;                  /* its context (borrowed from cuda_impl) */
-    size_t n;                    /* parameters */
-    float *mirror[ZB_BUF_COUNT]; /* host copies of params, grads, m, v */
-    double *loss_dev;            /* device [LOSS_SLOTS] loss sums awaiting sync */
-    float *loss_to[LOSS_SLOTS];  /* where each goes on the host */
-    double loss_div[LOSS_SLOTS]; /* tokens of its micro-batch (sum -> mean) */
-    int n_loss;                  /* slots in use */
-} cuda_stage;
-
-/* An activation message: bf16 [B*T*d] and its last-use fence. */
-typedef struct cuda_act {
-    zb_bf16 *p;      /* device buffer */
-    gpu_fence *last; /* recorded after its last issued use */
-} cuda_act;
-
-#define IMPL(be) ((cuda_impl *)(be)->impl)
 
 /* Makes the backend's GPU current on the calling thread.  The workers bind
  * once per job, but the executor's main thread also calls some ops
@@ -92,6 +65,7 @@ static int on_gpu(zb_backend *be, zb_err *err)
 {
     return zb_cuda_set_device(IMPL(be)->gpu, err);
 }
+
 
 /* on_gpu where there is no error to report (frees). */
 static void on_gpu_quiet(zb_backend *be)
@@ -134,9 +108,6 @@ static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_s
                         int dev, zb_bstage **out, zb_err *err)
 {
     cuda_impl *im = IMPL(be);
-    if (compute && compute != layout)
-        return zb_fail(err, "the CUDA backend does not run vocabulary-parallel stages yet (their "
-                       "passes are CPU-only); generate the schedule with --vocab plain");
     if (dev < 0 || dev >= im->n_devices)
         return zb_fail(err, "device %d is not one of the backend's %d", dev, im->n_devices);
     cuda_stage *cs = calloc(1, sizeof *cs);
@@ -154,7 +125,8 @@ static int cb_stage_new(zb_backend *be, const llama_stage *layout, const llama_s
             cb_stage_free(be, (zb_bstage *)cs);
             return zb_fail(err, "out of host memory for a stage's mirrors");
         }
-    if (gpu_stage_create(cs->c, layout, &cs->st, err) != 0
+    /* a vocabulary-parallel head stage: buffers of layout, ops of compute */
+    if (gpu_stage_create_compute(cs->c, layout, compute ? compute : layout, &cs->st, err) != 0
         || zb_cuda_alloc((void **)&cs->loss_dev, sizeof(double) * LOSS_SLOTS, err) != 0) {
         cb_stage_free(be, (zb_bstage *)cs);
         return -1;
@@ -196,14 +168,14 @@ static int cb_upload(zb_backend *be, zb_bstage *bst, zb_bbuf which, zb_err *err)
 static int cb_saved_new(zb_backend *be, zb_bstage *bst, int batch, int recompute,
                         zb_bsaved **out, zb_err *err)
 {
-    if (recompute)
-        return zb_fail(err, "recomputation (a plan's recompute stages) is not implemented on "
-                       "cuda yet");
+    if (recompute < LLAMA_RC_NONE || recompute > LLAMA_RC_MLP)
+        return zb_fail(err, "recompute level %d is not none (0), full (1) or mlp (2)", recompute);
     if (on_gpu(be, err) != 0)
         return -1;
     gpu_saved *sv = gpu_saved_new(((cuda_stage *)bst)->st, batch);
     if (!sv)
         return zb_fail(err, "out of memory for a saved state");
+    gpu_saved_set_recompute(sv, recompute);
     *out = (zb_bsaved *)sv;
     return 0;
 }
@@ -504,6 +476,15 @@ static const zb_backend_ops cuda_ops = {
     .adamw = cb_adamw,
     .snapshot = cb_snapshot,
     .restore = cb_restore,
+    .vocab_new = cuda_vocab_new,
+    .vocab_free = cuda_vocab_free,
+    .vocab_begin = cuda_vocab_begin,
+    .vocab_put_x = cuda_vocab_put_x,
+    .vocab_s = cuda_vocab_s,
+    .vocab_t = cuda_vocab_t,
+    .vocab_dx = cuda_vocab_dx,
+    .vocab_eval = cuda_vocab_eval,
+    .vocab_cell_bytes = cuda_vocab_cell_bytes,
     .memory = cb_memory,
 };
 

@@ -9,6 +9,23 @@
  * Saved state: the same slot table as llama.c (F_KEEP, F_ONLY, B_KEEP),
  * element types per slot (bf16 activations, fp32 1/rms and lse, int32
  * tokens), buffers from cudaMallocAsync on the stage's stream.
+ *
+ * Recompute follows llama.c's levels (gpu_saved_set_recompute).  Full: F
+ * keeps only its inputs (the device token and target slots, or a bf16
+ * copy of act_in) and B first reruns the forward from them into freshly
+ * taken slots.  MLP: F frees each layer's MLP block (n2, the gate and up
+ * pre-activations and their SwiGLU product) and B first reruns the norm,
+ * the two matmuls and the SwiGLU from the kept block input h.  The rerun
+ * issues the same kernels on the same inputs as F did, so B and W see the
+ * values F computed (on the GPU: as far as the kernels are deterministic,
+ * which the op test tests/cuda/test_cuda_recompute.c measures).
+ *
+ * Memory layers (product-key memory in place of a layer's SwiGLU MLP,
+ * kernels/cpu/memory_layer.h) follow llama.c: their own slots (query,
+ * chosen slots and weights, gate, bag, u; B's gradients), F, B and W over
+ * memory_cuda.h's kernels, the value table's sparse W; MLP-level recompute
+ * leaves them whole.  Layers differ in size, so tensors are found through
+ * the layout's layer_tensor0, never by a fixed stride.
  */
 #include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
 
@@ -17,10 +34,14 @@
 #include <string.h>
 
 #include "kernels/cuda/gpu_stage.h"
+#include "kernels/cuda/memory_cuda.h"
 
 struct gpu_stage {
     zb_cuda *c;                /* borrowed context: stream, cuBLASLt */
-    const llama_stage *layout; /* borrowed CPU description: tensors, offsets */
+    const llama_stage *layout; /* borrowed CPU description of what F, B and W run */
+    const llama_stage *params_layout; /* borrowed: the buffers' tensors (AdamW, norms);
+                                * layout itself, or with vocabulary parallelism the
+                                * head stage's full layout whose prefix layout is */
     size_t n;                  /* parameters */
     float *master;             /* fp32 [n] master weights */
     zb_bf16 *w;                /* bf16 [n] compute copy */
@@ -37,6 +58,10 @@ enum {
     LS_X, LS_RSTD1 /* f32 */, LS_N1, LS_ATT, LS_H, LS_RSTD2 /* f32 */, LS_N2, LS_HS,
     LS_Q, LS_K, LS_V, LS_LSE /* f32 */, LS_A, LS_B,
     LS_DOUT, LS_DA, LS_DB, LS_DN2, LS_DH, LS_DQ, LS_DK, LS_DV, LS_DN1,
+    /* memory layers only, in place of the SwiGLU slots HS, A, B, DA, DB (as
+     * llama.c): q and u bf16 [N,H·kd] / [N,v], idx int32 and w f32 [N,H,k],
+     * g and e bf16 [N,v]; B's ds f32 [N,H,k], dq bf16, dg and de bf16 */
+    LS_MQ, LS_MIDX, LS_MW, LS_MU, LS_MG, LS_ME, LS_MDS, LS_MDQ, LS_MDG, LS_MDE,
     LS_COUNT
 };
 enum {
@@ -49,7 +74,13 @@ struct gpu_saved {
     gpu_stage *st;           /* the stage it belongs to */
     int batch;               /* sequences per micro-batch */
     int n_local;             /* layers of the stage */
-    int state;               /* 0 empty, 1 after F, 2 after B */
+    int state;               /* 0 empty, 1 after F, 2 after B, 3 after F with full
+                              * recompute (inputs only), 4 after F with MLP-level
+                              * recompute (MLP blocks dropped) */
+    int recompute;           /* LLAMA_RC_* level of gpu_saved_set_recompute */
+    zb_bf16 *rc_input;       /* full recompute of a stage without the embedding:
+                              * bf16 [N,d] copy of act_in, or NULL */
+    size_t rc_bytes;         /* bytes of rc_input while held (counted in bytes) */
     int n_slots;             /* n_local·LS_COUNT + HS_COUNT + ES_COUNT */
     void **slot;             /* [n_slots] device buffers, NULL when not held */
     size_t *slot_bytes;      /* [n_slots] bytes of each (0: unused) */
@@ -65,16 +96,26 @@ struct gpu_saved {
 extern "C" int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out,
                                 zb_err *err)
 {
-    /* the memory layer has GPU kernels (memory_cuda.h) but the GPU stage
-     * does not compose them yet: refuse rather than misread the layout */
-    if (layout->n_memory > 0)
-        return zb_fail(err, "stage [%d, %d) holds memory layers, which train on the CPU only "
-                       "(the GPU stage does not run them yet)", layout->l0, layout->l1);
+    return gpu_stage_create_compute(c, layout, layout, out, err);
+}
+
+extern "C" int gpu_stage_create_compute(zb_cuda *c, const llama_stage *layout,
+                                        const llama_stage *compute, gpu_stage **out, zb_err *err)
+{
+    if (layout->n_memory > 0 && layout->cfg.memory.topk > ZB_CUDA_MEM_MAX_TOPK)
+        return zb_fail(err, "stage [%d, %d): memory layers reading %d slots per head, more "
+                       "than the GPU lookup's %d", layout->l0, layout->l1,
+                       layout->cfg.memory.topk, ZB_CUDA_MEM_MAX_TOPK);
+    if (compute != layout && (!compute->norm_only || compute->l0 != layout->l0 ||
+                              compute->l1 != layout->l1 || !layout->has_head))
+        return zb_fail(err, "GPU stage: the compute layout must be the final-norm-only form of "
+                       "its head stage");
     gpu_stage *st = (gpu_stage *)calloc(1, sizeof *st);
     if (!st)
         return zb_fail(err, "out of memory for a GPU stage");
     st->c = c;
-    st->layout = layout;
+    st->layout = compute;
+    st->params_layout = layout;
     st->n = llama_stage_num_params(layout);
     size_t n = st->n;
     if (zb_cuda_set_device(c->device, err) != 0 ||
@@ -113,6 +154,8 @@ extern "C" void gpu_stage_free(gpu_stage *st)
 }
 
 extern "C" zb_cuda *gpu_stage_ctx(const gpu_stage *st) { return st->c; }
+extern "C" const zb_bf16 *gpu_stage_weights(const gpu_stage *st) { return st->w; }
+extern "C" float *gpu_stage_grads(gpu_stage *st) { return st->grads; }
 extern "C" const llama_stage *gpu_stage_layout(const gpu_stage *st) { return st->layout; }
 extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st)
 {
@@ -223,7 +266,7 @@ extern "C" int gpu_stage_grads_zero(gpu_stage *st, zb_err *err)
 
 extern "C" int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, zb_err *err)
 {
-    const llama_stage *L = st->layout;
+    const llama_stage *L = st->params_layout;
     for (int i = 0; i < L->n_tensors; i++)
         if (zb_cuda_sum_f64(st->c, st->scalars + i, st->grads + L->tensors[i].offset,
                             L->tensors[i].count, 1, err) != 0)
@@ -240,7 +283,7 @@ extern "C" int gpu_stage_grad_sumsq(gpu_stage *st, double *out, double *total, z
 extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr,
                                float grad_scale, zb_err *err)
 {
-    const llama_stage *L = st->layout;
+    const llama_stage *L = st->params_layout;
     for (int i = 0; i < L->n_tensors; i++) {
         const llama_tensor *ten = &L->tensors[i];
         size_t o = ten->offset;
@@ -252,13 +295,38 @@ extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, floa
     return 0;
 }
 
-/* bf16 weights of local layer i, kind k (layout order as llama.c). */
+/* Tensor of kind k of local layer i, as llama.c's layer_tensor: memory
+ * layers differ in size, so layers are found through layer_tensor0, and a
+ * shared memory value table wherever the stage holds it. */
+static const llama_tensor *layer_tensor(const llama_stage *L, int i, llama_tensor_kind k)
+{
+    for (int t = L->layer_tensor0[i]; t < L->layer_tensor0[i + 1]; t++)
+        if (L->tensors[t].kind == k) {
+            assert(L->tensors[t].layer == L->l0 + i);
+            return &L->tensors[t];
+        }
+    assert(k == LLAMA_T_MEM_VALUES && L->values_tensor >= 0);
+    return &L->tensors[L->values_tensor];
+}
+
+/* bf16 weights of local layer i, kind k. */
 static const zb_bf16 *layer_w(const gpu_stage *st, int i, llama_tensor_kind k)
 {
-    const llama_stage *L = st->layout;
-    int idx = L->has_embedding + i * 9 + (k - LLAMA_T_ATTN_NORM);
-    assert(L->tensors[idx].kind == k && L->tensors[idx].layer == L->l0 + i);
-    return st->w + L->tensors[idx].offset;
+    return st->w + layer_tensor(st->layout, i, k)->offset;
+}
+
+/* 1 when local layer i is a memory layer (llama.c's local_is_memory). */
+static int local_is_memory(const llama_stage *L, int i)
+{
+    return L->n_memory > 0 && model_is_memory_layer(&L->cfg, L->l0 + i);
+}
+
+/* The memory layer's sizes from the model. */
+static mem_shape stage_mem_shape(const llama_stage *L)
+{
+    const zb_memory *mm = &L->cfg.memory;
+    mem_shape ms = { L->cfg.d_model, mm->heads, mm->k_dim, mm->n_keys, mm->topk, mm->value_dim };
+    return ms;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -286,6 +354,8 @@ static void slot_spec(gpu_saved *sv)
         PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
         PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
         PH_B_KEEP,
+        PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY,
+        PH_B_KEEP, PH_B_KEEP, PH_B_KEEP, PH_B_KEEP,
     };
     size_t lsize[LS_COUNT];
     lsize[LS_X] = N * d * 2; lsize[LS_RSTD1] = N * 4; lsize[LS_N1] = N * d * 2;
@@ -296,11 +366,22 @@ static void slot_spec(gpu_saved *sv)
     lsize[LS_DA] = N * ff * 2; lsize[LS_DB] = N * ff * 2; lsize[LS_DN2] = N * d * 2;
     lsize[LS_DH] = N * d * 2; lsize[LS_DQ] = N * qd * 2; lsize[LS_DK] = N * kvd * 2;
     lsize[LS_DV] = N * kvd * 2; lsize[LS_DN1] = N * d * 2;
-    for (int i = 0; i < sv->n_local; i++)
+    const zb_memory *mm = &L->cfg.memory;
+    size_t mq = (size_t)mm->heads * mm->k_dim, mk = (size_t)mm->heads * mm->topk;
+    size_t mv = (size_t)mm->value_dim;
+    lsize[LS_MQ] = N * mq * 2; lsize[LS_MIDX] = N * mk * 4; lsize[LS_MW] = N * mk * 4;
+    lsize[LS_MU] = N * mv * 2; lsize[LS_MG] = N * mv * 2; lsize[LS_ME] = N * mv * 2;
+    lsize[LS_MDS] = N * mk * 4; lsize[LS_MDQ] = N * mq * 2; lsize[LS_MDG] = N * mv * 2;
+    lsize[LS_MDE] = N * mv * 2;
+    for (int i = 0; i < sv->n_local; i++) {
+        int mem = local_is_memory(L, i);
         for (int k = 0; k < LS_COUNT; k++) {
-            sv->slot_bytes[i * LS_COUNT + k] = lsize[k];
+            int swiglu_only = k == LS_HS || k == LS_A || k == LS_B || k == LS_DA || k == LS_DB;
+            int used = k >= LS_MQ ? mem : swiglu_only ? !mem : 1;
+            sv->slot_bytes[i * LS_COUNT + k] = used ? lsize[k] : 0;
             sv->phase[i * LS_COUNT + k] = lphase[k];
         }
+    }
     static const unsigned char hphase[HS_COUNT] = {
         PH_F_KEEP, PH_F_KEEP, PH_F_KEEP, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY, PH_F_ONLY,
         PH_B_KEEP, PH_B_KEEP,
@@ -310,7 +391,10 @@ static void slot_spec(gpu_saved *sv)
     hsize[HS_LOGITS] = N * V * 2; hsize[HS_LSE] = N * 4; hsize[HS_TARGETS] = N * 4;
     hsize[HS_LOSSES] = N * 4; hsize[HS_DLOGITS] = N * V * 2; hsize[HS_DNF] = N * d * 2;
     for (int k = 0; k < HS_COUNT; k++) {
-        sv->slot_bytes[head_base(sv) + k] = L->has_head ? hsize[k] : 0;
+        /* the final-norm-only stage keeps the norm's input, 1/rms and the
+         * output gradient (its dy_in), as llama.c's slot table does */
+        int norm_slot = k == HS_XF || k == HS_RSTD || k == HS_DNF;
+        sv->slot_bytes[head_base(sv) + k] = L->has_head || (L->norm_only && norm_slot) ? hsize[k] : 0;
         sv->phase[head_base(sv) + k] = hphase[k];
     }
     sv->slot_bytes[emb_base(sv) + ES_TOKENS] = L->has_embedding ? N * 4 : 0;
@@ -372,12 +456,63 @@ static int acquire_phase(gpu_saved *sv, int mask, zb_err *err)
     return 0;
 }
 
+/* Drops the full-recompute copy of act_in, if held. */
+static void release_rc_input(gpu_saved *sv)
+{
+    if (!sv->rc_input)
+        return;
+    cudaFreeAsync(sv->rc_input, sv->st->c->stream);
+    sv->rc_input = NULL;
+    sv->bytes -= sv->rc_bytes;
+    sv->rc_bytes = 0;
+}
+
+/* Takes the slots of `mask` that are not held (a recompute's rebuild; the
+ * held ones are what the level kept).  0, or -1 with err (the slots this
+ * call took are freed again). */
+static int acquire_missing(gpu_saved *sv, int mask, zb_err *err)
+{
+    unsigned char *took = (unsigned char *)calloc((size_t)sv->n_slots, 1);
+    if (!took)
+        return zb_fail(err, "out of host memory for a recompute");
+    for (int s = 0; s < sv->n_slots; s++) {
+        if (!(sv->phase[s] & mask) || sv->slot_bytes[s] == 0 || sv->slot[s])
+            continue;
+        cudaError_t e = cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], sv->st->c->stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            sv->slot[s] = NULL;
+            for (int t = 0; t < s; t++)
+                if (took[t]) {
+                    cudaFreeAsync(sv->slot[t], sv->st->c->stream);
+                    sv->slot[t] = NULL;
+                    sv->bytes -= sv->slot_bytes[t];
+                }
+            free(took);
+            return zb_fail(err, "recompute: out of device memory for activations (%zu bytes "
+                           "more): %s", sv->slot_bytes[s], cudaGetErrorString(e));
+        }
+        took[s] = 1;
+        sv->bytes += sv->slot_bytes[s];
+    }
+    free(took);
+    return 0;
+}
+
+extern "C" void gpu_saved_set_recompute(gpu_saved *sv, int level)
+{
+    assert(sv->state == 0);
+    assert(level >= LLAMA_RC_NONE && level <= LLAMA_RC_MLP);
+    sv->recompute = level;
+}
+
 extern "C" void gpu_saved_free(gpu_saved *sv)
 {
     if (!sv)
         return;
     if (sv->slot && sv->phase)
         release_phase(sv, PH_F_KEEP | PH_F_ONLY | PH_B_KEEP);
+    release_rc_input(sv);
     if (sv->loss_dev)
         cudaFree(sv->loss_dev);
     free(sv->slot);
@@ -392,6 +527,31 @@ extern "C" int gpu_saved_batch(const gpu_saved *sv) { return sv->batch; }
 /* ---------------------------------------------------------------------- */
 /* Forward                                                                 */
 /* ---------------------------------------------------------------------- */
+
+/* The memory block of local layer i, in place of the SwiGLU MLP (llama.c's
+ * memory_forward): q = n2·Wq, the product-key lookup, the bag e, the gate
+ * g = n2·Wsw, u = silu(g)⊙e, out = h + u·Wout (residual in the epilogue). */
+static int memory_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_err *err)
+{
+    mem_shape ms = stage_mem_shape(st->layout);
+    zb_cuda *c = st->c;
+    int N = sv->batch * st->layout->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    zb_bf16 *n2 = LB(sv, i, LS_N2), *q = LB(sv, i, LS_MQ), *g = LB(sv, i, LS_MG);
+    zb_bf16 *e = LB(sv, i, LS_ME), *u = LB(sv, i, LS_MU);
+    int32_t *idx = (int32_t *)LSL(sv, i, LS_MIDX);
+    float *w = LF(sv, i, LS_MW);
+    if (zb_cuda_matmul_forward(c, q, n2, layer_w(st, i, LLAMA_T_MEM_QUERY), NULL, N, d,
+                               ms.heads * ms.k_dim, err) ||
+        zb_cuda_memory_lookup(c, idx, w, q, layer_w(st, i, LLAMA_T_MEM_KEYS), &ms, N, err) ||
+        zb_cuda_memory_bag_forward(c, e, idx, w, layer_w(st, i, LLAMA_T_MEM_VALUES), &ms, N,
+                                   err) ||
+        zb_cuda_matmul_forward(c, g, n2, layer_w(st, i, LLAMA_T_MEM_SWILU), NULL, N, d, v, err) ||
+        zb_cuda_swiglu_forward(c, u, g, e, (size_t)N * v, err) ||
+        zb_cuda_matmul_forward(c, out, u, layer_w(st, i, LLAMA_T_MEM_OUT), LB(sv, i, LS_H), N,
+                               v, d, err))
+        return -1;
+    return 0;
+}
 
 static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_err *err)
 {
@@ -416,13 +576,193 @@ static int layer_forward(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *out, zb_e
         /* h = x + att·wo, residual in the epilogue */
         zb_cuda_matmul_forward(c, h, att, layer_w(st, i, LLAMA_T_WO), x, N, qd, d, err) ||
         zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), h,
-                                layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
-        zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
+                                layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err))
+        return -1;
+    if (local_is_memory(L, i))
+        return memory_forward(st, sv, i, out, err);
+    if (zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
         zb_cuda_matmul_forward(c, b, n2, layer_w(st, i, LLAMA_T_W3), NULL, N, d, ff, err) ||
         zb_cuda_swiglu_forward(c, hs, a, b, (size_t)N * ff, err) ||
         /* out = h + hs·w2 */
         zb_cuda_matmul_forward(c, out, hs, layer_w(st, i, LLAMA_T_W2), h, N, ff, d, err))
         return -1;
+    return 0;
+}
+
+/* The forward's arithmetic once its slots are taken and the tokens and
+ * targets (where the stage has them) are in ES_TOKENS and HS_TARGETS:
+ * from act_in (device, stages without the embedding) through the layers
+ * to act_out (stages without the head) or the loss sum.  F and the full
+ * recompute's rerun both run exactly this.  0 or -1. */
+static int forward_body(gpu_stage *st, gpu_saved *sv, const zb_bf16 *act_in, zb_bf16 *act_out,
+                        zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    const zb_model *m = &L->cfg;
+    zb_cuda *c = st->c;
+    int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
+    int final_norm = L->has_head || L->norm_only; /* the stream ends in HS_XF */
+    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : final_norm ? HB(sv, HS_XF) : act_out;
+    int rc = 0;
+    if (L->has_embedding)
+        rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
+                                       st->w + L->tensors[0].offset, N, d, err);
+    else
+        rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
+    for (int i = 0; i < sv->n_local && rc == 0; i++) {
+        zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
+                       : final_norm ? HB(sv, HS_XF) : act_out;
+        rc = layer_forward(st, sv, i, out, err);
+    }
+    if (rc == 0 && L->norm_only) { /* the head runs in the vocabulary passes */
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 1];
+        assert(gf->kind == LLAMA_T_FINAL_NORM);
+        rc = zb_cuda_rmsnorm_forward(c, act_out, HF(sv, HS_RSTD), HB(sv, HS_XF),
+                                     st->w + gf->offset, N, d, err);
+    }
+    if (rc == 0 && L->has_head) {
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
+        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
+        const int32_t *tg = (const int32_t *)HSL(sv, HS_TARGETS);
+        rc = zb_cuda_rmsnorm_forward(c, HB(sv, HS_NF), HF(sv, HS_RSTD), HB(sv, HS_XF),
+                                     st->w + gf->offset, N, d, err) ||
+             zb_cuda_matmul_forward(c, HB(sv, HS_LOGITS), HB(sv, HS_NF), st->w + H->offset,
+                                    NULL, N, d, V, err) ||
+             zb_cuda_crossentropy_forward(c, HF(sv, HS_LSE), HF(sv, HS_LOSSES),
+                                          HB(sv, HS_LOGITS), tg, N, V, err) ||
+             zb_cuda_sum_f64(c, sv->loss_dev, HF(sv, HS_LOSSES), (size_t)N, 0, err)
+                 ? -1 : 0;
+    }
+    return rc;
+}
+
+/* The MLP block's slots of a layer: what MLP-level recompute drops after
+ * F and rebuilds at B (LS_H and LS_RSTD2, the block's input and its norm
+ * statistic, stay), as llama.c's mlp_slots. */
+static const int mlp_slots[] = { LS_N2, LS_A, LS_B, LS_HS };
+enum { MLP_SLOT_COUNT = sizeof mlp_slots / sizeof mlp_slots[0] };
+
+/* Frees whichever MLP block slots are held. */
+static void drop_mlp_blocks(gpu_saved *sv)
+{
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; !local_is_memory(sv->st->layout, i) && k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            if (!sv->slot[s])
+                continue;
+            cudaFreeAsync(sv->slot[s], sv->st->c->stream);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+}
+
+/* MLP-level recompute at B: retakes the MLP block slots and reruns each
+ * layer's norm, gate and up matmuls and SwiGLU exactly as layer_forward
+ * issued them, leaving state 1.  0, or -1 with err (state 4 kept). */
+static int rerun_mlp_blocks(gpu_stage *st, gpu_saved *sv, zb_err *err)
+{
+    const zb_model *m = &st->layout->cfg;
+    zb_cuda *c = st->c;
+    int N = sv->batch * m->seq_len, d = m->d_model, ff = m->d_ff;
+    for (int i = 0; i < sv->n_local; i++)
+        for (int k = 0; !local_is_memory(st->layout, i) && k < MLP_SLOT_COUNT; k++) {
+            int s = i * LS_COUNT + mlp_slots[k];
+            assert(!sv->slot[s]);
+            if (cudaMallocAsync(&sv->slot[s], sv->slot_bytes[s], c->stream) != cudaSuccess) {
+                cudaGetLastError();
+                sv->slot[s] = NULL;
+                drop_mlp_blocks(sv);
+                return zb_fail(err, "GPU backward B: out of device memory recomputing the MLP "
+                               "blocks");
+            }
+            sv->bytes += sv->slot_bytes[s];
+        }
+    for (int i = 0; i < sv->n_local; i++) {
+        if (local_is_memory(st->layout, i)) /* memory layers keep their state */
+            continue;
+        zb_bf16 *n2 = LB(sv, i, LS_N2), *a = LB(sv, i, LS_A), *b = LB(sv, i, LS_B);
+        if (zb_cuda_rmsnorm_forward(c, n2, LF(sv, i, LS_RSTD2), LB(sv, i, LS_H),
+                                    layer_w(st, i, LLAMA_T_MLP_NORM), N, d, err) ||
+            zb_cuda_matmul_forward(c, a, n2, layer_w(st, i, LLAMA_T_W1), NULL, N, d, ff, err) ||
+            zb_cuda_matmul_forward(c, b, n2, layer_w(st, i, LLAMA_T_W3), NULL, N, d, ff, err) ||
+            zb_cuda_swiglu_forward(c, LB(sv, i, LS_HS), a, b, (size_t)N * ff, err)) {
+            drop_mlp_blocks(sv);
+            return -1;
+        }
+    }
+    sv->state = 1;
+    return 0;
+}
+
+/* Frees every forward slot but the token and target ones (what a full
+ * recompute reruns the forward from), leaving state 3. */
+static void drop_forward_but_inputs(gpu_saved *sv)
+{
+    int keep_tok = emb_base(sv) + ES_TOKENS, keep_tg = head_base(sv) + HS_TARGETS;
+    for (int s = 0; s < sv->n_slots; s++)
+        if (sv->slot[s] && (sv->phase[s] & (PH_F_KEEP | PH_F_ONLY)) && s != keep_tok &&
+            s != keep_tg) {
+            cudaFreeAsync(sv->slot[s], sv->st->c->stream);
+            sv->slot[s] = NULL;
+            sv->bytes -= sv->slot_bytes[s];
+        }
+    sv->state = 3;
+}
+
+/* Full recompute after F: keeps the token and target slots (and a copy of
+ * act_in when the stage has no embedding) and frees every other forward
+ * slot, leaving state 3.  When the copy cannot be taken the full forward
+ * state stays (state 1: correct, only larger), as llama.c does. */
+static void keep_inputs_only(gpu_saved *sv, const zb_bf16 *act_in)
+{
+    const llama_stage *L = sv->st->layout;
+    cudaStream_t str = sv->st->c->stream;
+    size_t in_bytes = (size_t)sv->batch * L->cfg.seq_len * L->cfg.d_model * 2;
+    if (!L->has_embedding) {
+        if (cudaMallocAsync((void **)&sv->rc_input, in_bytes, str) != cudaSuccess) {
+            cudaGetLastError();
+            sv->rc_input = NULL;
+            return;
+        }
+        if (cudaMemcpyAsync(sv->rc_input, act_in, in_bytes, cudaMemcpyDeviceToDevice, str)
+            != cudaSuccess) {
+            cudaGetLastError();
+            cudaFreeAsync(sv->rc_input, str);
+            sv->rc_input = NULL;
+            return;
+        }
+        sv->rc_bytes = in_bytes;
+        sv->bytes += in_bytes;
+    }
+    drop_forward_but_inputs(sv);
+}
+
+/* Full recompute at B: retakes the forward's slots and reruns the forward
+ * from the kept inputs (its output, for a stage without the head, into a
+ * scratch that is thrown away; the head stage's loss sum is rewritten
+ * with the same value after its copy was queued), leaving state 1.  0, or
+ * -1 with err (state 3 kept for a retry). */
+static int rerun_forward(gpu_stage *st, gpu_saved *sv, zb_err *err)
+{
+    const llama_stage *L = st->layout;
+    cudaStream_t str = st->c->stream;
+    size_t out_bytes = (size_t)sv->batch * L->cfg.seq_len * L->cfg.d_model * 2;
+    zb_bf16 *out = NULL;
+    if (!L->has_head && cudaMallocAsync((void **)&out, out_bytes, str) != cudaSuccess) {
+        cudaGetLastError();
+        return zb_fail(err, "GPU backward B: out of device memory recomputing the forward");
+    }
+    int rc = acquire_missing(sv, PH_F_KEEP | PH_F_ONLY, err);
+    if (rc == 0 && forward_body(st, sv, sv->rc_input, out, err) != 0) {
+        drop_forward_but_inputs(sv); /* back to state 3, the kept inputs untouched */
+        rc = -1;
+    }
+    if (out)
+        cudaFreeAsync(out, str);
+    if (rc != 0)
+        return -1;
+    release_rc_input(sv);
+    sv->state = 1;
     return 0;
 }
 
@@ -438,7 +778,7 @@ extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *to
     assert(L->has_head ? targets != NULL : act_out != NULL);
     if (sv->state != 0)
         return zb_fail(err, "GPU forward: saved state still holds a micro-batch");
-    int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
+    int B = sv->batch, T = m->seq_len, N = B * T, V = m->vocab;
     if (L->has_embedding)
         for (int n = 0; n < N; n++)
             if (tokens[n] < 0 || tokens[n] >= V)
@@ -451,40 +791,24 @@ extern "C" int gpu_stage_forward(gpu_stage *st, gpu_saved *sv, const int32_t *to
                                "vocabulary [0, %d)", targets[n], n, V);
     if (acquire_phase(sv, PH_F_KEEP | PH_F_ONLY, err) != 0)
         return -1;
-    zb_bf16 *x0 = sv->n_local > 0 ? LB(sv, 0, LS_X) : L->has_head ? HB(sv, HS_XF) : act_out;
     int rc = 0;
-    if (L->has_embedding) {
+    if (L->has_embedding)
         rc = zb_cuda_upload(c, ESL(sv, ES_TOKENS), tokens, sizeof(int32_t) * (size_t)N, err);
-        if (rc == 0)
-            rc = zb_cuda_embedding_forward(c, x0, (const int32_t *)ESL(sv, ES_TOKENS),
-                                           st->w + L->tensors[0].offset, N, d, err);
-    } else {
-        rc = zb_cuda_copy(c, x0, act_in, (size_t)N * d * 2, err);
-    }
-    for (int i = 0; i < sv->n_local && rc == 0; i++) {
-        zb_bf16 *out = i + 1 < sv->n_local ? LB(sv, i + 1, LS_X)
-                       : L->has_head ? HB(sv, HS_XF) : act_out;
-        rc = layer_forward(st, sv, i, out, err);
-    }
-    if (rc == 0 && L->has_head) {
-        const llama_tensor *gf = &L->tensors[L->n_tensors - 2];
-        const llama_tensor *H = &L->tensors[L->n_tensors - 1];
-        int32_t *tg = (int32_t *)HSL(sv, HS_TARGETS);
-        rc = zb_cuda_rmsnorm_forward(c, HB(sv, HS_NF), HF(sv, HS_RSTD), HB(sv, HS_XF),
-                                     st->w + gf->offset, N, d, err) ||
-             zb_cuda_matmul_forward(c, HB(sv, HS_LOGITS), HB(sv, HS_NF), st->w + H->offset,
-                                    NULL, N, d, V, err) ||
-             zb_cuda_upload(c, tg, targets, sizeof(int32_t) * (size_t)N, err) ||
-             zb_cuda_crossentropy_forward(c, HF(sv, HS_LSE), HF(sv, HS_LOSSES),
-                                          HB(sv, HS_LOGITS), tg, N, V, err) ||
-             zb_cuda_sum_f64(c, sv->loss_dev, HF(sv, HS_LOSSES), (size_t)N, 0, err)
-                 ? -1 : 0;
-    }
+    if (rc == 0 && L->has_head)
+        rc = zb_cuda_upload(c, HSL(sv, HS_TARGETS), targets, sizeof(int32_t) * (size_t)N, err);
+    if (rc == 0)
+        rc = forward_body(st, sv, act_in, act_out, err);
     if (rc != 0) {
         release_phase(sv, PH_F_KEEP | PH_F_ONLY);
         return -1;
     }
     sv->state = 1;
+    if (sv->recompute == LLAMA_RC_FULL) {
+        keep_inputs_only(sv, act_in);
+    } else if (sv->recompute == LLAMA_RC_MLP && sv->n_local > 0) {
+        drop_mlp_blocks(sv);
+        sv->state = 4;
+    }
     return 0;
 }
 
@@ -517,6 +841,33 @@ typedef struct b_scratch {
     void *attn;    /* attention backward scratch (D = dO·O per row) */
 } b_scratch;
 
+/* B of the memory block of local layer i (llama.c's memory_backward_b):
+ * from LS_DOUT and the memory F slots, fills LS_MDG, LS_MDE, LS_MDS and
+ * LS_MDQ and writes LS_DN2 = dq·Wqᵀ + dg·Wswᵀ.  s->ffb is [N, max(ff, v)]. */
+static int memory_backward_b(gpu_stage *st, gpu_saved *sv, int i, const b_scratch *s,
+                             zb_err *err)
+{
+    mem_shape ms = stage_mem_shape(st->layout);
+    zb_cuda *c = st->c;
+    int N = sv->batch * st->layout->cfg.seq_len, d = ms.d, v = ms.v_dim;
+    zb_bf16 *dg = LB(sv, i, LS_MDG), *de = LB(sv, i, LS_MDE), *dq = LB(sv, i, LS_MDQ);
+    if (/* out = h + u·Wout, u = silu(g)⊙e */
+        zb_cuda_matmul_backward_b(c, s->ffb, LB(sv, i, LS_DOUT),
+                                  layer_w(st, i, LLAMA_T_MEM_OUT), N, v, d, 0, err) ||
+        zb_cuda_swiglu_backward(c, dg, de, s->ffb, LB(sv, i, LS_MG), LB(sv, i, LS_ME),
+                                (size_t)N * v, err) ||
+        zb_cuda_memory_backward_b(c, LF(sv, i, LS_MDS), dq, de, (const int32_t *)LSL(sv, i, LS_MIDX),
+                                  LF(sv, i, LS_MW), layer_w(st, i, LLAMA_T_MEM_VALUES),
+                                  layer_w(st, i, LLAMA_T_MEM_KEYS), &ms, N, err) ||
+        /* q = n2·Wq and g = n2·Wsw both read n2 */
+        zb_cuda_matmul_backward_b(c, LB(sv, i, LS_DN2), dq, layer_w(st, i, LLAMA_T_MEM_QUERY),
+                                  N, d, ms.heads * ms.k_dim, 0, err) ||
+        zb_cuda_matmul_backward_b(c, LB(sv, i, LS_DN2), dg, layer_w(st, i, LLAMA_T_MEM_SWILU),
+                                  N, d, v, 1, err))
+        return -1;
+    return 0;
+}
+
 static int layer_backward_b(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *dx,
                             const b_scratch *s, zb_err *err)
 {
@@ -528,13 +879,16 @@ static int layer_backward_b(gpu_stage *st, gpu_saved *sv, int i, zb_bf16 *dx,
     zb_bf16 *dout = LB(sv, i, LS_DOUT), *da = LB(sv, i, LS_DA), *db = LB(sv, i, LS_DB);
     zb_bf16 *dn2 = LB(sv, i, LS_DN2), *dh = LB(sv, i, LS_DH), *dq = LB(sv, i, LS_DQ);
     zb_bf16 *dk = LB(sv, i, LS_DK), *dv = LB(sv, i, LS_DV), *dn1 = LB(sv, i, LS_DN1);
-    if (/* MLP: out = h + (silu(a)⊙b)·w2 */
-        zb_cuda_matmul_backward_b(c, s->ffb, dout, layer_w(st, i, LLAMA_T_W2), N, ff, d, 0, err) ||
-        zb_cuda_swiglu_backward(c, da, db, s->ffb, LB(sv, i, LS_A), LB(sv, i, LS_B),
-                                (size_t)N * ff, err) ||
-        zb_cuda_matmul_backward_b(c, dn2, da, layer_w(st, i, LLAMA_T_W1), N, d, ff, 0, err) ||
-        zb_cuda_matmul_backward_b(c, dn2, db, layer_w(st, i, LLAMA_T_W3), N, d, ff, 1, err) ||
-        /* dh = dout + rmsnorm_B(dn2) */
+    if (local_is_memory(L, i) ? memory_backward_b(st, sv, i, s, err) != 0
+        : (/* MLP: out = h + (silu(a)⊙b)·w2 */
+           zb_cuda_matmul_backward_b(c, s->ffb, dout, layer_w(st, i, LLAMA_T_W2), N, ff, d, 0,
+                                     err) ||
+           zb_cuda_swiglu_backward(c, da, db, s->ffb, LB(sv, i, LS_A), LB(sv, i, LS_B),
+                                   (size_t)N * ff, err) ||
+           zb_cuda_matmul_backward_b(c, dn2, da, layer_w(st, i, LLAMA_T_W1), N, d, ff, 0, err) ||
+           zb_cuda_matmul_backward_b(c, dn2, db, layer_w(st, i, LLAMA_T_W3), N, d, ff, 1, err)))
+        return -1;
+    if (/* dh = dout + rmsnorm_B(dn2) */
         zb_cuda_rmsnorm_backward_b(c, dh, dn2, LB(sv, i, LS_H), LF(sv, i, LS_RSTD2),
                                    layer_w(st, i, LLAMA_T_MLP_NORM), dout, N, d, err) ||
         /* attention: h = x + att·wo */
@@ -563,12 +917,20 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
     assert(sv && sv->st == st);
     assert(L->has_head || dy_in != NULL);
     assert(L->has_embedding || dx_out != NULL);
+    if (sv->state == 3 && rerun_forward(st, sv, err) != 0)
+        return -1;
+    if (sv->state == 4 && rerun_mlp_blocks(st, sv, err) != 0)
+        return -1;
     if (sv->state != 1)
         return zb_fail(err, "GPU backward B: saved state holds no forward pass");
     int B = sv->batch, T = m->seq_len, N = B * T, d = m->d_model, V = m->vocab;
     b_scratch s = { NULL, NULL, NULL };
     cudaStream_t str = c->stream;
-    size_t att_bytes = (size_t)N * L->q_dim * 2, ffb_bytes = (size_t)N * m->d_ff * 2;
+    /* a memory layer's u gradient shares the [N, d_ff] scratch: sized for both */
+    size_t ffw = (size_t)m->d_ff;
+    if (L->n_memory > 0 && (size_t)m->memory.value_dim > ffw)
+        ffw = (size_t)m->memory.value_dim;
+    size_t att_bytes = (size_t)N * L->q_dim * 2, ffb_bytes = (size_t)N * ffw * 2;
     size_t attn_bytes = zb_cuda_attention_scratch_bytes(B, T, m->n_heads);
     if (sv->n_local > 0 &&
         (cudaMallocAsync((void **)&s.att, att_bytes, str) != cudaSuccess ||
@@ -600,6 +962,12 @@ extern "C" int gpu_stage_backward_b(gpu_stage *st, gpu_saved *sv, float dloss,
                                            dloss, N, V, err) ||
              zb_cuda_matmul_backward_b(c, HB(sv, HS_DNF), HB(sv, HS_DLOGITS), st->w + H->offset,
                                        N, d, V, 0, err) ||
+             zb_cuda_rmsnorm_backward_b(c, dstream, HB(sv, HS_DNF), HB(sv, HS_XF),
+                                        HF(sv, HS_RSTD), st->w + gf->offset, NULL, N, d, err)
+                 ? -1 : 0;
+    } else if (L->norm_only) { /* dy_in is the final norm's output gradient; W reads it */
+        const llama_tensor *gf = &L->tensors[L->n_tensors - 1];
+        rc = zb_cuda_copy(c, HB(sv, HS_DNF), dy_in, (size_t)N * d * 2, err) ||
              zb_cuda_rmsnorm_backward_b(c, dstream, HB(sv, HS_DNF), HB(sv, HS_XF),
                                         HF(sv, HS_RSTD), st->w + gf->offset, NULL, N, d, err)
                  ? -1 : 0;
@@ -643,6 +1011,7 @@ extern "C" int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *gr
         return zb_fail(err, "GPU backward W: saved state holds no B pass");
     int N = sv->batch * m->seq_len, d = m->d_model, V = m->vocab;
     int ff = m->d_ff, qd = L->q_dim, kvd = L->kv_dim;
+    mem_shape ms = stage_mem_shape(L);
     int rc = 0;
     for (int t = 0; t < L->n_tensors && rc == 0; t++) {
         const llama_tensor *ten = &L->tensors[t];
@@ -688,6 +1057,32 @@ extern "C" int gpu_stage_backward_w_into(gpu_stage *st, gpu_saved *sv, float *gr
             break;
         case LLAMA_T_LM_HEAD:
             rc = zb_cuda_matmul_backward_w(c, g, HB(sv, HS_NF), HB(sv, HS_DLOGITS), N, d, V, err);
+            break;
+        case LLAMA_T_MEM_QUERY:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_MDQ), N, d,
+                                           ms.heads * ms.k_dim, err);
+            break;
+        case LLAMA_T_MEM_KEYS:
+            rc = zb_cuda_memory_keys_backward_w(c, g, LF(sv, i, LS_MDS), LB(sv, i, LS_MQ),
+                                                (const int32_t *)LSL(sv, i, LS_MIDX), &ms, N,
+                                                err);
+            break;
+        case LLAMA_T_MEM_SWILU:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_N2), LB(sv, i, LS_MDG), N, d,
+                                           ms.v_dim, err);
+            break;
+        case LLAMA_T_MEM_OUT:
+            rc = zb_cuda_matmul_backward_w(c, g, LB(sv, i, LS_MU), LB(sv, i, LS_DOUT), N,
+                                           ms.v_dim, d, err);
+            break;
+        case LLAMA_T_MEM_VALUES:
+            /* sparse: each memory layer reading this table adds its touched
+             * rows, in layer order (one layer unless the table is shared) */
+            for (int j = 0; j < sv->n_local && rc == 0; j++)
+                if (local_is_memory(L, j) && layer_tensor(L, j, LLAMA_T_MEM_VALUES) == ten)
+                    rc = zb_cuda_memory_values_backward_w(c, g, (const int32_t *)LSL(sv, j, LS_MIDX),
+                                                          LF(sv, j, LS_MW), LB(sv, j, LS_MDE),
+                                                          &ms, N, err);
             break;
         default:
             assert(0 && "bad tensor kind");

@@ -60,6 +60,22 @@ typedef struct gpu_saved gpu_saved;
  * and moments (zeroed).  Returns 0 and *out, or -1 with err set. */
 int gpu_stage_create(zb_cuda *c, const llama_stage *layout, gpu_stage **out, zb_err *err);
 
+/* gpu_stage_create whose F, B and W run `compute` (borrowed) instead of
+ * `layout`: with vocabulary parallelism the head stage's buffers hold its
+ * whole layout (the LM head is stepped, clipped and checkpointed with it)
+ * while its ops stop at the final norm (compute: llama_stage_init with
+ * LLAMA_HEAD_NORM_ONLY over the same layers, whose tensors are a prefix of
+ * layout's).  compute == layout is gpu_stage_create.  0 or -1. */
+int gpu_stage_create_compute(zb_cuda *c, const llama_stage *layout, const llama_stage *compute,
+                             gpu_stage **out, zb_err *err);
+
+/* The stage's device buffers, for the vocabulary passes that read the
+ * head's bf16 weights and add into its gradient (backend_cuda_vocab.c):
+ * bf16 [n] compute copy of the weights, fp32 [n] gradient accumulators,
+ * both in the CPU layout of the stage's full layout. */
+const zb_bf16 *gpu_stage_weights(const gpu_stage *st);
+float *gpu_stage_grads(gpu_stage *st);
+
 /* Frees the stage's device buffers; NULL is fine. */
 void gpu_stage_free(gpu_stage *st);
 
@@ -114,6 +130,21 @@ int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, float lr, float
  * host memory runs out (device memory is taken by F, B and W). */
 gpu_saved *gpu_saved_new(gpu_stage *st, int batch);
 void gpu_saved_free(gpu_saved *sv);
+
+/* Activation recomputation for the micro-batches that use sv (call while
+ * it is empty) at level LLAMA_RC_* (kernels/cpu/llama.h), with the CPU
+ * stage's semantics:
+ *   LLAMA_RC_FULL  F keeps only its inputs (tokens and targets on the
+ *                  device, or a bf16 copy of act_in) and frees every other
+ *                  activation; B first reruns the forward from them.  If
+ *                  the copy cannot be taken, F keeps its full state.
+ *   LLAMA_RC_MLP   F frees every layer's MLP block (the pre-MLP norm
+ *                  output, gate and up pre-activations, their SwiGLU
+ *                  product) and keeps attention's state and the block
+ *                  input; B first reruns the norm and the MLP matmuls.
+ * B and W then compute from what F computed; gpu_saved_bytes reports what
+ * is held at each point.  Any other level is a programming error. */
+void gpu_saved_set_recompute(gpu_saved *sv, int level);
 
 /* Sequences per micro-batch the object was made for. */
 int gpu_saved_batch(const gpu_saved *sv);

@@ -19,8 +19,8 @@
  * is the fast path for large batches (docs/memory-layers.md).
  *
  * Limits: topk <= ZB_CUDA_MEM_MAX_TOPK (per-thread top-k lists live in
- * registers / local memory).  Not wired into the GPU stage
- * (kernels/cuda/gpu_stage.cu), which refuses memory-layer models.
+ * registers / local memory).  The GPU stage (kernels/cuda/gpu_stage.cu)
+ * composes them into a memory layer's F, B and W as llama.c does.
  */
 #ifndef ZB_MEMORY_CUDA_H
 #define ZB_MEMORY_CUDA_H

@@ -17,8 +17,8 @@
  * shard k, else 0), so that the combine touches only per-shard buffers,
  * as it would across GPUs.
  *
- * Not wired into the executor's CUDA backend (kernels/cuda/backend_cuda.c), which,
- * like `zbsched run --device cuda`, refuses vocabulary-parallel schedules.
+ * The executor's CUDA backend runs the passes over these kernels
+ * (kernels/cuda/backend_cuda_vocab.c).
  */
 #ifndef ZB_VOCAB_CUDA_H
 #define ZB_VOCAB_CUDA_H
@@ -74,6 +74,13 @@ int zb_cuda_vshard_combine_dx_v1(zb_cuda *c, zb_bf16 *dx, const zb_bf16 *partial
 /* Vocab-2 combine: dx = Σ_k partial[k], shards in order (fp32 sum, bf16 out). */
 int zb_cuda_vshard_combine_dx_v2(zb_cuda *c, zb_bf16 *dx, const zb_bf16 *partial, int p, int N,
                                  int d, zb_err *err);
+
+/* H[:, v0+j] += dw[:, j] for the shard gradient dw [d, v] (fp32) and the
+ * row-major head gradient H [d, V] (fp32): vshard_scatter_add's one
+ * addition per element, so a shard's micro-batches, added in order on one
+ * stream, give the unsharded W's order. */
+int zb_cuda_vshard_scatter_add(zb_cuda *c, float *H, const float *dw, int d, int V, int v0,
+                               int v, zb_err *err);
 
 #ifdef __cplusplus
 }

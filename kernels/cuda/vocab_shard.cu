@@ -217,3 +217,23 @@ extern "C" int zb_cuda_vshard_combine_dx_v2(zb_cuda *c, zb_bf16 *dx, const zb_bf
         dx, partial, NULL, NULL, 1.0f, p, N, d);
     return ZB_CUDA_LAUNCHED(err, "vshard_combine_dx_v2");
 }
+
+__global__ void vshard_scatter_add_kernel(float *H, const float *dw, int d, int V, int v0, int v)
+{
+    size_t n = (size_t)d * v;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)v, j = i % (size_t)v;
+        H[r * (size_t)V + (size_t)v0 + j] += dw[i];
+    }
+}
+
+extern "C" int zb_cuda_vshard_scatter_add(zb_cuda *c, float *H, const float *dw, int d, int V,
+                                          int v0, int v, zb_err *err)
+{
+    size_t n = (size_t)d * v;
+    if (n == 0)
+        return 0;
+    vshard_scatter_add_kernel<<<zb_ew_grid(n), ZB_EW_THREADS, 0, c->stream>>>(H, dw, d, V, v0, v);
+    return ZB_CUDA_LAUNCHED(err, "vshard_scatter_add");
+}

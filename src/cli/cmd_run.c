@@ -38,6 +38,8 @@
 #include <unistd.h>
 
 #include "runtime/rank.h"
+#include "src/plan.h"
+#include "src/runs_on.h"
 #include "src/sched_io.h"
 #include "src/validate.h"
 
@@ -120,6 +122,26 @@ static int load_inputs(run_args *a, const sched_t *s, run_setup *setup,
     return 0;
 }
 
+/* 1 after one line on stderr when the path this run takes (cuda, mpi or
+ * cpu) cannot run what the plan file uses (src/runs_on.h's table); 0
+ * otherwise.  A malformed plan is left to run_plan's reading. */
+static int refuse_path(const run_args *a, const sched_t *s, int mpi_ranks)
+{
+    zb_plan plan;
+    zb_err ignored;
+    int has = plan_read(s, &plan, &ignored);
+    unsigned uses = runs_on_uses_of_file(s, has > 0 ? &plan : NULL);
+    if (has > 0)
+        plan_free(&plan);
+    zb_path path = a->cuda ? ZB_PATH_CUDA : mpi_ranks ? ZB_PATH_MPI : ZB_PATH_CPU;
+    char why[160];
+    if (runs_on_can(uses, path, why, sizeof why))
+        return 0;
+    cli_error("%s: %s (a search plan's \"runs_on\" lists the paths that run it, and search "
+              "names the best plan each path runs)", a->file, why);
+    return 1;
+}
+
 int cmd_run(int argc, char **argv)
 {
     /* Saved activations are megabytes each, allocated by every F and freed
@@ -163,12 +185,8 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
-    if (sched_has_vocab(s) && (a.cuda || mpi_ranks)) { /* before any data is read or the GPU touched */
-        cli_error("%s: vocabulary-parallel passes (S, T) run on the CPU in one process only, "
-                  "not %s; generate the schedule with --vocab plain", a.file,
-                  a.cuda ? "on the GPU" : "over MPI ranks");
+    if (refuse_path(&a, s, mpi_ranks)) /* before any data is read or the GPU touched */
         goto out;
-    }
     if ((rc = load_inputs(&a, s, &setup, &d)) != 0)
         goto out;
     if (a.cuda && rk.world > 1 && (rc = run_gpu_refused("run", &a)) >= 0)

@@ -348,8 +348,10 @@ int cmd_search(int argc, char **argv)
         if (search_annotate(&o, best, &err) < 0 || sched_save_file(best->sched, x.output, &err) < 0 ||
             (x.svg && viz_render_svg_file(best->sched, x.svg, &err) < 0))
             status = cli_fail(&err);
-        else if (!x.json && strcmp(x.output, "-") != 0)
+        else if (!x.json && strcmp(x.output, "-") != 0) {
             search_print_best(&o, best, x.output, x.svg);
+            search_print_runs_on(&o, &r);
+        }
     }
     search_result_free(&r);
     return status;

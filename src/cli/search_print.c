@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "solver/search_runs_on.h"
 #include "src/cli/cli_table.h"
 #include "src/size.h"
 
@@ -227,4 +228,27 @@ void search_print_best(const search_options *o, const search_candidate *best, co
     const cJSON *meta = best->sched ? best->sched->meta : NULL;
     print_device_peaks(meta ? cJSON_GetObjectItem(meta, "predicted") : NULL);
     print_memory_placement(meta ? cJSON_GetObjectItem(meta, "plan") : NULL);
+}
+
+void search_print_runs_on(const search_options *o, const search_result *r)
+{
+    if (r->n_fit == 0)
+        return;
+    unsigned uses = search_runs_on_uses(o, &r->c[0]);
+    for (int p = 0; p < ZB_PATH_COUNT; p++) {
+        char why[160], rcb[32];
+        if (runs_on_can(uses, (zb_path)p, why, sizeof why))
+            continue;
+        int i = search_best_runs_on(o, r, (zb_path)p);
+        if (i < 0) { /* --vocab parallel ranks vocabulary plans only */
+            printf("note: %s, and no plan it runs %s\n", why,
+                   o->vocab == SEARCH_VOCAB_PARALLEL ? "was ranked (--vocab parallel)" : "fits");
+            continue;
+        }
+        const search_candidate *c = &r->c[i];
+        printf("note: %s; the best plan it runs is %s, pp=%d x dp=%d, b=%d, recompute %s, %.1f ms "
+               "(%.1f%% slower than the winner)\n", why, c->label, c->pp, c->dp, c->micro_batch,
+               search_rc_text(c, rcb, sizeof rcb), c->time_ms,
+               r->c[0].time_ms > 0 ? 100.0 * (c->time_ms / r->c[0].time_ms - 1.0) : 0.0);
+    }
 }

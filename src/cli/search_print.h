@@ -24,6 +24,11 @@ void search_print_table(const search_options *o, const search_result *r, const s
 void search_print_best(const search_options *o, const search_candidate *best, const char *output,
                        const char *svg);
 
+/* For each of zbsched's paths (cpu, cuda, mpi) that cannot run the
+ * winner r->c[0], one line on stdout: what the path lacks, and the best
+ * plan it can run (solver/search_runs_on.h), or that none fits. */
+void search_print_runs_on(const search_options *o, const search_result *r);
+
 /* Every candidate, the baseline, the why figures and rows, each depth's
  * best and each target's best as one JSON document on stdout.  Returns 0,
  * or 1 after one line on stderr when memory runs out. */

@@ -234,8 +234,9 @@ int main(void)
         zb_bsaved *sv = NULL;
         zb_err e = { { 0 } };
         CC_OK(gpu->ops->stage_new(gpu, &L, NULL, 0, &gs, err));
-        cc_true("recompute is refused with a reason",
-                gpu->ops->saved_new(gpu, gs, 2, 1, &sv, &e) != 0 && strstr(e.msg, "recomput"));
+        /* (recompute levels themselves: tests/cuda/test_cuda_recompute.c) */
+        cc_true("an unknown recompute level is refused with a reason",
+                gpu->ops->saved_new(gpu, gs, 2, 3, &sv, &e) != 0 && strstr(e.msg, "recompute"));
         gpu->ops->stage_free(gpu, gs);
         llama_stage_free(&L);
     }
