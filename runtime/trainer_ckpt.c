@@ -59,6 +59,8 @@ int trainer_save_stages(const trainer *t_in, const char *path, const unsigned ch
     /* Logically const: only the host mirrors (a cache of the device's
      * buffers) are refreshed. */
     trainer *t = (trainer *)t_in;
+    if (trainer_zero1_whole_state(t, "save", err) != 0)
+        return -1;
     /* Mid-step the generator has moved past batches the parameters have
      * not learnt from: a resume would skip them. */
     if (t->pending)
@@ -90,6 +92,8 @@ int trainer_save_stages(const trainer *t_in, const char *path, const unsigned ch
 
 int trainer_load(trainer *t, const char *path, zb_err *err)
 {
+    if (trainer_zero1_whole_state(t, "load", err) != 0)
+        return -1;
     if (t->pending)
         return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
     /* Read into fresh buffers and commit only when everything matches, so
@@ -155,6 +159,8 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
 int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
                        zb_err *err)
 {
+    if (trainer_zero1_whole_state(t, "load", err) != 0)
+        return -1;
     if (t->pending)
         return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
     if (n_paths < 1)
