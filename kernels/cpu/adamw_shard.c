@@ -34,3 +34,18 @@ void adamw_step_stage_ranges(const llama_stage *st, const adamw_config *c, float
         packed += len[r];
     }
 }
+
+void adamw_sum_squares_feed(double acc[4], const float *g, size_t from, size_t to, size_t n)
+{
+    assert(from <= to && to <= n);
+    size_t body = n / 4 * 4;
+    for (size_t i = from; i < to; i++) {
+        double sq = (double)g[i - from] * g[i - from];
+        acc[i < body ? i % 4 : 0] += sq;
+    }
+}
+
+double adamw_sum_squares_finish(const double acc[4])
+{
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}

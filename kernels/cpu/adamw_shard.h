@@ -30,4 +30,16 @@ void adamw_step_stage_ranges(const llama_stage *st, const adamw_config *c, float
                              const float *grads, float *m, float *v, const size_t *lo,
                              const size_t *len, int n, int t, float lr, float grad_scale);
 
+/* adamw_sum_squares of one tensor of n floats, fed in pieces: the four
+ * partial sums acc[0..3] (zero at the start) take elements [from, to) of
+ * the tensor, whose values are g[0 .. to-from), in the order and lanes
+ * adamw_sum_squares uses (element i < n rounded down to 4 into acc[i mod
+ * 4], the tail into acc[0]).  Feeding the pieces in index order, from
+ * whichever replica holds each, then adamw_sum_squares_finish gives the
+ * bits of adamw_sum_squares over the whole tensor. */
+void adamw_sum_squares_feed(double acc[4], const float *g, size_t from, size_t to, size_t n);
+
+/* (acc[0] + acc[1]) + (acc[2] + acc[3]), adamw_sum_squares's last line. */
+double adamw_sum_squares_finish(const double acc[4]);
+
 #endif
