@@ -276,6 +276,10 @@ static int check_args(const char *prog, run_args *a)
         return cli_usage(prog, "--checkpoint-every needs --checkpoint DIR");
     if (a->outer_flag && a->isl.replicas == 0)
         return cli_usage(prog, "the outer-optimizer flags need --replicas K");
+    if (a->isl.zero1 && a->isl.outer.kind != OUTER_SYNC)
+        return cli_usage(prog, "--zero1 shards data-parallel replicas: it needs --outer sync");
+    if (a->isl.zero1 && a->isl.outer.wire != OUTER_WIRE_FP32)
+        return cli_usage(prog, "--zero1 runs on --allreduce fp32 only");
     if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
         return cli_usage(prog, "--replicas does not support --checkpoint, --resume, --trace or "
                          "--stop-at");
