@@ -33,6 +33,24 @@ int zero1_ranges(const islands_seg_layout *l, int stage, int k, int r, size_t *l
     return n;
 }
 
+int zero1_layout_has_stage(const islands_seg_layout *l, int stage)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->stage[i] == stage)
+            return 1;
+    return 0;
+}
+
+void zero1_count_norm_chain(outer_ring_stats *stats, int k, int n_tensors)
+{
+    if (!stats || k < 2)
+        return;
+    /* k-1 hops of the lanes (4 doubles a tensor), then the result to the
+     * k-1 others (a double a tensor) */
+    stats->bytes_sent += (uint64_t)(k - 1) * 5 * sizeof(double) * (uint64_t)n_tensors;
+    stats->messages += 2 * (uint64_t)(k - 1);
+}
+
 int zero1_shard_trainer(trainer *t, const islands_seg_layout *l, int k, int r, zb_err *err)
 {
     size_t *lo = malloc((size_t)(l->n ? l->n : 1) * sizeof *lo);
@@ -41,6 +59,8 @@ int zero1_shard_trainer(trainer *t, const islands_seg_layout *l, int k, int r, z
     if (!lo || !len)
         rc = zb_fail(err, "ZeRO-1: out of memory");
     for (int s = 0; s < trainer_stage_count(t) && rc == 0; s++) {
+        if (!zero1_layout_has_stage(l, s))
+            continue; /* another process's stage (pipeline ranks) */
         int n = zero1_ranges(l, s, k, r, lo, len);
         if (n == 0)
             rc = zb_fail(err, "ZeRO-1: stage %d is too small to shard over %d replicas", s, k);
@@ -120,6 +140,7 @@ int zero1_reduce(trainer *const *t, int k, const islands_seg_layout *l, outer_ri
             bufs[c] = trainer_stage_grads(t[outer_ring_owner(k, c)], s, &n);
         }
         zero1_stage_sumsq(t[0], l, s, k, bufs, acc, sq);
+        zero1_count_norm_chain(stats, k, trainer_stage_layout(t[0], s)->n_tensors);
         for (int r = 0; r < k; r++)
             trainer_set_stage_sumsq(t[r], s, sq);
     }

@@ -8,7 +8,8 @@
  * replica receives the mean of its own shard only), every replica steps
  * its shard with its shard's m and v, and the stepped parameters are
  * all-gathered.  The wire carries what one all-reduce carries (a
- * reduce-scatter plus an all-gather of the same size), and the optimizer
+ * reduce-scatter plus an all-gather of the same size) plus the norm's
+ * chain (5 doubles a tensor a hop, zero1_count_norm_chain), and the optimizer
  * state per replica drops from 8 B to 8/K B per parameter.
  *
  * The determinism contract: losses bit-identical to the unsharded sync.
@@ -52,8 +53,19 @@
  * each).  Returns the number of ranges. */
 int zero1_ranges(const islands_seg_layout *l, int stage, int k, int r, size_t *lo, size_t *len);
 
-/* Shards every stage of t (replica r of k) with trainer_shard_optimizer
- * over zero1_ranges.  Before the first step.  0, or -1 with err set (the
+/* 1 when some segment of l is on stage `stage` (pipeline ranks keep only
+ * their own stages' segments). */
+int zero1_layout_has_stage(const islands_seg_layout *l, int stage);
+
+/* Accounts the norm's chain for a stage of n_tensors tensors over k
+ * replicas: k-1 hops of 4 doubles a tensor (the lanes, owner to owner in
+ * chunk order), then k-1 copies of a double a tensor (the result from the
+ * last owner).  In process the chain is a loop; the bytes are what the
+ * processes send (mpi_zero1.c), so both runs report the same traffic. */
+void zero1_count_norm_chain(outer_ring_stats *stats, int k, int n_tensors);
+
+/* Shards every stage of t that has segments in l (replica r of k) with
+ * trainer_shard_optimizer over zero1_ranges.  Before the first step.  0, or -1 with err set (the
  * backend cannot shard, a stage with nothing to own, memory). */
 int zero1_shard_trainer(trainer *t, const islands_seg_layout *l, int k, int r, zb_err *err);
 
