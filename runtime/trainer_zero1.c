@@ -61,8 +61,24 @@ void trainer_set_stage_sumsq(trainer *t, int stage, const double *sq)
 int trainer_zero1_whole_state(const trainer *t, const char *what, zb_err *err)
 {
     for (int s = 0; s < t->n_stages; s++)
-        if (t->st[s].opt_floats)
+        if (t->st[s].opt_floats && !t->st[s].ckpt_moment[0])
             return zb_fail(err, "cannot %s a checkpoint of a ZeRO-1 replica's trainer: it holds "
-                           "1/K of the optimizer state (the islands gather it)", what);
+                           "1/K of the optimizer state (zero1_ckpt_begin gathers it)", what);
     return 0;
+}
+
+void trainer_zero1_checkpoint_moments(trainer *t, int stage, float *m, float *v)
+{
+    assert(stage >= 0 && stage < t->n_stages);
+    assert((m == NULL) == (v == NULL));
+    t->st[stage].ckpt_moment[0] = m;
+    t->st[stage].ckpt_moment[1] = v;
+}
+
+float *trainer_zero1_ckpt_buffer(trainer *t, int s, zb_bbuf which, int load)
+{
+    stage_rt *r = &t->st[s];
+    if ((which == ZB_BUF_ADAM_M || which == ZB_BUF_ADAM_V) && r->ckpt_moment[0])
+        return r->ckpt_moment[which == ZB_BUF_ADAM_V];
+    return load ? t->be->ops->host(t->be, r->bs, which) : trainer_mirror_get(t, s, which, 0);
 }

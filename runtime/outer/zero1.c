@@ -168,3 +168,92 @@ size_t zero1_optimizer_bytes(const trainer *t, const unsigned char *own)
             floats += trainer_stage_optimizer_floats(t, s);
     return 2 * sizeof(float) * floats;
 }
+
+/* Copies replica r's shard of stage s between its packed moments and the
+ * whole arrays m and v: to_whole 1 gathers, 0 scatters. */
+static void shard_copy(trainer *t, const islands_seg_layout *l, int s, int k, int r, float *m,
+                       float *v, int to_whole, size_t *lo, size_t *len)
+{
+    size_t n;
+    float *pm = trainer_stage_adam_m(t, s, &n), *pv = trainer_stage_adam_v(t, s, &n);
+    int nr = zero1_ranges(l, s, k, r, lo, len);
+    size_t at = 0;
+    for (int i = 0; i < nr; i++) {
+        if (to_whole) {
+            memcpy(m + lo[i], pm + at, len[i] * sizeof *m);
+            memcpy(v + lo[i], pv + at, len[i] * sizeof *v);
+        } else {
+            memcpy(pm + at, m + lo[i], len[i] * sizeof *m);
+            memcpy(pv + at, v + lo[i], len[i] * sizeof *v);
+        }
+        at += len[i];
+    }
+    assert(at == n);
+    (void)n;
+}
+
+static void ckpt_free(zero1_ckpt *c)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        if (c->m)
+            free(c->m[s]);
+        if (c->v)
+            free(c->v[s]);
+    }
+    free(c->m);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+int zero1_ckpt_begin(trainer *const *t, int k, const islands_seg_layout *l, zero1_ckpt *c,
+                     zb_err *err)
+{
+    memset(c, 0, sizeof *c);
+    int S = trainer_stage_count(t[0]);
+    c->n_stages = S;
+    c->m = calloc((size_t)S, sizeof *c->m);
+    c->v = calloc((size_t)S, sizeof *c->v);
+    size_t *lo = malloc(sizeof *lo * (size_t)(l->n ? l->n : 1));
+    size_t *len = malloc(sizeof *len * (size_t)(l->n ? l->n : 1));
+    int rc = !c->m || !c->v || !lo || !len ? zb_fail(err, "ZeRO-1: out of memory") : 0;
+    for (int s = 0; s < S && rc == 0; s++) {
+        if (!zero1_layout_has_stage(l, s))
+            continue;
+        size_t n;
+        trainer_stage_params(t[0], s, &n);
+        c->m[s] = malloc(sizeof(float) * (n ? n : 1));
+        c->v[s] = malloc(sizeof(float) * (n ? n : 1));
+        if (!c->m[s] || !c->v[s]) {
+            rc = zb_fail(err, "ZeRO-1: out of memory for a stage's whole moments (%zu floats)", n);
+            break;
+        }
+        for (int r = 0; r < k; r++)
+            shard_copy(t[r], l, s, k, r, c->m[s], c->v[s], 1, lo, len);
+    }
+    free(lo);
+    free(len);
+    if (rc != 0) {
+        ckpt_free(c);
+        return -1;
+    }
+    for (int r = 0; r < k; r++)
+        for (int s = 0; s < S; s++)
+            if (c->m[s])
+                trainer_zero1_checkpoint_moments(t[r], s, c->m[s], c->v[s]);
+    return 0;
+}
+
+void zero1_ckpt_end(trainer *const *t, int k, const islands_seg_layout *l, zero1_ckpt *c,
+                    int loaded)
+{
+    size_t lo[l->n ? l->n : 1], len[l->n ? l->n : 1];
+    for (int r = 0; r < k; r++)
+        for (int s = 0; s < c->n_stages; s++) {
+            if (!c->m[s])
+                continue;
+            if (loaded)
+                shard_copy(t[r], l, s, k, r, c->m[s], c->v[s], 0, lo, len);
+            trainer_zero1_checkpoint_moments(t[r], s, NULL, NULL);
+        }
+    ckpt_free(c);
+}

@@ -35,8 +35,12 @@
  * Only the fp32 wire: the int8 wire quantizes the owner's chunk, which
  * would make the stepped parameters, not the gradient, lossy.
  *
- * Checkpoints: a sharded trainer refuses trainer_save (it would write 1/K
- * of m and v); `--replicas` takes no --checkpoint on this branch.
+ * Checkpoints hold the whole optimizer state (Megatron's distributed
+ * optimizer gathers its shards at save the same way): zero1_ckpt_begin
+ * assembles m and v from the replicas' shards for trainer_save, and after
+ * a trainer_load zero1_ckpt_end splits them again, so one file resumes a
+ * sharded or an unsharded run with the same bits.  A sharded trainer
+ * refuses to save or load without them (it would write 1/K of m and v).
  */
 #ifndef ZB_OUTER_ZERO1_H
 #define ZB_OUTER_ZERO1_H
@@ -96,6 +100,32 @@ int zero1_reduce(trainer *const *t, int k, const islands_seg_layout *l, outer_ri
 /* After every trainer_apply: each owner's stepped chunk of every segment
  * copied to the other replicas' parameters around the ring. */
 void zero1_gather(trainer *const *t, int k, const islands_seg_layout *l, outer_ring_stats *stats);
+
+/* A checkpoint of sharded replicas: the whole moments of every stage,
+ * assembled from the shards (zero1_ckpt_begin) and handed to each
+ * replica's trainer for trainer_save / trainer_load. */
+typedef struct zero1_ckpt {
+    int n_stages; /* entries of m and v */
+    float **m;    /* [n_stages] whole first moment of each stage (NULL: not in the layout) */
+    float **v;    /* [n_stages] whole second moment */
+} zero1_ckpt;
+
+/* Assembles the whole m and v of every stage of l from the shards of the
+ * k replicas t[0..k) (replica r sharded as zero1_shard_trainer(.., k, r))
+ * and gives them to every replica (trainer_zero1_checkpoint_moments): any
+ * replica's trainer_save then writes the whole optimizer state, the same
+ * file an unsharded replica writes, and trainer_load fills them.  Costs
+ * 8 B a parameter while it lasts.  0, or -1 with err (memory; nothing
+ * changed). */
+int zero1_ckpt_begin(trainer *const *t, int k, const islands_seg_layout *l, zero1_ckpt *c,
+                     zb_err *err);
+
+/* Ends what zero1_ckpt_begin started: with loaded != 0 (the replicas
+ * loaded a checkpoint into the whole moments), first copies each
+ * replica's ranges of them into its shard; then takes the whole moments
+ * back from the trainers and frees them. */
+void zero1_ckpt_end(trainer *const *t, int k, const islands_seg_layout *l, zero1_ckpt *c,
+                    int loaded);
 
 /* Bytes of AdamW state (m and v) t holds: 2 * 4 * its optimizer floats
  * over all stages (the stages of `own`, or all when own is NULL). */

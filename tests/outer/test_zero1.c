@@ -12,13 +12,17 @@
  *     its ranges, and hold 1/K of the floats (to a chunk's rounding);
  *   - the per-tensor norms fed chunk by chunk equal adamw_tensor_sum_squares
  *     of the whole buffer, bit for bit, for a tensor cut at any point;
- *   - a sharded trainer refuses to write a whole-state checkpoint.
+ *   - a sharded trainer refuses to save its shard alone; with the whole
+ *     moments assembled (zero1_ckpt_begin) its checkpoint resumes a
+ *     sharded and an unsharded run, both on the bits of an uninterrupted
+ *     run.
  */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/adamw_shard.h"
 #include "runtime/outer/islands.h"
@@ -185,6 +189,78 @@ START_TEST(zero1_k3_same_bits)
 }
 END_TEST
 
+/* Every replica's parameters of x and y are the same bits. */
+static void assert_same_params(replicas *x, replicas *y, const char *what)
+{
+    for (int r = 0; r < x->k; r++)
+        for (int st = 0; st < trainer_stage_count(x->t[r]); st++) {
+            size_t n;
+            const float *a = trainer_stage_params(x->t[r], st, &n);
+            const float *b = trainer_stage_params(y->t[r], st, &n);
+            ck_assert_msg(memcmp(a, b, n * sizeof *a) == 0, "%s: replica %d stage %d differs",
+                          what, r, st);
+        }
+}
+
+/* A checkpoint of sharded replicas holds the whole optimizer state: it
+ * resumes a sharded and an unsharded run, both continuing with the bits
+ * of a run never interrupted. */
+START_TEST(zero1_checkpoint_resumes_either_way)
+{
+    enum { K = 2, HALF = 4 };
+    zb_data *d = fixture_data(32);
+    sched_t *s = fixture_scrambled_w(2);
+    char dir[] = "/tmp/zb-zero1-XXXXXX";
+    ck_assert(mkdtemp(dir) != NULL);
+    char path[K][300];
+    for (int r = 0; r < K; r++)
+        snprintf(path[r], sizeof path[r], "%s/replica%d.ckpt", dir, r);
+    zb_err err = { "" };
+    replicas ref, a, b, c;
+    replicas_init(&ref, s, d, K, 0.5f, 0);
+    for (int i = 0; i < 2 * HALF; i++)
+        replicas_step(&ref, 0);
+
+    replicas_init(&a, s, d, K, 0.5f, 1);
+    for (int i = 0; i < HALF; i++)
+        replicas_step(&a, 1);
+    zero1_ckpt ck;
+    ck_assert_msg(zero1_ckpt_begin(a.t, K, &a.l, &ck, &err) == 0, "%s", err.msg);
+    for (int r = 0; r < K; r++) /* each replica's file: its data stream, the whole moments */
+        ck_assert_msg(trainer_save(a.t[r], path[r], &err) == 0, "%s", err.msg);
+    zero1_ckpt_end(a.t, K, &a.l, &ck, 0);
+    ck_assert(trainer_save(a.t[0], path[0], &err) != 0); /* the shard alone: refused */
+
+    /* resumed sharded */
+    replicas_init(&b, s, d, K, 0.5f, 1);
+    ck_assert_msg(zero1_ckpt_begin(b.t, K, &b.l, &ck, &err) == 0, "%s", err.msg);
+    for (int r = 0; r < K; r++)
+        ck_assert_msg(trainer_load(b.t[r], path[r], &err) == 0, "%s", err.msg);
+    zero1_ckpt_end(b.t, K, &b.l, &ck, 1);
+    /* resumed unsharded */
+    replicas_init(&c, s, d, K, 0.5f, 0);
+    for (int r = 0; r < K; r++)
+        ck_assert_msg(trainer_load(c.t[r], path[r], &err) == 0, "%s", err.msg);
+    for (int i = 0; i < HALF; i++) {
+        replicas_step(&a, 1);
+        replicas_step(&b, 1);
+        replicas_step(&c, 0);
+    }
+    assert_same_params(&ref, &a, "uninterrupted ZeRO-1");
+    assert_same_params(&ref, &b, "resumed with ZeRO-1");
+    assert_same_params(&ref, &c, "resumed without ZeRO-1");
+    for (int r = 0; r < K; r++)
+        unlink(path[r]);
+    rmdir(dir);
+    replicas_free(&ref);
+    replicas_free(&a);
+    replicas_free(&b);
+    replicas_free(&c);
+    sched_free(s);
+    data_free(d);
+}
+END_TEST
+
 /* adamw_sum_squares_feed in pieces = adamw_sum_squares whole, for every
  * cut of tensors whose lengths leave every tail size. */
 START_TEST(norm_pieces_same_bits)
@@ -216,6 +292,7 @@ int main(void)
     tcase_add_test(tc, norm_pieces_same_bits);
     tcase_add_test(tc, zero1_k2_same_bits);
     tcase_add_test(tc, zero1_k3_same_bits);
+    tcase_add_test(tc, zero1_checkpoint_resumes_either_way);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
