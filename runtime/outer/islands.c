@@ -540,6 +540,25 @@ void islands_way(islands *x, job_way *w)
     w->step_count = way_step_count;
 }
 
+int islands_checkpoint_begin(islands *x, zero1_ckpt *c, zb_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (!x->io.zero1)
+        return 0;
+    return zero1_ckpt_begin(x->is.t, x->io.replicas, &x->is.l, c, err);
+}
+
+void islands_checkpoint_end(islands *x, zero1_ckpt *c, int loaded)
+{
+    if (x->io.zero1)
+        zero1_ckpt_end(x->is.t, x->io.replicas, &x->is.l, c, loaded);
+}
+
+trainer *islands_replica(islands *x, int id)
+{
+    return id >= 0 && id < x->is.cap ? x->is.t[id] : NULL;
+}
+
 void islands_totals(const islands *x, islands_result *r)
 {
     r->bytes_sent = outer_traffic(x->o)->bytes_sent + x->zero1_traffic.bytes_sent;

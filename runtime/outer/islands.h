@@ -139,6 +139,21 @@ void islands_free(islands *x);
  *             the final evaluation is of the synchronized model. */
 void islands_way(islands *x, struct job_way *w);
 
+struct zero1_ckpt;
+
+/* Around a checkpoint of sync replicas under ZeRO-1 (zero1.h): begin
+ * gathers the whole AdamW moments from the shards into every replica's
+ * trainer, so that trainer_save / trainer_load of any replica writes or
+ * reads the whole optimizer state (the file an unsharded run writes); end
+ * splits what was loaded (loaded != 0) back into the shards and frees the
+ * whole moments.  Without ZeRO-1 both do nothing.  begin: 0, or -1 with
+ * err (memory). */
+int islands_checkpoint_begin(islands *x, struct zero1_ckpt *c, zb_err *err);
+void islands_checkpoint_end(islands *x, struct zero1_ckpt *c, int loaded);
+
+/* The trainer of replica id (NULL when absent), e.g. to checkpoint it. */
+trainer *islands_replica(islands *x, int id);
+
 /* x's outer figures into r: bytes_sent, outer_steps, eliminated,
  * skipped, final_replicas, optimizer_bytes (the other fields untouched). */
 void islands_totals(const islands *x, islands_result *r);
