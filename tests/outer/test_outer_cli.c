@@ -136,8 +136,10 @@ START_TEST(zero1_same_losses_half_the_state)
     ck_assert(whole > 0);
     /* the shard is half of every segment, an odd segment's extra float aside */
     ck_assert_msg(half * 2 >= whole - 1024 && half * 2 <= whole + 1024, "%g vs %g", half, whole);
-    /* the same traffic: a reduce-scatter and an all-gather are an all-reduce */
-    ck_assert(json_num(j[0], "bytes_sent") == json_num(j[1], "bytes_sent"));
+    /* a reduce-scatter and an all-gather are an all-reduce; the norm's
+     * chain adds 5 doubles a tensor a hop, far below 1% of it */
+    double sync = json_num(j[0], "bytes_sent"), z1 = json_num(j[1], "bytes_sent");
+    ck_assert_msg(z1 > sync && z1 - sync < 0.01 * sync, "%g vs %g", z1, sync);
     free(la);
     free(lb);
     for (int z = 0; z < 2; z++) {
