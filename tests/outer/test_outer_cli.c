@@ -150,6 +150,56 @@ START_TEST(zero1_same_losses_half_the_state)
 }
 END_TEST
 
+/* A plan priced with ZeRO-1 (plan.zero1_dp 2) runs with it under
+ * --replicas 2 --outer sync, without --zero1: the losses of the explicit
+ * flag, half the optimizer bytes. */
+START_TEST(plan_zero1_dp_turns_zero1_on)
+{
+    char plan_path[300];
+    snprintf(plan_path, sizeof plan_path, "%s/plan.json", dir);
+    sched_t *s = fixture_gpipe2();
+    strcpy(s->name, "gpipe-2");
+    s->meta = cJSON_Parse(
+        "{\"model\":{\"name\":\"cli-tiny\",\"n_layers\":2,\"d_model\":32,\"n_heads\":4,"
+        "\"n_kv_heads\":2,\"d_ff\":64,\"vocab\":65,\"seq_len\":32,\"micro_batch\":2,"
+        "\"swiglu\":1,\"tied_embedding\":0,\"rope_theta\":10000,\"dtype\":\"fp32\"},"
+        "\"plan\":{\"schedule\":\"gpipe-2\",\"micro_batch\":2,\"data_parallel\":2,"
+        "\"zero1_dp\":2,\"layers_per_stage\":[1,1]}}");
+    ck_assert(s->meta != NULL);
+    zb_err err = { "" };
+    ck_assert_msg(sched_save_file(s, plan_path, &err) == 0, "%s", err.msg);
+    sched_free(s);
+    const char *root = getenv("ZB_SOURCE_ROOT");
+    char args[1024];
+    char *out[2], *errt[2];
+    cJSON *j[2];
+    const char *flags[2] = { "", " --zero1" };
+    for (int z = 0; z < 2; z++) {
+        snprintf(args, sizeof args, "run '%s' --eval-windows 4 -q --steps 4 --replicas 2 "
+                 "--outer sync --json%s", plan_path, flags[z]);
+        out[z] = calloc(1, 1 << 20);
+        errt[z] = calloc(1, 1 << 20);
+        int rc = cli_run(root, NULL, args, out[z], 1 << 20, errt[z], 1 << 20);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, errt[z]);
+        ck_assert_msg((j[z] = cJSON_Parse(out[z])) != NULL, "not JSON: %s", out[z]);
+    }
+    ck_assert_msg(cJSON_IsTrue(cJSON_GetObjectItem(j[0], "zero1")), "the plan's zero1_dp was ignored");
+    char *la = cJSON_PrintUnformatted(cJSON_GetObjectItem(j[0], "losses"));
+    char *lb = cJSON_PrintUnformatted(cJSON_GetObjectItem(j[1], "losses"));
+    ck_assert_str_eq(la, lb);
+    ck_assert(json_num(j[0], "optimizer_bytes_per_replica") ==
+              json_num(j[1], "optimizer_bytes_per_replica"));
+    free(la);
+    free(lb);
+    for (int z = 0; z < 2; z++) {
+        cJSON_Delete(j[z]);
+        free(out[z]);
+        free(errt[z]);
+    }
+    unlink(plan_path);
+}
+END_TEST
+
 static void expect_usage_error(const char *extra, const char *needle)
 {
     char *out, *errt;
@@ -185,6 +235,7 @@ int main(void)
     tcase_add_test(tc, replicas_json_has_bytes_sent);
     tcase_add_test(tc, bad_flags_are_one_line_usage_errors);
     tcase_add_test(tc, zero1_same_losses_half_the_state);
+    tcase_add_test(tc, plan_zero1_dp_turns_zero1_on);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
