@@ -204,6 +204,16 @@ typedef struct zb_backend_ops {
     /* Post-validation: copy params, m and v aside, and put them back. */
     int (*snapshot)(zb_backend *be, zb_bstage *st, zb_err *err);
     int (*restore)(zb_backend *be, zb_bstage *st, zb_err *err);
+    /* Optional (ZeRO-1, runtime/outer/zero1.h): from now on the stage's
+     * optimizer state covers only the n ranges [lo[i], lo[i] + len[i]) of
+     * its parameters (increasing, disjoint; copied): m and v hold those
+     * floats concatenated in range order (host(ADAM_M) and host(ADAM_V)
+     * give that many floats, not llama_stage_num_params), adamw steps
+     * only those ranges, snapshot and restore cover only them.  Called
+     * before the first step, while m and v are zero.  NULL: the backend
+     * keeps whole state, and ZeRO-1 is refused on it.  0 or -1. */
+    int (*opt_shard)(zb_backend *be, zb_bstage *st, const size_t *lo, const size_t *len, int n,
+                     zb_err *err);
 
     /* ---- vocabulary passes (optional: a backend without them has all
      * NULL, and the executor refuses vocabulary-parallel schedules on it) ----

@@ -260,6 +260,16 @@ static int rk_restore(zb_backend *be, zb_bstage *st, zb_err *err)
     return INNER(be)->ops->restore(INNER(be), rs->inner, err);
 }
 
+/* ZeRO-1: a remote stage's mirrors are never stepped here; nothing to do. */
+static int rk_opt_shard(zb_backend *be, zb_bstage *st, const size_t *lo, const size_t *len, int n,
+                        zb_err *err)
+{
+    rank_stage *rs = RS(st);
+    if (!rs->inner)
+        return 0;
+    return INNER(be)->ops->opt_shard(INNER(be), rs->inner, lo, len, n, err);
+}
+
 static int rk_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err *err)
 {
     return INNER(be)->ops->memory(INNER(be), static_bytes, peak, err);
@@ -315,6 +325,7 @@ int backend_rank_wrap(zb_backend *inner, int local, zb_backend **out, zb_err *er
         .adamw = rk_adamw,
         .snapshot = rk_snapshot,
         .restore = rk_restore,
+        .opt_shard = in->opt_shard ? rk_opt_shard : NULL,
         .memory = rk_memory,
     };
     be->ops = &im->ops;

@@ -280,6 +280,41 @@ float *trainer_stage_adam_v(trainer *t, int stage, size_t *n);
  * stage's whole optimizer state from the rank that trains it). */
 int64_t *trainer_stage_adam_t(trainer *t, int stage);
 
+/* ZeRO-1 (runtime/outer/zero1.h; trainer_zero1.c).  Shards stage
+ * `stage`'s optimizer state: from now on it keeps AdamW's m and v for the
+ * n ranges [lo[i], lo[i] + len[i]) of the stage's parameters only
+ * (increasing, disjoint), steps only those parameters, and snapshots only
+ * them for post-validation; trainer_stage_adam_m / _v then give the
+ * shard's floats, packed in range order.  The other parameters are left
+ * as they are by an apply: the caller gathers them from the replicas
+ * that own them.  Call before the first step.  Returns 0, or -1 with err
+ * set (the backend cannot shard, bad ranges, a step already taken,
+ * memory).  A sharded trainer refuses trainer_save and trainer_load
+ * unless it was given whole moments (trainer_zero1_checkpoint_moments). */
+int trainer_shard_optimizer(trainer *t, int stage, const size_t *lo, const size_t *len, int n,
+                            zb_err *err);
+
+/* Floats in each of stage `stage`'s AdamW moments (m, v): its parameter
+ * count, or the shard's after trainer_shard_optimizer. */
+size_t trainer_stage_optimizer_floats(const trainer *t, int stage);
+
+/* ZeRO-1: the squared norms of stage `stage`'s gradient tensors (sq has
+ * trainer_stage_layout(t, stage)->n_tensors doubles, each the sum of
+ * squares of the reduced gradient's tensor in index order, as the
+ * backend's grad_sumsq computes it) for the next trainer_apply to use
+ * instead of the stage's own gradient buffer, which holds the reduced
+ * gradient only on this replica's shard.  Used once. */
+void trainer_set_stage_sumsq(trainer *t, int stage, const double *sq);
+
+/* ZeRO-1 checkpoints: whole m and v of stage `stage` (n_params floats
+ * each, borrowed, NULL to clear) that trainer_save writes and
+ * trainer_load / trainer_load_parts fill instead of the shard, so that a
+ * checkpoint holds the whole optimizer state whether or not it was
+ * sharded (zero1.h's zero1_ckpt_begin assembles them from the replicas
+ * and zero1_ckpt_end hands each replica its shard of what was loaded).
+ * While a sharded stage has none, save and load refuse. */
+void trainer_zero1_checkpoint_moments(trainer *t, int stage, float *m, float *v);
+
 /* Buffers of trainer_host_sync (bits). */
 enum {
     TRAINER_BUF_PARAMS = 1, /* trainer_stage_params */

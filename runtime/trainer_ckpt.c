@@ -59,6 +59,8 @@ int trainer_save_stages(const trainer *t_in, const char *path, const unsigned ch
     /* Logically const: only the host mirrors (a cache of the device's
      * buffers) are refreshed. */
     trainer *t = (trainer *)t_in;
+    if (trainer_zero1_whole_state(t, "save", err) != 0)
+        return -1;
     /* Mid-step the generator has moved past batches the parameters have
      * not learnt from: a resume would skip them. */
     if (t->pending)
@@ -79,8 +81,8 @@ int trainer_save_stages(const trainer *t_in, const char *path, const unsigned ch
         int mine = !own || own[s];
         size_t bytes = mine ? sizeof(float) * r->n_params : 0; /* empty: another part's */
         parts[2 + 4 * s] = (ckpt_part){ mine ? trainer_mirror_get(t, s, ZB_BUF_PARAMS, 0) : NULL, bytes };
-        parts[3 + 4 * s] = (ckpt_part){ mine ? trainer_mirror_get(t, s, ZB_BUF_ADAM_M, 0) : NULL, bytes };
-        parts[4 + 4 * s] = (ckpt_part){ mine ? trainer_mirror_get(t, s, ZB_BUF_ADAM_V, 0) : NULL, bytes };
+        parts[3 + 4 * s] = (ckpt_part){ mine ? trainer_zero1_ckpt_buffer(t, s, ZB_BUF_ADAM_M, 0) : NULL, bytes };
+        parts[4 + 4 * s] = (ckpt_part){ mine ? trainer_zero1_ckpt_buffer(t, s, ZB_BUF_ADAM_V, 0) : NULL, bytes };
         parts[5 + 4 * s] = (ckpt_part){ &r->adam_t, mine ? sizeof r->adam_t : 0 };
     }
     int rc = trainer_be_check(t, err) != 0 ? -1 : ckpt_write(path, parts, n, err);
@@ -90,6 +92,8 @@ int trainer_save_stages(const trainer *t_in, const char *path, const unsigned ch
 
 int trainer_load(trainer *t, const char *path, zb_err *err)
 {
+    if (trainer_zero1_whole_state(t, "load", err) != 0)
+        return -1;
     if (t->pending)
         return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
     /* Read into fresh buffers and commit only when everything matches, so
@@ -129,7 +133,7 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
         for (int s = 0; s < t->n_stages; s++) {
             stage_rt *r = &t->st[s];
             for (int k = 0; k < 3; k++) {
-                float *dst = t->be->ops->host(t->be, r->bs, which[k]);
+                float *dst = trainer_zero1_ckpt_buffer(t, s, which[k], 1);
                 memcpy(dst, parts[2 + 4 * s + k].data, sizeof(float) * r->n_params);
                 if (t->mirrored) {
                     r->dev_newer &= ~(1u << which[k]);
@@ -155,6 +159,8 @@ int trainer_load(trainer *t, const char *path, zb_err *err)
 int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int need_all,
                        zb_err *err)
 {
+    if (trainer_zero1_whole_state(t, "load", err) != 0)
+        return -1;
     if (t->pending)
         return zb_fail(err, "cannot load a checkpoint between trainer_backward and trainer_apply");
     if (n_paths < 1)
@@ -223,7 +229,7 @@ int trainer_load_parts(trainer *t, const char *const *paths, int n_paths, int ne
             /* into the host mirrors, as trainer_load does */
             static const zb_bbuf which[3] = { ZB_BUF_PARAMS, ZB_BUF_ADAM_M, ZB_BUF_ADAM_V };
             for (int k = 0; k < 3; k++) {
-                float *dst = t->be->ops->host(t->be, r->bs, which[k]);
+                float *dst = trainer_zero1_ckpt_buffer(t, s, which[k], 1);
                 memcpy(dst, pt[2 + 4 * s + k].data, pt[2 + 4 * s + k].bytes);
                 if (t->mirrored) {
                     r->dev_newer &= ~(1u << which[k]);

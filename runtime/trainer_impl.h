@@ -72,6 +72,13 @@ typedef struct stage_rt {
     int64_t snap_t;        /* post-validation snapshot of adam_t (the backend keeps
                             * the snapshot of params, m and v) */
     double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
+    int sq_given;          /* ZeRO-1: 1 when tensor_sq was set by trainer_set_stage_sumsq
+                            * for the next norm (used once, instead of grad_sumsq) */
+    size_t opt_floats;     /* ZeRO-1: floats in m and in v (trainer_shard_optimizer);
+                            * 0: whole state, n_params */
+    float *ckpt_moment[2]; /* ZeRO-1: whole m and v (n_params floats each, borrowed)
+                            * that checkpoints write and read instead of the
+                            * shard (trainer_zero1_checkpoint_moments); NULL: none */
     zb_bsaved **saved;     /* [m] per micro-batch saved state (F -> B -> W) */
     zb_bgrads **w_scratch; /* [m] weight gradients of W ops run ahead of order */
     zb_bgrads **w_free;    /* [m] spare scratch buffers for w_scratch (reused) */
@@ -194,6 +201,17 @@ void trainer_w_scratch_put(trainer *t, stage_rt *r, zb_bgrads *p);
 /* Adds stage r's squared gradient norm onto *partial tensor by tensor.
  * 0 or -1 (backend failure). */
 int trainer_add_stage_norm(trainer *t, stage_rt *r, double *partial, zb_err *err);
+
+/* 0 when every stage keeps whole optimizer state; -1 with err naming
+ * `what` (a checkpoint "save" or "load", which read and write whole m and
+ * v) when trainer_shard_optimizer sharded one (trainer_zero1.c). */
+int trainer_zero1_whole_state(const trainer *t, const char *what, zb_err *err);
+
+/* The buffer a checkpoint writes (save) or fills (load) for stage s's
+ * `which`: ZeRO-1's whole moments where they were given, else the host
+ * mirror (save: trainer_mirror_get for reading; load: the backend's host
+ * buffer, whose mirror flags the caller updates). */
+float *trainer_zero1_ckpt_buffer(trainer *t, int s, zb_bbuf which, int load);
 
 /* One AdamW step of stage r with its gradient scaled by `scale`, at the
  * running step's learning rate.  0 or -1. */

@@ -99,14 +99,14 @@ float *trainer_stage_grads(trainer *t, int stage, size_t *n)
 float *trainer_stage_adam_m(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
-    *n = t->st[stage].n_params;
+    *n = t->st[stage].opt_floats ? t->st[stage].opt_floats : t->st[stage].n_params;
     return trainer_mirror_get(t, stage, ZB_BUF_ADAM_M, 1);
 }
 
 float *trainer_stage_adam_v(trainer *t, int stage, size_t *n)
 {
     assert(stage >= 0 && stage < t->n_stages);
-    *n = t->st[stage].n_params;
+    *n = t->st[stage].opt_floats ? t->st[stage].opt_floats : t->st[stage].n_params;
     return trainer_mirror_get(t, stage, ZB_BUF_ADAM_V, 1);
 }
 

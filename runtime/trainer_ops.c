@@ -273,7 +273,9 @@ static int op_backward_w(trainer *t, int s, int j, zb_err *err)
  * however the model is split.  0 or -1 (backend failure). */
 int trainer_add_stage_norm(trainer *t, stage_rt *r, double *partial, zb_err *err)
 {
-    if (t->be->ops->grad_sumsq(t->be, r->bs, r->tensor_sq, err) != 0)
+    if (r->sq_given) /* ZeRO-1: the replicas summed the reduced gradient's squares */
+        r->sq_given = 0;
+    else if (t->be->ops->grad_sumsq(t->be, r->bs, r->tensor_sq, err) != 0)
         return -1;
     for (int i = 0; i < r->layout.n_tensors; i++)
         *partial += r->tensor_sq[i];

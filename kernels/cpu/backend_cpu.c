@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/adamw_shard.h"
 #include "kernels/cpu/backend_cpu_impl.h"
 #include "kernels/cpu/backend_cpu_vocab.h"
 
@@ -49,6 +50,8 @@ static void cpu_stage_free(zb_backend *be, zb_bstage *bst)
         free(st->buf[k]);
     for (int k = 0; k < 3; k++)
         free(st->snap[k]);
+    free(st->shard_lo);
+    free(st->shard_len);
     free(st);
 }
 
@@ -216,9 +219,69 @@ static int cpu_adamw(zb_backend *be, zb_bstage *bst, const adamw_config *c, int 
     (void)be;
     (void)err;
     cpu_stage *st = (cpu_stage *)bst;
-    adamw_step_stage(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
-                     st->buf[ZB_BUF_ADAM_M], st->buf[ZB_BUF_ADAM_V], t, lr, grad_scale);
+    if (st->n_shard > 0)
+        adamw_step_stage_ranges(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
+                                st->buf[ZB_BUF_ADAM_M], st->buf[ZB_BUF_ADAM_V], st->shard_lo,
+                                st->shard_len, st->n_shard, t, lr, grad_scale);
+    else
+        adamw_step_stage(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
+                         st->buf[ZB_BUF_ADAM_M], st->buf[ZB_BUF_ADAM_V], t, lr, grad_scale);
     return 0;
+}
+
+/* ZeRO-1: m and v shrink to the shard's floats (backend.h's opt_shard). */
+static int cpu_opt_shard(zb_backend *be, zb_bstage *bst, const size_t *lo, const size_t *len,
+                         int n, zb_err *err)
+{
+    cpu_impl *im = be->impl;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (st->n_shard > 0 || st->snap[0])
+        return zb_fail(err, "opt_shard: the stage's optimizer state is already in use");
+    if (n < 1)
+        return zb_fail(err, "opt_shard: an empty shard");
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (len[i] == 0 || lo[i] + len[i] > st->n || (i > 0 && lo[i] < lo[i - 1] + len[i - 1]))
+            return zb_fail(err, "opt_shard: range %d [%zu, +%zu) is empty, out of the stage "
+                           "or out of order", i, lo[i], len[i]);
+        total += len[i];
+    }
+    size_t *l = malloc((size_t)n * sizeof *l), *c = malloc((size_t)n * sizeof *c);
+    float *m = cpu_floats(total), *v = cpu_floats(total);
+    if (!l || !c || !m || !v) {
+        free(l);
+        free(c);
+        free(m);
+        free(v);
+        return zb_fail(err, "out of memory for an optimizer shard of %zu floats", total);
+    }
+    memcpy(l, lo, (size_t)n * sizeof *l);
+    memcpy(c, len, (size_t)n * sizeof *c);
+    free(st->buf[ZB_BUF_ADAM_M]);
+    free(st->buf[ZB_BUF_ADAM_V]);
+    st->buf[ZB_BUF_ADAM_M] = m;
+    st->buf[ZB_BUF_ADAM_V] = v;
+    st->shard_lo = l;
+    st->shard_len = c;
+    st->n_shard = n;
+    st->shard_n = total;
+    __atomic_sub_fetch(&im->static_bytes, sizeof(float) * 2 * (st->n - total), __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* The shard's parameters gathered into (gather) or scattered from a
+ * packed array of st->shard_n floats. */
+static void shard_params(cpu_stage *st, float *packed, int gather)
+{
+    float *p = st->buf[ZB_BUF_PARAMS];
+    size_t at = 0;
+    for (int i = 0; i < st->n_shard; i++) {
+        if (gather)
+            memcpy(packed + at, p + st->shard_lo[i], sizeof(float) * st->shard_len[i]);
+        else
+            memcpy(p + st->shard_lo[i], packed + at, sizeof(float) * st->shard_len[i]);
+        at += st->shard_len[i];
+    }
 }
 
 /* The buffers a snapshot covers, in snap[] order. */
@@ -228,14 +291,19 @@ static int cpu_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
     cpu_impl *im = be->impl;
     cpu_stage *st = (cpu_stage *)bst;
+    /* sharded (ZeRO-1): only the shard's params, m and v ever change */
+    size_t n = st->n_shard > 0 ? st->shard_n : st->n;
     if (!st->snap[0]) {
         for (int k = 0; k < 3; k++)
-            if (!st->snap[k] && !(st->snap[k] = cpu_floats(st->n)))
+            if (!st->snap[k] && !(st->snap[k] = cpu_floats(n)))
                 return zb_fail(err, "out of memory for a post-validation snapshot");
-        __atomic_add_fetch(&im->static_bytes, sizeof(float) * 3 * st->n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&im->static_bytes, sizeof(float) * 3 * n, __ATOMIC_RELAXED);
     }
     for (int k = 0; k < 3; k++)
-        memcpy(st->snap[k], st->buf[snap_of[k]], sizeof(float) * st->n);
+        if (k == 0 && st->n_shard > 0)
+            shard_params(st, st->snap[0], 1);
+        else
+            memcpy(st->snap[k], st->buf[snap_of[k]], sizeof(float) * n);
     return 0;
 }
 
@@ -245,8 +313,12 @@ static int cpu_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
     cpu_stage *st = (cpu_stage *)bst;
     if (!st->snap[0])
         return zb_fail(err, "restore without a snapshot");
+    size_t n = st->n_shard > 0 ? st->shard_n : st->n;
     for (int k = 0; k < 3; k++)
-        memcpy(st->buf[snap_of[k]], st->snap[k], sizeof(float) * st->n);
+        if (k == 0 && st->n_shard > 0)
+            shard_params(st, st->snap[0], 0);
+        else
+            memcpy(st->buf[snap_of[k]], st->snap[k], sizeof(float) * n);
     return 0;
 }
 
@@ -289,6 +361,7 @@ static const zb_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .snapshot = cpu_snapshot,
     .restore = cpu_restore,
+    .opt_shard = cpu_opt_shard,
     .vocab_new = cpu_vocab_new,
     .vocab_free = cpu_vocab_free,
     .vocab_begin = cpu_vocab_begin,

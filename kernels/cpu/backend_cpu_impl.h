@@ -18,6 +18,11 @@ typedef struct cpu_stage {
     size_t n;                  /* floats per buffer */
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
     float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
+    int n_shard;               /* ZeRO-1 (opt_shard): ranges of the optimizer shard;
+                                * 0: m, v and snapshots cover the whole stage */
+    size_t *shard_lo;          /* [n_shard] first float of each range */
+    size_t *shard_len;         /* [n_shard] floats of each range */
+    size_t shard_n;            /* floats in m, v and each snapshot when sharded */
 } cpu_stage;
 
 #endif

@@ -26,6 +26,7 @@
 #include "runtime/job.h"
 #include "runtime/mpi/mpi_pipeline.h"
 #include "runtime/mpi/mpi_ring.h"
+#include "runtime/mpi/mpi_zero1.h"
 #include "runtime/outer/outer_edit.h"
 
 /* This rank's part of a replica and the run's shared bookkeeping. */
@@ -49,6 +50,7 @@ typedef struct mpi_replica {
     int me;                 /* rank in ring (replica order) */
     int cur_rank;           /* rank in cur (0: the speaker) */
     int per;                /* P: ranks per replica */
+    int zero1;              /* ZeRO-1: this rank keeps its ring position's shard of m, v */
     outer_zdetect *det;     /* [l.n] EDiT: this replica's anomaly detector per segment, or NULL */
     double last_sync;       /* A-EDiT: clock of the last outer step (start: creation) */
     outer_ring_stats local; /* bytes this rank sent since the last tally */
@@ -335,6 +337,11 @@ static int membership(mpi_replica *p, volatile sig_atomic_t *leave, long trained
      * boundary, every replica alike, instead of leaving one alone */
     if (n_going == 0 || n_going == n_present)
         return 0;
+    /* ZeRO-1: the leaver holds the only copy of its shard of the optimizer
+     * state; every rank saw the same flags, so every rank stops alike */
+    if (p->zero1)
+        return zb_fail(err, "islands: a replica was asked to leave, but under ZeRO-1 its shard "
+                       "of the optimizer state would leave with it; stop the whole job instead");
     if (tally_bytes(p, res, err))
         return -1;
     for (int g = 0; g < initial_k; g++)
@@ -397,6 +404,9 @@ static int replica_init(mpi_replica *p, const sched_t *s, const zb_model *m, con
             }
         p->l.n = n;
     }
+    p->zero1 = io->zero1;
+    if (io->zero1 && zero1_shard_trainer(p->t, &p->l, p->k, p->me, err) != 0)
+        return -1;
     size_t n_seg = (size_t)(p->l.n ? p->l.n : 1);
     p->params = malloc(n_seg * sizeof *p->params);
     p->grads = malloc(n_seg * sizeof *p->grads);
@@ -472,6 +482,10 @@ int mpi_islands_check(const sched_t *s, const islands_opts *io, MPI_Comm comm, z
     if (io->replicas < 1 || world % io->replicas != 0)
         return zb_fail(err, "islands: --replicas %d does not divide the %d MPI ranks", io->replicas,
                        world);
+    if (io->zero1 && io->outer.kind != OUTER_SYNC)
+        return zb_fail(err, "islands: ZeRO-1 shards data-parallel replicas: it needs --outer sync");
+    if (io->zero1 && io->outer.wire != OUTER_WIRE_FP32)
+        return zb_fail(err, "islands: ZeRO-1 runs on the fp32 wire only");
     int per = world / io->replicas;
     if (per != 1 && per != s->n_devices)
         return zb_fail(err, "islands: %d MPI ranks for %d replicas is %d ranks each; a replica "
@@ -565,9 +579,12 @@ static int way_steps(void *ctx, int n, job_step *out, zb_err *err)
     else
         rc = outer ? trainer_step(p->t, &loss, err) : trainer_backward(p->t, &loss, err);
     if (rc == 0 && !outer) {
-        rc = sync_grads(p, &x->io.outer, err);
+        rc = x->io.zero1 ? mpi_zero1_reduce(p->t, &p->l, p->ring, &p->local, err)
+                         : sync_grads(p, &x->io.outer, err);
         if (rc == 0)
             rc = p->pipe ? mpi_pipeline_apply(p->pipe, err) : trainer_apply(p->t, err);
+        if (rc == 0 && x->io.zero1)
+            rc = mpi_zero1_gather(p->t, &p->l, p->ring, &p->local, err);
     }
     if (rc != 0)
         return -1;
@@ -717,6 +734,19 @@ int mpi_islands_totals(mpi_islands *x, mpi_islands_result *res, zb_err *err)
         res->eliminated = all[0];
         res->skipped = all[1];
     }
+    /* replica 0's AdamW bytes: the sum over its ranks' own stages */
+    unsigned long long mine = 0, all = 0;
+    if (p->group == p->ids[0]) {
+        int n = trainer_stage_count(p->t);
+        unsigned char own[n];
+        for (int st = 0; st < n; st++)
+            own[st] = zero1_layout_has_stage(&p->l, st);
+        mine = zero1_optimizer_bytes(p->t, own);
+    }
+    int e = MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->cur);
+    if (e != MPI_SUCCESS)
+        return mpi_failed(err, e, "MPI_Allreduce of the optimizer bytes");
+    res->optimizer_bytes = (size_t)all;
     res->final_replicas = p->k;
     res->speaker = p->cur_rank == 0;
     return 0;

@@ -21,7 +21,11 @@
  *   - DiLoCo: Delta = global - params, the all-reduce of the segment with
  *     divisor K, outer_nesterov, params = global, segment by segment;
  *   - sync: trainer_backward, the gradient all-reduce per segment with
- *     divisor K, trainer_apply;
+ *     divisor K, trainer_apply; with ZeRO-1 (io->zero1, mpi_zero1.h) the
+ *     reduce-scatter in the in-process ring's order, the norm's chain,
+ *     trainer_apply on the shard, the all-gather: the same bits for every
+ *     K (a partial leave then stops the job: the leaver's shard is the
+ *     only copy);
  *   - each step's loss is summed in replica order starting from 0.0, then
  *     divided by the number of replicas that trained (on every rank).
  * With the int8 wire this holds for every K; with fp32 for K <= 2 (see
@@ -81,6 +85,8 @@ typedef struct mpi_islands_result {
     long skipped;          /* EDiT: (outer step, segment) pairs left unchanged, likewise */
     int initial_replicas;  /* K at the start: the communicator's size */
     int final_replicas;    /* replicas present at the end */
+    size_t optimizer_bytes; /* AdamW m and v of the lowest present replica, over its ranks
+                             * (ZeRO-1: about 1/K of the unsharded figure) */
     long *left_at;         /* [initial_replicas] step after which each rank left, -1: stayed */
     long tokens;           /* training tokens consumed by all replicas (speaker) */
     double wall_s;         /* wall seconds of the run */

@@ -176,3 +176,83 @@ int mpi_allreduce_mean(outer_wire wire, float *buf, size_t n, float divisor, MPI
     return wire == OUTER_WIRE_INT8 ? allreduce_int8(buf, n, k, r, divisor, comm, stats, err)
                                    : allreduce_fp32(buf, n, k, r, divisor, comm, stats, err);
 }
+
+/* The largest chunk of n over k, checked against MPI's int counts. */
+static int chunk_room(size_t n, int k, size_t *max_chunk, zb_err *err)
+{
+    *max_chunk = 0;
+    for (int c = 0; c < k; c++) {
+        size_t len = chunk_lo(n, k, c + 1) - chunk_lo(n, k, c);
+        if (len > *max_chunk)
+            *max_chunk = len;
+    }
+    if (*max_chunk > (size_t)INT_MAX)
+        return zb_fail(err, "ZeRO-1: a chunk of %zu floats is too large for one message", *max_chunk);
+    return 0;
+}
+
+int mpi_reduce_scatter_mean(float *buf, size_t n, float divisor, MPI_Comm comm,
+                            outer_ring_stats *stats, zb_err *err)
+{
+    if (!(divisor > 0.0f))
+        return zb_fail(err, "reduce-scatter: divisor %g is not positive", (double)divisor);
+    int k, r;
+    MPI_Comm_size(comm, &k);
+    MPI_Comm_rank(comm, &r);
+    if (stats)
+        stats->reductions++;
+    size_t max_chunk;
+    if (chunk_room(n, k, &max_chunk, err) != 0)
+        return -1;
+    float *in = malloc((max_chunk ? max_chunk : 1) * sizeof *in);
+    if (!in)
+        return zb_fail(err, "reduce-scatter: out of memory for %zu floats", max_chunk);
+    int next = mod(r + 1, k), prev = mod(r - 1, k), rc = 0;
+    for (int t = 0; t < k - 1; t++) {
+        int cs = mod(r - t, k), cr = mod(r - 1 - t, k);
+        size_t slo = chunk_lo(n, k, cs), slen = chunk_lo(n, k, cs + 1) - slo;
+        size_t rlo = chunk_lo(n, k, cr), rlen = chunk_lo(n, k, cr + 1) - rlo;
+        /* the outgoing chunk is not the one being added into: no copy */
+        int e = MPI_Sendrecv(buf + slo, (int)slen, MPI_FLOAT, next, 2, in, (int)rlen, MPI_FLOAT,
+                             prev, 2, comm, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS) {
+            rc = mpi_failed(err, e, "MPI_Sendrecv");
+            break;
+        }
+        count(stats, slen * sizeof(float));
+        float *acc = buf + rlo;
+        for (size_t j = 0; j < rlen; j++)
+            acc[j] += in[j];
+    }
+    free(in);
+    if (rc == 0 && divisor != 1.0f) {
+        int own = next;
+        size_t olo = chunk_lo(n, k, own), olen = chunk_lo(n, k, own + 1) - olo;
+        for (size_t j = 0; j < olen; j++)
+            buf[olo + j] /= divisor;
+    }
+    return rc;
+}
+
+int mpi_allgather_chunks(float *buf, size_t n, MPI_Comm comm, outer_ring_stats *stats,
+                         zb_err *err)
+{
+    int k, r;
+    MPI_Comm_size(comm, &k);
+    MPI_Comm_rank(comm, &r);
+    size_t max_chunk;
+    if (chunk_room(n, k, &max_chunk, err) != 0)
+        return -1;
+    int next = mod(r + 1, k), prev = mod(r - 1, k);
+    for (int t = 0; t < k - 1; t++) {
+        int cs = mod(r + 1 - t, k), cr = mod(r - t, k);
+        size_t slo = chunk_lo(n, k, cs), slen = chunk_lo(n, k, cs + 1) - slo;
+        size_t rlo = chunk_lo(n, k, cr), rlen = chunk_lo(n, k, cr + 1) - rlo;
+        int e = MPI_Sendrecv(buf + slo, (int)slen, MPI_FLOAT, next, 3, buf + rlo, (int)rlen,
+                             MPI_FLOAT, prev, 3, comm, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS)
+            return mpi_failed(err, e, "MPI_Sendrecv");
+        count(stats, slen * sizeof(float));
+    }
+    return 0;
+}

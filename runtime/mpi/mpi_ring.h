@@ -55,4 +55,20 @@
 int mpi_allreduce_mean(outer_wire wire, float *buf, size_t n, float divisor, MPI_Comm comm,
                        outer_ring_stats *stats, zb_err *err);
 
+/* ZeRO-1's halves of the fp32 all-reduce (runtime/outer/zero1.h), on
+ * point-to-point messages in the in-process ring's order, so the sums are
+ * outer_reduce_scatter's bits for every K (not only K <= 2, as with
+ * MPI_Allreduce).  mpi_reduce_scatter_mean: K-1 steps in which rank r
+ * sends its partial of chunk (r - t) mod K to r+1 and adds the one from
+ * r-1 into chunk (r - 1 - t) mod K; then rank r, the owner of chunk r+1,
+ * divides it by divisor.  The other chunks of buf then hold partial
+ * sums.  mpi_allgather_chunks: K-1 steps forwarding chunk (r + 1 - t) to
+ * r+1, so every rank ends with every owner's chunk.  stats gets what this
+ * rank sent (4 bytes a float).  Collective over comm; 0, or -1 with err
+ * (divisor, memory, an MPI error, a chunk over INT_MAX floats). */
+int mpi_reduce_scatter_mean(float *buf, size_t n, float divisor, MPI_Comm comm,
+                            outer_ring_stats *stats, zb_err *err);
+int mpi_allgather_chunks(float *buf, size_t n, MPI_Comm comm, outer_ring_stats *stats,
+                         zb_err *err);
+
 #endif

@@ -14,6 +14,7 @@
  */
 #include "runtime/outer/islands.h"
 #include "runtime/job.h"
+#include "runtime/outer/zero1.h"
 
 #include <assert.h>
 #include <math.h>
@@ -117,6 +118,11 @@ static int check_opts(const islands_opts *io, zb_err *err)
         return zb_fail(err, "islands: eval interval %d is negative", io->eval_every);
     if (io->n_events > 0 && io->outer.kind == OUTER_SYNC)
         return zb_fail(err, "islands: elastic replicas need an outer optimizer, not sync");
+    if (io->zero1 && io->outer.kind != OUTER_SYNC)
+        return zb_fail(err, "islands: ZeRO-1 shards data-parallel replicas: it needs --outer sync");
+    if (io->zero1 && io->outer.wire != OUTER_WIRE_FP32)
+        return zb_fail(err, "islands: ZeRO-1 runs on the fp32 wire only (int8 would quantize "
+                       "the stepped parameters)");
     for (int i = 1; i < io->n_events; i++)
         if (io->events[i].step < io->events[i - 1].step)
             return zb_fail(err, "islands: elastic events are not sorted by step");
@@ -246,6 +252,7 @@ struct islands {
     long step;              /* inner steps taken */
     long eliminated;        /* EDiT: (replica, layer) contributions dropped */
     long skipped_segments;  /* EDiT: (outer step, layer) pairs left unchanged */
+    outer_ring_stats zero1_traffic; /* ZeRO-1: the reduce-scatters and all-gathers */
     int *ids;               /* [cap_members] the step's replicas, for the job */
     double *mloss;          /* [cap_members] their losses */
     unsigned char *mskip;   /* [cap_members] whether each skipped */
@@ -326,6 +333,8 @@ int islands_create(const sched_t *s, const zb_model *m, const zb_data *d,
             x->is.t[r] = t;
         }
         trainer *t = x->is.t[r];
+        if (io->zero1 && (rc = zero1_shard_trainer(t, &x->is.l, io->replicas, r, err)) != 0)
+            break;
         islands_seg_pointers(t, &x->is.l, x->is.ptr);
         if (sync)
             islands_seg_grad_pointers(t, &x->is.l, x->gptr);
@@ -361,11 +370,17 @@ static int step_sync(islands *x, job_step *out, zb_err *err)
         out->tokens += trainer_get_stats(is->t[r])->tokens_per_step;
     }
     out->loss = sum / k;
-    if (islands_host_sync(is, TRAINER_BUF_GRADS, err) != 0 || outer_sync_grads(x->o, err) != 0)
+    if (x->io.zero1) {
+        if (zero1_reduce(is->t, k, &is->l, &x->zero1_traffic, err) != 0)
+            return -1;
+    } else if (islands_host_sync(is, TRAINER_BUF_GRADS, err) != 0 || outer_sync_grads(x->o, err) != 0) {
         return -1;
+    }
     for (int r = 0; r < k; r++)
         if (trainer_apply(is->t[r], err) != 0)
             return -1;
+    if (x->io.zero1)
+        zero1_gather(is->t, k, &is->l, &x->zero1_traffic);
     /* after the apply, which is where a step is skipped */
     for (int r = 0; r < k; r++)
         x->mskip[r] = trainer_get_stats(is->t[r])->skipped_steps > is->before[r];
@@ -458,6 +473,16 @@ static int way_boundary(void *ctx, job_step *info, zb_err *err)
     return 0;
 }
 
+/* The lowest present replica's id. */
+static int first_replica_id(const islands *x)
+{
+    int n = outer_replicas(x->o, NULL);
+    assert(n > 0);
+    int ids[n];
+    outer_replicas(x->o, ids);
+    return ids[0];
+}
+
 /* The lowest present replica: after a sync, every replica's model. */
 static trainer *first_replica(islands *x)
 {
@@ -515,9 +540,29 @@ void islands_way(islands *x, job_way *w)
     w->step_count = way_step_count;
 }
 
+int islands_checkpoint_begin(islands *x, zero1_ckpt *c, zb_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (!x->io.zero1)
+        return 0;
+    return zero1_ckpt_begin(x->is.t, x->io.replicas, &x->is.l, c, err);
+}
+
+void islands_checkpoint_end(islands *x, zero1_ckpt *c, int loaded)
+{
+    if (x->io.zero1)
+        zero1_ckpt_end(x->is.t, x->io.replicas, &x->is.l, c, loaded);
+}
+
+trainer *islands_replica(islands *x, int id)
+{
+    return id >= 0 && id < x->is.cap ? x->is.t[id] : NULL;
+}
+
 void islands_totals(const islands *x, islands_result *r)
 {
-    r->bytes_sent = outer_traffic(x->o)->bytes_sent;
+    r->bytes_sent = outer_traffic(x->o)->bytes_sent + x->zero1_traffic.bytes_sent;
+    r->optimizer_bytes = zero1_optimizer_bytes(x->is.t[first_replica_id(x)], NULL);
     r->outer_steps = outer_step_count(x->o);
     r->eliminated = x->eliminated;
     r->skipped = x->skipped_segments;

@@ -17,7 +17,10 @@
  * trainer_backward, outer_sync_grads averages their gradients through the
  * ring all-reduce (one per segment, fp32 or int8, the bytes actually sent
  * counted), and each runs trainer_apply on the mean.  The replicas stay
- * bit-identical, which is checked after every step.
+ * bit-identical, which is checked after every step.  With io->zero1 the
+ * all-reduce is split around the optimizer step (zero1.h): reduce-scatter,
+ * each replica steps its 1/K shard with its 1/K of the AdamW state, then
+ * all-gather; the same bits.
  *
  * Elastic replicas: a list of events (at inner step t, replica r leaves, or
  * a new one joins) is applied between steps; a joiner gets a fresh trainer
@@ -62,6 +65,8 @@ typedef struct islands_opts {
                                     the run; 0: never */
     double max_loss_factor;      /* > 0: divergence rule 4 of runtime/job.h
                                     (islands_run); 0: off */
+    int zero1;                   /* sync only: ZeRO-1 (zero1.h), each replica keeps
+                                    and steps 1/K of the optimizer state */
 } islands_opts;
 
 typedef struct islands_result {
@@ -76,6 +81,8 @@ typedef struct islands_result {
     int final_replicas;    /* replicas present at the end */
     long tokens;           /* training tokens consumed by all replicas */
     double wall_s;         /* wall seconds of the run */
+    size_t optimizer_bytes; /* AdamW m and v one replica holds (replica 0; with
+                               ZeRO-1 about 1/K of the unsharded figure) */
 } islands_result;
 
 /* A replica's parameters as the outer optimizer sees them: one segment per
@@ -132,8 +139,23 @@ void islands_free(islands *x);
  *             the final evaluation is of the synchronized model. */
 void islands_way(islands *x, struct job_way *w);
 
+struct zero1_ckpt;
+
+/* Around a checkpoint of sync replicas under ZeRO-1 (zero1.h): begin
+ * gathers the whole AdamW moments from the shards into every replica's
+ * trainer, so that trainer_save / trainer_load of any replica writes or
+ * reads the whole optimizer state (the file an unsharded run writes); end
+ * splits what was loaded (loaded != 0) back into the shards and frees the
+ * whole moments.  Without ZeRO-1 both do nothing.  begin: 0, or -1 with
+ * err (memory). */
+int islands_checkpoint_begin(islands *x, struct zero1_ckpt *c, zb_err *err);
+void islands_checkpoint_end(islands *x, struct zero1_ckpt *c, int loaded);
+
+/* The trainer of replica id (NULL when absent), e.g. to checkpoint it. */
+trainer *islands_replica(islands *x, int id);
+
 /* x's outer figures into r: bytes_sent, outer_steps, eliminated,
- * skipped, final_replicas (the other fields untouched). */
+ * skipped, final_replicas, optimizer_bytes (the other fields untouched). */
 void islands_totals(const islands *x, islands_result *r);
 
 /* Runs the islands for io->steps inner steps through the job loop

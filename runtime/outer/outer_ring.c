@@ -183,3 +183,72 @@ int outer_allreduce(outer_wire wire, float *const *bufs, int k, size_t n,
     free(own_lut);
     return 0;
 }
+
+void outer_ring_chunk(size_t n, int k, int c, size_t *lo, size_t *len)
+{
+    *lo = chunk_lo(n, k, c);
+    *len = chunk_lo(n, k, c + 1) - *lo;
+}
+
+int outer_ring_owner(int k, int c)
+{
+    return mod(c - 1, k);
+}
+
+/* The loops of outer_allreduce's fp32 path, split at the owners' division:
+ * the same messages in the same order, so the same sums. */
+int outer_reduce_scatter(float *const *bufs, int k, size_t n, float divisor,
+                         outer_ring_stats *stats, zb_err *err)
+{
+    if (k < 1)
+        return zb_fail(err, "reduce-scatter: %d replicas (need at least 1)", k);
+    if (!(divisor > 0.0f))
+        return zb_fail(err, "reduce-scatter: divisor %g is not positive", (double)divisor);
+    if (stats)
+        stats->reductions++;
+    size_t max_chunk = 0;
+    for (int c = 0; c < k; c++) {
+        size_t len = chunk_lo(n, k, c + 1) - chunk_lo(n, k, c);
+        if (len > max_chunk)
+            max_chunk = len;
+    }
+    float *msg = NULL;
+    if (k > 1 && !(msg = malloc((size_t)k * (max_chunk ? max_chunk : 1) * sizeof(float))))
+        return zb_fail(err, "reduce-scatter: out of memory for %zu floats", (size_t)k * max_chunk);
+    for (int t = 0; t < k - 1; t++) {
+        for (int r = 0; r < k; r++) {
+            int c = mod(r - t, k);
+            size_t lo = chunk_lo(n, k, c), len = chunk_lo(n, k, c + 1) - lo;
+            memcpy(msg + (size_t)r * max_chunk, bufs[r] + lo, len * sizeof(float));
+            count_message(stats, OUTER_WIRE_FP32, len);
+        }
+        for (int r = 0; r < k; r++) {
+            int dst = mod(r + 1, k), c = mod(r - t, k);
+            size_t lo = chunk_lo(n, k, c), len = chunk_lo(n, k, c + 1) - lo;
+            float *acc = bufs[dst] + lo;
+            const float *m = msg + (size_t)r * max_chunk;
+            for (size_t j = 0; j < len; j++)
+                acc[j] += m[j];
+        }
+    }
+    free(msg);
+    for (int c = 0; c < k; c++) {
+        size_t lo = chunk_lo(n, k, c), len = chunk_lo(n, k, c + 1) - lo;
+        float *x = bufs[mod(c - 1, k)] + lo;
+        if (divisor != 1.0f)
+            for (size_t j = 0; j < len; j++)
+                x[j] /= divisor;
+    }
+    return 0;
+}
+
+void outer_allgather(float *const *bufs, int k, size_t n, outer_ring_stats *stats)
+{
+    for (int t = 0; t < k - 1; t++)
+        for (int r = 0; r < k; r++) {
+            int dst = mod(r + 1, k), c = mod(r + 1 - t, k);
+            size_t lo = chunk_lo(n, k, c), len = chunk_lo(n, k, c + 1) - lo;
+            memcpy(bufs[dst] + lo, bufs[r] + lo, len * sizeof(float));
+            count_message(stats, OUTER_WIRE_FP32, len);
+        }
+}

@@ -59,6 +59,26 @@ int outer_wire_parse(const char *text);
 int outer_allreduce(outer_wire wire, float *const *bufs, int k, size_t n,
                     float divisor, outer_ring_stats *stats, zb_err *err);
 
+/* Chunk c of k over n elements, as the ring cuts it: [*lo, *lo + *len). */
+void outer_ring_chunk(size_t n, int k, int c, size_t *lo, size_t *len);
+
+/* The rank that owns chunk c of a k-ring after the reduce-scatter: c-1 mod k
+ * (so rank r owns chunk r+1 mod k). */
+int outer_ring_owner(int k, int c);
+
+/* ZeRO-1's halves of the fp32 all-reduce (runtime/outer/zero1.h).
+ * outer_reduce_scatter runs outer_allreduce's fp32 reduce-scatter and the
+ * owners' division: afterwards chunk c of bufs[outer_ring_owner(k, c)]
+ * holds (sum over r of bufs[r]) / divisor with exactly the bits
+ * outer_allreduce gives, and the other chunks of every buffer hold
+ * partial sums.  outer_allgather copies each owner's chunk to every other
+ * buffer around the ring.  Traffic into *stats (may be NULL) as
+ * outer_allreduce counts it; the two together send what one fp32
+ * all-reduce sends.  0, or -1 with err (k, divisor, memory). */
+int outer_reduce_scatter(float *const *bufs, int k, size_t n, float divisor,
+                         outer_ring_stats *stats, zb_err *err);
+void outer_allgather(float *const *bufs, int k, size_t n, outer_ring_stats *stats);
+
 /* Bytes outer_allreduce sends for (wire, k, n), computed without running it. */
 uint64_t outer_allreduce_bytes(outer_wire wire, int k, size_t n);
 

@@ -115,6 +115,9 @@ static int load_inputs(run_args *a, const sched_t *s, run_setup *setup,
         if (run_check_memory(&mem, run_memory_available(), &err) != 0)
             return cli_fail(&err);
     }
+    /* the plan was priced with ZeRO-1 over its replicas: run it so */
+    if (setup->zero1_dp > 1 && a->isl.replicas > 1 && a->isl.outer.kind == OUTER_SYNC)
+        a->isl.zero1 = 1;
     if (setup->data_parallel > 1 && a->isl.replicas != setup->data_parallel)
         fprintf(stderr, "zbsched run: warning: %s's plan has %d data-parallel replicas of the "
                 "pipeline; --replicas %d --outer sync trains them all\n", a->file,

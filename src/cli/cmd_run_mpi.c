@@ -230,6 +230,8 @@ static void print_islands(const run_args *a, const sched_t *s, const zb_model *m
         cJSON_AddNumberToObject(j, "skipped_segments", (double)res->skipped);
     }
     cJSON_AddNumberToObject(j, "final_replicas", res->final_replicas);
+    cJSON_AddBoolToObject(j, "zero1", isl->zero1);
+    cJSON_AddNumberToObject(j, "optimizer_bytes_per_replica", (double)res->optimizer_bytes);
     cJSON_AddNumberToObject(j, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(j, "train_seconds", res->wall_s);
     cJSON_AddStringToObject(j, "transport", "mpi");

@@ -81,7 +81,12 @@ void run_usage(FILE *out)
         "                         process: what a SIGTERM to its ranks does under mpirun)\n"
         "      --sync-interval S  a-edit: seconds between outer steps, once the replicas\n"
         "                         did 100 steps in total since the last (default 600)\n"
-        "      (--json then adds bytes_sent, outer_steps and replicas)\n"
+        "      --zero1            with --outer sync: ZeRO-1, each replica keeps and steps\n"
+        "                         1/K of the AdamW state (reduce-scatter, step, all-gather;\n"
+        "                         the same losses); on by default for a plan whose zero1_dp\n"
+        "                         is > 1\n"
+        "      (--json then adds bytes_sent, outer_steps, replicas, zero1 and\n"
+        "      optimizer_bytes_per_replica)\n"
         "\n"
         "Under mpirun / srun (docs/mpi.md): -np P runs one schedule device per rank;\n"
         "with --replicas K, -np K (a replica per rank) or K*P ranks (P per replica).\n",
@@ -94,6 +99,7 @@ enum {
     O_MAX_SKIPPED, O_LOSS_FACTOR,
     /* the islands' */
     O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL, O_LEAVE,
+    O_ZERO1,
 };
 
 static const struct option run_options[] = {
@@ -127,6 +133,7 @@ static const struct option run_options[] = {
     { "max-skipped", required_argument, NULL, O_MAX_SKIPPED },
     { "max-loss-factor", required_argument, NULL, O_LOSS_FACTOR },
     { "leave", required_argument, NULL, O_LEAVE },
+    { "zero1", no_argument, NULL, O_ZERO1 },
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
@@ -204,6 +211,9 @@ static int parse_islands_flag(int c, const char *text, run_args *a, int *bad, zb
     case O_LEAVE:
         *bad = parse_leave(text, a, err);
         break;
+    case O_ZERO1:
+        a->isl.zero1 = 1;
+        break;
     default:
         return 0;
     }
@@ -266,6 +276,10 @@ static int check_args(const char *prog, run_args *a)
         return cli_usage(prog, "--checkpoint-every needs --checkpoint DIR");
     if (a->outer_flag && a->isl.replicas == 0)
         return cli_usage(prog, "the outer-optimizer flags need --replicas K");
+    if (a->isl.zero1 && a->isl.outer.kind != OUTER_SYNC)
+        return cli_usage(prog, "--zero1 shards data-parallel replicas: it needs --outer sync");
+    if (a->isl.zero1 && a->isl.outer.wire != OUTER_WIRE_FP32)
+        return cli_usage(prog, "--zero1 runs on --allreduce fp32 only");
     if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
         return cli_usage(prog, "--replicas does not support --checkpoint, --resume, --trace or "
                          "--stop-at");

@@ -160,6 +160,8 @@ static void print_islands(const run_args *a, const sched_t *s, const zb_model *m
     cJSON_AddNumberToObject(j, "bytes_sent", (double)tot->bytes_sent);
     cJSON_AddNumberToObject(j, "outer_steps", (double)tot->outer_steps);
     cJSON_AddNumberToObject(j, "final_replicas", tot->final_replicas);
+    cJSON_AddBoolToObject(j, "zero1", isl->zero1);
+    cJSON_AddNumberToObject(j, "optimizer_bytes_per_replica", (double)tot->optimizer_bytes);
     cJSON_AddNumberToObject(j, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(j, "train_seconds", wall_s);
     run_json_print(j);
@@ -172,9 +174,10 @@ int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data 
     a->isl.steps = a->steps;
     a->isl.eval_every = (int)a->eval_every;
     if (!a->quiet)
-        fprintf(stderr, "zbsched run: %d replicas of %s, outer %s, all-reduce %s, H=%d, %ld steps\n",
+        fprintf(stderr, "zbsched run: %d replicas of %s, outer %s%s, all-reduce %s, H=%d, %ld steps\n",
                 a->isl.replicas, s->name[0] ? s->name : a->file, outer_kind_name(a->isl.outer.kind),
-                outer_wire_name(a->isl.outer.wire), a->isl.outer.inner_steps, a->steps);
+                a->isl.zero1 ? " (ZeRO-1)" : "", outer_wire_name(a->isl.outer.wire),
+                a->isl.outer.inner_steps, a->steps);
     double t0 = now_s();
     islands *x = NULL;
     if (islands_create(s, m, d, o, &a->isl, &x, &err) != 0) {

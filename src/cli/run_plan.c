@@ -41,6 +41,7 @@ typedef struct plan_info {
     int *recompute;        /* [S] plan.recompute_stages (or plan.recompute for all), owned */
     int any_recompute;     /* 1 when some stage recomputes */
     int data_parallel;     /* plan.data_parallel (1 when absent) */
+    int zero1_dp;          /* plan.zero1_dp (1 when absent) */
 } plan_info;
 
 static void plan_info_free(plan_info *p)
@@ -131,6 +132,9 @@ static int read_plan(const sched_t *s, plan_info *p, zb_err *err)
     p->micro_batch = (int)mb->valuedouble;
     const cJSON *dp = cJSON_GetObjectItemCaseSensitive(plan, "data_parallel");
     p->data_parallel = cJSON_IsNumber(dp) && dp->valuedouble >= 1 ? (int)dp->valuedouble : 1;
+    const cJSON *z1 = cJSON_GetObjectItemCaseSensitive(plan, "zero1_dp");
+    p->zero1_dp = cJSON_IsNumber(z1) && z1->valuedouble >= 1 && z1->valuedouble <= 1 << 30
+                      ? (int)z1->valuedouble : 1;
     int S = s->n_stages;
     if (read_ints(plan, "layers_per_stage", S, p->model.n_layers, &p->split, err) != 0)
         return -1;
@@ -199,6 +203,7 @@ int run_plan_resolve(const char *file, const sched_t *s, const char *model_flag,
         out->n_stages = s->n_stages;
         out->from_plan = 1;
         out->data_parallel = pl.data_parallel;
+        out->zero1_dp = pl.zero1_dp;
         return 0;
     }
     if (has) {

@@ -46,6 +46,7 @@ typedef struct run_setup {
     int *recompute_stages; /* [n_stages] COST_RC_* level of each stage (0 none, 1 full, 2 mlp), owned;
                             * NULL: no stage does */
     int data_parallel;     /* the plan's data-parallel degree (1: one pipeline) */
+    int zero1_dp;          /* the plan's ZeRO-1 degree (plan.zero1_dp; 1: none) */
 } run_setup;
 
 /* Resolves the model, micro-batch and split for `run FILE` from the file's
