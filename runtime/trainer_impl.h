@@ -69,15 +69,18 @@ typedef struct stage_rt {
     unsigned dev_newer;    /* bits 1 << zb_bbuf: the device holds writes its host mirror lacks */
     unsigned host_newer;   /* bits: the host mirror may hold writes the device lacks */
     int64_t adam_t;        /* AdamW steps taken by this stage (1-based in the update) */
-    int64_t snap_t;        /* post-validation snapshot of adam_t (the backend keeps
-                            * the snapshot of params, m and v) */
+    int64_t snap_t;        /* adam_t before a speculative step (the backend keeps
+                            * the copy of what the step wrote, backend.h) */
     double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
     zb_bsaved **saved;     /* [m] per micro-batch saved state (F -> B -> W) */
     zb_bgrads **w_scratch; /* [m] weight gradients of W ops run ahead of order */
     zb_bgrads **w_free;    /* [m] spare scratch buffers for w_scratch (reused) */
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
-    int stepped;           /* post-validation: 1 when the optimistic step ran */
+    int stepped;           /* post-validation: 1 when the partial norm called for
+                            * an unclipped step (the optimistic action) */
+    int speculated;        /* stage 0: 1 while a speculative step awaits its
+                            * validation (the backend holds the copy) */
     int recompute;         /* LLAMA_RC_* level of this stage's saved states (opts.recompute_stages) */
     const int32_t *x;      /* [m][B*T] input tokens of the step this stage runs (stage 0) */
     const int32_t *y;      /* [m][B*T] its target tokens (stage S-1) */

@@ -228,12 +228,12 @@ static int cpu_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
     cpu_impl *im = be->impl;
     cpu_stage *st = (cpu_stage *)bst;
-    if (!st->snap[0]) {
-        for (int k = 0; k < 3; k++)
-            if (!st->snap[k] && !(st->snap[k] = cpu_floats(st->n)))
+    for (int k = 0; k < 3; k++)
+        if (!st->snap[k]) {
+            if (!(st->snap[k] = cpu_floats(st->n)))
                 return zb_fail(err, "out of memory for a post-validation snapshot");
-        __atomic_add_fetch(&im->static_bytes, sizeof(float) * 3 * st->n, __ATOMIC_RELAXED);
-    }
+            __atomic_add_fetch(&im->static_bytes, sizeof(float) * st->n, __ATOMIC_RELAXED);
+        }
     for (int k = 0; k < 3; k++)
         memcpy(st->snap[k], st->buf[snap_of[k]], sizeof(float) * st->n);
     return 0;
@@ -243,10 +243,49 @@ static int cpu_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
-    if (!st->snap[0])
+    if (!st->snap[2])
         return zb_fail(err, "restore without a snapshot");
     for (int k = 0; k < 3; k++)
         memcpy(st->buf[snap_of[k]], st->snap[k], sizeof(float) * st->n);
+    return 0;
+}
+
+/* The speculative step's half: snap[0] (the params' copy, the rollback
+ * state) is the only buffer it needs. */
+static int cpu_adamw_params(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t,
+                            float lr, float grad_scale, zb_err *err)
+{
+    cpu_impl *im = be->impl;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (!st->snap[0]) {
+        if (!(st->snap[0] = cpu_floats(st->n)))
+            return zb_fail(err, "out of memory for a post-validation copy of the parameters");
+        __atomic_add_fetch(&im->static_bytes, sizeof(float) * st->n, __ATOMIC_RELAXED);
+    }
+    memcpy(st->snap[0], st->buf[ZB_BUF_PARAMS], sizeof(float) * st->n);
+    adamw_step_stage_params(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
+                            st->buf[ZB_BUF_ADAM_M], st->buf[ZB_BUF_ADAM_V], t, lr, grad_scale);
+    return 0;
+}
+
+static int cpu_adamw_moments(zb_backend *be, zb_bstage *bst, const adamw_config *c,
+                             float grad_scale, zb_err *err)
+{
+    (void)be;
+    (void)err;
+    cpu_stage *st = (cpu_stage *)bst;
+    adamw_step_stage_moments(st->layout, c, st->buf[ZB_BUF_GRADS], st->buf[ZB_BUF_ADAM_M],
+                             st->buf[ZB_BUF_ADAM_V], grad_scale);
+    return 0;
+}
+
+static int cpu_adamw_undo(zb_backend *be, zb_bstage *bst, zb_err *err)
+{
+    (void)be;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (!st->snap[0])
+        return zb_fail(err, "adamw_undo without a speculative step");
+    memcpy(st->buf[ZB_BUF_PARAMS], st->snap[0], sizeof(float) * st->n);
     return 0;
 }
 
@@ -287,6 +326,9 @@ static const zb_backend_ops cpu_ops = {
     .grads_add = cpu_grads_add,
     .grad_sumsq = cpu_grad_sumsq,
     .adamw = cpu_adamw,
+    .adamw_params = cpu_adamw_params,
+    .adamw_moments = cpu_adamw_moments,
+    .adamw_undo = cpu_adamw_undo,
     .snapshot = cpu_snapshot,
     .restore = cpu_restore,
     .vocab_new = cpu_vocab_new,

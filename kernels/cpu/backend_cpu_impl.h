@@ -17,7 +17,8 @@ typedef struct cpu_stage {
                                  * layout, or a prefix of it (stage_new) */
     size_t n;                  /* floats per buffer */
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
-    float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
+    float *snap[3];            /* snapshot of params, m, v (allocated at first use;
+                                * snap[0] alone is adamw_params's copy) */
 } cpu_stage;
 
 #endif
