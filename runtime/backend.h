@@ -81,6 +81,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/llama.h"
 #include "src/err.h"
+#include "src/mem_ledger.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -269,6 +270,10 @@ typedef struct zb_backend_ops {
      * it was made (0 when the backend does not track it).  0 or -1. */
     int (*memory)(zb_backend *be, size_t *static_bytes, size_t *peak_activation_bytes,
                   zb_err *err);
+    /* Optional: the ledger of every buffer the backend holds, by device
+     * and class (src/mem_ledger.h), which the executor also charges its
+     * own buffers to; owned by the backend.  NULL: not measured. */
+    mem_ledger *(*ledger)(zb_backend *be);
 } zb_backend_ops;
 
 struct zb_backend {

@@ -286,6 +286,11 @@ static int rk_restore(zb_backend *be, zb_bstage *st, zb_err *err)
     return INNER(be)->ops->restore(INNER(be), rs->inner, err);
 }
 
+static mem_ledger *rk_ledger(zb_backend *be)
+{
+    return INNER(be)->ops->ledger(INNER(be));
+}
+
 static int rk_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err *err)
 {
     return INNER(be)->ops->memory(INNER(be), static_bytes, peak, err);
@@ -345,6 +350,7 @@ int backend_rank_wrap(zb_backend *inner, int local, zb_backend **out, zb_err *er
         .snapshot = rk_snapshot,
         .restore = rk_restore,
         .memory = rk_memory,
+        .ledger = in->ledger ? rk_ledger : NULL,
     };
     be->ops = &im->ops;
     be->impl = im;

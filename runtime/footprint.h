@@ -41,6 +41,7 @@
 #include <stddef.h>
 
 #include "src/err.h"
+#include "src/mem_ledger.h"
 #include "src/model.h"
 #include "src/sched.h"
 
@@ -85,6 +86,26 @@ int footprint_estimate(const sched_t *s, const zb_model *m, const int *layers_pe
 int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
                                const int *recompute_stages, double *after_op, double *in_op,
                                int *in_flight, zb_err *err);
+
+/* One device's predicted memory, by the ledger's classes. */
+typedef struct footprint_device {
+    double bytes[MEM_CLASSES]; /* each class's peak, in bytes at fp32 */
+    double total;              /* the device's peak, all classes at once */
+} footprint_device;
+
+/* The prediction the memory ledger (src/mem_ledger.h) checks: for each
+ * device d of s, out[d] (s->n_devices of them) the bytes of each class a
+ * CPU trainer of s holds there, with the same arguments as
+ * footprint_estimate, and `speculate` 1 when the trainer runs stage 0's
+ * optimizer step speculatively (trainer_may_speculate).  Each class is
+ * priced from the code that allocates it (docs/cost-model.md, "Buffer
+ * classes"): param_stage for the stage buffers, op_backward_w's rule for
+ * the spare gradients, the activation walk (without the vocabulary
+ * cells) for the saved state.  The vocabulary, communication and
+ * workspace classes are not predicted per device (0).  0 or -1 with err. */
+int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                      const int *recompute_stages, int speculate, footprint_device *out,
+                      zb_err *err);
 
 /* Stores in *params the parameters of model m split into n_stages stages
  * (layers_per_stage[n_stages], or NULL for the even split of split.h), and

@@ -187,6 +187,23 @@ static int stage_build(trainer *t, const sched_t *s, int i, const int *first,
     return brc != 0 ? zb_wrap(err, "stage %d on %s: ", i, be->ops->name) : 0;
 }
 
+/* Allocates stage 0's post-validation copy now rather than at its first
+ * speculative step, so that a run that cannot hold it fails here and the
+ * memory it holds does not depend on when the first speculation comes
+ * (the ledger checks it against footprint_devices).  On a backend with the
+ * split update this is a step of learning rate 0, undone: the backend
+ * copies the parameters and puts the same bits back.  0 or -1 with err. */
+static int reserve_rollback(trainer *t, zb_err *err)
+{
+    zb_backend *be = t->be;
+    stage_rt *r = &t->st[0];
+    if (!be->ops->adamw_params)
+        return be->ops->snapshot(be, r->bs, err);
+    if (be->ops->adamw_params(be, r->bs, &t->opts.adamw, 1, 0.0f, 1.0f, err) != 0)
+        return -1;
+    return be->ops->adamw_undo(be, r->bs, err);
+}
+
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
                    const trainer_opts *opts, trainer **out, zb_err *err)
 {
@@ -301,6 +318,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     while (t->spec_len < lane0->n_ops && lane0->ops[t->spec_len].kind == OP_F
            && lane0->ops[t->spec_len].stage == 0)
         t->spec_len++;
+    if (t->spec_len > 0 && trainer_may_speculate(t) && reserve_rollback(t, err) != 0)
+        goto fail;
     rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;

@@ -54,6 +54,7 @@
 #include "runtime/rng.h"
 #include "runtime/trainer.h"
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "runtime/vocab_exec.h"
 
 /* Everything one virtual stage owns. */
@@ -255,5 +256,15 @@ float *trainer_mirror_get(trainer *t, int s, zb_bbuf which, int for_write);
 
 /* Uploads every mirror written since the last step.  0 or -1 with err. */
 int trainer_mirrors_push(trainer *t, zb_err *err);
+
+/* 1 when trainer_steps may overlap steps, and so run stage 0's optimizer
+ * step speculatively (trainer_ops.c): no barrier between steps needs the
+ * in-process slots transport, post-validation and no vocabulary passes,
+ * and there must be leading stage-0 forwards to run early. */
+static inline int trainer_may_speculate(const trainer *t)
+{
+    return !t->ve && !t->opts.sync_optimizer && !t->opts.one_device && !t->opts.make_transport
+           && t->opts.transport == ZB_TRANSPORT_SLOTS;
+}
 
 #endif

@@ -21,12 +21,28 @@
 
 #include "kernels/cpu/backend_cpu_impl.h"
 #include "kernels/cpu/backend_cpu_vocab.h"
+#include "kernels/cpu/buf_pool.h"
+#include "src/mem_ledger.h"
 
 /* The backend's state: only the bytes it holds, for memory. */
 typedef struct cpu_impl {
     size_t static_bytes; /* stage buffers and snapshots (trainer_create's thread
                           * and the workers' first snapshot add to it: atomics) */
+    mem_ledger *ledger;  /* every buffer below, by device and class (owned) */
 } cpu_impl;
+
+/* A spare weight-gradient buffer (zb_bgrads): the floats, and what to
+ * release from the ledger when it is freed. */
+typedef struct cpu_grads {
+    int dev;              /* device of its stage */
+    size_t n;             /* floats */
+    _Alignas(16) float f[]; /* [n] */
+} cpu_grads;
+
+static float *grads_floats(zb_bgrads *g)
+{
+    return ((cpu_grads *)g)->f;
+}
 
 static float *cpu_floats(size_t n)
 {
@@ -35,31 +51,45 @@ static float *cpu_floats(size_t n)
 
 static void cpu_destroy(zb_backend *be)
 {
+    mem_ledger_free(((cpu_impl *)be->impl)->ledger);
     free(be->impl);
     free(be);
 }
 
+/* The ledger's class of each stage buffer, in buf[] order. */
+static const mem_class buf_class[ZB_BUF_COUNT] = { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER,
+                                                   MEM_OPTIMIZER };
+
 static void cpu_stage_free(zb_backend *be, zb_bstage *bst)
 {
-    (void)be;
+    cpu_impl *im = be->impl;
     cpu_stage *st = (cpu_stage *)bst;
     if (!st)
         return;
     for (int k = 0; k < ZB_BUF_COUNT; k++)
-        free(st->buf[k]);
+        if (st->buf[k]) {
+            free(st->buf[k]);
+            mem_ledger_release(im->ledger, st->dev, buf_class[k], sizeof(float) * st->n);
+        }
     for (int k = 0; k < 3; k++)
-        free(st->snap[k]);
+        if (st->snap[k]) {
+            free(st->snap[k]);
+            mem_ledger_release(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * st->n);
+        }
     free(st);
 }
 
 static int cpu_stage_new(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
                          int dev, zb_bstage **out, zb_err *err)
 {
-    (void)dev;
     cpu_impl *im = be->impl;
+    if (dev < 0 || dev >= mem_ledger_devices(im->ledger))
+        return zb_fail(err, "a stage on device %d of a %d-device backend", dev,
+                       mem_ledger_devices(im->ledger));
     cpu_stage *st = calloc(1, sizeof *st);
     if (!st)
         return zb_fail(err, "out of memory");
+    st->dev = dev;
     st->layout = layout;
     st->compute = compute ? compute : layout;
     st->n = llama_stage_num_params(layout);
@@ -68,8 +98,13 @@ static int cpu_stage_new(zb_backend *be, const llama_stage *layout, const llama_
             size_t n = st->n;
             cpu_stage_free(be, (zb_bstage *)st);
             return zb_fail(err, "out of memory for a stage of %zu parameters", n);
-        }
+        } else
+            mem_ledger_charge(im->ledger, dev, buf_class[k], sizeof(float) * st->n);
     __atomic_add_fetch(&im->static_bytes, sizeof(float) * ZB_BUF_COUNT * st->n, __ATOMIC_RELAXED);
+    /* the saved states' slots come from the compute layout's pool: charge
+     * them to this device (a stage's layout lives on one device) */
+    if (st->compute->pool)
+        buf_pool_set_ledger(st->compute->pool, im->ledger, dev);
     *out = (zb_bstage *)st;
     return 0;
 }
@@ -158,7 +193,7 @@ static int cpu_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgra
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
     return llama_stage_backward_w(st->compute, (llama_saved *)sv,
-                                  into ? (float *)into : st->buf[ZB_BUF_GRADS], err);
+                                  into ? grads_floats(into) : st->buf[ZB_BUF_GRADS], err);
 }
 
 static int cpu_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
@@ -171,13 +206,24 @@ static int cpu_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static zb_bgrads *cpu_grads_new(zb_backend *be, zb_bstage *bst)
 {
-    (void)be;
-    return (zb_bgrads *)cpu_floats(((cpu_stage *)bst)->n);
+    cpu_impl *im = be->impl;
+    cpu_stage *st = (cpu_stage *)bst;
+    cpu_grads *g = calloc(1, sizeof *g + sizeof(float) * (st->n ? st->n : 1));
+    if (!g)
+        return NULL;
+    g->dev = st->dev;
+    g->n = st->n;
+    mem_ledger_charge(im->ledger, g->dev, MEM_GRADIENTS, sizeof(float) * g->n);
+    return (zb_bgrads *)g;
 }
 
-static void cpu_grads_free(zb_backend *be, zb_bgrads *g)
+static void cpu_grads_free(zb_backend *be, zb_bgrads *bg)
 {
-    (void)be;
+    cpu_impl *im = be->impl;
+    cpu_grads *g = (cpu_grads *)bg;
+    if (!g)
+        return;
+    mem_ledger_release(im->ledger, g->dev, MEM_GRADIENTS, sizeof(float) * g->n);
     free(g);
 }
 
@@ -186,7 +232,7 @@ static int cpu_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *
     (void)be;
     (void)err;
     cpu_stage *st = (cpu_stage *)bst;
-    llama_grads_zero(st->layout, g ? (float *)g : st->buf[ZB_BUF_GRADS]);
+    llama_grads_zero(st->layout, g ? grads_floats(g) : st->buf[ZB_BUF_GRADS]);
     return 0;
 }
 
@@ -197,7 +243,7 @@ static int cpu_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_
     cpu_stage *st = (cpu_stage *)bst;
     /* compute, not layout: the vocabulary passes may be writing the head's
      * part of the gradient from another thread at the same time */
-    llama_grads_add(st->compute, st->buf[ZB_BUF_GRADS], (const float *)g);
+    llama_grads_add(st->compute, st->buf[ZB_BUF_GRADS], grads_floats((zb_bgrads *)g));
     return 0;
 }
 
@@ -233,6 +279,7 @@ static int cpu_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
             if (!(st->snap[k] = cpu_floats(st->n)))
                 return zb_fail(err, "out of memory for a post-validation snapshot");
             __atomic_add_fetch(&im->static_bytes, sizeof(float) * st->n, __ATOMIC_RELAXED);
+            mem_ledger_charge(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * st->n);
         }
     for (int k = 0; k < 3; k++)
         memcpy(st->snap[k], st->buf[snap_of[k]], sizeof(float) * st->n);
@@ -261,6 +308,7 @@ static int cpu_adamw_params(zb_backend *be, zb_bstage *bst, const adamw_config *
         if (!(st->snap[0] = cpu_floats(st->n)))
             return zb_fail(err, "out of memory for a post-validation copy of the parameters");
         __atomic_add_fetch(&im->static_bytes, sizeof(float) * st->n, __ATOMIC_RELAXED);
+        mem_ledger_charge(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * st->n);
     }
     memcpy(st->snap[0], st->buf[ZB_BUF_PARAMS], sizeof(float) * st->n);
     adamw_step_stage_params(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
@@ -296,6 +344,11 @@ static int cpu_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err
     *static_bytes = __atomic_load_n(&im->static_bytes, __ATOMIC_RELAXED);
     *peak = 0; /* the executor samples the saved states itself (trainer_trace) */
     return 0;
+}
+
+static mem_ledger *cpu_ledger(zb_backend *be)
+{
+    return ((cpu_impl *)be->impl)->ledger;
 }
 
 static const zb_backend_ops cpu_ops = {
@@ -341,18 +394,21 @@ static const zb_backend_ops cpu_ops = {
     .vocab_eval = cpu_vocab_eval,
     .vocab_cell_bytes = cpu_vocab_cell_bytes,
     .memory = cpu_memory,
+    .ledger = cpu_ledger,
 };
 
 int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err)
 {
-    (void)n_devices;
     zb_backend *be = calloc(1, sizeof *be);
     cpu_impl *im = calloc(1, sizeof *im);
-    if (!be || !im) {
+    mem_ledger *l = mem_ledger_new(n_devices > 0 ? n_devices : 1);
+    if (!be || !im || !l) {
         free(be);
         free(im);
+        mem_ledger_free(l);
         return zb_fail(err, "out of memory");
     }
+    im->ledger = l;
     be->ops = &cpu_ops;
     be->impl = im;
     *out = be;

@@ -15,6 +15,7 @@ typedef struct cpu_stage {
     const llama_stage *layout; /* borrowed description of the buffers */
     const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
                                  * layout, or a prefix of it (stage_new) */
+    int dev;                   /* schedule device it lives on (the ledger's) */
     size_t n;                  /* floats per buffer */
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
     float *snap[3];            /* snapshot of params, m, v (allocated at first use;

@@ -263,6 +263,9 @@ void llama_saved_set_recompute(llama_saved *sv, int level);
  * allocating an activation: the runtime's memory estimate
  * (runtime/footprint.h) is this, not a copy of it. */
 typedef struct llama_saved_sizes {
+    size_t in_f;    /* the most F holds at once: every forward slot, and
+                     * with full recompute the copies of its inputs, before
+                     * the recompute level drops what it does not keep */
     size_t after_f; /* from F until B: the forward's slots, or what the
                      * recompute level keeps of them */
     size_t in_b;    /* the most B holds at once: the forward's slots
