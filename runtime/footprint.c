@@ -50,7 +50,7 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
         free(first);
         return -1;
     }
-    double total = 0;
+    double total = 0, stage0 = 0;
     for (int i = 0; i < n_stages; i++) {
         /* the kernels' checks of the model and the split (a tensor table,
          * no weights), and the count they lay out, which is param_count.h's */
@@ -64,10 +64,13 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
         assert(n == (double)llama_stage_num_params(&st));
         llama_stage_free(&st);
         total += n;
+        stage0 = i == 0 ? n : stage0;
     }
     free(first);
     *params = total;
-    *bytes = total * sizeof(float) * TRAINER_PARAM_COPIES;
+    /* and post-validation's copy of stage 0's parameters (trainer_ops.c),
+     * which a trainer that never speculates does not hold */
+    *bytes = (total * TRAINER_PARAM_COPIES + stage0) * sizeof(float);
     return 0;
 }
 

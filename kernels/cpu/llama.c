@@ -616,7 +616,9 @@ int llama_saved_plan(const llama_stage *st, int batch, int recompute, llama_save
     out->after_f = recompute == LLAMA_RC_FULL  ? inputs
                    : recompute == LLAMA_RC_MLP ? keep + only - mlp
                                                : keep + only;
-    out->in_b = keep + only + b_keep + (recompute == LLAMA_RC_FULL ? inputs : 0);
+    /* full recompute: B reruns F from the kept inputs (inputs + the forward
+     * slots), frees the inputs, then takes its own slots */
+    out->in_b = keep + only + (recompute == LLAMA_RC_FULL && inputs > b_keep ? inputs : b_keep);
     out->after_b = keep + b_keep;
     llama_saved_free(sv);
     return 0;
