@@ -22,4 +22,12 @@ typedef struct cpu_stage {
                                 * snap[0] alone is adamw_params's copy) */
 } cpu_stage;
 
+/* The one way the backend's files charge a buffer to the memory ledger
+ * (src/mem_ledger.h; docs/cost-model.md, "Buffer classes"): `bytes` of
+ * class c on schedule device dev, charged when allocated and released when
+ * freed (the vocabulary passes' shards and cells go to MEM_VOCAB on their
+ * shard's device).  Defined in backend_cpu.c. */
+void cpu_mem_charge(zb_backend *be, int dev, mem_class c, size_t bytes);
+void cpu_mem_release(zb_backend *be, int dev, mem_class c, size_t bytes);
+
 #endif
