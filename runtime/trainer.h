@@ -315,6 +315,11 @@ typedef struct trainer_mem_device {
     double predicted_total;        /* its peak, all classes at once */
     double measured[MEM_CLASSES];  /* the ledger's peak of each class */
     double measured_total;         /* the ledger's peak of the device's total */
+    double pool_bytes;             /* bytes the device's stages' saved-state pools
+                                    * hold now, idle (kept for reuse) and in use:
+                                    * what its activations really occupy, which
+                                    * exceeds their peak where a device has two
+                                    * stages whose peaks come at different times */
 } trainer_mem_device;
 
 /* Fills out[d] for each of the schedule's devices: the runtime's memory

@@ -6,6 +6,7 @@
  */
 #include "runtime/trainer_impl.h"
 
+#include "kernels/cpu/buf_pool.h"
 #include "runtime/footprint.h"
 
 #include <assert.h>
@@ -124,7 +125,11 @@ int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err
         }
         out[d].predicted_total = fp[d].total;
         out[d].measured_total = (double)mem_ledger_total_peak(l, d);
+        out[d].pool_bytes = (double)mem_ledger_live(l, d, MEM_ACTIVATIONS);
     }
+    for (int i = 0; i < S && ret == 0; i++)
+        if (t->st[i].kern->pool)
+            out[t->st[i].device].pool_bytes += (double)buf_pool_idle_bytes(t->st[i].kern->pool);
     free(layers);
     free(rc);
     free(fp);

@@ -37,6 +37,7 @@ static void json_memory(cJSON *o, const trainer *t, int n_devices)
         cJSON_AddNumberToObject(e, "device", d);
         cJSON_AddNumberToObject(e, "predicted_bytes", md[d].predicted_total);
         cJSON_AddNumberToObject(e, "measured_bytes", md[d].measured_total);
+        cJSON_AddNumberToObject(e, "activation_pool_bytes", md[d].pool_bytes);
         cJSON *cl = cJSON_AddObjectToObject(e, "classes");
         for (int c = 0; cl && c < MEM_CLASSES; c++) {
             cJSON *k = cJSON_AddObjectToObject(cl, mem_class_name((mem_class)c));
