@@ -143,6 +143,8 @@ struct trainer {
     int act_pool_cap;      /* its capacity */
     int threads;           /* kernel threads per device (team size) */
     kern_team **team;      /* [p] each device's team, NULL until the first step */
+    struct buf_pool **dev_pool; /* [p] each device's saved-state buffer pool, shared
+                            * by its stages (llama_stage_share_pool) */
     worker *w;             /* [p] the persistent workers */
     pthread_t *tid;        /* [p] their threads */
     int n_started;         /* workers running (0 until the first step) */

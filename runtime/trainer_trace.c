@@ -127,9 +127,15 @@ int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err
         out[d].measured_total = (double)mem_ledger_total_peak(l, d);
         out[d].pool_bytes = (double)mem_ledger_live(l, d, MEM_ACTIVATIONS);
     }
-    for (int i = 0; i < S && ret == 0; i++)
-        if (t->st[i].kern->pool)
-            out[t->st[i].device].pool_bytes += (double)buf_pool_idle_bytes(t->st[i].kern->pool);
+    for (int i = 0; i < S && ret == 0; i++) {
+        /* each pool once: a device's stages share one (llama_stage_share_pool) */
+        struct buf_pool *pool = t->st[i].kern->pool;
+        int seen = !pool;
+        for (int j = 0; j < i && !seen; j++)
+            seen = t->st[j].kern->pool == pool;
+        if (!seen)
+            out[t->st[i].device].pool_bytes += (double)buf_pool_idle_bytes(pool);
+    }
     free(layers);
     free(rc);
     free(fp);

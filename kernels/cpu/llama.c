@@ -194,13 +194,24 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
         llama_stage_free(st);
         return zb_fail(err, "out of memory for the stage's buffer pool");
     }
+    st->owns_pool = 1;
     return 0;
+}
+
+void llama_stage_share_pool(llama_stage *st, struct buf_pool *shared)
+{
+    if (st->owns_pool)
+        buf_pool_free(st->pool);
+    st->pool = shared;
+    st->owns_pool = 0;
 }
 
 void llama_stage_free(llama_stage *st)
 {
-    buf_pool_free(st->pool);
+    if (st->owns_pool)
+        buf_pool_free(st->pool);
     st->pool = NULL;
+    st->owns_pool = 0;
     free(st->tensors);
     free(st->layer_tensor0);
     st->tensors = NULL;

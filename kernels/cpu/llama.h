@@ -166,12 +166,24 @@ typedef struct llama_stage {
     int values_tensor;      /* tensors[] index of the shared memory value table
                              * this stage holds, or -1 */
     int n_memory;           /* memory layers in [l0, l1) */
-    struct buf_pool *pool;  /* owned; the saved-state buffers of this stage's
+    struct buf_pool *pool;  /* the saved-state buffers of this stage's
                              * llama_saved objects, reused across micro-batches
                              * and steps (kernels/cpu/buf_pool.h; internally
                              * locked, the one mutable part of a stage), or
                              * NULL: plain malloc/free */
+    int owns_pool;          /* 1: pool is this stage's own (freed with it); 0:
+                             * shared with the other stages of its device
+                             * (llama_stage_share_pool) */
 } llama_stage;
+
+/* Makes st take its saved-state buffers from `shared` (not owned: the
+ * caller frees it after every stage using it and their saved states),
+ * freeing its own pool.  A device that holds several stages (interleaved,
+ * V-shaped schedules) then keeps one set of idle buffers, as large as its
+ * busiest moment, rather than one per stage, each as large as that
+ * stage's busiest moment (bench/README.md, issue 25).  Call before any
+ * saved state of st exists. */
+void llama_stage_share_pool(llama_stage *st, struct buf_pool *shared);
 
 /* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).
  * Owned by the caller; one object per micro-batch in flight. */
