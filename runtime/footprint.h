@@ -84,7 +84,8 @@ int footprint_estimate(const sched_t *s, const zb_model *m, const int *layers_pe
 /* The walk alone: for each device d of s, after_op[d] the most bytes of
  * saved activations (and vocabulary cells) it holds after any op of its
  * lane, the figure trainer_trace reports, and in_op[d] the most at any
- * moment, inside B included.  Same arguments as footprint_estimate; either
+ * moment, inside F (every forward slot, before a recompute level drops
+ * some) and inside B included.  Same arguments as footprint_estimate; either
  * array may be NULL.  0 or -1 with err. */
 int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
                                const int *recompute_stages, double *after_op, double *in_op,
