@@ -29,8 +29,9 @@
  *               kernels/cpu/backend_cpu.h, or the CUDA
  *               module's backend_create); freed by ops->destroy.
  *   zb_bstage   one virtual stage on one device: params (fp32 master),
- *               grads, AdamW m and v, a post-validation snapshot of the
- *               first three, and the loss of every forward until sync.
+ *               grads, AdamW m and v, a post-validation copy of what a
+ *               speculative step writes (snapshot), and the loss of every
+ *               forward until sync.
  *   zb_bsaved   one micro-batch's saved state (F -> B -> W).
  *   zb_bgrads   a spare weight-gradient buffer, for a W the schedule runs
  *               ahead of micro-batch order (the executor adds it into the
@@ -80,6 +81,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/llama.h"
 #include "src/err.h"
+#include "src/mem_ledger.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -201,6 +203,18 @@ typedef struct zb_backend_ops {
      * gradients scaled by grad_scale (adamw_step_stage). */
     int (*adamw)(zb_backend *be, zb_bstage *st, const adamw_config *c, int t, float lr,
                  float grad_scale, zb_err *err);
+    /* Optional, all three or none: a speculative step that keeps no copy
+     * of the moments.  adamw_params copies the params aside (allocated at
+     * the first call, kept for the stage's life) and writes them exactly
+     * as adamw would, leaving m and v; then either adamw_moments writes m
+     * and v exactly as that adamw would have (same gradients, same
+     * grad_scale: the moments do not depend on t), or adamw_undo puts the
+     * params back.  Without them the executor uses snapshot and restore. */
+    int (*adamw_params)(zb_backend *be, zb_bstage *st, const adamw_config *c, int t, float lr,
+                        float grad_scale, zb_err *err);
+    int (*adamw_moments)(zb_backend *be, zb_bstage *st, const adamw_config *c, float grad_scale,
+                         zb_err *err);
+    int (*adamw_undo)(zb_backend *be, zb_bstage *st, zb_err *err);
     /* Post-validation: copy params, m and v aside, and put them back. */
     int (*snapshot)(zb_backend *be, zb_bstage *st, zb_err *err);
     int (*restore)(zb_backend *be, zb_bstage *st, zb_err *err);
@@ -266,6 +280,10 @@ typedef struct zb_backend_ops {
      * it was made (0 when the backend does not track it).  0 or -1. */
     int (*memory)(zb_backend *be, size_t *static_bytes, size_t *peak_activation_bytes,
                   zb_err *err);
+    /* Optional: the ledger of every buffer the backend holds, by device
+     * and class (src/mem_ledger.h), which the executor also charges its
+     * own buffers to; owned by the backend.  NULL: not measured. */
+    mem_ledger *(*ledger)(zb_backend *be);
 } zb_backend_ops;
 
 struct zb_backend {

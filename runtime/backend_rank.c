@@ -244,6 +244,32 @@ static int rk_adamw(zb_backend *be, zb_bstage *st, const adamw_config *c, int t,
     return INNER(be)->ops->adamw(INNER(be), rs->inner, c, t, lr, grad_scale, err);
 }
 
+static int rk_adamw_params(zb_backend *be, zb_bstage *st, const adamw_config *c, int t,
+                           float lr, float grad_scale, zb_err *err)
+{
+    rank_stage *rs = RS(st);
+    if (!rs->inner)
+        return remote(rs, "an optimizer step", err);
+    return INNER(be)->ops->adamw_params(INNER(be), rs->inner, c, t, lr, grad_scale, err);
+}
+
+static int rk_adamw_moments(zb_backend *be, zb_bstage *st, const adamw_config *c,
+                            float grad_scale, zb_err *err)
+{
+    rank_stage *rs = RS(st);
+    if (!rs->inner)
+        return remote(rs, "an optimizer step", err);
+    return INNER(be)->ops->adamw_moments(INNER(be), rs->inner, c, grad_scale, err);
+}
+
+static int rk_adamw_undo(zb_backend *be, zb_bstage *st, zb_err *err)
+{
+    rank_stage *rs = RS(st);
+    if (!rs->inner)
+        return remote(rs, "an optimizer step", err);
+    return INNER(be)->ops->adamw_undo(INNER(be), rs->inner, err);
+}
+
 static int rk_snapshot(zb_backend *be, zb_bstage *st, zb_err *err)
 {
     rank_stage *rs = RS(st);
@@ -268,6 +294,11 @@ static int rk_opt_shard(zb_backend *be, zb_bstage *st, const size_t *lo, const s
     if (!rs->inner)
         return 0;
     return INNER(be)->ops->opt_shard(INNER(be), rs->inner, lo, len, n, err);
+}
+
+static mem_ledger *rk_ledger(zb_backend *be)
+{
+    return INNER(be)->ops->ledger(INNER(be));
 }
 
 static int rk_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err *err)
@@ -323,10 +354,14 @@ int backend_rank_wrap(zb_backend *inner, int local, zb_backend **out, zb_err *er
         .grads_add = rk_grads_add,
         .grad_sumsq = rk_grad_sumsq,
         .adamw = rk_adamw,
+        .adamw_params = in->adamw_params ? rk_adamw_params : NULL,
+        .adamw_moments = in->adamw_moments ? rk_adamw_moments : NULL,
+        .adamw_undo = in->adamw_undo ? rk_adamw_undo : NULL,
         .snapshot = rk_snapshot,
         .restore = rk_restore,
         .opt_shard = in->opt_shard ? rk_opt_shard : NULL,
         .memory = rk_memory,
+        .ledger = in->ledger ? rk_ledger : NULL,
     };
     be->ops = &im->ops;
     be->impl = im;

@@ -50,7 +50,7 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
         free(first);
         return -1;
     }
-    double total = 0;
+    double total = 0, stage0 = 0;
     for (int i = 0; i < n_stages; i++) {
         /* the kernels' checks of the model and the split (a tensor table,
          * no weights), and the count they lay out, which is param_count.h's */
@@ -64,10 +64,13 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
         assert(n == (double)llama_stage_num_params(&st));
         llama_stage_free(&st);
         total += n;
+        stage0 = i == 0 ? n : stage0;
     }
     free(first);
     *params = total;
-    *bytes = total * sizeof(float) * TRAINER_PARAM_COPIES;
+    /* and post-validation's copy of stage 0's parameters (trainer_ops.c),
+     * which a trainer that never speculates does not hold */
+    *bytes = (total * TRAINER_PARAM_COPIES + stage0) * sizeof(float);
     return 0;
 }
 
@@ -80,9 +83,11 @@ static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
     return v;
 }
 
-int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
-                               const int *recompute_stages, double *after_op, double *in_op,
-                               int *in_flight, zb_err *err)
+/* footprint_activation_peaks, with the vocabulary cells (S to T) counted
+ * when with_cells. */
+static int activation_walk(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                           const int *recompute_stages, int with_cells, double *after_op,
+                           double *in_op, int *in_flight, zb_err *err)
 {
     int S = s->n_stages, vocab = sched_has_vocab(s);
     int *first = malloc(sizeof *first * (size_t)(S + 1));
@@ -109,13 +114,16 @@ int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *l
     for (int dev = 0; dev < s->n_devices && rc == 0; dev++) {
         const sched_lane *l = &s->dev[dev];
         double now = 0, after = 0, inside = 0;
-        double cell = vocab ? backend_cpu_vocab_cell_bytes(&vs, dev) : 0;
+        double cell = vocab && with_cells ? backend_cpu_vocab_cell_bytes(&vs, dev) : 0;
         int count = 0;
         for (int k = 0; k < l->n_ops; k++) {
             sched_op op = l->ops[k];
             const llama_saved_sizes *z = op.kind == OP_S || op.kind == OP_T ? NULL : &sz[op.stage];
             switch ((op_kind)op.kind) {
             case OP_F:
+                /* F holds every forward slot before the recompute level
+                 * drops what it does not keep */
+                inside = now + (double)z->in_f > inside ? now + (double)z->in_f : inside;
                 now += (double)z->after_f;
                 count++;
                 break;
@@ -152,6 +160,94 @@ int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *l
         *in_flight = most;
     free(first);
     free(sz);
+    return rc;
+}
+
+int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                               const int *recompute_stages, double *after_op, double *in_op,
+                               int *in_flight, zb_err *err)
+{
+    return activation_walk(s, m, layers_per_stage, recompute_stages, 1, after_op, in_op,
+                           in_flight, err);
+}
+
+/* The most spare weight-gradient buffers stage `stage` holds at once: a
+ * W that runs ahead of micro-batch order writes into a spare, which is
+ * added and kept for reuse when its turn comes (trainer_ops.c's
+ * op_backward_w, whose rule this replays over the stage's ops in its
+ * device's lane order).  -1 when out of memory. */
+static int spare_grads_peak(const sched_t *s, int stage)
+{
+    const sched_lane *l = &s->dev[s->stage_device[stage]];
+    char *held = calloc((size_t)s->n_micro + 1, 1);
+    if (!held)
+        return -1;
+    int next = 0, now = 0, most = 0;
+    for (int k = 0; k < l->n_ops; k++) {
+        sched_op op = l->ops[k];
+        if (op.stage != stage || (op.kind != OP_W && op.kind != OP_BW))
+            continue;
+        if (op.mb == next) {
+            next++;
+            while (next < s->n_micro && held[next]) {
+                held[next++] = 0;
+                now--;
+            }
+        } else {
+            held[op.mb] = 1;
+            now++;
+            most = now > most ? now : most;
+        }
+    }
+    free(held);
+    return most;
+}
+
+int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                      const int *recompute_stages, int speculate, footprint_device *out,
+                      zb_err *err)
+{
+    int S = s->n_stages, P = s->n_devices;
+    memset(out, 0, sizeof *out * (size_t)P);
+    int *first = malloc(sizeof *first * (size_t)(S + 1));
+    double *in_op = calloc((size_t)P, sizeof *in_op);
+    int rc = first && in_op ? 0 : zb_fail(err, "out of memory");
+    if (rc == 0)
+        rc = stage_starts(m, S, layers_per_stage, first, err);
+    if (rc == 0)
+        rc = activation_walk(s, m, layers_per_stage, recompute_stages, 0, NULL, in_op, NULL, err);
+    const double f = sizeof(float);
+    for (int i = 0; i < S && rc == 0; i++) {
+        /* the stage's layout owns the head even when the vocabulary
+         * passes run it (trainer_create's stage_build) */
+        int head = i == S - 1 ? LLAMA_HEAD_FULL : LLAMA_HEAD_NONE;
+        double n = param_stage(m, first[i], first[i + 1], i == 0, head);
+        int spares = spare_grads_peak(s, i);
+        if (spares < 0) {
+            rc = zb_fail(err, "out of memory");
+            break;
+        }
+        footprint_device *o = &out[s->stage_device[i]];
+        o->bytes[MEM_PARAMETERS] += n * f;
+        o->bytes[MEM_GRADIENTS] += (1.0 + spares) * n * f;
+        o->bytes[MEM_OPTIMIZER] += 2.0 * n * f;
+        /* post-validation's one copy: stage 0's parameters, under the
+         * step it runs speculatively (trainer_ops.c) */
+        if (i == 0 && speculate)
+            o->bytes[MEM_ROLLBACK] += n * f;
+    }
+    for (int d = 0; d < P && rc == 0; d++) {
+        footprint_device *o = &out[d];
+        o->bytes[MEM_ACTIVATIONS] = in_op[d];
+        /* the static classes are held throughout, the activations peak
+         * on top of them */
+        for (int c = 0; c < MEM_CLASSES; c++)
+            o->total += o->bytes[c];
+    }
+    if (rc != 0)
+        memset(out, 0, sizeof *out * (size_t)P);
+    free(first);
+    free(in_op);
     return rc;
 }
 

@@ -12,8 +12,8 @@
  *   parameters   param_count.h's count of each stage of the plan's split
  *                (the count llama_stage_init lays out), times the
  *                TRAINER_PARAM_COPIES fp32 copies a trainer keeps
- *                (weights, gradients, the two AdamW moments and the three
- *                post-validation snapshots);
+ *                (weights, gradients, the two AdamW moments), plus the
+ *                post-validation copy of stage 0's weights;
  *   activations  each device's saved states, walked through its lane in
  *                the schedule's order with the kernels' own slot table
  *                (llama_saved_plan) at each stage's recompute level: a
@@ -41,11 +41,14 @@
 #include <stddef.h>
 
 #include "src/err.h"
+#include "src/mem_ledger.h"
 #include "src/model.h"
 #include "src/sched.h"
 
-/* fp32 copies of the parameters a CPU trainer keeps per stage. */
-#define TRAINER_PARAM_COPIES 7
+/* fp32 copies of the parameters a CPU trainer keeps per stage (weights,
+ * gradients, AdamW m and v); post-validation adds one copy of stage 0's
+ * alone (docs/cost-model.md, "rollback state"). */
+#define TRAINER_PARAM_COPIES 4
 
 /* What the parts above leave out (the kernels' temporaries in B and W,
  * allocator overhead): at batch 500 the peak RSS was 11% above the sum
@@ -55,7 +58,8 @@
 /* The estimate of one run, in bytes. */
 typedef struct footprint {
     double params;       /* parameters of every stage (a count, not bytes) */
-    double param_bytes;  /* TRAINER_PARAM_COPIES fp32 copies of them */
+    double param_bytes;  /* TRAINER_PARAM_COPIES fp32 copies of them, and the
+                          * copy of stage 0's */
     double activations;  /* saved activations at each device's busiest moment
                           * (inside B included), summed over the devices, with
                           * each device's kernel scratch and the vocabulary
@@ -80,16 +84,38 @@ int footprint_estimate(const sched_t *s, const zb_model *m, const int *layers_pe
 /* The walk alone: for each device d of s, after_op[d] the most bytes of
  * saved activations (and vocabulary cells) it holds after any op of its
  * lane, the figure trainer_trace reports, and in_op[d] the most at any
- * moment, inside B included.  Same arguments as footprint_estimate; either
+ * moment, inside F (every forward slot, before a recompute level drops
+ * some) and inside B included.  Same arguments as footprint_estimate; either
  * array may be NULL.  0 or -1 with err. */
 int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *layers_per_stage,
                                const int *recompute_stages, double *after_op, double *in_op,
                                int *in_flight, zb_err *err);
 
+/* One device's predicted memory, by the ledger's classes. */
+typedef struct footprint_device {
+    double bytes[MEM_CLASSES]; /* each class's peak, in bytes at fp32 */
+    double total;              /* the device's peak, all classes at once */
+} footprint_device;
+
+/* The prediction the memory ledger (src/mem_ledger.h) checks: for each
+ * device d of s, out[d] (s->n_devices of them) the bytes of each class a
+ * CPU trainer of s holds there, with the same arguments as
+ * footprint_estimate, and `speculate` 1 when the trainer runs stage 0's
+ * optimizer step speculatively (trainer_may_speculate).  Each class is
+ * priced from the code that allocates it (docs/cost-model.md, "Buffer
+ * classes"): param_stage for the stage buffers, op_backward_w's rule for
+ * the spare gradients, the activation walk (without the vocabulary
+ * cells) for the saved state.  The vocabulary, communication and
+ * workspace classes are not predicted per device (0).  0 or -1 with err. */
+int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per_stage,
+                      const int *recompute_stages, int speculate, footprint_device *out,
+                      zb_err *err);
+
 /* Stores in *params the parameters of model m split into n_stages stages
  * (layers_per_stage[n_stages], or NULL for the even split of split.h), and
  * in *bytes the trainer's fixed memory for them (TRAINER_PARAM_COPIES fp32
- * copies): footprint_estimate's first part, for a check that comes before
+ * copies, and post-validation's copy of stage 0's, which a trainer that
+ * never speculates does not take): footprint_estimate's first part, for a check that comes before
  * the schedule's details matter.  m->vocab should already be the data's.
  * Returns 0, or -1 with err set when the split or the model is invalid. */
 int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_stage,

@@ -453,8 +453,10 @@ static int measure_comm(zb_backend *be, size_t elems, double *t_comm, zb_err *er
 }
 
 /* The bytes the runtime keeps per layer for a stage's state: a one-layer
- * stage's buffers and its post-validation snapshot, as the backend counts
- * them (backend.h's memory op).  0 or -1 with err. */
+ * stage's buffers, as the backend counts them (backend.h's memory op).
+ * Post-validation's copy is not a per-layer cost: only stage 0 keeps one
+ * (trainer_ops.c; docs/cost-model.md, "Buffer classes").  0 or -1 with
+ * err. */
 static int measure_static(zb_backend *be, const zb_model *m, double *per_layer, zb_err *err)
 {
     llama_stage one;
@@ -465,8 +467,6 @@ static int measure_static(zb_backend *be, const zb_model *m, double *per_layer, 
     int rc = be->ops->memory(be, &before, &peak, err);
     if (rc == 0 && (rc = be->ops->stage_new(be, &one, NULL, 0, &bs, err)) != 0)
         bs = NULL;
-    if (rc == 0)
-        rc = be->ops->snapshot(be, bs, err);
     if (rc == 0)
         rc = be->ops->memory(be, &after, &peak, err);
     if (bs)

@@ -81,6 +81,7 @@
 #include <stdint.h>
 
 #include "src/err.h"
+#include "src/mem_ledger.h"
 #include "src/model.h"
 #include "src/sched.h"
 #include "runtime/data.h"
@@ -341,6 +342,27 @@ const char *trainer_backend_name(const trainer *t);
  * backend does not track it).  0 or -1 with err set. */
 int trainer_memory(const trainer *t, size_t *static_bytes, size_t *peak_activation_bytes,
                    zb_err *err);
+
+/* One device's memory, predicted against measured, by class
+ * (src/mem_ledger.h's classes; docs/cost-model.md, "Buffer classes"). */
+typedef struct trainer_mem_device {
+    double predicted[MEM_CLASSES]; /* footprint_devices's bytes of each class */
+    double predicted_total;        /* its peak, all classes at once */
+    double measured[MEM_CLASSES];  /* the ledger's peak of each class */
+    double measured_total;         /* the ledger's peak of the device's total */
+    double pool_bytes;             /* bytes the device's stages' saved-state pools
+                                    * hold now, idle (kept for reuse) and in use:
+                                    * what its activations really occupy, which
+                                    * exceeds their peak where a device has two
+                                    * stages whose peaks come at different times */
+} trainer_mem_device;
+
+/* Fills out[d] for each of the schedule's devices: the runtime's memory
+ * prediction for this trainer (runtime/footprint.h's footprint_devices,
+ * with its split, recompute levels and speculation) and the backend's
+ * ledger since the trainer was made.  0, or -1 with err when the backend
+ * keeps no ledger (the CUDA one) or the prediction fails. */
+int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err);
 
 /* The stage's layer description (layers, tensors and their offsets). */
 const llama_stage *trainer_stage_layout(const trainer *t, int stage);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/buf_pool.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/split.h"
 #include "runtime/transport_factory.h"
@@ -98,6 +99,11 @@ void trainer_free(trainer *t)
     if (t->st)
         for (int s = 0; s < t->n_stages; s++)
             stage_free(t->be, &t->st[s], t->n_micro);
+    /* after the stages: their saved states gave their buffers back */
+    if (t->dev_pool)
+        for (int d = 0; d < t->n_devices; d++)
+            buf_pool_free(t->dev_pool[d]);
+    free(t->dev_pool);
     free(t->st);
     vocab_exec_free(t->ve);
     backend_free(t->be);
@@ -162,6 +168,9 @@ static int stage_build(trainer *t, const sched_t *s, int i, const int *first,
         r->kern = &r->norm_layout;
     }
     r->device = s->stage_device[i];
+    /* one pool of saved-state buffers per device, whatever its stages */
+    llama_stage_share_pool(r->kern == &r->layout ? &r->layout : &r->norm_layout,
+                           t->dev_pool[r->device]);
     r->recompute = opts->recompute_stages ? opts->recompute_stages[i] : LLAMA_RC_NONE;
     r->n_params = llama_stage_num_params(&r->layout);
     r->tensor_sq = calloc((size_t)r->layout.n_tensors + 1, sizeof(double));
@@ -185,6 +194,23 @@ static int stage_build(trainer *t, const sched_t *s, int i, const int *first,
             brc = be->ops->upload(be, r->bs, ZB_BUF_PARAMS, err);
     }
     return brc != 0 ? zb_wrap(err, "stage %d on %s: ", i, be->ops->name) : 0;
+}
+
+/* Allocates stage 0's post-validation copy now rather than at its first
+ * speculative step, so that a run that cannot hold it fails here and the
+ * memory it holds does not depend on when the first speculation comes
+ * (the ledger checks it against footprint_devices).  On a backend with the
+ * split update this is a step of learning rate 0, undone: the backend
+ * copies the parameters and puts the same bits back.  0 or -1 with err. */
+static int reserve_rollback(trainer *t, zb_err *err)
+{
+    zb_backend *be = t->be;
+    stage_rt *r = &t->st[0];
+    if (!be->ops->adamw_params)
+        return be->ops->snapshot(be, r->bs, err);
+    if (be->ops->adamw_params(be, r->bs, &t->opts.adamw, 1, 0.0f, 1.0f, err) != 0)
+        return -1;
+    return be->ops->adamw_undo(be, r->bs, err);
 }
 
 int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
@@ -253,11 +279,15 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     t->act_peak = calloc((size_t)t->n_devices, sizeof *t->act_peak);
     t->threads = opts->threads > 0 ? opts->threads : trainer_default_threads(t->n_devices);
     t->team = calloc((size_t)t->n_devices, sizeof *t->team);
+    t->dev_pool = calloc((size_t)t->n_devices, sizeof *t->dev_pool);
+    int pools = t->dev_pool != NULL;
+    for (int dv = 0; pools && dv < t->n_devices; dv++)
+        pools = (t->dev_pool[dv] = buf_pool_new()) != NULL;
     t->w = calloc((size_t)t->n_devices, sizeof *t->w);
     t->tid = calloc((size_t)t->n_devices, sizeof *t->tid);
     t->act_pool_cap = 2 * t->n_stages * t->n_micro + 4;
     t->act_pool = calloc((size_t)t->act_pool_cap, sizeof *t->act_pool);
-    int oom = !t->act_peak || !t->team || !t->w || !t->tid || !t->act_pool;
+    int oom = !t->act_peak || !t->team || !t->w || !t->tid || !t->act_pool || !pools;
     oom = oom || !t->sched || !t->st || !t->x || !t->y || !t->mb_loss || !t->op_start || !t->op_end
               || !t->op_mid;
     for (int dv = 0; dv < t->n_devices && !oom; dv++) {
@@ -301,6 +331,8 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
     while (t->spec_len < lane0->n_ops && lane0->ops[t->spec_len].kind == OP_F
            && lane0->ops[t->spec_len].stage == 0)
         t->spec_len++;
+    if (t->spec_len > 0 && trainer_may_speculate(t) && reserve_rollback(t, err) != 0)
+        goto fail;
     rng_seed(&t->rng, opts->seed, 0x5eed0000ULL + opts->data_stream);
     t->stats.tokens_per_step = (long)t->n_micro * (long)tok;
     *out = t;

@@ -54,6 +54,7 @@
 #include "runtime/rng.h"
 #include "runtime/trainer.h"
 #include "runtime/transport.h"
+#include "runtime/transport_factory.h"
 #include "runtime/vocab_exec.h"
 
 /* Everything one virtual stage owns. */
@@ -69,8 +70,8 @@ typedef struct stage_rt {
     unsigned dev_newer;    /* bits 1 << zb_bbuf: the device holds writes its host mirror lacks */
     unsigned host_newer;   /* bits: the host mirror may hold writes the device lacks */
     int64_t adam_t;        /* AdamW steps taken by this stage (1-based in the update) */
-    int64_t snap_t;        /* post-validation snapshot of adam_t (the backend keeps
-                            * the snapshot of params, m and v) */
+    int64_t snap_t;        /* adam_t before a speculative step (the backend keeps
+                            * the copy of what the step wrote, backend.h) */
     double *tensor_sq;     /* [layout.n_tensors] squared norm of each grad tensor */
     int sq_given;          /* ZeRO-1: 1 when tensor_sq was set by trainer_set_stage_sumsq
                             * for the next norm (used once, instead of grad_sumsq) */
@@ -84,7 +85,10 @@ typedef struct stage_rt {
     zb_bgrads **w_free;    /* [m] spare scratch buffers for w_scratch (reused) */
     int n_w_free;          /* buffers in w_free */
     int next_w;            /* next micro-batch whose W is added into grads */
-    int stepped;           /* post-validation: 1 when the optimistic step ran */
+    int stepped;           /* post-validation: 1 when the partial norm called for
+                            * an unclipped step (the optimistic action) */
+    int speculated;        /* stage 0: 1 while a speculative step awaits its
+                            * validation (the backend holds the copy) */
     int recompute;         /* LLAMA_RC_* level of this stage's saved states (opts.recompute_stages) */
     const int32_t *x;      /* [m][B*T] input tokens of the step this stage runs (stage 0) */
     const int32_t *y;      /* [m][B*T] its target tokens (stage S-1) */
@@ -146,6 +150,8 @@ struct trainer {
     int act_pool_cap;      /* its capacity */
     int threads;           /* kernel threads per device (team size) */
     kern_team **team;      /* [p] each device's team, NULL until the first step */
+    struct buf_pool **dev_pool; /* [p] each device's saved-state buffer pool, shared
+                            * by its stages (llama_stage_share_pool) */
     worker *w;             /* [p] the persistent workers */
     pthread_t *tid;        /* [p] their threads */
     int n_started;         /* workers running (0 until the first step) */
@@ -270,5 +276,15 @@ float *trainer_mirror_get(trainer *t, int s, zb_bbuf which, int for_write);
 
 /* Uploads every mirror written since the last step.  0 or -1 with err. */
 int trainer_mirrors_push(trainer *t, zb_err *err);
+
+/* 1 when trainer_steps may overlap steps, and so run stage 0's optimizer
+ * step speculatively (trainer_ops.c): no barrier between steps needs the
+ * in-process slots transport, post-validation and no vocabulary passes,
+ * and there must be leading stage-0 forwards to run early. */
+static inline int trainer_may_speculate(const trainer *t)
+{
+    return !t->ve && !t->opts.sync_optimizer && !t->opts.one_device && !t->opts.make_transport
+           && t->opts.transport == ZB_TRANSPORT_SLOTS;
+}
 
 #endif

@@ -18,18 +18,30 @@
  *   up     partial = partial(s-1) + Σ per-tensor squared norms of s, added
  *          one tensor at a time (the same additions the single-device run
  *          makes, so the full sum is bit-identical for every split);
- *          if partial is finite and does not yet require clipping, snapshot
- *          (params, m, v, t) and step unclipped; otherwise skip.
- *   down   the full sum arrives from s+1 (stage S-1 has it already).  The
- *          right action is: skip (not finite), clipped step (the clip scale
- *          is below 1) or unclipped step.  If the optimistic action differs,
- *          restore the snapshot when one was taken and do the right one.
+ *          the optimistic action is a step when partial is finite and does
+ *          not yet require clipping.  Only stage 0 acts on it, and only
+ *          when the next step's leading forwards will run speculatively:
+ *          it copies its parameters aside and writes the new ones
+ *          (speculative_update), leaving m and v as they were.
+ *   down   the full sum arrives from s+1 (stage S-1 has it already) and
+ *          goes on to s-1.  The right action is: skip (not finite),
+ *          clipped step (the clip scale is below 1) or unclipped step
+ *          (stage_validate).  A stage that did not speculate just does it;
+ *          stage 0 after a right speculation writes the step's m and v,
+ *          after a wrong one puts its parameters back and does the right
+ *          one.  A wrong optimistic action counts as a rollback either way.
  *
- * Rollback restores a copy instead of inverting AdamW arithmetically as the
- * paper's Algorithm 1 does: p - lr*u followed by + lr*u is not exact in
- * floating point, and the executor promises bit-identical results with the
- * synchronous clip.  The copy costs 3 buffers per stage and one memcpy per
- * step, small next to a step's compute.
+ * Why not the paper's in-place inverse (Algorithm 1: θ, then m and v,
+ * then t-1): in fp32 it does not give the same bits back (AdamW's m and v
+ * updates are many-to-one; tests/kernels/test_adamw.c counts the misses),
+ * and the executor promises results bit-identical to the synchronous
+ * clip.  So the only copy is the one thing speculation must change before
+ * the norm is known: stage 0's parameters (docs/cost-model.md, "rollback
+ * state"), 4 bytes a parameter of stage 0, where a copy of params, m and v
+ * of every stage took 12 bytes a parameter of the model.  m and v need no
+ * copy because the split update (adamw_update_params / _moments) writes
+ * them only once the step is confirmed; a backend without it (CUDA)
+ * copies params, m and v of stage 0.
  */
 #include "runtime/trainer_impl.h"
 
@@ -296,16 +308,53 @@ int trainer_stage_update(trainer *t, stage_rt *r, float scale, zb_err *err)
                              scale, err);
 }
 
-static int snapshot_take(trainer *t, stage_rt *r, zb_err *err)
+/* Stage 0's speculative step (unclipped, on the partial norm), so that
+ * the next step's leading forwards can run on its parameters before the
+ * full norm arrives.  On a backend with the split update (adamw_params,
+ * adamw_moments) only the parameters are written, over a copy of the old
+ * ones, and m and v wait for stage_validate; on another the whole step,
+ * over a copy of params, m and v (backend.h's snapshot). */
+static int speculative_update(trainer *t, stage_rt *r, zb_err *err)
 {
+    zb_backend *be = t->be;
     r->snap_t = r->adam_t;
-    return t->be->ops->snapshot(t->be, r->bs, err);
+    r->speculated = 1;
+    if (!be->ops->adamw_params) {
+        if (be->ops->snapshot(be, r->bs, err) != 0)
+            return -1;
+        return trainer_stage_update(t, r, 1.0f, err);
+    }
+    r->adam_t++;
+    return be->ops->adamw_params(be, r->bs, &t->opts.adamw, (int)r->adam_t, (float)t->step_lr,
+                                 1.0f, err);
 }
 
-static int snapshot_restore(trainer *t, stage_rt *r, zb_err *err)
+/* The stage's optimizer step once the full squared norm `full` is known:
+ * skip when it is not finite, else step with its clip scale at learning
+ * rate lr.  A speculative step that was right gets its moments; one that
+ * was wrong is undone first (the copied parameters back, adam_t back).
+ * 0 or -1 (backend failure). */
+static int stage_validate(trainer *t, stage_rt *r, double full, float lr, zb_err *err)
 {
-    r->adam_t = r->snap_t;
-    return t->be->ops->restore(t->be, r->bs, err);
+    zb_backend *be = t->be;
+    int finite = isfinite(full), right = finite && !needs_clip(t, full);
+    if (r->speculated) {
+        r->speculated = 0;
+        if (right)
+            return be->ops->adamw_params
+                       ? be->ops->adamw_moments(be, r->bs, &t->opts.adamw, 1.0f, err)
+                       : 0;
+        r->adam_t = r->snap_t;
+        if ((be->ops->adamw_params ? be->ops->adamw_undo(be, r->bs, err)
+                                   : be->ops->restore(be, r->bs, err))
+            != 0)
+            return -1;
+    }
+    if (!finite)
+        return 0;
+    r->adam_t++;
+    return be->ops->adamw(be, r->bs, &t->opts.adamw, (int)r->adam_t, lr,
+                          adamw_clip_scale(full, t->opts.adamw.grad_clip), err);
 }
 
 /* 1 when batch step i (trainer_steps; -1: a single step) is followed by
@@ -341,8 +390,11 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
             spec_in = batch_spec(t, i) && isfinite(partial) && !needs_clip(t, partial);
         if (trainer_add_stage_norm(t, r, &partial, err) != 0)
             return -1;
+        /* the optimistic action; only stage 0 acts on it, and only when
+         * it speculates (any other stage's update waits for the full norm,
+         * as nothing reads its parameters before that) */
         r->stepped = isfinite(partial) && !needs_clip(t, partial);
-        if (r->stepped && (snapshot_take(t, r, err) != 0 || trainer_stage_update(t, r, 1.0f, err) != 0))
+        if (s == 0 && r->stepped && batch_spec(t, i) && speculative_update(t, r, err) != 0)
             return -1;
         if (s < S - 1) {
             if (tr_send(t, -1, CHAN_NORM_UP, s + 1, 0, NULL, partial, err) != 0)
@@ -376,18 +428,14 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
         else if (tr_recv(t, -1, CHAN_NORM_DOWN, s, 0, NULL, &full, err) != 0)
             return -1;
         int finite = isfinite(full), clip = finite && needs_clip(t, full);
-        if (!(r->stepped && finite && !clip)) {
-            /* The optimistic action was wrong: undo it and do the right one. */
-            if (r->stepped) {
-                if (snapshot_restore(t, r, err) != 0)
-                    return -1;
-                pthread_mutex_lock(&t->mu);
-                t->rollbacks_step++;
-                pthread_mutex_unlock(&t->mu);
-            }
-            if (finite
-                && trainer_stage_update(t, r, adamw_clip_scale(full, t->opts.adamw.grad_clip), err) != 0)
-                return -1;
+        /* read before the norm goes down: stage 0's device writes the next
+         * step's rate once its own validation is done */
+        float lr = (float)t->step_lr;
+        if (r->stepped && !(finite && !clip)) {
+            /* the optimistic action was wrong (a speculated stage undoes it) */
+            pthread_mutex_lock(&t->mu);
+            t->rollbacks_step++;
+            pthread_mutex_unlock(&t->mu);
         }
         int spec_wrong = !(finite && !clip); /* stage 0's speculation was on wrong parameters */
         if (s == 1 && spec_in && spec_wrong)
@@ -397,6 +445,10 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
                     return -1;
                 act_put(t, dev, buf);
             }
+        if (s > 0 && tr_send(t, -1, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
+            return -1;
+        if (stage_validate(t, r, full, lr, err) != 0)
+            return -1;
         if (s == 0 && spec_ran && *spec_ran && spec_wrong) {
             zb_backend *be = t->be;
             for (int k = 0; k < t->spec_len; k++) {
@@ -410,8 +462,6 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
                 return -1;
             t->b_redone += t->spec_len;
         }
-        if (s > 0 && tr_send(t, -1, CHAN_NORM_DOWN, s - 1, 0, NULL, full, err) != 0)
-            return -1;
     }
     return 0;
 }

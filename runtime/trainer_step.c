@@ -164,8 +164,7 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
         return zb_fail(err, "trainer_steps: a backward is pending its trainer_apply");
     if (n < 1)
         return zb_fail(err, "trainer_steps: %d steps", n);
-    int overlap = n > 1 && !t->ve && !t->opts.sync_optimizer && !t->opts.one_device
-                  && !t->opts.make_transport && t->opts.transport == ZB_TRANSPORT_SLOTS;
+    int overlap = n > 1 && trainer_may_speculate(t);
     if (!overlap) {
         /* Ordered links (FIFO, MPI) number a step's messages per link, the
          * synchronous clip has a barrier by definition, and the vocabulary

@@ -6,6 +6,10 @@
  */
 #include "runtime/trainer_impl.h"
 
+#include "kernels/cpu/buf_pool.h"
+#include "runtime/footprint.h"
+
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,4 +99,45 @@ int trainer_trace(const trainer *t, sched_t **out, zb_err *err)
     }
     *out = c;
     return 0;
+}
+
+int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err)
+{
+    mem_ledger *l = t->be->ops->ledger ? t->be->ops->ledger(t->be) : NULL;
+    if (!l)
+        return zb_fail(err, "the %s backend keeps no memory ledger", t->be->ops->name);
+    int S = t->n_stages, P = t->n_devices;
+    int *layers = malloc(sizeof *layers * (size_t)S), *rc = malloc(sizeof *rc * (size_t)S);
+    footprint_device *fp = calloc((size_t)P, sizeof *fp);
+    int ret = layers && rc && fp ? 0 : zb_fail(err, "out of memory");
+    for (int i = 0; i < S && ret == 0; i++) {
+        layers[i] = t->st[i].layout.l1 - t->st[i].layout.l0;
+        rc[i] = t->st[i].recompute;
+    }
+    if (ret == 0)
+        ret = footprint_devices(t->sched, &t->model, layers, rc,
+                                t->spec_len > 0 && trainer_may_speculate(t), fp, err);
+    for (int d = 0; d < P && ret == 0; d++) {
+        assert(d < mem_ledger_devices(l));
+        for (int c = 0; c < MEM_CLASSES; c++) {
+            out[d].predicted[c] = fp[d].bytes[c];
+            out[d].measured[c] = (double)mem_ledger_peak(l, d, (mem_class)c);
+        }
+        out[d].predicted_total = fp[d].total;
+        out[d].measured_total = (double)mem_ledger_total_peak(l, d);
+        out[d].pool_bytes = (double)mem_ledger_live(l, d, MEM_ACTIVATIONS);
+    }
+    for (int i = 0; i < S && ret == 0; i++) {
+        /* each pool once: a device's stages share one (llama_stage_share_pool) */
+        struct buf_pool *pool = t->st[i].kern->pool;
+        int seen = !pool;
+        for (int j = 0; j < i && !seen; j++)
+            seen = t->st[j].kern->pool == pool;
+        if (!seen)
+            out[t->st[i].device].pool_bytes += (double)buf_pool_idle_bytes(pool);
+    }
+    free(layers);
+    free(rc);
+    free(fp);
+    return ret;
 }

@@ -9,7 +9,8 @@
 #      plan with those measured costs (search --profile, 2 CPU devices),
 #      train the plan for 20 steps on tinyshakespeare, then draw predicted
 #      against measured on one time scale (ms) and print both iteration
-#      times, their ratio and the activation peaks.  The ratio is whatever
+#      times, their ratio and the activation peaks, and the memory ledger's
+#      worst device: its measured peak over the runtime's prediction.  The ratio is whatever
 #      this machine measures: when other work shares the cores, the profile
 #      and the run meet it at different moments (bench/README.md, "plan
 #      loop", has figures and the load they were taken at).
@@ -44,7 +45,21 @@ if [ -f "$DATA" ]; then
   "$Z" search --model tiny --profile "$O/tiny-profile.json" --gpu tools/cpu-device.json \
        --gpus 2 --stages 2 --global-batch 16 --max-micro-batch 1 --mem 4G -o "$O/tiny-plan.json" --top 3
   "$Z" run "$O/tiny-plan.json" --data "$DATA" --steps 20 --eval-every 10 \
-       --trace "$O/tiny-trace.json" -q
+       --trace "$O/tiny-trace.json" -q --json > "$O/tiny-run.json"
+  # The memory ledger: each device's measured peak against the runtime's
+  # prediction for this plan (docs/cost-model.md, "Buffer classes").
+  python3 - "$O/tiny-run.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+mem = run.get("memory") or []
+if mem:
+    worst = max(mem, key=lambda e: abs(e["measured_bytes"] / e["predicted_bytes"] - 1))
+    print("memory: worst device %d measured %.0f of predicted %.0f bytes, ratio %.4f"
+          % (worst["device"], worst["measured_bytes"], worst["predicted_bytes"],
+             worst["measured_bytes"] / worst["predicted_bytes"]))
+print("final loss %.4f, val loss %.4f, %.0f tokens/s"
+      % (run["losses"][-1], run["val_loss"], run["tokens_per_s"]))
+PY
   "$Z" render "$O/tiny-trace.json" --compare "$O/tiny-plan.json" -o "$O/tiny-compare.svg"
   # Other work on the machine stretches the measured step (its threads wait
   # for the cores), so say how busy the machine was.

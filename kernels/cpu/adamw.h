@@ -76,4 +76,25 @@ void adamw_step_stage(const llama_stage *st, const adamw_config *c,
                       float *params, const float *grads, float *m, float *v,
                       int t, float lr, float grad_scale);
 
+/* The two halves of adamw_update, for post-validation without a copy of
+ * the moments (docs/cost-model.md, "rollback state"): adamw_update_params
+ * writes the params exactly as adamw_update would (the new m and v are
+ * computed and used, not stored), and a later adamw_update_moments with
+ * the same grads, beta1, beta2 and grad_scale writes m and v exactly as
+ * adamw_update would have.  Params-then-moments gives adamw_update's bits;
+ * so does params alone undone by restoring the params.  The moments do
+ * not depend on t. */
+void adamw_update_params(float *params, const float *grads, const float *m, const float *v,
+                         size_t n, int t, float lr, float beta1, float beta2, float eps,
+                         float wd, float grad_scale);
+void adamw_update_moments(const float *grads, float *m, float *v, size_t n, float beta1,
+                          float beta2, float grad_scale);
+
+/* adamw_step_stage's two halves, as adamw_update_params / _moments. */
+void adamw_step_stage_params(const llama_stage *st, const adamw_config *c, float *params,
+                             const float *grads, const float *m, const float *v, int t,
+                             float lr, float grad_scale);
+void adamw_step_stage_moments(const llama_stage *st, const adamw_config *c, const float *grads,
+                              float *m, float *v, float grad_scale);
+
 #endif

@@ -22,12 +22,28 @@
 #include "kernels/cpu/adamw_shard.h"
 #include "kernels/cpu/backend_cpu_impl.h"
 #include "kernels/cpu/backend_cpu_vocab.h"
+#include "kernels/cpu/buf_pool.h"
+#include "src/mem_ledger.h"
 
 /* The backend's state: only the bytes it holds, for memory. */
 typedef struct cpu_impl {
     size_t static_bytes; /* stage buffers and snapshots (trainer_create's thread
                           * and the workers' first snapshot add to it: atomics) */
+    mem_ledger *ledger;  /* every buffer below, by device and class (owned) */
 } cpu_impl;
+
+/* A spare weight-gradient buffer (zb_bgrads): the floats, and what to
+ * release from the ledger when it is freed. */
+typedef struct cpu_grads {
+    int dev;              /* device of its stage */
+    size_t n;             /* floats */
+    _Alignas(16) float f[]; /* [n] */
+} cpu_grads;
+
+static float *grads_floats(zb_bgrads *g)
+{
+    return ((cpu_grads *)g)->f;
+}
 
 static float *cpu_floats(size_t n)
 {
@@ -36,20 +52,59 @@ static float *cpu_floats(size_t n)
 
 static void cpu_destroy(zb_backend *be)
 {
+    mem_ledger_free(((cpu_impl *)be->impl)->ledger);
     free(be->impl);
     free(be);
 }
 
+/* The ledger's class of each stage buffer, in buf[] order. */
+static const mem_class buf_class[ZB_BUF_COUNT] = { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER,
+                                                   MEM_OPTIMIZER };
+
+/* Floats in buf[k]: m and v hold only the shard's under ZeRO-1. */
+static size_t buf_floats(const cpu_stage *st, int k)
+{
+    int moment = k == ZB_BUF_ADAM_M || k == ZB_BUF_ADAM_V;
+    return moment && st->n_shard > 0 ? st->shard_n : st->n;
+}
+
+/* Makes snap[k] hold at least n floats (a copy made before sharding is
+ * larger than the shard's and serves it).  0 or -1 with err. */
+static int snap_reserve(cpu_impl *im, cpu_stage *st, int k, size_t n, zb_err *err)
+{
+    if (st->snap[k] && st->snap_n[k] >= n)
+        return 0;
+    float *p = cpu_floats(n);
+    if (!p)
+        return zb_fail(err, "out of memory for a post-validation copy of %zu floats", n);
+    if (st->snap[k]) {
+        free(st->snap[k]);
+        __atomic_sub_fetch(&im->static_bytes, sizeof(float) * st->snap_n[k], __ATOMIC_RELAXED);
+        mem_ledger_release(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * st->snap_n[k]);
+    }
+    st->snap[k] = p;
+    st->snap_n[k] = n;
+    __atomic_add_fetch(&im->static_bytes, sizeof(float) * n, __ATOMIC_RELAXED);
+    mem_ledger_charge(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * n);
+    return 0;
+}
+
 static void cpu_stage_free(zb_backend *be, zb_bstage *bst)
 {
-    (void)be;
+    cpu_impl *im = be->impl;
     cpu_stage *st = (cpu_stage *)bst;
     if (!st)
         return;
     for (int k = 0; k < ZB_BUF_COUNT; k++)
-        free(st->buf[k]);
+        if (st->buf[k]) {
+            free(st->buf[k]);
+            mem_ledger_release(im->ledger, st->dev, buf_class[k], sizeof(float) * buf_floats(st, k));
+        }
     for (int k = 0; k < 3; k++)
-        free(st->snap[k]);
+        if (st->snap[k]) {
+            free(st->snap[k]);
+            mem_ledger_release(im->ledger, st->dev, MEM_ROLLBACK, sizeof(float) * st->snap_n[k]);
+        }
     free(st->shard_lo);
     free(st->shard_len);
     free(st);
@@ -58,11 +113,14 @@ static void cpu_stage_free(zb_backend *be, zb_bstage *bst)
 static int cpu_stage_new(zb_backend *be, const llama_stage *layout, const llama_stage *compute,
                          int dev, zb_bstage **out, zb_err *err)
 {
-    (void)dev;
     cpu_impl *im = be->impl;
+    if (dev < 0 || dev >= mem_ledger_devices(im->ledger))
+        return zb_fail(err, "a stage on device %d of a %d-device backend", dev,
+                       mem_ledger_devices(im->ledger));
     cpu_stage *st = calloc(1, sizeof *st);
     if (!st)
         return zb_fail(err, "out of memory");
+    st->dev = dev;
     st->layout = layout;
     st->compute = compute ? compute : layout;
     st->n = llama_stage_num_params(layout);
@@ -71,8 +129,13 @@ static int cpu_stage_new(zb_backend *be, const llama_stage *layout, const llama_
             size_t n = st->n;
             cpu_stage_free(be, (zb_bstage *)st);
             return zb_fail(err, "out of memory for a stage of %zu parameters", n);
-        }
+        } else
+            mem_ledger_charge(im->ledger, dev, buf_class[k], sizeof(float) * st->n);
     __atomic_add_fetch(&im->static_bytes, sizeof(float) * ZB_BUF_COUNT * st->n, __ATOMIC_RELAXED);
+    /* the saved states' slots come from the compute layout's pool: charge
+     * them to this device (a stage's layout lives on one device) */
+    if (st->compute->pool)
+        buf_pool_set_ledger(st->compute->pool, im->ledger, dev);
     *out = (zb_bstage *)st;
     return 0;
 }
@@ -161,7 +224,7 @@ static int cpu_backward_w(zb_backend *be, zb_bstage *bst, zb_bsaved *sv, zb_bgra
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
     return llama_stage_backward_w(st->compute, (llama_saved *)sv,
-                                  into ? (float *)into : st->buf[ZB_BUF_GRADS], err);
+                                  into ? grads_floats(into) : st->buf[ZB_BUF_GRADS], err);
 }
 
 static int cpu_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
@@ -174,13 +237,24 @@ static int cpu_sync(zb_backend *be, zb_bstage *bst, zb_err *err)
 
 static zb_bgrads *cpu_grads_new(zb_backend *be, zb_bstage *bst)
 {
-    (void)be;
-    return (zb_bgrads *)cpu_floats(((cpu_stage *)bst)->n);
+    cpu_impl *im = be->impl;
+    cpu_stage *st = (cpu_stage *)bst;
+    cpu_grads *g = calloc(1, sizeof *g + sizeof(float) * (st->n ? st->n : 1));
+    if (!g)
+        return NULL;
+    g->dev = st->dev;
+    g->n = st->n;
+    mem_ledger_charge(im->ledger, g->dev, MEM_GRADIENTS, sizeof(float) * g->n);
+    return (zb_bgrads *)g;
 }
 
-static void cpu_grads_free(zb_backend *be, zb_bgrads *g)
+static void cpu_grads_free(zb_backend *be, zb_bgrads *bg)
 {
-    (void)be;
+    cpu_impl *im = be->impl;
+    cpu_grads *g = (cpu_grads *)bg;
+    if (!g)
+        return;
+    mem_ledger_release(im->ledger, g->dev, MEM_GRADIENTS, sizeof(float) * g->n);
     free(g);
 }
 
@@ -189,7 +263,7 @@ static int cpu_grads_zero(zb_backend *be, zb_bstage *bst, zb_bgrads *g, zb_err *
     (void)be;
     (void)err;
     cpu_stage *st = (cpu_stage *)bst;
-    llama_grads_zero(st->layout, g ? (float *)g : st->buf[ZB_BUF_GRADS]);
+    llama_grads_zero(st->layout, g ? grads_floats(g) : st->buf[ZB_BUF_GRADS]);
     return 0;
 }
 
@@ -200,7 +274,7 @@ static int cpu_grads_add(zb_backend *be, zb_bstage *bst, const zb_bgrads *g, zb_
     cpu_stage *st = (cpu_stage *)bst;
     /* compute, not layout: the vocabulary passes may be writing the head's
      * part of the gradient from another thread at the same time */
-    llama_grads_add(st->compute, st->buf[ZB_BUF_GRADS], (const float *)g);
+    llama_grads_add(st->compute, st->buf[ZB_BUF_GRADS], grads_floats((zb_bgrads *)g));
     return 0;
 }
 
@@ -235,7 +309,7 @@ static int cpu_opt_shard(zb_backend *be, zb_bstage *bst, const size_t *lo, const
 {
     cpu_impl *im = be->impl;
     cpu_stage *st = (cpu_stage *)bst;
-    if (st->n_shard > 0 || st->snap[0])
+    if (st->n_shard > 0 || st->snap[1] || st->snap[2])
         return zb_fail(err, "opt_shard: the stage's optimizer state is already in use");
     if (n < 1)
         return zb_fail(err, "opt_shard: an empty shard");
@@ -266,6 +340,7 @@ static int cpu_opt_shard(zb_backend *be, zb_bstage *bst, const size_t *lo, const
     st->n_shard = n;
     st->shard_n = total;
     __atomic_sub_fetch(&im->static_bytes, sizeof(float) * 2 * (st->n - total), __ATOMIC_RELAXED);
+    mem_ledger_release(im->ledger, st->dev, MEM_OPTIMIZER, sizeof(float) * 2 * (st->n - total));
     return 0;
 }
 
@@ -293,12 +368,9 @@ static int cpu_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
     cpu_stage *st = (cpu_stage *)bst;
     /* sharded (ZeRO-1): only the shard's params, m and v ever change */
     size_t n = st->n_shard > 0 ? st->shard_n : st->n;
-    if (!st->snap[0]) {
-        for (int k = 0; k < 3; k++)
-            if (!st->snap[k] && !(st->snap[k] = cpu_floats(n)))
-                return zb_fail(err, "out of memory for a post-validation snapshot");
-        __atomic_add_fetch(&im->static_bytes, sizeof(float) * 3 * n, __ATOMIC_RELAXED);
-    }
+    for (int k = 0; k < 3; k++)
+        if (snap_reserve(im, st, k, n, err) != 0)
+            return -1;
     for (int k = 0; k < 3; k++)
         if (k == 0 && st->n_shard > 0)
             shard_params(st, st->snap[0], 1);
@@ -311,7 +383,7 @@ static int cpu_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
 {
     (void)be;
     cpu_stage *st = (cpu_stage *)bst;
-    if (!st->snap[0])
+    if (!st->snap[2])
         return zb_fail(err, "restore without a snapshot");
     size_t n = st->n_shard > 0 ? st->shard_n : st->n;
     for (int k = 0; k < 3; k++)
@@ -322,6 +394,54 @@ static int cpu_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
     return 0;
 }
 
+/* The speculative step's half: snap[0] (the params' copy, the rollback
+ * state) is the only buffer it needs. */
+static int cpu_adamw_params(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t,
+                            float lr, float grad_scale, zb_err *err)
+{
+    cpu_impl *im = be->impl;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (st->n_shard > 0) {
+        /* ZeRO-1: m and v are packed by shard, which the split update does
+         * not walk; the whole step over a copy of the shard (the moments
+         * half is then a no-op, the undo a restore).  Same bits. */
+        if (cpu_snapshot(be, bst, err) != 0)
+            return -1;
+        return cpu_adamw(be, bst, c, t, lr, grad_scale, err);
+    }
+    if (snap_reserve(im, st, 0, st->n, err) != 0)
+        return -1;
+    memcpy(st->snap[0], st->buf[ZB_BUF_PARAMS], sizeof(float) * st->n);
+    adamw_step_stage_params(st->layout, c, st->buf[ZB_BUF_PARAMS], st->buf[ZB_BUF_GRADS],
+                            st->buf[ZB_BUF_ADAM_M], st->buf[ZB_BUF_ADAM_V], t, lr, grad_scale);
+    return 0;
+}
+
+static int cpu_adamw_moments(zb_backend *be, zb_bstage *bst, const adamw_config *c,
+                             float grad_scale, zb_err *err)
+{
+    (void)be;
+    (void)err;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (st->n_shard > 0)
+        return 0; /* cpu_adamw_params stepped them */
+    adamw_step_stage_moments(st->layout, c, st->buf[ZB_BUF_GRADS], st->buf[ZB_BUF_ADAM_M],
+                             st->buf[ZB_BUF_ADAM_V], grad_scale);
+    return 0;
+}
+
+static int cpu_adamw_undo(zb_backend *be, zb_bstage *bst, zb_err *err)
+{
+    (void)be;
+    cpu_stage *st = (cpu_stage *)bst;
+    if (st->n_shard > 0)
+        return cpu_restore(be, bst, err);
+    if (!st->snap[0])
+        return zb_fail(err, "adamw_undo without a speculative step");
+    memcpy(st->buf[ZB_BUF_PARAMS], st->snap[0], sizeof(float) * st->n);
+    return 0;
+}
+
 static int cpu_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err *err)
 {
     (void)err;
@@ -329,6 +449,21 @@ static int cpu_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err
     *static_bytes = __atomic_load_n(&im->static_bytes, __ATOMIC_RELAXED);
     *peak = 0; /* the executor samples the saved states itself (trainer_trace) */
     return 0;
+}
+
+void cpu_mem_charge(zb_backend *be, int dev, mem_class c, size_t bytes)
+{
+    mem_ledger_charge(((cpu_impl *)be->impl)->ledger, dev, c, bytes);
+}
+
+void cpu_mem_release(zb_backend *be, int dev, mem_class c, size_t bytes)
+{
+    mem_ledger_release(((cpu_impl *)be->impl)->ledger, dev, c, bytes);
+}
+
+static mem_ledger *cpu_ledger(zb_backend *be)
+{
+    return ((cpu_impl *)be->impl)->ledger;
 }
 
 static const zb_backend_ops cpu_ops = {
@@ -359,6 +494,9 @@ static const zb_backend_ops cpu_ops = {
     .grads_add = cpu_grads_add,
     .grad_sumsq = cpu_grad_sumsq,
     .adamw = cpu_adamw,
+    .adamw_params = cpu_adamw_params,
+    .adamw_moments = cpu_adamw_moments,
+    .adamw_undo = cpu_adamw_undo,
     .snapshot = cpu_snapshot,
     .restore = cpu_restore,
     .opt_shard = cpu_opt_shard,
@@ -372,18 +510,21 @@ static const zb_backend_ops cpu_ops = {
     .vocab_eval = cpu_vocab_eval,
     .vocab_cell_bytes = cpu_vocab_cell_bytes,
     .memory = cpu_memory,
+    .ledger = cpu_ledger,
 };
 
 int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err)
 {
-    (void)n_devices;
     zb_backend *be = calloc(1, sizeof *be);
     cpu_impl *im = calloc(1, sizeof *im);
-    if (!be || !im) {
+    mem_ledger *l = mem_ledger_new(n_devices > 0 ? n_devices : 1);
+    if (!be || !im || !l) {
         free(be);
         free(im);
+        mem_ledger_free(l);
         return zb_fail(err, "out of memory");
     }
+    im->ledger = l;
     be->ops = &cpu_ops;
     be->impl = im;
     *out = be;

@@ -10,9 +10,10 @@
 #include "runtime/backend.h"
 #include "src/err.h"
 
-/* The CPU backend over kernels/cpu (backend_cpu.c); n_devices is unused
- * (the executor binds each worker's kernel team itself).  0 and *out, or
- * -1 with err (memory). */
+/* The CPU backend over kernels/cpu (backend_cpu.c) for stages on devices
+ * 0..n_devices-1: the executor binds each worker's kernel team itself, and
+ * n_devices sizes the backend's memory ledger (backend.h's ledger op).  0
+ * and *out, or -1 with err (memory). */
 int backend_cpu_create(int n_devices, zb_backend **out, zb_err *err);
 
 #endif

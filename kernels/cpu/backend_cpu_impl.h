@@ -15,14 +15,25 @@ typedef struct cpu_stage {
     const llama_stage *layout; /* borrowed description of the buffers */
     const llama_stage *compute; /* what F, B, W and grads_add run (borrowed):
                                  * layout, or a prefix of it (stage_new) */
+    int dev;                   /* schedule device it lives on (the ledger's) */
     size_t n;                  /* floats per buffer */
     float *buf[ZB_BUF_COUNT];  /* params, grads, m, v */
-    float *snap[3];            /* snapshot of params, m, v (allocated at first use) */
+    float *snap[3];            /* snapshot of params, m, v (allocated at first use;
+                                * snap[0] alone is adamw_params's copy) */
+    size_t snap_n[3];          /* floats allocated in each snap[k] */
     int n_shard;               /* ZeRO-1 (opt_shard): ranges of the optimizer shard;
                                 * 0: m, v and snapshots cover the whole stage */
     size_t *shard_lo;          /* [n_shard] first float of each range */
     size_t *shard_len;         /* [n_shard] floats of each range */
     size_t shard_n;            /* floats in m, v and each snapshot when sharded */
 } cpu_stage;
+
+/* The one way the backend's files charge a buffer to the memory ledger
+ * (src/mem_ledger.h; docs/cost-model.md, "Buffer classes"): `bytes` of
+ * class c on schedule device dev, charged when allocated and released when
+ * freed (the vocabulary passes' shards and cells go to MEM_VOCAB on their
+ * shard's device).  Defined in backend_cpu.c. */
+void cpu_mem_charge(zb_backend *be, int dev, mem_class c, size_t bytes);
+void cpu_mem_release(zb_backend *be, int dev, mem_class c, size_t bytes);
 
 #endif

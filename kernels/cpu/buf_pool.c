@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "src/mem_ledger.h"
+
 /* Distinct sizes a pool keeps; a stage's saved state has fewer than ten
  * (N·d, N·ff, N·q_dim, N·kv_dim, N, N·heads, N·vocab, ...), an evaluation
  * at another batch size as many again. */
@@ -25,6 +27,8 @@ struct buf_pool {
     buf_class cls[BUF_POOL_CLASSES];    /* by first use of each size */
     size_t idle_bytes;                  /* sum over the idle buffers */
     long mallocs;                       /* buffers buf_pool_get malloc'd */
+    mem_ledger *ledger;                 /* charged with the buffers out (NULL: none) */
+    int ledger_dev;                     /* the device they are charged to */
 };
 
 buf_pool *buf_pool_new(void)
@@ -80,8 +84,14 @@ void *buf_pool_get(buf_pool *p, size_t bytes)
         p->idle_bytes -= bytes;
     } else
         p->mallocs++;
+    mem_ledger *l = p->ledger;
+    int dev = p->ledger_dev;
     pthread_mutex_unlock(&p->mu);
-    return buf ? buf : malloc(bytes);
+    if (!buf)
+        buf = malloc(bytes);
+    if (buf)
+        mem_ledger_charge(l, dev, MEM_ACTIVATIONS, bytes);
+    return buf;
 }
 
 void buf_pool_put(buf_pool *p, void *buf, size_t bytes)
@@ -89,6 +99,7 @@ void buf_pool_put(buf_pool *p, void *buf, size_t bytes)
     if (!buf)
         return;
     pthread_mutex_lock(&p->mu);
+    mem_ledger_release(p->ledger, p->ledger_dev, MEM_ACTIVATIONS, bytes);
     buf_class *k = class_of(p, bytes, 1);
     if (k && k->n == k->cap) {
         int cap = k->cap ? 2 * k->cap : 16;
@@ -105,6 +116,14 @@ void buf_pool_put(buf_pool *p, void *buf, size_t bytes)
     }
     pthread_mutex_unlock(&p->mu);
     free(buf); /* no room to keep it */
+}
+
+void buf_pool_set_ledger(buf_pool *p, mem_ledger *l, int dev)
+{
+    pthread_mutex_lock(&p->mu);
+    p->ledger = l;
+    p->ledger_dev = dev;
+    pthread_mutex_unlock(&p->mu);
 }
 
 size_t buf_pool_idle_bytes(buf_pool *p)

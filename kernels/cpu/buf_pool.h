@@ -52,6 +52,14 @@ void *buf_pool_get(buf_pool *p, size_t bytes);
  * reuse.  Frees it instead when the pool cannot grow its bookkeeping. */
 void buf_pool_put(buf_pool *p, void *buf, size_t bytes);
 
+/* Charges the buffers out of p from now on to device dev's saved
+ * activations in ledger l (src/mem_ledger.h; NULL: none): buf_pool_get
+ * charges, buf_pool_put releases, so the ledger sees the bytes in use, as
+ * the schedule's memory model counts them, and not the idle ones kept for
+ * reuse (buf_pool_idle_bytes).  Set it while no buffer is out. */
+typedef struct mem_ledger mem_ledger;
+void buf_pool_set_ledger(buf_pool *p, mem_ledger *l, int dev);
+
 /* Bytes of the idle buffers the pool holds now. */
 size_t buf_pool_idle_bytes(buf_pool *p);
 

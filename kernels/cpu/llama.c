@@ -194,13 +194,24 @@ int llama_stage_init(llama_stage *st, const zb_model *m, int l0, int l1,
         llama_stage_free(st);
         return zb_fail(err, "out of memory for the stage's buffer pool");
     }
+    st->owns_pool = 1;
     return 0;
+}
+
+void llama_stage_share_pool(llama_stage *st, struct buf_pool *shared)
+{
+    if (st->owns_pool)
+        buf_pool_free(st->pool);
+    st->pool = shared;
+    st->owns_pool = 0;
 }
 
 void llama_stage_free(llama_stage *st)
 {
-    buf_pool_free(st->pool);
+    if (st->owns_pool)
+        buf_pool_free(st->pool);
     st->pool = NULL;
+    st->owns_pool = 0;
     free(st->tensors);
     free(st->layer_tensor0);
     st->tensors = NULL;
@@ -508,6 +519,12 @@ static void sv_release(const llama_saved *sv, void *buf, size_t bytes)
         free(buf);
 }
 
+/* Bytes of keep_inputs_only's copy of a micro-batch's input (N rows). */
+static size_t rc_input_bytes(const llama_stage *st, size_t N)
+{
+    return st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float);
+}
+
 /* Releases every held slot whose phase is in mask. */
 static void release_phase(llama_saved *sv, int mask)
 {
@@ -539,8 +556,11 @@ static int acquire_phase(llama_saved *sv, int mask)
 /* Drops the recompute inputs, if held. */
 static void release_rc_inputs(llama_saved *sv)
 {
-    free(sv->rc_input);
-    free(sv->rc_targets);
+    size_t N = (size_t)sv->batch * sv->st->cfg.seq_len;
+    if (sv->rc_input)
+        sv_release(sv, sv->rc_input, rc_input_bytes(sv->st, N));
+    if (sv->rc_targets)
+        sv_release(sv, sv->rc_targets, N * sizeof(int32_t));
     sv->rc_input = NULL;
     sv->rc_targets = NULL;
     sv->bytes -= sv->rc_bytes;
@@ -603,10 +623,13 @@ int llama_saved_plan(const llama_stage *st, int batch, int recompute, llama_save
     /* keep_inputs_only's copies */
     size_t inputs = (st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float))
                     + (st->has_head ? N * sizeof(int32_t) : 0);
+    out->in_f = keep + only + (recompute == LLAMA_RC_FULL ? inputs : 0);
     out->after_f = recompute == LLAMA_RC_FULL  ? inputs
                    : recompute == LLAMA_RC_MLP ? keep + only - mlp
                                                : keep + only;
-    out->in_b = keep + only + b_keep + (recompute == LLAMA_RC_FULL ? inputs : 0);
+    /* full recompute: B reruns F from the kept inputs (inputs + the forward
+     * slots), frees the inputs, then takes its own slots */
+    out->in_b = keep + only + (recompute == LLAMA_RC_FULL && inputs > b_keep ? inputs : b_keep);
     out->after_b = keep + b_keep;
     llama_saved_free(sv);
     return 0;
@@ -677,13 +700,16 @@ static int keep_inputs_only(const llama_stage *st, llama_saved *sv, const int32_
                             const float *act_in, const int32_t *targets)
 {
     size_t N = (size_t)sv->batch * st->cfg.seq_len;
-    size_t in_bytes = st->has_embedding ? N * sizeof(int32_t) : N * st->cfg.d_model * sizeof(float);
+    size_t in_bytes = rc_input_bytes(st, N);
     size_t tg_bytes = st->has_head ? N * sizeof(int32_t) : 0;
-    sv->rc_input = malloc(in_bytes);
-    sv->rc_targets = tg_bytes ? malloc(tg_bytes) : NULL;
+    /* from the stage's pool, like the slots: the ledger counts them as
+     * saved activations, which llama_saved_plan prices them as */
+    sv->rc_input = sv_alloc(sv, in_bytes);
+    sv->rc_targets = tg_bytes ? sv_alloc(sv, tg_bytes) : NULL;
     if (!sv->rc_input || (tg_bytes && !sv->rc_targets)) {
-        free(sv->rc_input);
-        free(sv->rc_targets);
+        sv_release(sv, sv->rc_input, in_bytes);
+        if (sv->rc_targets)
+            sv_release(sv, sv->rc_targets, tg_bytes);
         sv->rc_input = NULL;
         sv->rc_targets = NULL;
         return -1;

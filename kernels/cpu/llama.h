@@ -166,12 +166,24 @@ typedef struct llama_stage {
     int values_tensor;      /* tensors[] index of the shared memory value table
                              * this stage holds, or -1 */
     int n_memory;           /* memory layers in [l0, l1) */
-    struct buf_pool *pool;  /* owned; the saved-state buffers of this stage's
+    struct buf_pool *pool;  /* the saved-state buffers of this stage's
                              * llama_saved objects, reused across micro-batches
                              * and steps (kernels/cpu/buf_pool.h; internally
                              * locked, the one mutable part of a stage), or
                              * NULL: plain malloc/free */
+    int owns_pool;          /* 1: pool is this stage's own (freed with it); 0:
+                             * shared with the other stages of its device
+                             * (llama_stage_share_pool) */
 } llama_stage;
+
+/* Makes st take its saved-state buffers from `shared` (not owned: the
+ * caller frees it after every stage using it and their saved states),
+ * freeing its own pool.  A device that holds several stages (interleaved,
+ * V-shaped schedules) then keeps one set of idle buffers, as large as its
+ * busiest moment, rather than one per stage, each as large as that
+ * stage's busiest moment (bench/README.md, issue 25).  Call before any
+ * saved state of st exists. */
+void llama_stage_share_pool(llama_stage *st, struct buf_pool *shared);
 
 /* Per micro-batch saved state (opaque; see the SAVED STATE paragraph).
  * Owned by the caller; one object per micro-batch in flight. */
@@ -263,6 +275,9 @@ void llama_saved_set_recompute(llama_saved *sv, int level);
  * allocating an activation: the runtime's memory estimate
  * (runtime/footprint.h) is this, not a copy of it. */
 typedef struct llama_saved_sizes {
+    size_t in_f;    /* the most F holds at once: every forward slot, and
+                     * with full recompute the copies of its inputs, before
+                     * the recompute level drops what it does not keep */
     size_t after_f; /* from F until B: the forward's slots, or what the
                      * recompute level keeps of them */
     size_t in_b;    /* the most B holds at once: the forward's slots

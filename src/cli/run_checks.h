@@ -9,7 +9,7 @@
  *     trained as something it is not;
  *   - does the run fit in this machine's memory?  The runtime's one
  *     estimate (runtime/footprint.h: parameters, gradients, AdamW moments
- *     and the post-validation snapshot, the activations every device keeps
+ *     and post-validation's copy of stage 0, the activations every device keeps
  *     for the micro-batches it has in flight walked from the schedule's op
  *     order with the kernels' own slot table, the messages between stages,
  *     the batch and the text) against the memory available now.  A run
@@ -37,7 +37,7 @@ int run_check_model(const zb_model *m, int from_file, int cuda, zb_err *err);
 
 /* The parts of a CPU run's memory estimate, in bytes. */
 typedef struct run_memory {
-    double params;      /* parameters, gradients, AdamW m and v, snapshot copies */
+    double params;      /* parameters, gradients, AdamW m and v, stage 0's post-validation copy */
     double activations; /* saved activations at the busiest moment, all devices */
     double messages;    /* activations and gradients queued between stages */
     double data;        /* the text's tokens and the step's batch */

@@ -21,6 +21,34 @@
 #include "src/cli/run_report.h"
 #include "src/sched_io.h"
 
+/* "memory": each device's predicted and measured peak, whole and by class
+ * (trainer_memory_ledger), when the backend keeps a ledger. */
+static void json_memory(cJSON *o, const trainer *t, int n_devices)
+{
+    trainer_mem_device *md = calloc((size_t)n_devices, sizeof *md);
+    zb_err err = { { 0 } };
+    if (!md || trainer_memory_ledger(t, md, &err) != 0) {
+        free(md);
+        return;
+    }
+    cJSON *arr = cJSON_AddArrayToObject(o, "memory");
+    for (int d = 0; arr && d < n_devices; d++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "device", d);
+        cJSON_AddNumberToObject(e, "predicted_bytes", md[d].predicted_total);
+        cJSON_AddNumberToObject(e, "measured_bytes", md[d].measured_total);
+        cJSON_AddNumberToObject(e, "activation_pool_bytes", md[d].pool_bytes);
+        cJSON *cl = cJSON_AddObjectToObject(e, "classes");
+        for (int c = 0; cl && c < MEM_CLASSES; c++) {
+            cJSON *k = cJSON_AddObjectToObject(cl, mem_class_name((mem_class)c));
+            cJSON_AddNumberToObject(k, "predicted", md[d].predicted[c]);
+            cJSON_AddNumberToObject(k, "measured", md[d].measured[c]);
+        }
+        cJSON_AddItemToArray(arr, e);
+    }
+    free(md);
+}
+
 static void print_summary(const run_args *a, const sched_t *s, trainer *t, const job_result *r)
 {
     const trainer_stats *st = trainer_get_stats(t);
@@ -49,6 +77,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
         cJSON_AddNumberToObject(o, "gpu_static_bytes", (double)static_bytes);
         cJSON_AddNumberToObject(o, "gpu_peak_activation_bytes", (double)peak_bytes);
     }
+    json_memory(o, t, s->n_devices);
     cJSON_AddNumberToObject(o, "train_seconds", r->train_s);
     cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);

@@ -197,6 +197,98 @@ START_TEST(test_training_learns)
 }
 END_TEST
 
+/* Deterministic pseudo-random floats in [-scale, scale) (xorshift). */
+static void fill_random(float *x, size_t n, unsigned *seed, float scale)
+{
+    for (size_t i = 0; i < n; i++) {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 17;
+        *seed ^= *seed << 5;
+        x[i] = scale * ((float)(*seed >> 8) / (float)(1u << 23) - 1.0f);
+    }
+}
+
+START_TEST(test_halves_bit_identical)
+{
+    /* Post-validation keeps no copy of m and v: it writes the params
+     * first (adamw_update_params) and the moments only once the step is
+     * confirmed (adamw_update_moments).  The two halves must give exactly
+     * adamw_update's bits, over more than one ADAMW_CHUNK and for steps
+     * with and without decay and clipping. */
+    size_t n = 70001;
+    float *p = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+    float *m = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n);
+    float *p2 = malloc(sizeof(float) * n), *m2 = malloc(sizeof(float) * n);
+    float *v2 = malloc(sizeof(float) * n);
+    ck_assert(p && g && m && v && p2 && m2 && v2);
+    unsigned seed = 12345;
+    fill_random(p, n, &seed, 1.0f);
+    fill_random(m, n, &seed, 0.01f);
+    fill_random(v, n, &seed, 1e-4f);
+    for (size_t i = 0; i < n; i++)
+        v[i] *= v[i] < 0 ? -1.0f : 1.0f;
+    memcpy(p2, p, sizeof(float) * n);
+    memcpy(m2, m, sizeof(float) * n);
+    memcpy(v2, v, sizeof(float) * n);
+    for (int t = 1; t <= 4; t++) {
+        fill_random(g, n, &seed, 0.1f);
+        float wd = t % 2 ? 0.1f : 0.0f, scale = t == 3 ? 0.37f : 1.0f;
+        adamw_update(p, g, m, v, n, t, 1e-3f, 0.9f, 0.99f, 1e-8f, wd, scale);
+        adamw_update_params(p2, g, m2, v2, n, t, 1e-3f, 0.9f, 0.99f, 1e-8f, wd, scale);
+        ck_assert(memcmp(p, p2, sizeof(float) * n) == 0);
+        adamw_update_moments(g, m2, v2, n, 0.9f, 0.99f, scale);
+        ck_assert(memcmp(m, m2, sizeof(float) * n) == 0);
+        ck_assert(memcmp(v, v2, sizeof(float) * n) == 0);
+    }
+    free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
+}
+END_TEST
+
+START_TEST(test_arithmetic_inverse_inexact)
+{
+    /* Why post-validation keeps a copy of the params: AdamW's arithmetic
+     * inverse (the zero-bubble paper's Algorithm 1: theta, then m and v,
+     * then t-1) does not give back the same bits in fp32.  m -> b1*m + c
+     * maps about 0.9 of a binade's floats onto it, so two old moments can
+     * round to one new one, and no formula can tell them apart.  Inverted
+     * here in double, the best case, it still misses elements. */
+    size_t n = 4096;
+    float *p = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+    float *m = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n);
+    float *p0 = malloc(sizeof(float) * n), *m0 = malloc(sizeof(float) * n);
+    float *v0 = malloc(sizeof(float) * n);
+    ck_assert(p && g && m && v && p0 && m0 && v0);
+    unsigned seed = 777;
+    fill_random(p, n, &seed, 1.0f);
+    fill_random(m, n, &seed, 0.01f);
+    fill_random(v, n, &seed, 1e-4f);
+    fill_random(g, n, &seed, 0.1f);
+    for (size_t i = 0; i < n; i++)
+        v[i] *= v[i] < 0 ? -1.0f : 1.0f;
+    memcpy(p0, p, sizeof(float) * n);
+    memcpy(m0, m, sizeof(float) * n);
+    memcpy(v0, v, sizeof(float) * n);
+    const int t = 5;
+    const double lr = 1e-3, b1 = 0.9f, b2 = 0.99f, eps = 1e-8f, wd = 0.1f;
+    adamw_update(p, g, m, v, n, t, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, 1.0f);
+    double bc1 = 1.0f - powf((float)b1, (float)t), bc2 = 1.0f - powf((float)b2, (float)t);
+    size_t wrong_p = 0, wrong_m = 0, wrong_v = 0;
+    for (size_t i = 0; i < n; i++) {
+        double u = (m[i] / bc1) / (sqrt(v[i] / bc2) + eps);
+        float pi = (float)((p[i] + lr * u) / (1.0 - lr * wd));
+        float mi = (float)((m[i] - (1.0 - b1) * g[i]) / b1);
+        float vi = (float)((v[i] - (1.0 - b2) * (double)g[i] * g[i]) / b2);
+        wrong_p += memcmp(&pi, &p0[i], sizeof pi) != 0;
+        wrong_m += memcmp(&mi, &m0[i], sizeof mi) != 0;
+        wrong_v += memcmp(&vi, &v0[i], sizeof vi) != 0;
+    }
+    printf("arithmetic inverse of AdamW, %zu elements: %zu params, %zu m, %zu v differ\n", n,
+           wrong_p, wrong_m, wrong_v);
+    ck_assert(wrong_p + wrong_m + wrong_v > 0);
+    free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0);
+}
+END_TEST
+
 int main(void)
 {
     kernels_init_threads(1);
@@ -209,6 +301,8 @@ int main(void)
     tcase_add_test(tc, test_sum_squares_split_independent);
     tcase_add_test(tc, test_lr_schedule);
     tcase_add_test(tc, test_training_learns);
+    tcase_add_test(tc, test_halves_bit_identical);
+    tcase_add_test(tc, test_arithmetic_inverse_inexact);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -106,8 +106,13 @@ START_TEST(post_validation_goes_through_the_backend)
     fixture_assert_same(&ref, &got, "post-validation through the backend");
     ck_assert_int_eq(got.rollbacks, ref.rollbacks);
     ck_assert_int_gt(got.rollbacks, 0);
-    ck_assert_int_eq(mb_counts[MB_C_RESTORE], got.rollbacks);
-    ck_assert_int_eq(mb_counts[MB_C_ADAMW], (long)s->n_stages * STEPS + got.rollbacks);
+    /* a plain step runs no speculative forwards, so every stage waits for
+     * the full norm and steps once: the wrong optimistic action is counted
+     * but nothing is undone (trainer_ops.c); the one snapshot is the
+     * copy trainer_create reserves for stage 0's speculation */
+    ck_assert_int_eq(mb_counts[MB_C_RESTORE], 0);
+    ck_assert_int_eq(mb_counts[MB_C_SNAP], 1);
+    ck_assert_int_eq(mb_counts[MB_C_ADAMW], (long)s->n_stages * STEPS);
     free(ref.params);
     free(got.params);
     sched_free(s);

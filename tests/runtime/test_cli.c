@@ -1,7 +1,8 @@
 /*
  * test_cli.c: `zbsched run` and `zbsched profile` as a user meets them:
  * bad input gives one clear line on stderr and a non-zero exit (never a
- * crash or a hang), --json reports losses, val_loss and tokens/s, --trace
+ * crash or a hang), --json reports losses, val_loss, tokens/s and each
+ * device's memory (the ledger against the prediction), --trace
  * writes a valid schedule file whose measured times respect the pipeline's
  * dependencies, --stop-at + --resume continue bit-identically, and
  * `profile` writes a profile file that profile_load accepts.
@@ -116,6 +117,19 @@ START_TEST(run_json_trace_and_resume)
     double val = cJSON_GetObjectItem(o, "val_loss")->valuedouble;
     ck_assert(isfinite(val) && val > 0 && val < 5);
     ck_assert(cJSON_GetObjectItem(o, "tokens_per_s")->valuedouble > 0);
+    /* the memory ledger: each device's measured peak against the prediction */
+    cJSON *mem = cJSON_GetObjectItem(o, "memory");
+    ck_assert_int_eq(cJSON_GetArraySize(mem), 2);
+    for (int d = 0; d < 2; d++) {
+        cJSON *e = cJSON_GetArrayItem(mem, d);
+        ck_assert_int_eq(cJSON_GetObjectItem(e, "device")->valueint, d);
+        double pred = cJSON_GetObjectItem(e, "predicted_bytes")->valuedouble;
+        double meas = cJSON_GetObjectItem(e, "measured_bytes")->valuedouble;
+        ck_assert_msg(pred > 0 && fabs(meas / pred - 1) <= 0.02, "device %d: %.0f of %.0f", d,
+                      meas, pred);
+        cJSON *params = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "classes"), "parameters");
+        ck_assert(cJSON_GetObjectItem(params, "measured")->valuedouble > 0);
+    }
     double full[4];
     for (int i = 0; i < 4; i++)
         full[i] = cJSON_GetArrayItem(losses, i)->valuedouble;
