@@ -76,7 +76,7 @@ static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
 {
     zb_vocab_shape v = { .variant = s->vocab.variant, .shards = s->n_devices,
                          .micro = s->n_micro, .batch = m->micro_batch, .seq = m->seq_len,
-                         .d = m->d_model, .vocab = m->vocab };
+                         .d = m->d_model, .vocab = m->vocab, .local = -1 };
     return v;
 }
 

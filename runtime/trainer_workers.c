@@ -37,9 +37,8 @@ static void run_job(worker *w, int phases)
     }
     /* the head's gradient is complete once every device's T has run
      * (trainer_steps does not overlap steps with vocabulary passes) */
-    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve
-        && t->st[t->n_stages - 1].device == w->dev)
-        rc = vocab_exec_wait_done(t->ve, &w->err);
+    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve)
+        rc = vocab_exec_finish(t->ve, w->dev, &w->err);
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = trainer_post_validated_step(t, w, -1, NULL);
     if (rc != 0) {

@@ -35,12 +35,12 @@
  *     until its turn), the determinism contract of llama.h.
  *
  * The head's optimizer step stays with the last stage's (its device waits
- * for every T of the step first: vocab_exec_wait_done).  Sharding the
+ * for every T of the step first: vocab_exec_finish).  Sharding the
  * optimizer state too would save memory per device on real accelerators;
  * in one process it would change nothing but the bookkeeping.
  *
- * Threading: put_x, take_dx and wait_done are called by the worker of the
- * last stage's device, S and T of shard k by device k's worker, begin,
+ * Threading: put_x and take_dx are called by the worker of the last
+ * stage's device, finish by every device's worker, S and T of shard k by device k's worker, begin,
  * reset and eval by the trainer's thread while no worker runs.  abort may
  * come from any thread and makes every wait return -1 ("aborted").
  *
@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "runtime/backend.h"
+#include "runtime/vocab_link.h"
 #include "src/err.h"
 #include "src/model.h"
 #include "src/sched.h"
@@ -62,11 +63,15 @@ typedef struct vocab_exec vocab_exec;
 
 /* Creates the context for schedule s (sched_has_vocab, validated) on model
  * m (its vocab the data's) with micro-batches of `batch` sequences, its
- * buffers on backend be (borrowed; it must outlive the context).  Returns
- * 0, or -1 with err set (a backend without vocabulary ops, more shards
- * than vocabulary entries, out of memory). */
+ * buffers on backend be (borrowed; it must outlive the context).  link:
+ * NULL when every device runs in this process, else the carrier to the
+ * other devices' processes (runtime/vocab_link.h; this process runs
+ * device link->me only), owned from this call on, failing or not.
+ * Returns 0, or -1 with err set (a backend without vocabulary ops or,
+ * with a link, without vocab_export/import; more shards than vocabulary
+ * entries; out of memory). */
 int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend *be,
-                      vocab_exec **out, zb_err *err);
+                      zb_vocab_link *link, vocab_exec **out, zb_err *err);
 
 /* Frees ve; NULL is fine. */
 void vocab_exec_free(vocab_exec *ve);
@@ -99,9 +104,13 @@ int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, 
 int vocab_exec_take_dx(vocab_exec *ve, int dev, int mb, float dloss, void *dx, float *loss,
                        zb_err *err);
 
-/* Waits until every T pass of the step has added its gradient.  0 or -1
- * ("aborted"). */
-int vocab_exec_wait_done(vocab_exec *ve, zb_err *err);
+/* After device dev's last op of the step, before any optimizer step: on
+ * the last stage's device, waits until every T pass of the step has added
+ * its gradient to the head's (across processes: receives every other
+ * shard's columns of it); on another device across processes, sends its
+ * shard's columns there; otherwise nothing.  0 or -1 ("aborted", the
+ * link's failure). */
+int vocab_exec_finish(vocab_exec *ve, int dev, zb_err *err);
 
 /* Ends every current and future wait with -1 until the next reset/begin. */
 void vocab_exec_abort(vocab_exec *ve);
@@ -109,8 +118,11 @@ void vocab_exec_abort(vocab_exec *ve);
 /* Forgets a failed step's progress (no worker running). */
 void vocab_exec_reset(vocab_exec *ve);
 
-/* Bytes device `dev`'s shard holds for micro-batches between their S and
- * their T (logits, statistics, partials), for the activation profile. */
+/* Bytes device `dev`'s shard holds now for the step's micro-batches: each
+ * cell's logits, statistics and copy of the head input between its S and
+ * its T, and its input-gradient partial from S (Vocab-1) or T (Vocab-2)
+ * until the last stage's B has summed it (or it left for that device's
+ * process); for the activation profile. */
 double vocab_exec_held_bytes(vocab_exec *ve, int dev);
 
 /* Forward only, on the calling thread: the mean loss of the head input x
