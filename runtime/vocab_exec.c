@@ -291,17 +291,19 @@ int vocab_exec_s(vocab_exec *ve, int shard, int mb, double *start, double *end, 
     if (ve->be->ops->vocab_s(ve->be, ve->bv, shard, mb, err) != 0)
         return -1;
     int v1 = ve->variant == SCHED_VOCAB_1;
-    mark(ve, mb, shard, 0, HELD_CELL | (v1 ? HELD_PARTIAL : 0));
+    /* a partial counts on its device while it is there: the last stage's
+     * own until its B sums it, another device's only during its pass (it
+     * leaves at once across processes) */
+    int keeps = shard == ve->last_dev;
+    mark(ve, mb, shard, 0, HELD_CELL | (v1 && keeps ? HELD_PARTIAL : 0));
     stamp(ve, end);
     if (ve->link) {
         if (send_part(ve, ZB_VOCAB_WIRE_STATS, VOCAB_MSG_STATS, shard, mb, -1, err) != 0)
             return -1;
-        if (v1 && shard != ve->last_dev) { /* Vocab-1's partial joins C0 on the last stage */
-            if (send_part(ve, ZB_VOCAB_WIRE_PARTIAL, VOCAB_MSG_PARTIAL, shard, mb, ve->last_dev,
-                          err) != 0)
-                return -1;
-            mark(ve, mb, shard, HELD_PARTIAL, 0);
-        }
+        if (v1 && shard != ve->last_dev /* Vocab-1's partial joins C0 on the last stage */
+            && send_part(ve, ZB_VOCAB_WIRE_PARTIAL, VOCAB_MSG_PARTIAL, shard, mb, ve->last_dev,
+                         err) != 0)
+            return -1;
     }
     bump(ve, &ve->s_done[mb]);
     return 0;
@@ -318,14 +320,12 @@ int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, 
     if (ve->be->ops->vocab_t(ve->be, ve->bv, shard, mb, err) != 0)
         return -1;
     int v2 = ve->variant == SCHED_VOCAB_2;
-    mark(ve, mb, shard, HELD_CELL, v2 ? HELD_PARTIAL : 0);
+    mark(ve, mb, shard, HELD_CELL, v2 && shard == ve->last_dev ? HELD_PARTIAL : 0);
     stamp(ve, end);
-    if (ve->link && v2 && shard != ve->last_dev) { /* Vocab-2's partial: barrier C1 */
-        if (send_part(ve, ZB_VOCAB_WIRE_PARTIAL, VOCAB_MSG_PARTIAL, shard, mb, ve->last_dev,
-                      err) != 0)
-            return -1;
-        mark(ve, mb, shard, HELD_PARTIAL, 0);
-    }
+    if (ve->link && v2 && shard != ve->last_dev /* Vocab-2's partial: barrier C1 */
+        && send_part(ve, ZB_VOCAB_WIRE_PARTIAL, VOCAB_MSG_PARTIAL, shard, mb, ve->last_dev,
+                     err) != 0)
+        return -1;
     pthread_mutex_lock(&ve->mu);
     ve->t_done[mb]++;
     ve->t_total++;
@@ -349,10 +349,7 @@ int vocab_exec_take_dx(vocab_exec *ve, int dev, int mb, float dloss, void *dx, f
     }
     if (ve->be->ops->vocab_dx(ve->be, ve->bv, dev, mb, dloss, dx, loss, err) != 0)
         return -1;
-    pthread_mutex_lock(&ve->mu); /* the partials are summed and freed */
-    for (int k = 0; k < ve->p; k++)
-        ve->held[mb * ve->p + k] &= (unsigned char)~HELD_PARTIAL;
-    pthread_mutex_unlock(&ve->mu);
+    mark(ve, mb, dev, HELD_PARTIAL, 0); /* the partials are summed and freed */
     return 0;
 }
 

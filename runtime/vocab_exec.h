@@ -118,11 +118,14 @@ void vocab_exec_abort(vocab_exec *ve);
 /* Forgets a failed step's progress (no worker running). */
 void vocab_exec_reset(vocab_exec *ve);
 
-/* Bytes device `dev`'s shard holds now for the step's micro-batches: each
- * cell's logits, statistics and copy of the head input between its S and
- * its T, and its input-gradient partial from S (Vocab-1) or T (Vocab-2)
- * until the last stage's B has summed it (or it left for that device's
- * process); for the activation profile. */
+/* Bytes device `dev`'s shard holds now for the step's micro-batches, as
+ * each device holds them across processes (kernels/cpu/backend_cpu_vocab.c,
+ * runtime/footprint.c counts the same): each cell's logits, statistics and
+ * copy of the head input between its S and its T, and on the last stage's
+ * device its own input-gradient partial from S (Vocab-1) or T (Vocab-2)
+ * until its B sums the partials (another device's leaves with its pass;
+ * in one process it waits in a shared buffer until that B).  For the
+ * activation profile. */
 double vocab_exec_held_bytes(vocab_exec *ve, int dev);
 
 /* Forward only, on the calling thread: the mean loss of the head input x

@@ -521,16 +521,15 @@ double backend_cpu_vocab_bytes(const zb_vocab_shape *shape)
 {
     double N = (double)shape->batch * shape->seq, d = shape->d, f = sizeof(float);
     int p = shape->shards, v1 = shape->variant == SCHED_VOCAB_1;
-    double bytes = shape->micro * N * d * f  /* each micro-batch's head input, at most */
-                   + N * f;                  /* dx's lse */
+    double bytes = N * f; /* dx's lse */
     for (int k = 0; k < p; k++) {
         double v = vshard_begin(k + 1, p, shape->vocab) - vshard_begin(k, p, shape->vocab);
         bytes += 2 * d * v * f                /* w, dw */
                  + (v1 ? N * v * f : 0)       /* Vocab-1's local softmax */
                  + N * f + N * sizeof(double) /* lse, dx's rescale weights */
-                 /* at most every cell at once (the free lists never hold
-                  * more): logits, row max, row sum, target logit, partial */
-                 + shape->micro * N * (f * (v + 2 + d) + sizeof(double));
+                 /* every cell's statistics (kept for the step), and at most
+                  * every cell's partial (held until the last stage's B) */
+                 + shape->micro * N * (2 * f + sizeof(double) + d * f);
     }
     return bytes;
 }

@@ -11,11 +11,12 @@
 
 #include "runtime/backend.h"
 
-/* The most bytes the CPU backend's vocabulary passes (backend_cpu_vocab.c)
- * can hold for `shape`: the shards' copies of the head and their scratch,
- * and as if every micro-batch's head input and every (shard, micro-batch)
- * cell were held at once (the free lists bound them so; a schedule holds
- * far fewer); what runtime/footprint.h counts. */
+/* Bytes the CPU backend's vocabulary passes (backend_cpu_vocab.c) hold
+ * for `shape` besides what a cell holds between its S and its T (its
+ * logits and head input: backend_cpu_vocab_cell_bytes, which the caller
+ * counts along each device's lane): the shards' copies of the head and
+ * their scratch, every cell's statistics, and, as a bound, every cell's
+ * partial; what runtime/footprint.h counts. */
 double backend_cpu_vocab_bytes(const zb_vocab_shape *shape);
 
 /* Bytes one cell of shard `shard` holds between its S and its T (the
