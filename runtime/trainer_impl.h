@@ -216,6 +216,12 @@ int trainer_run_batch(worker *w);
 /* Mean loss of the step's micro-batches, summed in micro-batch order. */
 double trainer_step_loss(const trainer *t);
 
+/* With vocabulary passes (t->ve): starts their step on targets y ([m][B·T],
+ * borrowed for the step) from the last stage's current head, which must
+ * be final for the step before; mid_batch as runtime/vocab_exec.h's
+ * vocab_exec_begin.  0, or -1 with err. */
+int trainer_vocab_begin(trainer *t, const int32_t *y, int mid_batch, zb_err *err);
+
 /* ---- trainer_workers.c -------------------------------------------------- */
 
 /* Starts the teams and the workers (first call only).  0, or -1 with err

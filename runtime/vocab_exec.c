@@ -33,9 +33,16 @@ struct vocab_exec {
     int p, m;                 /* shards (= devices), micro-batches */
     int bv_d, bv_vocab;       /* model width, vocabulary: the head is [bv_d, bv_vocab] */
     size_t x_bytes;           /* one head input (or partial): [B·T, d] fp32 */
-    int *x_ready;             /* [m] 1 once the last stage published x */
+    /* Counters since the last begin/reset, cumulative over the steps of a
+     * trainer_steps batch (a device may reach step i+1's S before the
+     * last stage's device has begun that step: it waits for one more X
+     * than it has used, not for a flag a reset would race with) */
+    int *x_ready;             /* [m] head inputs published */
     int *s_done, *t_done;     /* [m] S / T passes finished */
-    int t_total;              /* T passes finished this step */
+    int t_total;              /* T passes finished */
+    int *s_seen, *t_seen;     /* [p * m] S / T passes of (device, mb) run (that device's worker) */
+    int *dx_seen;             /* [m] dX taken (the last stage's worker) */
+    int fin_seen;             /* steps finished (the last stage's worker) */
     unsigned char *held;      /* [m * p] HELD_* bits of each cell, for the profile */
     int aborted;              /* 1: waits fail until reset */
     int last_dev;             /* the device of the last stage (it sums dX, steps the head) */
@@ -72,6 +79,9 @@ void vocab_exec_free(vocab_exec *ve)
     free(ve->x_ready);
     free(ve->s_done);
     free(ve->t_done);
+    free(ve->s_seen);
+    free(ve->t_seen);
+    free(ve->dx_seen);
     free(ve->held);
     free(ve->wire);
     free(ve->have_stats);
@@ -115,8 +125,12 @@ int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend
     ve->x_ready = calloc((size_t)ve->m, sizeof *ve->x_ready);
     ve->s_done = calloc((size_t)ve->m, sizeof *ve->s_done);
     ve->t_done = calloc((size_t)ve->m, sizeof *ve->t_done);
+    ve->s_seen = calloc((size_t)ve->m * (size_t)ve->p, sizeof *ve->s_seen);
+    ve->t_seen = calloc((size_t)ve->m * (size_t)ve->p, sizeof *ve->t_seen);
+    ve->dx_seen = calloc((size_t)ve->m, sizeof *ve->dx_seen);
     ve->held = calloc((size_t)ve->m * (size_t)ve->p, 1);
-    if (!ve->x_ready || !ve->s_done || !ve->t_done || !ve->held) {
+    if (!ve->x_ready || !ve->s_done || !ve->t_done || !ve->held || !ve->s_seen || !ve->t_seen
+        || !ve->dx_seen) {
         vocab_exec_free(ve);
         return zb_fail(err, "out of memory for the vocabulary passes");
     }
@@ -146,25 +160,36 @@ int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend
     return 0;
 }
 
+/* Under mu: in a batch of steps the last stage's worker begins the next
+ * step while others may read held[] for their profile. */
 static void clear_progress(vocab_exec *ve)
 {
+    pthread_mutex_lock(&ve->mu);
     for (int j = 0; j < ve->m; j++) {
         ve->x_ready[j] = 0;
         ve->s_done[j] = 0;
         ve->t_done[j] = 0;
+        ve->dx_seen[j] = 0;
     }
     memset(ve->held, 0, (size_t)ve->m * (size_t)ve->p);
     if (ve->have_stats)
         memset(ve->have_stats, 0, (size_t)ve->m);
+    memset(ve->s_seen, 0, sizeof *ve->s_seen * (size_t)ve->m * (size_t)ve->p);
+    memset(ve->t_seen, 0, sizeof *ve->t_seen * (size_t)ve->m * (size_t)ve->p);
     ve->t_total = 0;
+    ve->fin_seen = 0;
     ve->aborted = 0;
+    pthread_mutex_unlock(&ve->mu);
 }
 
 int vocab_exec_begin(vocab_exec *ve, zb_bstage *head_stage, size_t head_offset,
-                     const int32_t *targets, const struct timespec *t0, zb_err *err)
+                     const int32_t *targets, const struct timespec *t0, int mid_batch,
+                     zb_err *err)
 {
+    assert(!mid_batch || !ve->link);
     ve->t0 = t0;
-    clear_progress(ve);
+    if (!mid_batch)
+        clear_progress(ve);
     if (ve->link) { /* the head is current on the last stage's device only */
         float *head = ve->be->ops->host(ve->be, head_stage, ZB_BUF_PARAMS) + head_offset;
         size_t n = (size_t)ve->bv_d * (size_t)ve->bv_vocab;
@@ -284,7 +309,7 @@ int vocab_exec_s(vocab_exec *ve, int shard, int mb, double *start, double *end, 
                                 err) != 0
             || ve->be->ops->vocab_put_x(ve->be, ve->bv, shard, mb, ve->wire, err) != 0)
             return -1;
-    } else if (wait_for(ve, &ve->x_ready[mb], 1, err) != 0) {
+    } else if (wait_for(ve, &ve->x_ready[mb], ve->s_seen[shard * ve->m + mb] + 1, err) != 0) {
         return -1;
     }
     stamp(ve, start);
@@ -305,6 +330,7 @@ int vocab_exec_s(vocab_exec *ve, int shard, int mb, double *start, double *end, 
                          err) != 0)
             return -1;
     }
+    ve->s_seen[shard * ve->m + mb]++;
     bump(ve, &ve->s_done[mb]);
     return 0;
 }
@@ -314,7 +340,8 @@ int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, 
     assert(shard >= 0 && shard < ve->p && mb >= 0 && mb < ve->m);
     assert(!ve->link || shard == ve->link->me);
     if (ve->link ? have_stats(ve, mb, err) != 0
-                 : wait_for(ve, &ve->s_done[mb], ve->p, err) != 0) /* barrier C0 */
+                 : wait_for(ve, &ve->s_done[mb], ve->p * (ve->t_seen[shard * ve->m + mb] + 1),
+                            err) != 0) /* barrier C0 */
         return -1;
     stamp(ve, start);
     if (ve->be->ops->vocab_t(ve->be, ve->bv, shard, mb, err) != 0)
@@ -327,6 +354,7 @@ int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, 
                      err) != 0)
         return -1;
     pthread_mutex_lock(&ve->mu);
+    ve->t_seen[shard * ve->m + mb]++;
     ve->t_done[mb]++;
     ve->t_total++;
     pthread_cond_broadcast(&ve->cv);
@@ -344,19 +372,27 @@ int vocab_exec_take_dx(vocab_exec *ve, int dev, int mb, float dloss, void *dx, f
         if (have_stats(ve, mb, err) != 0
             || recv_parts(ve, ZB_VOCAB_WIRE_PARTIAL, VOCAB_MSG_PARTIAL, mb, err) != 0)
             return -1;
-    } else if (wait_for(ve, v1 ? &ve->s_done[mb] : &ve->t_done[mb], ve->p, err) != 0) {
+    } else if (wait_for(ve, v1 ? &ve->s_done[mb] : &ve->t_done[mb],
+                        ve->p * (ve->dx_seen[mb] + 1), err) != 0) {
         return -1; /* Vocab-1: barrier C0 carries dX; Vocab-2: C1 does */
     }
     if (ve->be->ops->vocab_dx(ve->be, ve->bv, dev, mb, dloss, dx, loss, err) != 0)
         return -1;
+    ve->dx_seen[mb]++;
     mark(ve, mb, dev, HELD_PARTIAL, 0); /* the partials are summed and freed */
     return 0;
 }
 
 int vocab_exec_finish(vocab_exec *ve, int dev, zb_err *err)
 {
-    if (!ve->link)
-        return dev == ve->last_dev ? wait_for(ve, &ve->t_total, ve->m * ve->p, err) : 0;
+    if (!ve->link) {
+        if (dev != ve->last_dev)
+            return 0;
+        if (wait_for(ve, &ve->t_total, ve->m * ve->p * (ve->fin_seen + 1), err) != 0)
+            return -1;
+        ve->fin_seen++;
+        return 0;
+    }
     assert(dev == ve->link->me);
     if (dev != ve->last_dev) /* this shard's T passes are over: its columns */
         return send_part(ve, ZB_VOCAB_WIRE_DW, VOCAB_MSG_DW, dev, 0, ve->last_dev, err);

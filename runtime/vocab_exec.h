@@ -39,8 +39,8 @@
  * optimizer state too would save memory per device on real accelerators;
  * in one process it would change nothing but the bookkeeping.
  *
- * Threading: put_x and take_dx are called by the worker of the last
- * stage's device, finish by every device's worker, S and T of shard k by device k's worker, begin,
+ * Threading: put_x, take_dx and a mid-batch begin are called by the
+ * worker of the last stage's device, finish by every device's worker, S and T of shard k by device k's worker, begin,
  * reset and eval by the trainer's thread while no worker runs.  abort may
  * come from any thread and makes every wait return -1 ("aborted").
  *
@@ -80,9 +80,17 @@ void vocab_exec_free(vocab_exec *ve);
  * float head_offset of its buffers), its gradient there (zeroed by the
  * caller) as the T passes' accumulator, the step's targets [m][B·T]
  * (borrowed until the step ends) and the clock that start/end stamps count
- * from (borrowed).  0, or -1 with err (the backend's copy). */
+ * from (borrowed).  mid_batch 0: on the trainer's thread, no worker
+ * running; the step's progress starts from nothing.  mid_batch 1 (one
+ * process only): a later step of a trainer_steps batch, on the last
+ * stage's worker after its post-validated step (the head is final, every
+ * pass of the step before is over, and no S of this one can start before
+ * that worker's next F); the counters go on, so that a device already in
+ * this step waits for this step's X.  0, or -1 with err (the backend's
+ * copy, the link's broadcast). */
 int vocab_exec_begin(vocab_exec *ve, zb_bstage *head_stage, size_t head_offset,
-                     const int32_t *targets, const struct timespec *t0, zb_err *err);
+                     const int32_t *targets, const struct timespec *t0, int mid_batch,
+                     zb_err *err);
 
 /* The last stage's F of micro-batch mb on device dev produced the head
  * input x (an activation [B·T, d], copied): the S passes of mb may start.

@@ -43,7 +43,9 @@
  * Threading (the executor's): S and T of shard k on device k's worker,
  * put_x and dx on the last stage's; a T reads every shard's statistics of
  * its micro-batch only after barrier C0, dx every partial only after C0 or
- * C1.  begin and eval on the trainer's thread while no worker runs.
+ * C1.  begin between steps, while no pass runs (on the trainer's thread,
+ * or inside a batch of steps on the last stage's worker), eval on the
+ * trainer's thread while no worker runs.
  */
 #include "kernels/cpu/backend_cpu_vocab.h"
 
@@ -274,10 +276,13 @@ static int stats_ready(cpu_vocab *cv, cv_cell *c)
     return -1;
 }
 
-/* Puts back what a failed step left held (no worker running). */
+/* Puts back what a failed step left held (no pass running: begin is
+ * called between steps, by the trainer or, inside a batch of steps, by the
+ * last stage's worker once every pass of the step before is over). */
 static void release_leftovers(cpu_vocab *cv)
 {
     int p = cv->shape.shards, m = cv->shape.micro;
+    pthread_mutex_lock(&cv->mu);
     for (int j = 0; j < m; j++) {
         for (int k = 0; k < p; k++) {
             cv_cell *c = &cv->cell[j * p + k];
@@ -289,6 +294,7 @@ static void release_leftovers(cpu_vocab *cv)
         list_give(&cv->free_x, cv->x[j]);
         cv->x[j] = NULL;
     }
+    pthread_mutex_unlock(&cv->mu);
 }
 
 int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_offset,
