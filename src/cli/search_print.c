@@ -11,7 +11,6 @@
  */
 #include "src/cli/search_print.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -122,23 +121,6 @@ static void print_dropped(const search_result *r)
     cli_table_free(&t);
 }
 
-/* The runtime steps a vocabulary-parallel plan with a barrier at the end
- * of every step (docs/vocab-parallel.md, "Steps and barriers"): it
- * realises the makespan, not the per-device span ranked above.  One line
- * when the winner is such a plan, with what the barrier costs it. */
-static void print_vocab_barrier(const search_result *r)
-{
-    const search_candidate *w = &r->c[0];
-    if (r->n_fit < 1 || !w->vocab)
-        return;
-    double extra = w->iter_ms + w->dp_ms - w->time_ms;
-    printf("+vocab plans run with a barrier a step (the head's copy and the passes' counters are "
-           "per step): the winner realises its makespan%s, %.1f ms (+%.1f%%)\n",
-           w->dp_ms > 0 ? " with its exposed sync" : "", w->time_ms + fmax(0, extra),
-           100 * fmax(0, extra) / w->time_ms);
-}
-
-
 void search_print_table(const search_options *o, const search_result *r, const search_print_ctx *x, int rows,
                         int verbose)
 {
@@ -177,8 +159,6 @@ void search_print_table(const search_options *o, const search_result *r, const s
         else
             printf("time = largest per-device span (+ exposed data-parallel sync), what %s realises;\n",
                    o->target == SEARCH_TARGET_ZBSCHED ? "the runtime" : "torch's per-rank optimizer step");
-        if (o->target == SEARCH_TARGET_ZBSCHED)
-            print_vocab_barrier(r);
         printf("makespan = first start to last end; P = paper split, * = split found by the local search\n");
         search_why_block w;
         search_why_build(o, r, &w);
