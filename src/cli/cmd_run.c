@@ -163,12 +163,12 @@ int cmd_run(int argc, char **argv)
         cli_fail(&err);
         goto out;
     }
-    /* before any data is read or the GPU touched; pipeline ranks carry the
-     * passes' messages over MPI (runtime/mpi/vocab_link_mpi.h) */
-    if (sched_has_vocab(s) && (a.cuda || (mpi_ranks && a.isl.replicas > 0))) {
-        cli_error("%s: vocabulary-parallel passes (S, T) run on the CPU, in one process or as "
-                  "pipeline ranks, not %s; generate the schedule with --vocab plain", a.file,
-                  a.cuda ? "on the GPU" : "as islands over MPI");
+    /* before any data is read or the GPU touched; MPI ranks carry the
+     * passes' messages (runtime/mpi/vocab_link_mpi.h) */
+    if (sched_has_vocab(s) && a.cuda) {
+        cli_error("%s: vocabulary-parallel passes (S, T) run on the CPU (in one process or "
+                  "under mpirun), not on the GPU; generate the schedule with --vocab plain",
+                  a.file);
         goto out;
     }
     if ((rc = load_inputs(&a, s, &setup, &d)) != 0)

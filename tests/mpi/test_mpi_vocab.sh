@@ -4,8 +4,9 @@
 # passes' messages go over MPI (runtime/mpi/vocab_link_mpi.h), and the
 # losses of every step and the final validation loss (a function of every
 # parameter, the head's included) must be the same bits as one process's.
-# Then a checkpoint written by the ranks resumes in one process to the
-# same bits, and `generate` reads it.
+# Islands over MPI (2 replicas of a 2-rank pipeline; a replica per rank)
+# equal the islands in one process.  Then a checkpoint written by the
+# ranks resumes in one process to the same bits, and `generate` reads it.
 #
 # Every mpirun is bounded by `timeout` (a hang fails); Open MPI runs as
 # root with its allow-run-as-root variables, oversubscribed, over loopback.
@@ -43,7 +44,23 @@ same_as_one_process() { # name P steps gen-args...
 same_as_one_process zb-v-vocab1 2 10 zb-v -m 4
 same_as_one_process zb-v-vocab2 2 6 zb-v -m 4 --vocab-variant 2
 same_as_one_process 1f1b-vocab2-p3 3 4 1f1b -m 6 --vocab-variant 2
-same_as_one_process zb-h2-vocab1-p4 4 3 zb-h2 -m 8
+
+# islands over MPI: 2 replicas of a 2-rank pipeline (4 ranks), and a
+# replica per rank, against the islands in one process
+islands() { # name NP sched outer wire
+    local name=$1 np=$2 sched=$3 outer=$4 wire=$5
+    local args=(run "$T/$sched.json" --data "$DATA" --model tiny --steps 6 --replicas 2
+                --outer "$outer" --allreduce "$wire" --inner-steps 2 --eval-every 3 --json -q)
+    "$ZB" "${args[@]}" > "$T/$name.in.json" || { fail "$name: in-process islands"; return; }
+    "${MPIRUN[@]}" -np "$np" "$ZB" "${args[@]}" > "$T/$name.mpi.json" 2> "$T/$name.err" \
+        || { fail "$name: mpirun: $(head -3 "$T/$name.err")"; return; }
+    local a b
+    a=$(fields "$T/$name.in.json"); b=$(fields "$T/$name.mpi.json")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$name: bit-identical to the in-process islands"
+    else fail "$name: differs"; echo "  in-process: $a"; echo "  mpi:        $b"; fi
+}
+islands islands-sync-k2p2 4 zb-v-vocab1 sync int8
+islands islands-diloco-k2 2 zb-v-vocab2 diloco fp32
 
 # a checkpoint of the ranks (stopped after step 3 of 5): the whole model,
 # resumed in one process to the one-process run's steps 4 and 5
