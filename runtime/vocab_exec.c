@@ -6,9 +6,13 @@
  * kernels/cpu/backend_cpu_vocab.c): this file computes nothing.
  *
  * Per micro-batch three counters under one mutex (S passes done, T passes
- * done, X published) and the step's total of T passes; per (micro-batch,
- * shard) what its cell holds (between S and T; the partial until the last
- * stage's B sums it), for the activation profile.
+ * done, X published) and the total of T passes, cumulative over the steps
+ * of a trainer_steps batch, and per (device, micro-batch) how many of its
+ * S and T it has run: a pass waits for the counter to pass what its own
+ * step needs, so the last stage's worker can begin the next step while
+ * other devices are anywhere in theirs (no barrier between steps).  Per
+ * (micro-batch, shard) what its cell holds (between S and T; the last
+ * stage's own partial until its B sums them), for the activation profile.
  *
  * Across processes (a link, runtime/vocab_link.h) the process runs one
  * device, and the counters' waits become the link's receives: S receives
@@ -160,8 +164,7 @@ int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend
     return 0;
 }
 
-/* Under mu: in a batch of steps the last stage's worker begins the next
- * step while others may read held[] for their profile. */
+/* Back to nothing (under mu: other workers' profiles read held[]). */
 static void clear_progress(vocab_exec *ve)
 {
     pthread_mutex_lock(&ve->mu);
