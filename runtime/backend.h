@@ -113,7 +113,17 @@ typedef struct zb_vocab_shape {
     int seq;     /* T, tokens per sequence (rows per micro-batch N = B*T) */
     int d;       /* model width */
     int vocab;   /* V, split into shards as kernels/cpu/vocab_shard.h's vshard_begin */
+    int local;   /* -1: every shard's S and T run in this process; k >= 0: only
+                  * shard k's (one device per process, runtime/vocab_link.h);
+                  * the other shards' results arrive through vocab_import */
 } zb_vocab_shape;
+
+/* What one vocab_export / vocab_import moves between processes. */
+typedef enum zb_vocab_wire {
+    ZB_VOCAB_WIRE_STATS = 0,   /* a cell's row statistics (barrier C0's input) */
+    ZB_VOCAB_WIRE_PARTIAL = 1, /* a cell's input-gradient partial, [N, d] fp32 */
+    ZB_VOCAB_WIRE_DW = 2       /* a shard's columns of the step's head gradient, [d, v] fp32 */
+} zb_vocab_wire;
 
 /* The operations every backend implements.  Members marked optional may
  * be NULL; the executor then skips the call. */
@@ -271,8 +281,20 @@ typedef struct zb_backend_ops {
     int (*vocab_eval)(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
                       const void *x, const int32_t *y, int batch, double *loss, zb_err *err);
     /* Bytes one cell of shard `shard` holds between its S and its T (for
-     * the activation profile). */
+     * the activation profile): logits, statistics, the head input; the
+     * input-gradient partial ([N, d] fp32) is counted apart. */
     size_t (*vocab_cell_bytes)(zb_backend *be, const zb_bvocab *v, int shard);
+    /* Optional (needed only when shape.local >= 0: one shard per process).
+     * The bytes of one `part` of shard `shard` (for the DW part: its
+     * columns of the head gradient, complete once the shard's every T of
+     * the step has run; mb is then ignored); export copies them into buf,
+     * import stores a copy from another process as that cell's (STATS,
+     * PARTIAL) or over those columns (DW).  0, or -1 with err. */
+    size_t (*vocab_wire_bytes)(zb_backend *be, const zb_bvocab *v, zb_vocab_wire part, int shard);
+    int (*vocab_export)(zb_backend *be, zb_bvocab *v, zb_vocab_wire part, int shard, int mb,
+                        void *buf, zb_err *err);
+    int (*vocab_import)(zb_backend *be, zb_bvocab *v, zb_vocab_wire part, int shard, int mb,
+                        const void *buf, zb_err *err);
 
     /* ---- memory ---- */
     /* Bytes the backend holds for stages (buffers and snapshots) and the

@@ -79,7 +79,7 @@ static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
 {
     zb_vocab_shape v = { .variant = s->vocab.variant, .shards = s->n_devices,
                          .micro = s->n_micro, .batch = m->micro_batch, .seq = m->seq_len,
-                         .d = m->d_model, .vocab = m->vocab };
+                         .d = m->d_model, .vocab = m->vocab, .local = -1 };
     return v;
 }
 
@@ -115,6 +115,12 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
         const sched_lane *l = &s->dev[dev];
         double now = 0, after = 0, inside = 0;
         double cell = vocab && with_cells ? backend_cpu_vocab_cell_bytes(&vs, dev) : 0;
+        /* the last stage's device keeps its own partial from its S
+         * (Vocab-1) or T (Vocab-2) to that stage's B (vocab_exec.h); a
+         * vocabulary buffer, so counted with the cells */
+        int keeps = vocab && with_cells && dev == s->stage_device[S - 1];
+        double partial = (double)m->micro_batch * m->seq_len * m->d_model * sizeof(float);
+        int v1 = s->vocab.variant == SCHED_VOCAB_1;
         int count = 0;
         for (int k = 0; k < l->n_ops; k++) {
             sched_op op = l->ops[k];
@@ -129,6 +135,8 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
                 break;
             case OP_B:
             case OP_BW:
+                if (keeps && op.stage == S - 1)
+                    now -= partial; /* dx sums the partials before B runs */
                 inside = now - (double)z->after_f + (double)z->in_b > inside
                              ? now - (double)z->after_f + (double)z->in_b : inside;
                 now += (double)z->after_b - (double)z->after_f;
@@ -142,10 +150,10 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
                 count--;
                 break;
             case OP_S:
-                now += cell;
+                now += cell + (keeps && v1 ? partial : 0);
                 break;
             case OP_T:
-                now -= cell;
+                now += (keeps && !v1 ? partial : 0) - cell;
                 break;
             }
             after = now > after ? now : after;

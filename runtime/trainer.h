@@ -90,6 +90,7 @@
 struct zb_transport;
 struct zb_transport_pool;
 struct zb_backend;
+struct zb_vocab_link;
 
 typedef struct trainer_opts {
     uint64_t seed;        /* parameter initialisation and data sampling */
@@ -126,6 +127,12 @@ typedef struct trainer_opts {
      * trainer and freed with it; NULL: backend_cpu_create. */
     int (*make_backend)(void *ctx, int n_devices, struct zb_backend **out, zb_err *err);
     void *make_backend_ctx; /* passed to make_backend */
+    /* With one_device and a vocabulary-parallel schedule: the carrier of
+     * the passes' messages between processes (runtime/vocab_link.h, the
+     * MPI one in runtime/mpi/vocab_link_mpi.h), made for device `device`
+     * and freed with the trainer; NULL refuses such schedules. */
+    int (*make_vocab_link)(void *ctx, int device, struct zb_vocab_link **out, zb_err *err);
+    void *make_vocab_link_ctx; /* passed to make_vocab_link */
     int one_device;       /* 1: this process runs only device `device`'s
                            * ops and optimizer steps, the other devices being
                            * other processes (pipeline ranks); the step's loss

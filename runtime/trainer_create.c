@@ -220,9 +220,10 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
      * refuse it here, whoever the caller is. */
     if (sched_validate(s, err) != 0)
         return zb_wrap(err, "schedule: ");
-    if (sched_has_vocab(s) && opts->one_device)
-        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) run in one process only, "
-                       "not as pipeline ranks; generate the schedule with --vocab plain");
+    if (sched_has_vocab(s) && opts->one_device && !opts->make_vocab_link)
+        return zb_fail(err, "schedule: vocabulary-parallel passes (S, T) run in one process, or "
+                       "across processes with a carrier for their messages (mpirun), which "
+                       "this caller does not give; generate the schedule with --vocab plain");
     if (d->ctx != m->seq_len)
         return zb_fail(err, "the data windows have context %d but the model's is %d", d->ctx, m->seq_len);
     if (opts->eval_windows <= 0)
@@ -323,9 +324,16 @@ int trainer_create(const sched_t *s, const zb_model *m, const zb_data *d,
             goto fail;
     free(first);
     first = NULL;
-    if (sched_has_vocab(s) && vocab_exec_create(s, &t->model, t->batch, t->be, &t->ve, err) != 0) {
-        t->ve = NULL;
-        goto fail;
+    if (sched_has_vocab(s)) {
+        zb_vocab_link *link = NULL;
+        if (opts->one_device
+            && opts->make_vocab_link(opts->make_vocab_link_ctx, opts->device, &link, err) != 0)
+            goto fail;
+        /* vocab_exec_create owns link from here, failing or not */
+        if (vocab_exec_create(s, &t->model, t->batch, t->be, link, &t->ve, err) != 0) {
+            t->ve = NULL;
+            goto fail;
+        }
     }
     const sched_lane *lane0 = &t->sched->dev[t->st[0].device];
     while (t->spec_len < lane0->n_ops && lane0->ops[t->spec_len].kind == OP_F

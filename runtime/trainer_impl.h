@@ -240,6 +240,12 @@ int trainer_run_batch(worker *w);
 /* Mean loss of the step's micro-batches, summed in micro-batch order. */
 double trainer_step_loss(const trainer *t);
 
+/* With vocabulary passes (t->ve): starts their step on targets y ([m][B·T],
+ * borrowed for the step) from the last stage's current head, which must
+ * be final for the step before; mid_batch as runtime/vocab_exec.h's
+ * vocab_exec_begin.  0, or -1 with err. */
+int trainer_vocab_begin(trainer *t, const int32_t *y, int mid_batch, zb_err *err);
+
 /* ---- trainer_workers.c -------------------------------------------------- */
 
 /* Starts the teams and the workers (first call only).  0, or -1 with err
@@ -279,11 +285,13 @@ int trainer_mirrors_push(trainer *t, zb_err *err);
 
 /* 1 when trainer_steps may overlap steps, and so run stage 0's optimizer
  * step speculatively (trainer_ops.c): no barrier between steps needs the
- * in-process slots transport, post-validation and no vocabulary passes,
- * and there must be leading stage-0 forwards to run early. */
+ * in-process slots transport and post-validation; vocabulary passes
+ * overlap too unless stage 0 is the last stage (its speculative forwards
+ * would hand over X before the passes begin); and there must be leading
+ * stage-0 forwards to run early. */
 static inline int trainer_may_speculate(const trainer *t)
 {
-    return !t->ve && !t->opts.sync_optimizer && !t->opts.one_device && !t->opts.make_transport
+    return !(t->ve && t->n_stages == 1) && !t->opts.sync_optimizer && !t->opts.one_device && !t->opts.make_transport
            && t->opts.transport == ZB_TRANSPORT_SLOTS;
 }
 

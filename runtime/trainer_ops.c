@@ -550,6 +550,13 @@ double trainer_step_loss(const trainer *t)
     return sum / t->n_micro;
 }
 
+int trainer_vocab_begin(trainer *t, const int32_t *y, int mid_batch, zb_err *err)
+{
+    stage_rt *r = &t->st[t->n_stages - 1];
+    size_t head = r->norm_layout.n_params; /* the head follows the norm-only layout */
+    return vocab_exec_begin(t->ve, r->bs, head, y, &t->t0, mid_batch, err);
+}
+
 /* Worker w's part of a trainer_steps batch: for each step, the rest of
  * its lane (the speculative forwards may have run already), the step's
  * loss where stage S-1 is, the post-validated optimizer step, then its
@@ -574,6 +581,9 @@ int trainer_run_batch(worker *w)
             }
         if (trainer_run_ops(w, done, lane->n_ops) != 0 || trainer_lane_sync(w) != 0)
             return -1;
+        /* the head's gradient is whole once every T of the step has run */
+        if (t->ve && vocab_exec_finish(t->ve, dev, &w->err) != 0)
+            return -1;
         if (t->st[S - 1].device == dev)
             t->b_loss[i] = trainer_step_loss(t);
         int spec = 0;
@@ -586,6 +596,14 @@ int trainer_run_batch(worker *w)
                 t->st[s].next_w = 0;
                 t->st[s].stepped = 0;
             }
+        /* The last stage's update is final when its post-validated step
+         * returns (it has the full norm first), every S and T of step i
+         * is over (vocab_exec_finish), and no S of step i+1 can start
+         * before this device's next F hands over X: the vocabulary passes
+         * of step i+1 begin here, with no barrier. */
+        if (t->ve && t->st[S - 1].device == dev && i + 1 < t->b_n
+            && trainer_vocab_begin(t, t->by + batch_tokens(t, i + 1), 1, &w->err) != 0)
+            return -1;
         /* Stage 0's validation is the last of the step's down pass, so
          * every stage update of step i is behind us, and every one of step
          * i+1 comes after the up pass this device starts next. */

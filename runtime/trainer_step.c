@@ -65,10 +65,8 @@ static void step_begin(trainer *t, const int32_t *x, const int32_t *y)
     for (int d = 0; d < t->n_devices; d++)
         t->act_peak[d] = 0;
     if (t->ve) {
-        stage_rt *r = &t->st[t->n_stages - 1];
-        size_t head = r->norm_layout.n_params; /* the head follows the norm-only layout */
         zb_err e;
-        if (vocab_exec_begin(t->ve, r->bs, head, t->y, &t->t0, &e) != 0)
+        if (trainer_vocab_begin(t, t->y, 0, &e) != 0)
             trainer_be_fail(t, &e);
     }
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
@@ -164,11 +162,13 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
         return zb_fail(err, "trainer_steps: a backward is pending its trainer_apply");
     if (n < 1)
         return zb_fail(err, "trainer_steps: %d steps", n);
+    /* vocabulary passes overlap too (trainer_run_batch begins each step's
+     * on the last stage's device), except where stage 0 is the last stage:
+     * its speculative forwards would hand over X before that */
     int overlap = n > 1 && trainer_may_speculate(t);
     if (!overlap) {
-        /* Ordered links (FIFO, MPI) number a step's messages per link, the
-         * synchronous clip has a barrier by definition, and the vocabulary
-         * passes' barriers and head copy are per step: step by step. */
+        /* Ordered links (FIFO, MPI) number a step's messages per link and
+         * the synchronous clip has a barrier by definition: step by step. */
         for (int i = 0; i < n; i++) {
             double loss;
             if (trainer_step(t, &loss, err) != 0)
@@ -197,6 +197,8 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
         t->st[s].stepped = 0;
     }
     if (trainer_be_check(t, err) != 0)
+        return -1;
+    if (t->ve && trainer_vocab_begin(t, t->by, 0, err) != 0) /* the first step's; then run_batch */
         return -1;
     t->b_n = n;
     t->b_step0 = t->stats.step;

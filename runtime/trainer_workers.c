@@ -34,12 +34,13 @@ static void run_job(worker *w, int phases)
         rc = trainer_run_ops(w, 0, t->sched->dev[w->dev].n_ops);
         if (rc == 0)
             rc = trainer_lane_sync(w);
+        /* the head's gradient is whole once every device's T has run (and,
+         * across processes, its columns have reached the last stage's
+         * rank): before the optimizer, and before a gradient all-reduce
+         * between trainer_backward and trainer_apply */
+        if (rc == 0 && t->ve)
+            rc = vocab_exec_finish(t->ve, w->dev, &w->err);
     }
-    /* the head's gradient is complete once every device's T has run
-     * (trainer_steps does not overlap steps with vocabulary passes) */
-    if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer && t->ve
-        && t->st[t->n_stages - 1].device == w->dev)
-        rc = vocab_exec_wait_done(t->ve, &w->err);
     if (rc == 0 && (phases & PHASE_STEP) && !t->opts.sync_optimizer)
         rc = trainer_post_validated_step(t, w, -1, NULL);
     if (rc != 0) {

@@ -35,12 +35,12 @@
  *     until its turn), the determinism contract of llama.h.
  *
  * The head's optimizer step stays with the last stage's (its device waits
- * for every T of the step first: vocab_exec_wait_done).  Sharding the
+ * for every T of the step first: vocab_exec_finish).  Sharding the
  * optimizer state too would save memory per device on real accelerators;
  * in one process it would change nothing but the bookkeeping.
  *
- * Threading: put_x, take_dx and wait_done are called by the worker of the
- * last stage's device, S and T of shard k by device k's worker, begin,
+ * Threading: put_x, take_dx and a mid-batch begin are called by the
+ * worker of the last stage's device, finish by every device's worker, S and T of shard k by device k's worker, begin,
  * reset and eval by the trainer's thread while no worker runs.  abort may
  * come from any thread and makes every wait return -1 ("aborted").
  *
@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "runtime/backend.h"
+#include "runtime/vocab_link.h"
 #include "src/err.h"
 #include "src/model.h"
 #include "src/sched.h"
@@ -62,11 +63,15 @@ typedef struct vocab_exec vocab_exec;
 
 /* Creates the context for schedule s (sched_has_vocab, validated) on model
  * m (its vocab the data's) with micro-batches of `batch` sequences, its
- * buffers on backend be (borrowed; it must outlive the context).  Returns
- * 0, or -1 with err set (a backend without vocabulary ops, more shards
- * than vocabulary entries, out of memory). */
+ * buffers on backend be (borrowed; it must outlive the context).  link:
+ * NULL when every device runs in this process, else the carrier to the
+ * other devices' processes (runtime/vocab_link.h; this process runs
+ * device link->me only), owned from this call on, failing or not.
+ * Returns 0, or -1 with err set (a backend without vocabulary ops or,
+ * with a link, without vocab_export/import; more shards than vocabulary
+ * entries; out of memory). */
 int vocab_exec_create(const sched_t *s, const zb_model *m, int batch, zb_backend *be,
-                      vocab_exec **out, zb_err *err);
+                      zb_vocab_link *link, vocab_exec **out, zb_err *err);
 
 /* Frees ve; NULL is fine. */
 void vocab_exec_free(vocab_exec *ve);
@@ -75,9 +80,17 @@ void vocab_exec_free(vocab_exec *ve);
  * float head_offset of its buffers), its gradient there (zeroed by the
  * caller) as the T passes' accumulator, the step's targets [m][B·T]
  * (borrowed until the step ends) and the clock that start/end stamps count
- * from (borrowed).  0, or -1 with err (the backend's copy). */
+ * from (borrowed).  mid_batch 0: on the trainer's thread, no worker
+ * running; the step's progress starts from nothing.  mid_batch 1 (one
+ * process only): a later step of a trainer_steps batch, on the last
+ * stage's worker after its post-validated step (the head is final, every
+ * pass of the step before is over, and no S of this one can start before
+ * that worker's next F); the counters go on, so that a device already in
+ * this step waits for this step's X.  0, or -1 with err (the backend's
+ * copy, the link's broadcast). */
 int vocab_exec_begin(vocab_exec *ve, zb_bstage *head_stage, size_t head_offset,
-                     const int32_t *targets, const struct timespec *t0, zb_err *err);
+                     const int32_t *targets, const struct timespec *t0, int mid_batch,
+                     zb_err *err);
 
 /* The last stage's F of micro-batch mb on device dev produced the head
  * input x (an activation [B·T, d], copied): the S passes of mb may start.
@@ -99,9 +112,13 @@ int vocab_exec_t(vocab_exec *ve, int shard, int mb, double *start, double *end, 
 int vocab_exec_take_dx(vocab_exec *ve, int dev, int mb, float dloss, void *dx, float *loss,
                        zb_err *err);
 
-/* Waits until every T pass of the step has added its gradient.  0 or -1
- * ("aborted"). */
-int vocab_exec_wait_done(vocab_exec *ve, zb_err *err);
+/* After device dev's last op of the step, before any optimizer step: on
+ * the last stage's device, waits until every T pass of the step has added
+ * its gradient to the head's (across processes: receives every other
+ * shard's columns of it); on another device across processes, sends its
+ * shard's columns there; otherwise nothing.  0 or -1 ("aborted", the
+ * link's failure). */
+int vocab_exec_finish(vocab_exec *ve, int dev, zb_err *err);
 
 /* Ends every current and future wait with -1 until the next reset/begin. */
 void vocab_exec_abort(vocab_exec *ve);
@@ -109,8 +126,14 @@ void vocab_exec_abort(vocab_exec *ve);
 /* Forgets a failed step's progress (no worker running). */
 void vocab_exec_reset(vocab_exec *ve);
 
-/* Bytes device `dev`'s shard holds for micro-batches between their S and
- * their T (logits, statistics, partials), for the activation profile. */
+/* Bytes device `dev`'s shard holds now for the step's micro-batches, as
+ * each device holds them across processes (kernels/cpu/backend_cpu_vocab.c,
+ * runtime/footprint.c counts the same): each cell's logits, statistics and
+ * copy of the head input between its S and its T, and on the last stage's
+ * device its own input-gradient partial from S (Vocab-1) or T (Vocab-2)
+ * until its B sums the partials (another device's leaves with its pass;
+ * in one process it waits in a shared buffer until that B).  For the
+ * activation profile. */
 double vocab_exec_held_bytes(vocab_exec *ve, int dev);
 
 /* Forward only, on the calling thread: the mean loss of the head input x

@@ -16,9 +16,15 @@
  *   cost_model.c times the unsharded loss): S t*v*(e+8), T t*v*4 (Vocab-1)
  *   or t*v*(e+4) (Vocab-2); the fused loss keeps chunks on chip.
  *
- *   held from S to T: the head input e*t*h, three fp32 statistics per token
- *   (max, sum of exponentials, target logit), and with the plain loss the
- *   fp32 logit gradient 4*t*v of the shard.
+ *   held from S to T (every buffer the CPU runtime's passes keep,
+ *   kernels/cpu/backend_cpu_vocab.c, at the model's activation bytes e):
+ *   the head input e*t*h, the row statistics 16*t (fp32 max, fp64 sum of
+ *   exponentials, fp32 target logit), with the plain loss the fp32 logit
+ *   gradient 4*t*v of the shard, and with Vocab-1 the fp32 input-gradient
+ *   partial 4*t*h (computed by S, summed by barrier C0).  Vocab-2 computes
+ *   its partial in T and hands it to barrier C1 at once: it is priced as
+ *   the T pass's transient, beside the fused loss's chunks; Vocab-1's local
+ *   softmax [t, v] (plain loss) is its S pass's.
  *
  *   barriers (fp32): Vocab-1 C0 = max, then sum + target logit, then the
  *   input-gradient partials 4*t*h (three collectives); Vocab-2 C0 = max,
@@ -104,9 +110,10 @@ int cost_vocab_parts(const zb_model *m, const zb_gpu *g, const cost_options *o, 
     double bw = g->hbm_bw > 0 ? g->hbm_bw : INFINITY;
     out->t_s = (out->s_flops / rate + hbm_s / bw) / vo->scaling;
     out->t_t = ((out->t_flops - unit) / rate + unit / w_rate + hbm_t / bw) / vo->scaling;
-    double stats = 12 * t; /* max, sum of exponentials, target logit: fp32 */
+    double stats = 12 * t; /* max, sum of exponentials, target logit: fp32 on the wire */
     double grad = 4 * t * h;
-    out->m_s = e * t * h + stats + (fused ? 0 : 4 * t * v);
+    /* held: the runtime keeps the sum in fp64 (16t); Vocab-1's partial */
+    out->m_s = e * t * h + 16 * t + (fused ? 0 : 4 * t * v) + (v2 ? 0 : grad);
     if (v2) {
         out->c0_bytes = stats;
         out->c1_bytes = grad;
@@ -128,15 +135,18 @@ int cost_vocab_parts(const zb_model *m, const zb_gpu *g, const cost_options *o, 
     return 0;
 }
 
-/* Largest short-lived allocation inside one pass of a shard. */
-static double shard_transient(const zb_model *m, const cost_options *o, double v)
+/* Largest short-lived allocation inside one pass of a shard: the fused
+ * loss's chunks, Vocab-1's local softmax [t, v] (plain loss), and
+ * Vocab-2's input-gradient partial from T to barrier C1. */
+static double shard_transient(const zb_model *m, const cost_options *o, double v, int variant)
 {
     double t = (double)m->seq_len * m->micro_batch;
+    double partial = variant == 2 ? 4 * t * m->d_model : 0;
     if (o->loss == COST_LOSS_FUSED) {
         double chunk = ceil(t / fmax(1, ceil(v / m->d_model)));
-        return 2 * 4 * chunk * v;
+        return 2 * 4 * chunk * v + partial;
     }
-    return 4 * t * v; /* fp32 logits of the shard */
+    return variant == 2 ? partial : 4 * t * v;
 }
 
 int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o,
@@ -205,7 +215,7 @@ int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options
         st[0].static_bytes += (double)m->seq_len * m->d_model * bpp;
     s->cost[0].t_f += cv.t_emb_f * 1e3;
     s->cost[0].t_w += cv.t_emb_b * 1e3;
-    double shard_trans = shard_transient(m, o, cv.shard_vocab);
+    double shard_trans = shard_transient(m, o, cv.shard_vocab, vo->variant);
     for (int i = 0; i < S; i++) {
         int d = s->stage_device[i];
         stat[d] += st[i].static_bytes;

@@ -4,7 +4,7 @@
  *
  * Why a table and not a function per path: the paths learn features one
  * at a time (the CUDA backend learnt recompute, vocabulary passes and
- * memory layers in issue 25; mpirun is learning the vocabulary passes),
+ * memory layers in issue 25; mpirun the vocabulary passes),
  * and each time the plan file's "runs_on", the search's note and every
  * refusal must change together.  With one cell per (path, feature) that
  * is one edit, and nothing else in the program says what a path supports.
@@ -20,8 +20,9 @@
  *         (backend_cuda_vocab.c; tests/cuda/test_cuda_vocab_backend.c),
  *         memory layers on the GPU stage (gpu_stage.cu over
  *         memory_layer.cu; tests/cuda/test_cuda_memory_stage.c).
- *   mpi   recompute and memory layers (each rank is the CPU backend);
- *         not the vocabulary passes yet (src/cli/cmd_run.c refuses them).
+ *   mpi   recompute and memory layers (each rank is the CPU backend), and
+ *         the vocabulary passes (their messages over
+ *         runtime/mpi/vocab_link_mpi.c; tests/mpi/test_mpi_vocab.sh).
  */
 #include "src/runs_on.h"
 
@@ -40,7 +41,7 @@ typedef struct runs_on_row {
 static const runs_on_row runs_on_table[ZB_PATH_COUNT] = {
     [ZB_PATH_CPU] = { "cpu", { 1, 1, 1, 1, 1 } },
     [ZB_PATH_CUDA] = { "cuda", { 1, 1, 1, 1, 1 } },
-    [ZB_PATH_MPI] = { "mpi", { 0, 0, 1, 1, 1 } },
+    [ZB_PATH_MPI] = { "mpi", { 1, 1, 1, 1, 1 } },
 };
 
 static const char *const feature_names[ZB_FEAT_COUNT] = {

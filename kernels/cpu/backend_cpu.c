@@ -509,6 +509,9 @@ static const zb_backend_ops cpu_ops = {
     .vocab_dx = cpu_vocab_dx,
     .vocab_eval = cpu_vocab_eval,
     .vocab_cell_bytes = cpu_vocab_cell_bytes,
+    .vocab_wire_bytes = cpu_vocab_wire_bytes,
+    .vocab_export = cpu_vocab_export,
+    .vocab_import = cpu_vocab_import,
     .memory = cpu_memory,
     .ledger = cpu_ledger,
 };

@@ -3,27 +3,54 @@
  * vocab_* ops) over kernels/cpu/vocab_shard.h: the arithmetic of S, T and
  * the barriers' combines, and every buffer they keep.  When and in which
  * order they run is the executor's (runtime/vocab_exec.h); nothing here
- * waits or locks.
+ * waits.
  *
- * State per (shard k, micro-batch j), in cell[j * p + k]: the shard's
- * logits (from S until T, where they become the logit gradient in place),
- * its row statistics, and its input-gradient partial (Vocab-1: from S;
- * Vocab-2: from T; read by the last stage's B).  Per micro-batch the head
- * input X; per shard its copy of the head's columns, gathered at the start
- * of each step (parameters change only between steps).  A cell's buffers
- * are allocated on its first S and kept, like the trainer's saved states,
- * so that steps after the first allocate nothing (except a T that runs
- * ahead of micro-batch order: its weight gradient waits in a buffer of its
- * own until its turn, as the executor's W does).
+ * LIFETIMES.  A step at the default shape (64 micro-batches of 8,192
+ * tokens, shards of 16,032 entries) would need 33.6 GB a device if every
+ * cell kept its logits for the whole step, so each buffer lives only as
+ * long as some pass still reads it, and comes back to a free list from
+ * which the next user takes it (after the first steps nothing is
+ * allocated, as with the trainer's saved states):
+ *
+ *   logits [N, v]   S(k, j) to T(k, j), where they become the logit
+ *                   gradient in place; shard k's free list (only device
+ *                   k's worker touches it: no lock);
+ *   partial [N, d]  the input-gradient partial: Vocab-1 from S(k, j),
+ *                   Vocab-2 from T(k, j), to the last stage's dx(j), which
+ *                   sums every shard's; one shared free list;
+ *   x [N, d]        micro-batch j's head input, from put_x(j) to the last
+ *                   T(·, j) run in this process; one shared free list;
+ *   statistics      row max, row sum, target logit (16 bytes a row): kept
+ *                   per cell for the step (every T(·, j) and dx(j) read
+ *                   all shards' of j; 1 MB a device at the default shape).
+ *
+ * The shared lists and the per-micro-batch count of T passes still to run
+ * are under one mutex, taken once per buffer hand-over, never during
+ * arithmetic.  The bytes a device holds at each point are what
+ * src/cost_vocab.c prices and runtime/vocab_exec.c reports to the trace.
+ *
+ * Per shard: its copy of the head's columns, gathered at the start of each
+ * step (parameters change only between steps), its weight-gradient
+ * scratch and Vocab-1's local-softmax scratch.  A T that runs ahead of
+ * micro-batch order keeps its weight gradient in a buffer of its own until
+ * its turn, as the executor's W does.
+ *
+ * One shard per process (shape.local = k >= 0, runtime/vocab_link.h):
+ * only shard k's S and T run here; the other shards' statistics and (on
+ * the last stage's process) partials arrive through vocab_import into the
+ * same cells, and the shards' head-gradient columns through the DW part.
  *
  * Threading (the executor's): S and T of shard k on device k's worker,
  * put_x and dx on the last stage's; a T reads every shard's statistics of
  * its micro-batch only after barrier C0, dx every partial only after C0 or
- * C1.  begin and eval on the trainer's thread while no worker runs.
+ * C1.  begin between steps, while no pass runs (on the trainer's thread,
+ * or inside a batch of steps on the last stage's worker), eval on the
+ * trainer's thread while no worker runs.
  */
 #include "kernels/cpu/backend_cpu_vocab.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,12 +61,19 @@
 
 /* One shard's work on one micro-batch. */
 typedef struct cv_cell {
-    float *logits;   /* [N, v] logits after S; the logit gradient after T */
-    float *row_max;  /* [N] local row max */
+    float *logits;   /* [N, v] logits after S; the logit gradient after T; NULL
+                      * outside S..T (back on the shard's free list) */
+    float *row_max;  /* [N] local row max (kept for the step) */
     double *row_sum; /* [N] local Σ exp(logit - row_max) */
     float *tgt;      /* [N] target logit where the target is in the shard, else 0 */
-    float *partial;  /* [N, d] input-gradient partial */
+    float *partial;  /* [N, d] input-gradient partial; NULL when not held */
 } cv_cell;
+
+/* A stack of same-sized free buffers. */
+typedef struct cv_list {
+    float **buf; /* [cap] */
+    int n, cap;  /* held, capacity */
+} cv_list;
 
 /* One shard: its copy of the head's columns and its scratch. */
 typedef struct cv_shard {
@@ -50,6 +84,7 @@ typedef struct cv_shard {
     float *dw;        /* [d, v] one T's weight gradient */
     float **dw_ahead; /* [m] gradients of T passes that ran ahead of order */
     int next_t;       /* next micro-batch whose dW goes into the head gradient */
+    cv_list logits;   /* free [N, v] logits buffers (this shard's worker only) */
 } cv_shard;
 
 /* The backend's zb_bvocab. */
@@ -58,7 +93,11 @@ typedef struct cpu_vocab {
     int N;                  /* rows per micro-batch, B*T */
     cv_shard *shard;        /* [p] */
     cv_cell *cell;          /* [m * p] */
-    float **x;              /* [m] head input of each micro-batch, [N, d] */
+    float **x;              /* [m] head input of each micro-batch, [N, d]; NULL when not held */
+    int *t_left;            /* [m] T passes of the micro-batch this process has still to run */
+    cv_list free_x;         /* free [N, d] head inputs (under mu) */
+    cv_list free_partial;   /* free [N, d] partials (under mu) */
+    pthread_mutex_t mu;     /* guards free_x, free_partial, t_left and x[] hand-overs */
     const int32_t *targets; /* [m][N] this step's targets (borrowed) */
     float *head_grad;       /* [d, V] the head's gradient (the stage's buffer) */
     float *dx_lse;          /* [N] dx's scratch (the last stage's worker only) */
@@ -66,6 +105,48 @@ typedef struct cpu_vocab {
 } cpu_vocab;
 
 #define CV(v) ((cpu_vocab *)(v))
+
+/* A buffer of n floats from list l (or a new one); NULL when out of memory. */
+static float *list_take(cv_list *l, size_t n)
+{
+    return l->n > 0 ? l->buf[--l->n] : malloc(sizeof(float) * n);
+}
+
+/* Gives b back to l (frees it when l is full; NULL is fine). */
+static void list_give(cv_list *l, float *b)
+{
+    if (!b)
+        return;
+    if (l->n < l->cap)
+        l->buf[l->n++] = b;
+    else
+        free(b);
+}
+
+static void list_free(cv_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->buf[i]);
+    free(l->buf);
+    l->buf = NULL;
+    l->n = l->cap = 0;
+}
+
+/* Under mu: a shared list's buffer, and its return. */
+static float *shared_take(cpu_vocab *cv, cv_list *l)
+{
+    pthread_mutex_lock(&cv->mu);
+    float *b = list_take(l, (size_t)cv->N * (size_t)cv->shape.d);
+    pthread_mutex_unlock(&cv->mu);
+    return b;
+}
+
+static void shared_give(cpu_vocab *cv, cv_list *l, float *b)
+{
+    pthread_mutex_lock(&cv->mu);
+    list_give(l, b);
+    pthread_mutex_unlock(&cv->mu);
+}
 
 void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
 {
@@ -93,6 +174,7 @@ void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
                 for (int j = 0; j < m; j++)
                     free(sh->dw_ahead[j]);
             free(sh->dw_ahead);
+            list_free(&sh->logits);
         }
     if (cv->x)
         for (int j = 0; j < m; j++)
@@ -100,23 +182,35 @@ void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
     if (cv->dx_weight)
         for (int k = 0; k < p; k++)
             free(cv->dx_weight[k]);
+    list_free(&cv->free_x);
+    list_free(&cv->free_partial);
+    pthread_mutex_destroy(&cv->mu);
     free(cv->dx_weight);
     free(cv->dx_lse);
     free(cv->x);
+    free(cv->t_left);
     free(cv->cell);
     free(cv->shard);
     free(cv);
 }
 
+/* 1 when shard k's S and T run in this process. */
+static int runs_here(const cpu_vocab *cv, int k)
+{
+    return cv->shape.local < 0 || cv->shape.local == k;
+}
+
 int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, zb_err *err)
 {
     assert(shape->shards > 0 && shape->micro > 0 && shape->batch > 0);
+    assert(shape->local >= -1 && shape->local < shape->shards);
     if (shape->vocab < shape->shards)
         return zb_fail(err, "a vocabulary of %d entries cannot be split over %d devices",
                        shape->vocab, shape->shards);
     cpu_vocab *cv = calloc(1, sizeof *cv);
     if (!cv)
         return zb_fail(err, "out of memory for the vocabulary shards");
+    pthread_mutex_init(&cv->mu, NULL);
     cv->shape = *shape;
     cv->N = shape->batch * shape->seq;
     int p = shape->shards, m = shape->micro;
@@ -125,24 +219,34 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
     cv->shard = calloc((size_t)p, sizeof *cv->shard);
     cv->cell = calloc((size_t)m * (size_t)p, sizeof *cv->cell);
     cv->x = calloc((size_t)m, sizeof *cv->x);
+    cv->t_left = calloc((size_t)m, sizeof *cv->t_left);
     cv->dx_lse = malloc(sizeof(float) * N);
     cv->dx_weight = calloc((size_t)p, sizeof *cv->dx_weight);
-    int oom = !cv->shard || !cv->cell || !cv->x || !cv->dx_lse || !cv->dx_weight;
-    for (int j = 0; j < m && !oom; j++)
-        oom = !(cv->x[j] = malloc(sizeof(float) * N * d));
+    /* at most every micro-batch's buffer is out at once */
+    cv->free_x.buf = calloc((size_t)m, sizeof(float *));
+    cv->free_partial.buf = calloc((size_t)m * (size_t)p, sizeof(float *));
+    cv->free_x.cap = m;
+    cv->free_partial.cap = m * p;
+    int oom = !cv->shard || !cv->cell || !cv->x || !cv->t_left || !cv->dx_lse || !cv->dx_weight
+              || !cv->free_x.buf || !cv->free_partial.buf;
     for (int k = 0; k < p && !oom; k++) {
         cv_shard *sh = &cv->shard[k];
         sh->v0 = vshard_begin(k, p, shape->vocab);
         sh->v = vshard_begin(k + 1, p, shape->vocab) - sh->v0;
         size_t v = (size_t)sh->v;
+        int here = runs_here(cv, k);
+        /* every process copies every shard's columns: Vocab-1's dx reads
+         * the target's column of whichever shard owns it */
         sh->w = malloc(sizeof(float) * d * v);
-        sh->scratch = v1 ? malloc(sizeof(float) * N * v) : NULL;
-        sh->lse = malloc(sizeof(float) * N);
-        sh->dw = malloc(sizeof(float) * d * v);
+        sh->scratch = v1 && here ? malloc(sizeof(float) * N * v) : NULL;
+        sh->lse = here ? malloc(sizeof(float) * N) : NULL;
+        sh->dw = here ? malloc(sizeof(float) * d * v) : NULL;
         sh->dw_ahead = calloc((size_t)m, sizeof *sh->dw_ahead);
+        sh->logits.buf = here ? calloc((size_t)m, sizeof(float *)) : NULL;
+        sh->logits.cap = here ? m : 0;
         cv->dx_weight[k] = malloc(sizeof(double) * N);
-        oom = !sh->w || (v1 && !sh->scratch) || !sh->lse || !sh->dw || !sh->dw_ahead
-              || !cv->dx_weight[k];
+        oom = !sh->w || (v1 && here && !sh->scratch) || (here && (!sh->lse || !sh->dw))
+              || !sh->dw_ahead || (here && !sh->logits.buf) || !cv->dx_weight[k];
     }
     if (oom) {
         cpu_vocab_free(be, (zb_bvocab *)cv);
@@ -152,26 +256,45 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
     return 0;
 }
 
-/* Allocates a cell's buffers on first use; 0 or -1. */
-static int cell_ready(cpu_vocab *cv, cv_cell *c, int v)
+/* Allocates a cell's statistics on first use; 0 or -1. */
+static int stats_ready(cpu_vocab *cv, cv_cell *c)
 {
-    if (c->logits)
+    if (c->row_max)
         return 0;
     size_t N = (size_t)cv->N;
-    c->logits = malloc(sizeof(float) * N * (size_t)v);
     c->row_max = malloc(sizeof(float) * N);
     c->row_sum = malloc(sizeof(double) * N);
     c->tgt = malloc(sizeof(float) * N);
-    c->partial = malloc(sizeof(float) * N * (size_t)cv->shape.d);
-    if (c->logits && c->row_max && c->row_sum && c->tgt && c->partial)
+    if (c->row_max && c->row_sum && c->tgt)
         return 0;
-    free(c->logits);
     free(c->row_max);
     free(c->row_sum);
     free(c->tgt);
-    free(c->partial);
-    memset(c, 0, sizeof *c);
+    c->row_max = NULL;
+    c->row_sum = NULL;
+    c->tgt = NULL;
     return -1;
+}
+
+/* Puts back what a failed step left held (no pass running: begin is
+ * called between steps, by the trainer or, inside a batch of steps, by the
+ * last stage's worker once every pass of the step before is over). */
+static void release_leftovers(cpu_vocab *cv)
+{
+    int p = cv->shape.shards, m = cv->shape.micro;
+    pthread_mutex_lock(&cv->mu);
+    for (int j = 0; j < m; j++) {
+        for (int k = 0; k < p; k++) {
+            cv_cell *c = &cv->cell[j * p + k];
+            if (c->logits)
+                list_give(&cv->shard[k].logits, c->logits);
+            list_give(&cv->free_partial, c->partial);
+            c->logits = c->partial = NULL;
+        }
+        list_give(&cv->free_x, cv->x[j]);
+        cv->x[j] = NULL;
+    }
+    pthread_mutex_unlock(&cv->mu);
 }
 
 int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_offset,
@@ -182,8 +305,9 @@ int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
     cpu_vocab *cv = CV(bv);
     cpu_stage *st = (cpu_stage *)bst;
     const float *head = st->buf[ZB_BUF_PARAMS] + head_offset;
-    int d = cv->shape.d, V = cv->shape.vocab;
-    for (int k = 0; k < cv->shape.shards; k++) {
+    int d = cv->shape.d, V = cv->shape.vocab, p = cv->shape.shards;
+    release_leftovers(cv);
+    for (int k = 0; k < p; k++) {
         cv_shard *sh = &cv->shard[k];
         vshard_gather(sh->w, head, d, V, sh->v0, sh->v);
         sh->next_t = 0;
@@ -192,6 +316,8 @@ int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
             sh->dw_ahead[j] = NULL;
         }
     }
+    for (int j = 0; j < cv->shape.micro; j++)
+        cv->t_left[j] = cv->shape.local < 0 ? p : 1;
     cv->head_grad = st->buf[ZB_BUF_GRADS] + head_offset;
     cv->targets = targets;
     return 0;
@@ -201,10 +327,13 @@ int cpu_vocab_put_x(zb_backend *be, zb_bvocab *bv, int dev, int mb, const void *
 {
     (void)be;
     (void)dev;
-    (void)err;
     cpu_vocab *cv = CV(bv);
-    assert(mb >= 0 && mb < cv->shape.micro);
-    memcpy(cv->x[mb], x, sizeof(float) * (size_t)cv->N * (size_t)cv->shape.d);
+    assert(mb >= 0 && mb < cv->shape.micro && !cv->x[mb]);
+    float *buf = shared_take(cv, &cv->free_x);
+    if (!buf)
+        return zb_fail(err, "out of memory for the head input of micro-batch %d", mb);
+    memcpy(buf, x, sizeof(float) * (size_t)cv->N * (size_t)cv->shape.d);
+    cv->x[mb] = buf; /* read only by S and T of mb, which wait for it */
     return 0;
 }
 
@@ -213,16 +342,26 @@ int cpu_vocab_s(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     (void)be;
     cpu_vocab *cv = CV(bv);
     int p = cv->shape.shards, d = cv->shape.d;
-    assert(shard >= 0 && shard < p && mb >= 0 && mb < cv->shape.micro);
+    assert(shard >= 0 && shard < p && mb >= 0 && mb < cv->shape.micro && runs_here(cv, shard));
+    assert(cv->x[mb]);
     cv_shard *sh = &cv->shard[shard];
     cv_cell *c = &cv->cell[mb * p + shard];
-    if (cell_ready(cv, c, sh->v) != 0)
+    int v1 = cv->shape.variant == SCHED_VOCAB_1;
+    assert(!c->logits && !c->partial);
+    c->logits = list_take(&sh->logits, (size_t)cv->N * (size_t)sh->v);
+    if (v1 && c->logits)
+        c->partial = shared_take(cv, &cv->free_partial);
+    if (!c->logits || (v1 && !c->partial) || stats_ready(cv, c) != 0) {
+        list_give(&sh->logits, c->logits);
+        shared_give(cv, &cv->free_partial, c->partial);
+        c->logits = c->partial = NULL;
         return zb_fail(err, "S of shard %d, micro-batch %d: out of memory for its logits", shard,
                        mb);
+    }
     const int32_t *y = cv->targets + (size_t)mb * cv->N;
     vshard_forward(c->logits, c->row_max, c->row_sum, c->tgt, sh->scratch, cv->x[mb], sh->w, y,
                    sh->v0, cv->N, d, sh->v);
-    if (cv->shape.variant == SCHED_VOCAB_1)
+    if (v1)
         vshard_local_partial(c->partial, sh->scratch, c->row_sum, sh->w, cv->N, d, sh->v);
     return 0;
 }
@@ -237,6 +376,7 @@ static double combine_stats(const cpu_vocab *cv, int mb, float *lse, double *con
     const double *sm[p];
     for (int k = 0; k < p; k++) {
         const cv_cell *c = &cv->cell[mb * p + k];
+        assert(c->row_max);
         mx[k] = c->row_max;
         sm[k] = c->row_sum;
         tg[k] = c->tgt;
@@ -250,10 +390,19 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     (void)be;
     cpu_vocab *cv = CV(bv);
     int p = cv->shape.shards, m = cv->shape.micro, d = cv->shape.d, V = cv->shape.vocab;
-    assert(shard >= 0 && shard < p && mb >= 0 && mb < m);
+    assert(shard >= 0 && shard < p && mb >= 0 && mb < m && runs_here(cv, shard));
     cv_shard *sh = &cv->shard[shard];
     cv_cell *c = &cv->cell[mb * p + shard];
+    assert(c->logits && cv->x[mb]);
     const int32_t *y = cv->targets + (size_t)mb * cv->N;
+    if (cv->shape.variant == SCHED_VOCAB_2 && !(c->partial = shared_take(cv, &cv->free_partial)))
+        return zb_fail(err, "T of shard %d, micro-batch %d: out of memory", shard, mb);
+    float *dw = sh->dw; /* dW in micro-batch order: now if it is this one's turn, else later */
+    if (mb != sh->next_t) {
+        assert(mb > sh->next_t);
+        if (!(dw = malloc(sizeof(float) * (size_t)d * (size_t)sh->v)))
+            return zb_fail(err, "T of shard %d, micro-batch %d: out of memory", shard, mb);
+    }
     combine_stats(cv, mb, sh->lse, NULL);
     /* the trainer's B passes 1/m as dloss; T has no B to hear it from,
      * so it uses the same value: every micro-batch weighs 1/m */
@@ -261,13 +410,6 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     vshard_logit_grad(c->logits, c->logits, sh->lse, y, sh->v0, dloss, cv->N, sh->v);
     if (cv->shape.variant == SCHED_VOCAB_2)
         kern_matmul_backward_b(c->partial, c->logits, sh->w, cv->N, d, sh->v);
-    /* dW in micro-batch order: now if it is this one's turn, else later */
-    float *dw = sh->dw;
-    if (mb != sh->next_t) {
-        assert(mb > sh->next_t);
-        if (!(dw = malloc(sizeof(float) * (size_t)d * (size_t)sh->v)))
-            return zb_fail(err, "T of shard %d, micro-batch %d: out of memory", shard, mb);
-    }
     kern_matmul_backward_w(dw, cv->x[mb], c->logits, cv->N, d, sh->v);
     if (mb == sh->next_t) {
         vshard_scatter_add(cv->head_grad, dw, d, V, sh->v0, sh->v);
@@ -279,6 +421,16 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     } else {
         sh->dw_ahead[mb] = dw;
     }
+    /* the logit gradient is spent: its buffer goes to the shard's next S */
+    list_give(&sh->logits, c->logits);
+    c->logits = NULL;
+    /* the last T of mb here frees its head input */
+    pthread_mutex_lock(&cv->mu);
+    if (--cv->t_left[mb] == 0) {
+        list_give(&cv->free_x, cv->x[mb]);
+        cv->x[mb] = NULL;
+    }
+    pthread_mutex_unlock(&cv->mu);
     return 0;
 }
 
@@ -296,12 +448,20 @@ int cpu_vocab_dx(zb_backend *be, zb_bvocab *bv, int dev, int mb, float dloss, vo
     for (int k = 0; k < p; k++) {
         part[k] = cv->cell[mb * p + k].partial;
         w[k] = cv->shard[k].w;
+        assert(part[k]);
     }
     if (v1)
         vshard_combine_dx_v1(dx, part, cv->dx_weight, w, cv->targets + (size_t)mb * cv->N, dloss,
                              p, cv->shape.vocab, cv->N, cv->shape.d);
     else
         vshard_combine_dx_v2(dx, part, p, cv->N, cv->shape.d);
+    /* the barrier's sum is taken: every partial of mb is free again */
+    pthread_mutex_lock(&cv->mu);
+    for (int k = 0; k < p; k++) {
+        list_give(&cv->free_partial, cv->cell[mb * p + k].partial);
+        cv->cell[mb * p + k].partial = NULL;
+    }
+    pthread_mutex_unlock(&cv->mu);
     return 0;
 }
 
@@ -357,25 +517,25 @@ double backend_cpu_vocab_cell_bytes(const zb_vocab_shape *shape, int shard)
     double N = (double)shape->batch * shape->seq;
     double v = vshard_begin(shard + 1, shape->shards, shape->vocab)
                - vshard_begin(shard, shape->shards, shape->vocab);
-    /* logits, row max, target logit, row sum; Vocab-1's partial is held
-     * from S too (Vocab-2 writes it at T) */
-    return N * (sizeof(float) * (v + 2) + sizeof(double))
-           + (shape->variant == SCHED_VOCAB_1 ? N * shape->d * sizeof(float) : 0);
+    /* logits, row max, target logit, row sum, and the device's view of the
+     * head input (one copy per process here, one per device across them);
+     * the partial is counted apart (its lifetime is S or T to dx) */
+    return N * (sizeof(float) * (v + 2) + sizeof(double)) + N * shape->d * sizeof(float);
 }
 
 double backend_cpu_vocab_bytes(const zb_vocab_shape *shape)
 {
     double N = (double)shape->batch * shape->seq, d = shape->d, f = sizeof(float);
     int p = shape->shards, v1 = shape->variant == SCHED_VOCAB_1;
-    double bytes = shape->micro * N * d * f  /* each micro-batch's head input */
-                   + N * f;                  /* dx's lse */
+    double bytes = N * f; /* dx's lse */
     for (int k = 0; k < p; k++) {
         double v = vshard_begin(k + 1, p, shape->vocab) - vshard_begin(k, p, shape->vocab);
         bytes += 2 * d * v * f                /* w, dw */
                  + (v1 ? N * v * f : 0)       /* Vocab-1's local softmax */
                  + N * f + N * sizeof(double) /* lse, dx's rescale weights */
-                 /* every cell: logits, row max, row sum, target logit, partial */
-                 + shape->micro * N * (f * (v + 2 + d) + sizeof(double));
+                 /* every cell's statistics (kept for the step), and at most
+                  * every cell's partial (held until the last stage's B) */
+                 + shape->micro * N * (2 * f + sizeof(double) + d * f);
     }
     return bytes;
 }
@@ -384,4 +544,88 @@ size_t cpu_vocab_cell_bytes(zb_backend *be, const zb_bvocab *bv, int shard)
 {
     (void)be;
     return (size_t)backend_cpu_vocab_cell_bytes(&((const cpu_vocab *)bv)->shape, shard);
+}
+
+size_t cpu_vocab_wire_bytes(zb_backend *be, const zb_bvocab *bv, zb_vocab_wire part, int shard)
+{
+    (void)be;
+    const cpu_vocab *cv = (const cpu_vocab *)bv;
+    size_t N = (size_t)cv->N, d = (size_t)cv->shape.d;
+    assert(shard >= 0 && shard < cv->shape.shards);
+    switch (part) {
+    case ZB_VOCAB_WIRE_STATS:
+        return N * (sizeof(double) + 2 * sizeof(float)); /* row sum, row max, target */
+    case ZB_VOCAB_WIRE_PARTIAL:
+        return N * d * sizeof(float);
+    case ZB_VOCAB_WIRE_DW:
+        return d * (size_t)cv->shard[shard].v * sizeof(float);
+    }
+    return 0;
+}
+
+int cpu_vocab_export(zb_backend *be, zb_bvocab *bv, zb_vocab_wire part, int shard, int mb,
+                     void *buf, zb_err *err)
+{
+    (void)be;
+    cpu_vocab *cv = CV(bv);
+    int p = cv->shape.shards, d = cv->shape.d, V = cv->shape.vocab;
+    size_t N = (size_t)cv->N;
+    assert(shard >= 0 && shard < p);
+    cv_shard *sh = &cv->shard[shard];
+    if (part == ZB_VOCAB_WIRE_DW) {
+        vshard_gather(buf, cv->head_grad, d, V, sh->v0, sh->v);
+        return 0;
+    }
+    assert(mb >= 0 && mb < cv->shape.micro);
+    cv_cell *c = &cv->cell[mb * p + shard];
+    if (part == ZB_VOCAB_WIRE_STATS) {
+        if (!c->row_max)
+            return zb_fail(err, "shard %d, micro-batch %d: no statistics to send", shard, mb);
+        char *b = buf;
+        memcpy(b, c->row_sum, N * sizeof(double));
+        memcpy(b + N * sizeof(double), c->row_max, N * sizeof(float));
+        memcpy(b + N * (sizeof(double) + sizeof(float)), c->tgt, N * sizeof(float));
+        return 0;
+    }
+    if (!c->partial)
+        return zb_fail(err, "shard %d, micro-batch %d: no partial to send", shard, mb);
+    memcpy(buf, c->partial, N * (size_t)d * sizeof(float));
+    /* it has left for the last stage's process, which sums it: free here */
+    shared_give(cv, &cv->free_partial, c->partial);
+    c->partial = NULL;
+    return 0;
+}
+
+int cpu_vocab_import(zb_backend *be, zb_bvocab *bv, zb_vocab_wire part, int shard, int mb,
+                     const void *buf, zb_err *err)
+{
+    (void)be;
+    cpu_vocab *cv = CV(bv);
+    int p = cv->shape.shards, d = cv->shape.d, V = cv->shape.vocab;
+    size_t N = (size_t)cv->N;
+    assert(shard >= 0 && shard < p);
+    cv_shard *sh = &cv->shard[shard];
+    if (part == ZB_VOCAB_WIRE_DW) {
+        const float *dw = buf;
+        for (int r = 0; r < d; r++)
+            memcpy(cv->head_grad + (size_t)r * V + sh->v0, dw + (size_t)r * sh->v,
+                   sizeof(float) * (size_t)sh->v);
+        return 0;
+    }
+    assert(mb >= 0 && mb < cv->shape.micro);
+    cv_cell *c = &cv->cell[mb * p + shard];
+    if (part == ZB_VOCAB_WIRE_STATS) {
+        if (stats_ready(cv, c) != 0)
+            return zb_fail(err, "out of memory for shard %d's statistics", shard);
+        const char *b = buf;
+        memcpy(c->row_sum, b, N * sizeof(double));
+        memcpy(c->row_max, b + N * sizeof(double), N * sizeof(float));
+        memcpy(c->tgt, b + N * (sizeof(double) + sizeof(float)), N * sizeof(float));
+        return 0;
+    }
+    assert(!c->partial);
+    if (!(c->partial = shared_take(cv, &cv->free_partial)))
+        return zb_fail(err, "out of memory for shard %d's partial", shard);
+    memcpy(c->partial, buf, N * (size_t)d * sizeof(float));
+    return 0;
 }

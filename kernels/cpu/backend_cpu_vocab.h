@@ -11,14 +11,17 @@
 
 #include "runtime/backend.h"
 
-/* Bytes the CPU backend's vocabulary passes (backend_cpu_vocab.c) hold for
- * `shape` once every cell has been used: the shards' copies of the head
- * and their scratch, every micro-batch's head input and every (shard,
- * micro-batch) cell; what runtime/footprint.h counts. */
+/* Bytes the CPU backend's vocabulary passes (backend_cpu_vocab.c) hold
+ * for `shape` besides what a cell holds between its S and its T (its
+ * logits and head input: backend_cpu_vocab_cell_bytes, which the caller
+ * counts along each device's lane): the shards' copies of the head and
+ * their scratch, every cell's statistics, and, as a bound, every cell's
+ * partial; what runtime/footprint.h counts. */
 double backend_cpu_vocab_bytes(const zb_vocab_shape *shape);
 
 /* Bytes one cell of shard `shard` holds between its S and its T (the
- * vocab_cell_bytes op). */
+ * vocab_cell_bytes op): its logits, its row statistics and its device's
+ * copy of the head input; not the input-gradient partial. */
 double backend_cpu_vocab_cell_bytes(const zb_vocab_shape *shape, int shard);
 
 /* backend.h's vocabulary ops over kernels/cpu/vocab_shard.h
@@ -35,5 +38,10 @@ int cpu_vocab_dx(zb_backend *be, zb_bvocab *v, int dev, int mb, float dloss, voi
 int cpu_vocab_eval(zb_backend *be, zb_bvocab *v, zb_bstage *st, size_t head_offset,
                    const void *x, const int32_t *y, int batch, double *loss, zb_err *err);
 size_t cpu_vocab_cell_bytes(zb_backend *be, const zb_bvocab *v, int shard);
+size_t cpu_vocab_wire_bytes(zb_backend *be, const zb_bvocab *v, zb_vocab_wire part, int shard);
+int cpu_vocab_export(zb_backend *be, zb_bvocab *v, zb_vocab_wire part, int shard, int mb,
+                     void *buf, zb_err *err);
+int cpu_vocab_import(zb_backend *be, zb_bvocab *v, zb_vocab_wire part, int shard, int mb,
+                     const void *buf, zb_err *err);
 
 #endif

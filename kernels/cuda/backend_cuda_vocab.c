@@ -183,6 +183,9 @@ int cuda_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out,
     if (im->local_dev >= 0)
         return zb_fail(err, "vocabulary passes on the GPU need every device's stream in one "
                        "process, not a pipeline rank");
+    if (shape->local >= 0)
+        return zb_fail(err, "the CUDA backend runs every vocabulary shard in one process, not "
+                       "shard %d alone (one device per process)", shape->local);
     if (shape->shards > im->n_devices)
         return zb_fail(err, "%d vocabulary shards on a backend of %d devices", shape->shards,
                        im->n_devices);

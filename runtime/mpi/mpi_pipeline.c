@@ -5,6 +5,7 @@
 
 #include "runtime/ckpt_set.h"
 #include "runtime/mpi/mpi_job.h"
+#include "runtime/mpi/vocab_link_mpi.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 struct mpi_pipeline {
     trainer *t;              /* this rank's trainer (one_device) */
     transport_mpi_cfg cfg;   /* its transport's communicator, sizes and counters */
+    vocab_link_mpi_cfg vcfg; /* the vocabulary passes' carrier (vocabulary plans) */
     const sched_t *s;        /* the schedule (borrowed) */
     const zb_data *d;        /* the text (borrowed): its characters go in a checkpoint */
     int me;                  /* rank = device */
@@ -57,6 +59,10 @@ int mpi_pipeline_create(const sched_t *s, const zb_model *m, const zb_data *d,
     o.make_transport_ctx = &p->cfg;
     o.one_device = 1;
     o.device = p->me;
+    p->vcfg.comm = p->cfg.comm;
+    p->vcfg.n_micro = s->n_micro;
+    o.make_vocab_link = vocab_link_mpi_make;
+    o.make_vocab_link_ctx = &p->vcfg;
     if (trainer_create(s, m, d, &o, &p->t, err) != 0) {
         MPI_Comm_free(&p->cfg.comm);
         free(p);
@@ -198,7 +204,8 @@ int mpi_pipeline_eval(mpi_pipeline *p, double *val_loss, zb_err *err)
 int mpi_pipeline_totals(mpi_pipeline *p, uint64_t *bytes, uint64_t *messages, long *rollbacks,
                         zb_err *err)
 {
-    unsigned long long mine[3] = { p->cfg.bytes_sent, p->cfg.messages,
+    unsigned long long mine[3] = { p->cfg.bytes_sent + p->vcfg.bytes_sent,
+                                   p->cfg.messages + p->vcfg.messages,
                                    (unsigned long long)(trainer_get_stats(p->t)->rollbacks +
                                                         p->rollback_offset) };
     unsigned long long all[3];

@@ -86,7 +86,7 @@ static void run_backend(zb_backend *be, const llama_stage *L, const llama_stage 
     if (be->ops->upload)
         CC_OK(be->ops->upload(be, st, ZB_BUF_PARAMS, err));
     CC_OK(be->ops->grads_zero(be, st, NULL, err));
-    zb_vocab_shape shape = { variant, P, M, BATCH, m->seq_len, m->d_model, m->vocab };
+    zb_vocab_shape shape = { variant, P, M, BATCH, m->seq_len, m->d_model, m->vocab, -1 };
     zb_bvocab *v;
     CC_OK(be->ops->vocab_new(be, &shape, &v, err));
     CC_OK(be->ops->vocab_begin(be, v, st, head_offset, targets, err));

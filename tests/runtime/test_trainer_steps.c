@@ -149,9 +149,27 @@ static double first_norm(const sched_t *s, const zb_data *d)
     return norm;
 }
 
+/* kind with vocabulary-parallel passes of `variant` placed into it. */
+static sched_t *with_vocab(const char *kind, int p, int chunks, int variant)
+{
+    sched_t *base = generated(kind, p, chunks), *s = NULL;
+    sched_vocab v;
+    memset(&v, 0, sizeof v);
+    v.variant = variant;
+    v.t_s = v.t_t = 0.5;
+    v.d_s = 1;
+    v.d_t = -1;
+    zb_err err = { { 0 } };
+    ck_assert_msg(gen_vocab_insert(base, &v, &s, &err) == 0, "%s: %s", kind, err.msg);
+    sched_free(base);
+    return s;
+}
+
 static sched_t *schedule(int k)
 {
     switch (k) {
+    case 7: return with_vocab("zb-v", 2, 2, SCHED_VOCAB_1); /* the last stage's pass order */
+    case 8: return with_vocab("1f1b", 2, 1, SCHED_VOCAB_2);
     case 0: return generated("1f1b", 2, 1);
     case 1: return generated("gpipe", 2, 1);
     case 2: return generated("zb-h1", 2, 1);
@@ -159,10 +177,11 @@ static sched_t *schedule(int k)
     case 4: return generated("zb-v", 2, 2);
     case 5: return generated("interleaved", 2, 2);
     case 6: return fixture_scrambled_w(M);
-    default: return fixture_single(M);
+    case 9: return fixture_single(M);
+    default: abort();
     }
 }
-#define N_SCHEDULES 8
+#define N_SCHEDULES 10
 
 START_TEST(steps_equal_single_steps)
 {
