@@ -74,6 +74,61 @@ static void emit_stdout(void *ctx, const char *bytes, size_t n)
         *write_errno = errno ? errno : EIO;
 }
 
+/* Runs the checked request o on g after the prompt (prompt_len bytes;
+ * none starts from "\n"): streams the prompt and each new token to stdout,
+ * or with json prints the one object at the end, then (unless quiet) the
+ * summary line on stderr.  Returns the exit status (0, or 1 after one
+ * line on stderr). */
+static int generate_and_print(gen_model *g, const char *prompt, size_t prompt_len,
+                              const gen_opts *o, int json, int quiet)
+{
+    zb_err err = { { 0 } };
+    int rc;
+    const char *start = prompt_len > 0 ? prompt : "\n";
+    size_t start_len = prompt_len > 0 ? prompt_len : 1;
+    gen_text buf = { 0 };
+    gen_result res;
+    if (!json) {
+        /* an empty prompt starts from "\n" (gen_run), which is printed too */
+        int write_errno = 0;
+        emit_stdout(&write_errno, start, start_len);
+        rc = gen_run(g, prompt, prompt_len, o, emit_stdout, &write_errno, &res, &err);
+        if (rc == 0 && write_errno)
+            rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
+        if (rc == 0 && isatty(STDOUT_FILENO))
+            fputc('\n', stdout);
+    } else {
+        gen_emit_text(&buf, start, start_len);
+        rc = gen_run(g, prompt, prompt_len, o, gen_emit_text, &buf, &res, &err);
+        if (rc == 0 && buf.oom)
+            rc = zb_fail(&err, "out of memory");
+    }
+    if (rc != 0) {
+        free(buf.data);
+        return cli_fail(&err);
+    }
+    if (json) {
+        char *s = gen_result_json(&buf, start_len, &res, o, gen_model_config(g)->seq_len);
+        if (!s) {
+            free(buf.data);
+            return cli_error("out of memory");
+        }
+        printf("%s\n", s);
+        free(s);
+    }
+    if (!quiet) {
+        char crop[128] = "";
+        if (res.n_cropped > 0)
+            snprintf(crop, sizeof crop, "; context cropped to the last %d tokens for %d of them",
+                     gen_model_config(g)->seq_len, res.n_cropped);
+        fprintf(stderr, "zbsched generate: %s (%zu parameters), %d tokens in %.3f s, %.1f tokens/s "
+                "(%s%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
+                res.tokens_per_s, o->use_cache ? "KV cache" : "no cache", crop);
+    }
+    free(buf.data);
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     enum { O_CKPT = 256, O_PROMPT, O_PROMPT_FILE, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON,
@@ -170,53 +225,8 @@ int cmd_generate(int argc, char **argv)
         free(file_text);
         return cli_fail(&err);
     }
-    const char *start = prompt_len > 0 ? prompt : "\n";
-    size_t start_len = prompt_len > 0 ? prompt_len : 1;
-    gen_text buf = { 0 };
-    gen_result res;
-    if (!json) {
-        /* an empty prompt starts from "\n" (gen_run), which is printed too */
-        int write_errno = 0;
-        emit_stdout(&write_errno, start, start_len);
-        rc = gen_run(g, prompt, prompt_len, &o, emit_stdout, &write_errno, &res, &err);
-        if (rc == 0 && write_errno)
-            rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
-        if (rc == 0 && isatty(STDOUT_FILENO))
-            fputc('\n', stdout);
-    } else {
-        gen_emit_text(&buf, start, start_len);
-        rc = gen_run(g, prompt, prompt_len, &o, gen_emit_text, &buf, &res, &err);
-        if (rc == 0 && buf.oom)
-            rc = zb_fail(&err, "out of memory");
-    }
-    if (rc != 0) {
-        free(buf.data);
-        gen_free(g);
-        free(file_text);
-        return cli_fail(&err);
-    }
-    if (json) {
-        char *s = gen_result_json(&buf, start_len, &res, &o, gen_model_config(g)->seq_len);
-        if (!s) {
-            free(buf.data);
-            gen_free(g);
-            free(file_text);
-            return cli_error("out of memory");
-        }
-        printf("%s\n", s);
-        free(s);
-    }
-    if (!quiet) {
-        char crop[128] = "";
-        if (res.n_cropped > 0)
-            snprintf(crop, sizeof crop, "; context cropped to the last %d tokens for %d of them",
-                     gen_model_config(g)->seq_len, res.n_cropped);
-        fprintf(stderr, "zbsched generate: %s (%zu parameters), %d tokens in %.3f s, %.1f tokens/s "
-                "(%s%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
-                res.tokens_per_s, o.use_cache ? "KV cache" : "no cache", crop);
-    }
-    free(buf.data);
+    rc = generate_and_print(g, prompt, prompt_len, &o, json, quiet);
     gen_free(g);
     free(file_text);
-    return 0;
+    return rc;
 }
