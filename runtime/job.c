@@ -9,8 +9,15 @@
  * way's job_step, the evaluation's loss, the agreed vote), so every
  * process of a job takes the same branch at the same step without any
  * further message.
+ *
+ * The metrics log (job_log.h) is written where the progress is reported
+ * (the speaker), one line per step before the rules judge it (so the
+ * step that diverged is in the log) and one per evaluation.  A failed
+ * write of the log is this process's failure.
  */
 #include "runtime/job.h"
+
+#include "runtime/job_log.h"
 
 #include <limits.h>
 #include <math.h>
@@ -198,12 +205,16 @@ static int evaluate(job_state *js, long step, int listed, zb_err *err)
         r->n_evals++;
     }
     r->val_loss = v;
+    if (!isfinite(v) && js->speaker && js->o->log)
+        job_log_eval(js->o->log, step, v, !listed, err); /* the divergence's line wins */
     if (!isfinite(v)) {
         char k[96];
         zb_fail(err, "step %ld: the validation loss is not finite (diverged; %s)%s", step,
                 js->o->hint, kept(js, k, sizeof k));
         return 1;
     }
+    if (js->speaker && js->o->log && job_log_eval(js->o->log, step, v, !listed, err) != 0)
+        return -1;
     emit(js, JOB_EV_EVAL, step, NULL, v, 0);
     return 0;
 }
@@ -289,6 +300,12 @@ static job_status run_loop(job_state *jsp, zb_err *err)
         }
         if ((rc = w->steps(w->ctx, (int)n, info, err)) != 0)
             return rc == -2 ? JOB_FAILED : JOB_FAILED_HERE;
+        job_counters counters = { -1, NAN, NAN }, *known = NULL;
+        if (o->log_counters && w->counters) {
+            if ((rc = w->counters(w->ctx, &counters, err)) != 0)
+                return outcome(rc);
+            known = &counters;
+        }
         double batch_s = 0;
         for (long i = 0; i < n; i++) {
             job_step *in = &info[i];
@@ -298,6 +315,8 @@ static job_status run_loop(job_state *jsp, zb_err *err)
             res->tokens += in->tokens;
             res->skipped += in->skipped != 0;
             res->losses[res->n_losses++] = in->loss;
+            if (jsp->speaker && o->log && job_log_step(o->log, step, in, known, err) != 0)
+                return JOB_FAILED_HERE;
             if ((rc = check_step(jsp, step, in, err)) != 0)
                 return rc == 1 ? JOB_DIVERGED : JOB_FAILED_HERE;
             if (w->boundary && (rc = w->boundary(w->ctx, &info[i], err)) != 0)

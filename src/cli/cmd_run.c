@@ -152,6 +152,8 @@ int cmd_run(int argc, char **argv)
                                              "same job; run it without mpirun");
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
+    if (a.log && cli_check_output(a.log, a.file, a.data, a.model))
+        return 1;
     zb_err err = { { 0 } };
     sched_t *s = NULL;
     zb_data *d = NULL;
@@ -173,6 +175,8 @@ int cmd_run(int argc, char **argv)
         goto out;
     if (a.cuda && rk.world > 1 && (rc = run_gpu_refused("run", &a)) >= 0)
         goto out; /* before any rank bootstraps */
+    if ((rc = run_log_open(&a, rk.rank == 0)) != 0)
+        goto out; /* after the inputs were checked: a refused run leaves the old log */
     rc = 1;
     zb_model m = setup.model;
     trainer_opts o;
@@ -196,6 +200,7 @@ int cmd_run(int argc, char **argv)
         rc = a.isl.replicas > 0 ? run_islands(&a, s, &m, d, &o) : run_local(&a, s, &m, d, &o, &id);
     }
 out:
+    rc = run_log_close(&a, rc);
     data_free(d);
     sched_free(s);
     run_setup_free(&setup);

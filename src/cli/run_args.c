@@ -47,6 +47,9 @@ void run_usage(FILE *out)
         "      --resume           continue from the checkpoint in DIR (needs --checkpoint)\n"
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
+        "      --log FILE         one JSON line per step (loss, lr, grad_norm, tokens_per_s,\n"
+        "                         skipped, rollbacks, memory) and per evaluation, flushed as\n"
+        "                         it happens ('-': stdout; appended to with --resume)\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
         "      --threads N        kernel threads per device (default: cores / devices);\n"
         "                         results are the same bits at every N\n"
@@ -91,7 +94,7 @@ void run_usage(FILE *out)
 enum {
     O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_CKPT_EVERY, O_RESUME, O_TRACE, O_EVAL,
     O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP, O_DEVICE, O_GPU, O_THREADS, O_MAX_INPUT,
-    O_MAX_SKIPPED, O_LOSS_FACTOR,
+    O_MAX_SKIPPED, O_LOSS_FACTOR, O_LOG,
     /* the islands' */
     O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL, O_LEAVE,
 };
@@ -106,6 +109,7 @@ static const struct option run_options[] = {
     { "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
     { "resume", no_argument, NULL, O_RESUME },
     { "trace", required_argument, NULL, O_TRACE },
+    { "log", required_argument, NULL, O_LOG },
     { "eval-every", required_argument, NULL, O_EVAL },
     { "eval-windows", required_argument, NULL, O_EVALW },
     { "lr", required_argument, NULL, O_LR },
@@ -226,6 +230,7 @@ static int parse_run_flag(int c, const char *text, run_args *a, int *bad, zb_err
         break;
     case O_RESUME: a->resume = 1; break;
     case O_TRACE: a->trace = text; break;
+    case O_LOG: a->log = text; break;
     case O_EVAL:
         *bad = cli_parse_int("--eval-every", text, 1, 100000000, &a->eval_every, err);
         a->eval_flag = 1;
@@ -269,6 +274,10 @@ static int check_args(const char *prog, run_args *a)
     if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
         return cli_usage(prog, "--replicas does not support --checkpoint, --resume, --trace or "
                          "--stop-at");
+    if (a->log && a->json && !strcmp(a->log, "-"))
+        return cli_usage(prog, "--log - and --json would both write to stdout; give --log a file");
+    if (a->log && a->trace && !strcmp(a->log, a->trace) && strcmp(a->log, "-"))
+        return cli_usage(prog, "--log and --trace name the same file '%s'", a->log);
     if (a->gpu >= 0 && !a->cuda)
         return cli_usage(prog, "--gpu N needs --device cuda");
     if (a->cuda && a->threads)

@@ -15,6 +15,7 @@
  */
 #include "src/cli/run_report.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 
 #include "runtime/ckpt_set.h"
 #include "src/cli/cli.h"
+#include "src/outfile.h"
 
 volatile sig_atomic_t run_stop_signal;
 
@@ -114,6 +116,42 @@ void run_job_opts(const run_args *a, const char *hint, job_opts *o)
     o->stop = &run_stop_signal;
     o->progress = run_progress;
     o->progress_ctx = (void *)a;
+    o->log = a->log_file;
+    o->log_counters = a->log != NULL;
+}
+
+int run_log_open(run_args *a, int writer)
+{
+    a->log_file = NULL;
+    if (!a->log || !writer)
+        return 0;
+    if (!strcmp(a->log, "-")) {
+        a->log_file = stdout;
+        return 0;
+    }
+    zb_err err = { { 0 } };
+    outfile_kind kind;
+    char *target = NULL;
+    if (outfile_check(a->log, &kind, &target, &err) != 0)
+        return cli_error("--log: %s", err.msg);
+    a->log_file = fopen(target, a->resume ? "a" : "w");
+    int e = errno;
+    free(target);
+    if (!a->log_file)
+        return cli_error("--log: cannot open '%s': %s", a->log, strerror(e));
+    return 0;
+}
+
+int run_log_close(run_args *a, int rc)
+{
+    if (!a->log_file || a->log_file == stdout)
+        return rc;
+    int failed = fclose(a->log_file) != 0;
+    int e = errno;
+    a->log_file = NULL;
+    if (failed && rc == 0)
+        return cli_error("--log: cannot finish '%s': %s", a->log, strerror(e));
+    return rc;
 }
 
 static const char *signal_name(int sig)

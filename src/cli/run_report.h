@@ -68,4 +68,18 @@ int run_ckpt_begin(const run_args *a, const job_comm *comm, int *lock_fd);
 int run_ckpt_resume(const run_args *a, job_trainer *jt, const run_identity *id,
                     const zb_data *d);
 
+/* Opens --log FILE for the job loop's metrics lines (runtime/job_log.h)
+ * when this process writes it (writer: rank 0, or the one process), into
+ * a->log_file: "-" is stdout; a path follows src/outfile.h's rules for
+ * what it may be (a FIFO or device written through, a symlink followed, a
+ * directory refused), truncated for a new run and appended to with
+ * --resume.  Lines go out one by one as the steps happen, so the file is
+ * not replaced atomically: it holds the finished steps.  0, or 1 after
+ * one line. */
+int run_log_open(run_args *a, int writer);
+
+/* Closes what run_log_open opened.  Returns rc, or 1 after one line when
+ * the file could not be closed (the last lines lost) and rc was 0. */
+int run_log_close(run_args *a, int rc);
+
 #endif
