@@ -332,10 +332,14 @@ static job_status run_loop(job_state *jsp, zb_err *err)
         int last = step == o->stop_at;
         int eval_now = o->eval_every > 0 && step % o->eval_every == 0;
         int ckpt_now = eval_now || last || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
-        if (w->eval && (eval_now || (last && !w->finish)) &&
+        /* the way's finish (the islands' final outer step) only at the
+         * run's real end: an invocation that stops earlier (--stop-at)
+         * checkpoints the state the run would go on from */
+        int finishing = w->finish && step == o->steps;
+        if (w->eval && (eval_now || (last && !finishing)) &&
             (rc = evaluate(jsp, step, 1, err)) != 0)
             return outcome(rc);
-        if (last && w->finish) {
+        if (finishing) {
             if ((rc = w->finish(w->ctx, err)) != 0)
                 return outcome(rc);
             if (w->eval && (rc = evaluate(jsp, step, 0, err)) != 0)

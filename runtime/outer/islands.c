@@ -250,6 +250,8 @@ struct islands {
     double *mloss;          /* [cap_members] their losses */
     unsigned char *mskip;   /* [cap_members] whether each skipped */
     int cap_members;        /* room in the three arrays */
+    const cJSON *ckpt_model; /* checkpoints: the model record (borrowed), else NULL */
+    const cJSON *ckpt_run;   /* checkpoints: the run record (borrowed) */
 };
 
 static int members_room(islands *x, int n, zb_err *err)
@@ -503,6 +505,13 @@ static long way_step_count(void *ctx)
     return x->step;
 }
 
+/* Writes the islands' checkpoint (islands_save), when records were set. */
+static int way_save(void *ctx, const char *dir, zb_err *err)
+{
+    islands *x = ctx;
+    return islands_save(x, dir, x->ckpt_model, x->ckpt_run, err) != 0 ? -1 : 0;
+}
+
 void islands_way(islands *x, job_way *w)
 {
     memset(w, 0, sizeof *w);
@@ -513,6 +522,43 @@ void islands_way(islands *x, job_way *w)
     w->eval = way_eval;
     w->finish = way_finish;
     w->step_count = way_step_count;
+    w->save = x->ckpt_model ? way_save : NULL;
+}
+
+void islands_set_records(islands *x, const cJSON *model_rec, const cJSON *run_rec)
+{
+    x->ckpt_model = model_rec;
+    x->ckpt_run = run_rec;
+}
+
+trainer *islands_replica(islands *x, int id)
+{
+    return id >= 0 && id < x->is.cap ? x->is.t[id] : NULL;
+}
+
+outer_t *islands_outer(islands *x)
+{
+    return x->o;
+}
+
+const islands_opts *islands_options(const islands *x)
+{
+    return &x->io;
+}
+
+void islands_get_progress(const islands *x, islands_progress *p)
+{
+    *p = (islands_progress){ x->step, x->ev, x->next_stream, x->eliminated,
+                             x->skipped_segments };
+}
+
+void islands_set_progress(islands *x, const islands_progress *p)
+{
+    x->step = p->step;
+    x->ev = p->ev;
+    x->next_stream = p->next_stream;
+    x->eliminated = p->eliminated;
+    x->skipped_segments = p->skipped_segments;
 }
 
 void islands_totals(const islands *x, islands_result *r)

@@ -41,7 +41,8 @@ void run_usage(FILE *out)
         "      --eval-windows N   validation windows per evaluation (default 64)\n"
         "      --checkpoint DIR   a checkpoint in DIR at every evaluation, on SIGTERM / SIGINT\n"
         "                         and at the end (one committed unit: weights, model and run\n"
-        "                         records; under mpirun one part per rank; DIR/lock keeps a\n"
+        "                         records; under mpirun one part per rank; with --replicas\n"
+        "                         every replica and the outer optimizer; DIR/lock keeps a\n"
         "                         second run out)\n"
         "      --checkpoint-every N  a checkpoint every N steps too\n"
         "      --resume           continue from the checkpoint in DIR (needs --checkpoint)\n"
@@ -271,9 +272,13 @@ static int check_args(const char *prog, run_args *a)
         return cli_usage(prog, "--checkpoint-every needs --checkpoint DIR");
     if (a->outer_flag && a->isl.replicas == 0)
         return cli_usage(prog, "the outer-optimizer flags need --replicas K");
-    if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
-        return cli_usage(prog, "--replicas does not support --checkpoint, --resume, --trace or "
-                         "--stop-at");
+    if (a->isl.replicas > 0 && a->trace)
+        return cli_usage(prog, "--replicas does not support --trace");
+    if (a->isl.replicas > 0 && (a->ckpt_dir || a->stop_at != a->steps) &&
+        (a->isl.n_events > 0 || a->isl.outer.kind == OUTER_AEDIT))
+        return cli_usage(prog, "--checkpoint and --stop-at with --replicas resume bit for bit, "
+                         "which %s cannot", a->isl.n_events > 0 ? "--leave" : "--outer a-edit "
+                         "(its wall clock)");
     if (a->log && a->json && !strcmp(a->log, "-"))
         return cli_usage(prog, "--log - and --json would both write to stdout; give --log a file");
     if (a->log && a->trace && !strcmp(a->log, a->trace) && strcmp(a->log, "-"))
