@@ -170,9 +170,9 @@ int run_job_exit(const run_args *a, job_status st, const job_result *r, const zb
         long at = r->first_step + r->n_losses;
         if (print) {
             char rest[600];
-            if (a->isl.replicas > 0)
-                snprintf(rest, sizeof rest, "the islands write no checkpoints, so the run is "
-                         "not saved");
+            if (a->isl.replicas > 0 && !a->ckpt_dir)
+                snprintf(rest, sizeof rest, "nothing is saved without --checkpoint DIR (in one "
+                         "process; the islands under mpirun write no checkpoints yet)");
             else if (!a->ckpt_dir)
                 snprintf(rest, sizeof rest, "nothing is saved without --checkpoint DIR");
             else if (r->checkpoint_step == at)
