@@ -28,7 +28,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     double last = r->n_losses ? r->losses[r->n_losses - 1] : NAN;
     if (!a->json) {
         printf("%s: %s, %d devices, %d stages, m=%d%s; %ld steps, final loss %.4f, val loss %.4f, "
-               "%.0f tokens/s, %ld rollbacks\n", a->file, s->name[0] ? s->name : "schedule",
+               "%.0f tokens/s, %ld rollbacks (" RUN_ROLLBACKS_WORDS ")\n", a->file, s->name[0] ? s->name : "schedule",
                s->n_devices, s->n_stages, s->n_micro, a->cuda ? " on cuda (one GPU)" : "",
                st->step, last, r->val_loss, tps, st->rollbacks);
         return;

@@ -16,6 +16,12 @@
 #include "src/cli/run_args.h"
 #include "src/sched.h"
 
+/* What the summary line says a rollback is: post-validation (docs/runtime.md)
+ * lets every stage step before the global gradient norm is known and
+ * redoes a stage's step when the norm says it had to be clipped; the
+ * count is of stage steps redone, so a p-stage step can add up to p. */
+#define RUN_ROLLBACKS_WORDS "stage steps redone by post-validation, as designed"
+
 /* The stop flag: 0, or the first SIGTERM / SIGINT received. */
 extern volatile sig_atomic_t run_stop_signal;
 

@@ -7,6 +7,7 @@
 # rank 0 writes.  Then the output rules: the log may not be an input, a
 # directory is refused, `--log -` cannot share stdout with --json, and a
 # resumed run appends.  A run that diverges logs the step that diverged.
+# The summary line says what its rollbacks count.
 set -u
 ZB=${ZBSCHED:?ZBSCHED is the built program}
 T=$(mktemp -d)
@@ -129,6 +130,9 @@ cp "$T/s.json" "$T/keep.json"
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 3 --log - -q > "$T/stdout" 2> /dev/null
 [ "$(grep -c '^{"step":' "$T/stdout")" = 4 ] && pass "--log -: the lines on stdout" \
     || fail "--log -: $(cat "$T/stdout")"
+# the summary line after them says what its rollbacks are
+tail -n 1 "$T/stdout" | grep -q "rollbacks (stage steps redone by post-validation, as designed)$" \
+    && pass "the summary says what a rollback is" || fail "summary: $(tail -n 1 "$T/stdout")"
 
 # a resumed run appends: 2 steps, stop, resume to 4
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 4 --stop-at 2 --checkpoint "$T/ck" \
