@@ -57,16 +57,24 @@ typedef struct job_state {
     int speaker;            /* 1 on the process that reports */
 } job_state;
 
-static void emit(const job_state *js, job_event_kind kind, long step, const job_step *info,
-                 double val, int written)
+/* Tells the progress callback, on the speaker; synchronized marks the
+ * final evaluation of the way's finished (synchronized) model. */
+static void emit_event(const job_state *js, job_event_kind kind, long step, const job_step *info,
+                       double val, int written, int synchronized)
 {
     if (!js->speaker || !js->o->progress)
         return;
     const job_result *r = js->res;
     double eta = r->n_losses ? r->train_s / (double)r->n_losses * (double)(js->o->stop_at - step)
                              : NAN;
-    job_event e = { kind, step, js->o->steps, info, val, written, eta };
+    job_event e = { kind, step, js->o->steps, info, val, written, eta, synchronized };
     js->o->progress(js->o->progress_ctx, &e);
+}
+
+static void emit(const job_state *js, job_event_kind kind, long step, const job_step *info,
+                 double val, int written)
+{
+    emit_event(js, kind, step, info, val, written, 0);
 }
 
 /* "; the last checkpoint is kept (step K)" or "; no checkpoint was
@@ -215,7 +223,7 @@ static int evaluate(job_state *js, long step, int listed, zb_err *err)
     }
     if (js->speaker && js->o->log && job_log_eval(js->o->log, step, v, !listed, err) != 0)
         return -1;
-    emit(js, JOB_EV_EVAL, step, NULL, v, 0);
+    emit_event(js, JOB_EV_EVAL, step, NULL, v, 0, !listed);
     return 0;
 }
 

@@ -156,6 +156,8 @@ typedef struct job_event {
     int written;          /* CHECKPOINT */
     double eta_s;         /* STEP: seconds left to the invocation's last step, at
                            * the mean step time so far (evaluations not counted) */
+    int synchronized;     /* EVAL: 1 for the final evaluation after the way's
+                           * finish (the islands' synchronized model) */
 } job_event;
 
 typedef void (*job_progress)(void *ctx, const job_event *e);

@@ -86,7 +86,8 @@ void run_progress(void *ctx, const job_event *e)
         break;
     }
     case JOB_EV_EVAL:
-        fprintf(stderr, "step %ld: val loss %.4f\n", e->step, e->val_loss);
+        fprintf(stderr, "step %ld: val loss %.4f%s\n", e->step, e->val_loss,
+                e->synchronized ? " (the replicas synchronized)" : "");
         break;
     case JOB_EV_LEAVE: {
         int gone = in->members - in->members_after;

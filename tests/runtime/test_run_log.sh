@@ -86,6 +86,15 @@ out=$(check "$T/isl.jsonl" "$T/isl.json" 4 1 islands)
 [ -z "$out" ] && pass "islands: 4 step lines with replicas, the synchronized evaluation" \
     || fail "islands: $out"
 
+# the progress lines tell the final evaluation of the synchronized replicas
+# from the listed one at the same step
+"$ZB" run "$T/s.json" --model "$T/model.json" --steps 4 --replicas 2 --inner-steps 3 \
+    --eval-every 2 > /dev/null 2> "$T/err"
+grep -q '^step 4: val loss [0-9.]*$' "$T/err" \
+    && grep -q '^step 4: val loss [0-9.]* (the replicas synchronized)$' "$T/err" \
+    && pass "islands: the synchronized evaluation's line says so" \
+    || fail "islands progress: $(cat "$T/err")"
+
 # under mpirun: rank 0 writes, the same lines as one process
 if command -v mpirun > /dev/null; then
     MPIRUN=(env "LSAN_OPTIONS=${LSAN_OPTIONS:-}:detect_leaks=0" timeout 120 mpirun
