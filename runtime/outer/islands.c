@@ -250,8 +250,8 @@ struct islands {
     double *mloss;          /* [cap_members] their losses */
     unsigned char *mskip;   /* [cap_members] whether each skipped */
     int cap_members;        /* room in the three arrays */
-    const cJSON *ckpt_model; /* checkpoints: the model record (borrowed), else NULL */
-    const cJSON *ckpt_run;   /* checkpoints: the run record (borrowed) */
+    islands_saver saver;    /* writes a checkpoint (islands_ckpt.c), or NULL: none */
+    void *saver_ctx;        /* passed to saver */
 };
 
 static int members_room(islands *x, int n, zb_err *err)
@@ -505,11 +505,11 @@ static long way_step_count(void *ctx)
     return x->step;
 }
 
-/* Writes the islands' checkpoint (islands_save), when records were set. */
+/* Writes the islands' checkpoint through the saver that was set. */
 static int way_save(void *ctx, const char *dir, zb_err *err)
 {
     islands *x = ctx;
-    return islands_save(x, dir, x->ckpt_model, x->ckpt_run, err) != 0 ? -1 : 0;
+    return x->saver(x, dir, x->saver_ctx, err) != 0 ? -1 : 0;
 }
 
 void islands_way(islands *x, job_way *w)
@@ -522,13 +522,13 @@ void islands_way(islands *x, job_way *w)
     w->eval = way_eval;
     w->finish = way_finish;
     w->step_count = way_step_count;
-    w->save = x->ckpt_model ? way_save : NULL;
+    w->save = x->saver ? way_save : NULL;
 }
 
-void islands_set_records(islands *x, const cJSON *model_rec, const cJSON *run_rec)
+void islands_set_saver(islands *x, islands_saver saver, void *ctx)
 {
-    x->ckpt_model = model_rec;
-    x->ckpt_run = run_rec;
+    x->saver = saver;
+    x->saver_ctx = ctx;
 }
 
 trainer *islands_replica(islands *x, int id)

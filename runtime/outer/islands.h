@@ -198,9 +198,23 @@ typedef struct islands_progress {
     long skipped_segments; /* EDiT: (outer step, layer) pairs left unchanged */
 } islands_progress;
 
-/* Makes the way write checkpoints (job_way.save: islands_save) with these
- * records (borrowed; ckpt_set.h's model record and run_record.h's). */
-void islands_set_records(islands *x, const cJSON *model_rec, const cJSON *run_rec);
+/* Writes x's checkpoint into dir; 0 or -1 with err set. */
+typedef int (*islands_saver)(islands *x, const char *dir, void *ctx, zb_err *err);
+
+/* Makes the way write checkpoints (job_way.save) through saver (NULL: no
+ * checkpoints); islands_checkpoint sets islands_save's. */
+void islands_set_saver(islands *x, islands_saver saver, void *ctx);
+
+/* The records a checkpoint commits (borrowed): ckpt_set.h's model record
+ * and run_record.h's run record. */
+typedef struct islands_records {
+    const cJSON *model; /* ckptset_model_record's object */
+    const cJSON *run;   /* run_record_to_json's object */
+} islands_records;
+
+/* Makes x's way checkpoint with islands_save and rec, which must outlive
+ * the run. */
+void islands_checkpoint(islands *x, const islands_records *rec);
 
 /* Replica id's trainer, NULL when absent; the outer optimizer; the
  * options; the counters (for islands_ckpt.c). */

@@ -167,6 +167,18 @@ int islands_save(islands *x, const char *dir, const cJSON *model_rec, const cJSO
     return rc ? -1 : 0;
 }
 
+/* The saver islands_checkpoint installs (ctx: the islands_records). */
+static int save_with_records(islands *x, const char *dir, void *ctx, zb_err *err)
+{
+    const islands_records *rec = ctx;
+    return islands_save(x, dir, rec->model, rec->run, err);
+}
+
+void islands_checkpoint(islands *x, const islands_records *rec)
+{
+    islands_set_saver(x, save_with_records, (void *)rec);
+}
+
 int islands_ckpt_exists(const char *dir, zb_err *err)
 {
     char path[4096];

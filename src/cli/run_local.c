@@ -182,6 +182,7 @@ int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data 
     double t0 = now_s();
     islands *x = NULL;
     cJSON *model_rec = NULL, *run_rec = NULL;
+    islands_records rec = { NULL, NULL };
     job_result r = { 0 };
     if (islands_create(s, m, d, o, &a->isl, &x, &err) != 0) {
         zb_wrap(&err, "%s: ", a->file);
@@ -195,7 +196,8 @@ int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data 
             cli_error("out of memory");
             goto out;
         }
-        islands_set_records(x, model_rec, run_rec);
+        rec = (islands_records){ model_rec, run_rec };
+        islands_checkpoint(x, &rec);
     }
     if (a->resume) {
         char note[256];
