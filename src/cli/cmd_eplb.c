@@ -142,6 +142,26 @@ static int worst_layer(const eplb_loads *ld)
     return worst;
 }
 
+/* The per-GPU load picture of layer svg_layer (-1: the worst before) of
+ * placement r: a new SVG in *svg (caller frees).  0 or -1 with err. */
+static int build_svg(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
+                     long svg_layer, char **svg, size_t *svg_len, zb_err *err)
+{
+    char subtitle[256];
+    snprintf(subtitle, sizeof subtitle,
+             "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy%s",
+             p->n_layers, p->n_experts, p->n_replicas, p->n_gpus, p->n_nodes, p->n_groups,
+             r->hierarchical ? "hierarchical" : "global",
+             r->fell_back ? " (auto: the groups do not divide into the nodes)" : "");
+    viz_eplb_input in = {
+        .n_layers = ld->n_layers, .n_gpus = ld->n_gpus, .n_nodes = ld->n_nodes,
+        .gpu_before = ld->gpu_before, .gpu_after = ld->gpu_after,
+        .balance_before = ld->balance_before, .balance_after = ld->balance_after,
+        .layer = svg_layer >= 0 ? (int)svg_layer : worst_layer(ld), .subtitle = subtitle,
+    };
+    return viz_svg_eplb(&in, svg, svg_len, err) != 0 ? -1 : 0;
+}
+
 int cmd_eplb(int argc, char **argv)
 {
     enum { OPT_REPLICAS = 256, OPT_GROUPS, OPT_NODES, OPT_GPUS, OPT_POLICY, OPT_JSON, OPT_SVG,
@@ -236,23 +256,9 @@ int cmd_eplb(int argc, char **argv)
         rc = cli_fail(&err);
         goto out;
     }
-    if (svg_path) {
-        char subtitle[256];
-        snprintf(subtitle, sizeof subtitle,
-                 "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy%s",
-                 p.n_layers, p.n_experts, p.n_replicas, p.n_gpus, p.n_nodes, p.n_groups,
-                 r.hierarchical ? "hierarchical" : "global",
-                 r.fell_back ? " (auto: the groups do not divide into the nodes)" : "");
-        viz_eplb_input in = {
-            .n_layers = ld.n_layers, .n_gpus = ld.n_gpus, .n_nodes = ld.n_nodes,
-            .gpu_before = ld.gpu_before, .gpu_after = ld.gpu_after,
-            .balance_before = ld.balance_before, .balance_after = ld.balance_after,
-            .layer = svg_layer >= 0 ? (int)svg_layer : worst_layer(&ld), .subtitle = subtitle,
-        };
-        if (viz_svg_eplb(&in, &svg, &svg_len, &err)) {
-            rc = cli_fail(&err);
-            goto out;
-        }
+    if (svg_path && build_svg(&p, &r, &ld, svg_layer, &svg, &svg_len, &err)) {
+        rc = cli_fail(&err);
+        goto out;
     }
     if (out_path && zb_write_atomic(out_path, doc, doc_len, &err)) {
         rc = cli_fail(&err);
