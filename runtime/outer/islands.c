@@ -505,6 +505,33 @@ static long way_step_count(void *ctx)
     return x->step;
 }
 
+/* The metrics log's counters: every present replica's rollbacks and
+ * backend memory, summed (one process holds them all). */
+static int way_counters(void *ctx, job_counters *out, zb_err *err)
+{
+    islands *x = ctx;
+    (void)err;
+    long rollbacks = 0;
+    double bytes = 0;
+    int known = 1;
+    for (int id = 0; id < x->is.cap; id++) {
+        trainer *t = x->is.t[id];
+        if (!t)
+            continue;
+        rollbacks += trainer_get_stats(t)->rollbacks;
+        size_t st = 0, peak = 0;
+        zb_err ignored = { { 0 } }; /* memory is a figure to show, not a reason to stop */
+        if (trainer_memory(t, &st, &peak, &ignored) == 0)
+            bytes += (double)st;
+        else
+            known = 0;
+    }
+    out->rollbacks = rollbacks;
+    out->static_bytes = known ? bytes : NAN;
+    out->peak_activation_bytes = NAN; /* not summed: each replica's peak is its own */
+    return 0;
+}
+
 /* Writes the islands' checkpoint through the saver that was set. */
 static int way_save(void *ctx, const char *dir, zb_err *err)
 {
@@ -523,6 +550,7 @@ void islands_way(islands *x, job_way *w)
     w->finish = way_finish;
     w->step_count = way_step_count;
     w->save = x->saver ? way_save : NULL;
+    w->counters = way_counters;
 }
 
 void islands_set_saver(islands *x, islands_saver saver, void *ctx)
