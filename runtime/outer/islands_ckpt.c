@@ -36,7 +36,7 @@
 #include "src/outfile.h"
 #include "src/sched_io.h"
 
-#define ISLANDS_MANIFEST "islands.json"
+#define ISLANDS_MANIFEST CKPTSET_ISLANDS_MANIFEST
 #define ISLANDS_FORMAT "zbsched-islands"
 #define ISLANDS_VERSION 1
 #define ISLANDS_PREFIX "islands."

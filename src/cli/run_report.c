@@ -133,6 +133,10 @@ int run_log_open(run_args *a, int writer)
     zb_err err = { { 0 } };
     outfile_kind kind;
     char *target = NULL;
+    /* before the file is created: a log in the checkpoint directory under
+     * one of its names would be a half checkpoint */
+    if (a->ckpt_dir && ckptset_check_foreign(a->ckpt_dir, a->log, "--log file", &err) != 0)
+        return cli_fail(&err);
     if (outfile_check(a->log, &kind, &target, &err) != 0)
         return cli_error("--log: %s", err.msg);
     a->log_file = fopen(target, a->resume ? "a" : "w");
@@ -261,6 +265,7 @@ int run_ckpt_begin(const run_args *a, const job_comm *comm, int *lock_fd)
                ckptset_check_foreign(dir, a->data, "--data text", &err) != 0 ||
                ckptset_check_foreign(dir, a->model, "--model file", &err) != 0 ||
                ckptset_check_foreign(dir, a->trace, "--trace file", &err) != 0 ||
+               ckptset_check_foreign(dir, a->log, "--log file", &err) != 0 ||
                ckptset_prepare(dir, inputs, 3, &err) != 0 ||
                ckptset_check_foreign(dir, a->trace, "--trace file", &err) != 0 ||
                (*lock_fd = ckptset_lock(dir, &err)) < 0;

@@ -133,6 +133,12 @@ cp "$T/s.json" "$T/keep.json"
     && fail "--log naming a directory ran"
 [ "$(wc -l < "$T/err")" = 1 ] && pass "--log naming a directory: one line" \
     || fail "--log naming a directory: $(cat "$T/err")"
+mkdir -p "$T/ckl"
+"$ZB" run "$T/s.json" --model "$T/model.json" --steps 2 --replicas 2 --checkpoint "$T/ckl" \
+    --log "$T/ckl/islands.json" -q 2> "$T/err" && fail "--log naming a checkpoint file ran"
+[ "$(wc -l < "$T/err")" = 1 ] && [ -z "$(ls "$T/ckl")" ] \
+    && pass "--log naming a checkpoint directory's file: one line, nothing created" \
+    || fail "--log in the checkpoint directory: $(cat "$T/err"), $(ls "$T/ckl")"
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 2 --log - --json 2> "$T/err"
 [ $? = 2 ] && [ "$(wc -l < "$T/err")" = 1 ] && pass "--log - with --json: a usage error" \
     || fail "--log - with --json: $(cat "$T/err")"
