@@ -153,9 +153,9 @@ tail -n 1 "$T/stdout" | grep -q "rollbacks (stage steps redone by post-validatio
 
 # a resumed run appends: 2 steps, stop, resume to 4
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 4 --stop-at 2 --checkpoint "$T/ck" \
-    --log "$T/res.jsonl" -q 2> "$T/err" || fail "stop-at: $(cat "$T/err")"
+    --log "$T/res.jsonl" -q > /dev/null 2> "$T/err" || fail "stop-at: $(cat "$T/err")"
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 4 --checkpoint "$T/ck" --resume \
-    --log "$T/res.jsonl" -q 2> "$T/err" || fail "resume: $(cat "$T/err")"
+    --log "$T/res.jsonl" -q > /dev/null 2> "$T/err" || fail "resume: $(cat "$T/err")"
 steps=$(grep -o '^{"step":[0-9]*,"loss"' "$T/res.jsonl" | grep -o '[0-9]*' | tr '\n' ' ')
 [ "$steps" = "1 2 3 4 " ] && pass "--resume appends: steps $steps" \
     || fail "--resume appends: steps '$steps'"
