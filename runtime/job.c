@@ -11,8 +11,9 @@
  * further message.
  *
  * The metrics log (job_log.h) is written where the progress is reported
- * (the speaker), one line per step before the rules judge it (so the
- * step that diverged is in the log) and one per evaluation.  A failed
+ * (the speaker), one line per step after its boundary (so that an outer
+ * step taken there is in it), the step that diverged included, and one
+ * per evaluation.  A failed
  * write of the log is this process's failure.
  */
 #include "runtime/job.h"
@@ -323,12 +324,17 @@ static job_status run_loop(job_state *jsp, zb_err *err)
             res->tokens += in->tokens;
             res->skipped += in->skipped != 0;
             res->losses[res->n_losses++] = in->loss;
-            if (jsp->speaker && o->log && job_log_step(o->log, step, in, known, err) != 0)
-                return JOB_FAILED_HERE;
-            if ((rc = check_step(jsp, step, in, err)) != 0)
+            int log = jsp->speaker && o->log != NULL;
+            if ((rc = check_step(jsp, step, in, err)) != 0) {
+                zb_err ignored = { { 0 } }; /* the divergence's line wins */
+                if (rc == 1 && log)
+                    job_log_step(o->log, step, in, known, &ignored);
                 return rc == 1 ? JOB_DIVERGED : JOB_FAILED_HERE;
+            }
             if (w->boundary && (rc = w->boundary(w->ctx, &info[i], err)) != 0)
                 return outcome(rc);
+            if (log && job_log_step(o->log, step, in, known, err) != 0)
+                return JOB_FAILED_HERE;
             if (!in->left)
                 emit(jsp, JOB_EV_STEP, step, in, NAN, 0);
             if (in->left)

@@ -80,6 +80,8 @@ typedef struct job_step {
     const double *member_loss;           /* [members] each replica's loss */
     const unsigned char *member_skipped; /* [members] each replica's skip */
     int left;           /* 1 on a process whose replica left at this step's boundary */
+    long outer_step;    /* islands: the count of outer steps after the one taken at
+                         * this step's boundary (set by boundary), 0: none taken */
 } job_step;
 
 /* Counters a way reports for the metrics log (job_opts.log), taken after

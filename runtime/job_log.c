@@ -75,6 +75,8 @@ int job_log_step(FILE *f, long step, const job_step *in, const job_counters *c, 
     put(&l, ",\"skipped\":%s", in->skipped ? "true" : "false");
     if (in->member_id)
         put(&l, ",\"replicas\":%d", in->members);
+    if (in->outer_step > 0)
+        put(&l, ",\"outer_step\":%ld", in->outer_step);
     if (c && c->rollbacks >= 0)
         put(&l, ",\"rollbacks\":%ld", c->rollbacks);
     else

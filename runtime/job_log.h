@@ -10,7 +10,9 @@
  *    "tokens_per_s":30511.2,"tokens":1024,"seconds":0.0336,"skipped":false,
  *    "rollbacks":7,"memory":{"static_bytes":4337664,"peak_activation_bytes":null}}
  *
- * islands add "replicas" (those that trained the step).  An evaluation:
+ * islands add "replicas" (those that trained the step) and, on a step
+ * after which the replicas took an outer step, "outer_step" (how many
+ * outer steps there have been, that one included).  An evaluation:
  *
  *   {"step":100,"eval_loss":2.9813}
  *

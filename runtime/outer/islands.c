@@ -444,7 +444,6 @@ static int way_steps(void *ctx, int n, job_step *out, zb_err *err)
 static int way_boundary(void *ctx, job_step *info, zb_err *err)
 {
     islands *x = ctx;
-    (void)info;
     if (x->io.outer.kind == OUTER_SYNC) {
         if (!replicas_identical(&x->is, 0))
             return zb_fail(err, "islands: sync replicas diverged at step %ld", x->step - 1);
@@ -457,6 +456,7 @@ static int way_boundary(void *ctx, job_step *info, zb_err *err)
         return -1;
     x->eliminated += oi.eliminated;
     x->skipped_segments += oi.skipped_segments;
+    info->outer_step = outer_step_count(x->o);
     return 0;
 }
 

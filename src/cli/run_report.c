@@ -81,7 +81,8 @@ void run_progress(void *ctx, const job_event *e)
         fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e%s", e->step, e->steps,
                 in->loss, in->seconds > 0 ? (double)in->tokens / in->seconds : 0.0, in->lr, eta);
         if (in->member_id)
-            fprintf(stderr, " (%d replica%s)", in->members, in->members == 1 ? "" : "s");
+            fprintf(stderr, " (%d replica%s%s)", in->members, in->members == 1 ? "" : "s",
+                    in->outer_step > 0 ? ", then an outer step" : "");
         fputc('\n', stderr);
         break;
     }

@@ -49,8 +49,12 @@ want = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "seconds", 
         "rollbacks", "memory"}
 if kind in ("islands", "mpi_islands"):
     want.add("replicas")
+if kind == "islands": # --inner-steps 2: outer steps after steps 2 and 4
+    outer = [(r["step"], r["outer_step"]) for r in step_rows if "outer_step" in r]
+    if outer != [(2, 1), (4, 2)]:
+        print("outer steps %r, expected after steps 2 and 4" % outer); sys.exit(0)
 for r in step_rows:
-    if set(r) != want:
+    if set(r) - {"outer_step"} != want:
         print("step line keys %s, expected %s" % (sorted(r), sorted(want))); sys.exit(0)
     if not isinstance(r["skipped"], bool) or r["tokens_per_s"] <= 0 or r["lr"] <= 0:
         print("implausible step line %r" % r); sys.exit(0)
@@ -92,9 +96,11 @@ out=$(check "$T/isl.jsonl" "$T/isl.json" 4 1 islands)
 # from the listed one at the same step
 "$ZB" run "$T/s.json" --model "$T/model.json" --steps 4 --replicas 2 --inner-steps 3 \
     --eval-every 2 > /dev/null 2> "$T/err"
-grep -q '^step 4: val loss [0-9.]*$' "$T/err" \
+grep -q '^step 3/4: .* (2 replicas, then an outer step)$' "$T/err" \
+    && grep -q '^step 2/4: .* (2 replicas)$' "$T/err" \
+    && grep -q '^step 4: val loss [0-9.]*$' "$T/err" \
     && grep -q '^step 4: val loss [0-9.]* (the replicas synchronized)$' "$T/err" \
-    && pass "islands: the synchronized evaluation's line says so" \
+    && pass "islands: the outer step's line and the synchronized evaluation's say so" \
     || fail "islands progress: $(cat "$T/err")"
 
 # under mpirun: rank 0 writes, the same lines as one process
