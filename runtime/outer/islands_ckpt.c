@@ -58,9 +58,11 @@ static int present_ids(islands *x, int *ids)
     return outer_replicas(islands_outer(x), ids);
 }
 
-/* Deletes dir's islands parts whose tag is not keep (best effort: they
- * are only clutter once the manifest names keep). */
-static void prune(const char *dir, const char *keep)
+/* Deletes dir's islands parts: with keep set, those whose tag is not tag
+ * (after a commit: the manifest names tag), else those whose tag is tag
+ * (a save that failed before its commit).  Best effort: either way they
+ * are only clutter. */
+static void prune(const char *dir, const char *tag, int keep)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -72,7 +74,9 @@ static void prune(const char *dir, const char *keep)
         size_t len = strlen(n);
         if (strncmp(n, ISLANDS_PREFIX, pre) != 0 || len < 4 || strcmp(n + len - 4, ".bin") != 0)
             continue;
-        if (!strncmp(n + pre, keep, CKPTSET_TAG_LEN) && n[pre + CKPTSET_TAG_LEN] == '.')
+        int of_tag = len > pre + CKPTSET_TAG_LEN && !strncmp(n + pre, tag, CKPTSET_TAG_LEN) &&
+                     n[pre + CKPTSET_TAG_LEN] == '.';
+        if (of_tag == keep)
             continue;
         char path[4096];
         if (snprintf(path, sizeof path, "%s/%s", dir, n) < (int)sizeof path)
@@ -161,8 +165,9 @@ int islands_save(islands *x, const char *dir, const cJSON *model_rec, const cJSO
         }
         free(text);
     }
-    /* 3. what the manifest no longer names (after a failure: this tag's) */
-    prune(dir, rc == 0 ? tag : "");
+    /* 3. what the manifest does not name: the older tags' parts, or after
+     * a failure this tag's */
+    prune(dir, tag, rc == 0);
     free(ids);
     return rc ? -1 : 0;
 }
