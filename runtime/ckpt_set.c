@@ -87,10 +87,14 @@ static int part_name(const char *name, const char **tag_at, int *rank)
 int ckptset_owns_name(const char *name)
 {
     static const char *const fixed[] = { CKPTSET_MANIFEST, CKPTSET_SINGLE, CKPTSET_MODEL,
-                                         CKPTSET_RUN, CKPTSET_LOCK };
+                                         CKPTSET_RUN, CKPTSET_LOCK, CKPTSET_ISLANDS_MANIFEST };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (strcmp(name, fixed[i]) == 0)
             return 1;
+    /* the islands' parts (runtime/outer/islands.h): islands.TAG.WHAT.bin */
+    size_t n = strlen(name);
+    if (strncmp(name, "islands.", 8) == 0 && n > 12 && strcmp(name + n - 4, ".bin") == 0)
+        return 1;
     const char *tag;
     int rank;
     return part_name(name, &tag, &rank);

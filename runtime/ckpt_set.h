@@ -80,6 +80,7 @@
 #define CKPTSET_MODEL "model.json"               /* version 1's model record */
 #define CKPTSET_RUN "run.json"                   /* version 1's run record */
 #define CKPTSET_LOCK "lock"                      /* the writer's lock */
+#define CKPTSET_ISLANDS_MANIFEST "islands.json"  /* --replicas: runtime/outer/islands.h */
 #define CKPTSET_TAG_LEN 16
 #define CKPTSET_VERSION 2
 
@@ -114,8 +115,9 @@ int ckptset_part_path(const char *dir, const char *tag, int rank, char *buf, siz
                       zb_err *err);
 
 /* 1 when name (a file name, no directory) is one DIR's checkpoint owns or
- * may write or delete: the manifest, a part, the lock, and the older
- * layouts' checkpoint.bin, model.json and run.json. */
+ * may write or delete: the manifest, a part, the lock, the older layouts'
+ * checkpoint.bin, model.json and run.json, and the islands' islands.json
+ * and islands.*.bin (runtime/outer/islands.h). */
 int ckptset_owns_name(const char *name);
 
 /* The model record of m trained on the characters chars[0..vocab): the

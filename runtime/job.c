@@ -9,8 +9,16 @@
  * way's job_step, the evaluation's loss, the agreed vote), so every
  * process of a job takes the same branch at the same step without any
  * further message.
+ *
+ * The metrics log (job_log.h) is written where the progress is reported
+ * (the speaker), one line per step after its boundary (so that an outer
+ * step taken there is in it), the step that diverged included, and one
+ * per evaluation.  A failed
+ * write of the log is this process's failure.
  */
 #include "runtime/job.h"
+
+#include "runtime/job_log.h"
 
 #include <limits.h>
 #include <math.h>
@@ -50,16 +58,24 @@ typedef struct job_state {
     int speaker;            /* 1 on the process that reports */
 } job_state;
 
-static void emit(const job_state *js, job_event_kind kind, long step, const job_step *info,
-                 double val, int written)
+/* Tells the progress callback, on the speaker; synchronized marks the
+ * final evaluation of the way's finished (synchronized) model. */
+static void emit_event(const job_state *js, job_event_kind kind, long step, const job_step *info,
+                       double val, int written, int synchronized)
 {
     if (!js->speaker || !js->o->progress)
         return;
     const job_result *r = js->res;
     double eta = r->n_losses ? r->train_s / (double)r->n_losses * (double)(js->o->stop_at - step)
                              : NAN;
-    job_event e = { kind, step, js->o->steps, info, val, written, eta };
+    job_event e = { kind, step, js->o->steps, info, val, written, eta, synchronized };
     js->o->progress(js->o->progress_ctx, &e);
+}
+
+static void emit(const job_state *js, job_event_kind kind, long step, const job_step *info,
+                 double val, int written)
+{
+    emit_event(js, kind, step, info, val, written, 0);
 }
 
 /* "; the last checkpoint is kept (step K)" or "; no checkpoint was
@@ -198,13 +214,17 @@ static int evaluate(job_state *js, long step, int listed, zb_err *err)
         r->n_evals++;
     }
     r->val_loss = v;
+    if (!isfinite(v) && js->speaker && js->o->log)
+        job_log_eval(js->o->log, step, v, !listed, err); /* the divergence's line wins */
     if (!isfinite(v)) {
         char k[96];
         zb_fail(err, "step %ld: the validation loss is not finite (diverged; %s)%s", step,
                 js->o->hint, kept(js, k, sizeof k));
         return 1;
     }
-    emit(js, JOB_EV_EVAL, step, NULL, v, 0);
+    if (js->speaker && js->o->log && job_log_eval(js->o->log, step, v, !listed, err) != 0)
+        return -1;
+    emit_event(js, JOB_EV_EVAL, step, NULL, v, 0, !listed);
     return 0;
 }
 
@@ -289,6 +309,12 @@ static job_status run_loop(job_state *jsp, zb_err *err)
         }
         if ((rc = w->steps(w->ctx, (int)n, info, err)) != 0)
             return rc == -2 ? JOB_FAILED : JOB_FAILED_HERE;
+        job_counters counters = { -1, NAN, NAN }, *known = NULL;
+        if (o->log_counters && w->counters) {
+            if ((rc = w->counters(w->ctx, &counters, err)) != 0)
+                return outcome(rc);
+            known = &counters;
+        }
         double batch_s = 0;
         for (long i = 0; i < n; i++) {
             job_step *in = &info[i];
@@ -298,10 +324,17 @@ static job_status run_loop(job_state *jsp, zb_err *err)
             res->tokens += in->tokens;
             res->skipped += in->skipped != 0;
             res->losses[res->n_losses++] = in->loss;
-            if ((rc = check_step(jsp, step, in, err)) != 0)
+            int log = jsp->speaker && o->log != NULL;
+            if ((rc = check_step(jsp, step, in, err)) != 0) {
+                zb_err ignored = { { 0 } }; /* the divergence's line wins */
+                if (rc == 1 && log)
+                    job_log_step(o->log, step, in, known, &ignored);
                 return rc == 1 ? JOB_DIVERGED : JOB_FAILED_HERE;
+            }
             if (w->boundary && (rc = w->boundary(w->ctx, &info[i], err)) != 0)
                 return outcome(rc);
+            if (log && job_log_step(o->log, step, in, known, err) != 0)
+                return JOB_FAILED_HERE;
             if (!in->left)
                 emit(jsp, JOB_EV_STEP, step, in, NAN, 0);
             if (in->left)
@@ -313,10 +346,14 @@ static job_status run_loop(job_state *jsp, zb_err *err)
         int last = step == o->stop_at;
         int eval_now = o->eval_every > 0 && step % o->eval_every == 0;
         int ckpt_now = eval_now || last || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
-        if (w->eval && (eval_now || (last && !w->finish)) &&
+        /* the way's finish (the islands' final outer step) only at the
+         * run's real end: an invocation that stops earlier (--stop-at)
+         * checkpoints the state the run would go on from */
+        int finishing = w->finish && step == o->steps;
+        if (w->eval && (eval_now || (last && !finishing)) &&
             (rc = evaluate(jsp, step, 1, err)) != 0)
             return outcome(rc);
-        if (last && w->finish) {
+        if (finishing) {
             if ((rc = w->finish(w->ctx, err)) != 0)
                 return outcome(rc);
             if (w->eval && (rc = evaluate(jsp, step, 0, err)) != 0)

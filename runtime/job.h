@@ -55,6 +55,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "runtime/job_comm.h"
 #include "src/err.h"
@@ -79,7 +80,20 @@ typedef struct job_step {
     const double *member_loss;           /* [members] each replica's loss */
     const unsigned char *member_skipped; /* [members] each replica's skip */
     int left;           /* 1 on a process whose replica left at this step's boundary */
+    long outer_step;    /* islands: the count of outer steps after the one taken at
+                         * this step's boundary (set by boundary), 0: none taken */
 } job_step;
+
+/* Counters a way reports for the metrics log (job_opts.log), taken after
+ * each batch of steps. */
+typedef struct job_counters {
+    long rollbacks;               /* post-validation rollbacks of the whole job so far
+                                   * (stage steps redone), -1 when not known */
+    double static_bytes;          /* bytes this process's backend holds for its stages
+                                   * (buffers, snapshots); NAN when not known */
+    double peak_activation_bytes; /* the backend's high-water mark of saved activations;
+                                   * NAN where it does not track it (the CPU) */
+} job_counters;
 
 typedef struct job_way {
     void *ctx;       /* passed to every function */
@@ -108,6 +122,11 @@ typedef struct job_way {
      * job's decision, alike everywhere.  NULL: any process's request
      * stops the job (job_comm_any over comm). */
     int (*stop_vote)(void *ctx, int here, int *stop, zb_err *err);
+    /* The counters of the metrics log (job_counters), after a batch;
+     * called on every process when job_opts.log_counters is set
+     * (collective where the way needs it).  NULL: not known (null in
+     * the log). */
+    int (*counters)(void *ctx, job_counters *out, zb_err *err);
     /* 1 on the process that reports (progress, summary); NULL: rank 0. */
     int (*speaker)(void *ctx);
     const job_comm *comm; /* the processes of the job; NULL: one */
@@ -139,6 +158,8 @@ typedef struct job_event {
     int written;          /* CHECKPOINT */
     double eta_s;         /* STEP: seconds left to the invocation's last step, at
                            * the mean step time so far (evaluations not counted) */
+    int synchronized;     /* EVAL: 1 for the final evaluation after the way's
+                           * finish (the islands' synchronized model) */
 } job_event;
 
 typedef void (*job_progress)(void *ctx, const job_event *e);
@@ -155,6 +176,10 @@ typedef struct job_opts {
     volatile sig_atomic_t *stop; /* non-zero: a stop was requested (the signal), or NULL */
     job_progress progress;  /* NULL: no progress */
     void *progress_ctx;     /* passed to progress */
+    FILE *log;              /* the metrics log (job_log.h): one JSON line per step and
+                             * per evaluation, written by the speaker when not NULL */
+    int log_counters;       /* 1 on every process when some process logs: the way's
+                             * counters are taken after each batch (collective) */
 } job_opts;
 
 /* The numbers a summary reports. */

@@ -132,6 +132,23 @@ static int save(void *ctx, const char *dir, zb_err *err)
     return jt->comm ? -2 : -1;
 }
 
+/* The metrics log's counters: the job's rollbacks (summed over the ranks,
+ * collective) and this process's backend memory. */
+static int counters(void *ctx, job_counters *out, zb_err *err)
+{
+    job_trainer *jt = ctx;
+    long rollbacks = 0;
+    if (job_trainer_rollbacks(jt, &rollbacks, err) != 0)
+        return -1;
+    size_t static_bytes = 0, peak = 0;
+    zb_err ignored = { { 0 } }; /* memory is a figure to show, not a reason to stop */
+    int known = trainer_memory(jt->t, &static_bytes, &peak, &ignored) == 0;
+    out->rollbacks = rollbacks;
+    out->static_bytes = known ? (double)static_bytes : NAN;
+    out->peak_activation_bytes = known && peak > 0 ? (double)peak : NAN;
+    return 0;
+}
+
 void job_trainer_way(job_trainer *jt, job_way *w)
 {
     memset(w, 0, sizeof *w);
@@ -139,6 +156,7 @@ void job_trainer_way(job_trainer *jt, job_way *w)
     w->comm = jt->comm;
     w->step_count = step_count;
     w->save = save;
+    w->counters = counters;
     if (!jt->comm) {
         w->max_batch = JOB_BATCH_MAX;
         w->steps = local_steps;

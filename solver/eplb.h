@@ -208,4 +208,17 @@ int eplb_policy_parse(const char *name, eplb_policy *out, zb_err *err);
 int eplb_parse_weights(const char *text, size_t len, double **weight, int *n_layers,
                        int *n_experts, zb_err *err);
 
+/* The mean and the largest of v[0..n), n > 0: a column of a placement's
+ * per-layer balances summarised as the table and the JSON both show it. */
+void eplb_mean_max(const double *v, int n, double *mean, double *max);
+
+/* The whole placement as one JSON document (the one `zbsched eplb --json`
+ * prints; docs/eplb.md lists its keys): p and r as computed, ld their
+ * loads, cmp the global policy's comparison when the hierarchical one ran,
+ * else NULL.  Stores a malloc'd NUL-terminated text ending in a newline in
+ * *doc (caller frees) with its length in *len and returns 0, or -1 with
+ * err set when memory runs out. */
+int eplb_placement_json(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
+                        const eplb_global_compare *cmp, char **doc, size_t *len, zb_err *err);
+
 #endif

@@ -19,11 +19,11 @@ compile (CUDA, MPI without the toolkits) is checked by its includes only.
 
 Sizes: every file under a folder with a limit is reported when it has more
 lines than the limit; `--enforce DIR=N` makes that a failure, `--report
-DIR=N` only prints it (limits being introduced while others shrink the
-folder).  tests/meson.build runs this as the test `check_layers`:
+DIR=N` only prints it (for a limit being introduced while others shrink
+the folder).  tests/meson.build runs this as the test `check_layers`:
 
     tools/check-layers.py SOURCE_ROOT BUILD_DIR --enforce runtime/=1000 \
-        --report src/cli/=400
+        --enforce src/cli/=400
 
 Exit status: 0 clean, 1 a circle or an enforced size, 2 bad usage.
 """

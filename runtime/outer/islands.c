@@ -257,6 +257,8 @@ struct islands {
     double *mloss;          /* [cap_members] their losses */
     unsigned char *mskip;   /* [cap_members] whether each skipped */
     int cap_members;        /* room in the three arrays */
+    islands_saver saver;    /* writes a checkpoint (islands_ckpt.c), or NULL: none */
+    void *saver_ctx;        /* passed to saver */
 };
 
 static int members_room(islands *x, int n, zb_err *err)
@@ -457,7 +459,6 @@ static int way_steps(void *ctx, int n, job_step *out, zb_err *err)
 static int way_boundary(void *ctx, job_step *info, zb_err *err)
 {
     islands *x = ctx;
-    (void)info;
     if (x->io.outer.kind == OUTER_SYNC) {
         if (!replicas_identical(&x->is, 0))
             return zb_fail(err, "islands: sync replicas diverged at step %ld", x->step - 1);
@@ -470,6 +471,7 @@ static int way_boundary(void *ctx, job_step *info, zb_err *err)
         return -1;
     x->eliminated += oi.eliminated;
     x->skipped_segments += oi.skipped_segments;
+    info->outer_step = outer_step_count(x->o);
     return 0;
 }
 
@@ -528,6 +530,40 @@ static long way_step_count(void *ctx)
     return x->step;
 }
 
+/* The metrics log's counters: every present replica's rollbacks and
+ * backend memory, summed (one process holds them all). */
+static int way_counters(void *ctx, job_counters *out, zb_err *err)
+{
+    islands *x = ctx;
+    (void)err;
+    long rollbacks = 0;
+    double bytes = 0;
+    int known = 1;
+    for (int id = 0; id < x->is.cap; id++) {
+        trainer *t = x->is.t[id];
+        if (!t)
+            continue;
+        rollbacks += trainer_get_stats(t)->rollbacks;
+        size_t st = 0, peak = 0;
+        zb_err ignored = { { 0 } }; /* memory is a figure to show, not a reason to stop */
+        if (trainer_memory(t, &st, &peak, &ignored) == 0)
+            bytes += (double)st;
+        else
+            known = 0;
+    }
+    out->rollbacks = rollbacks;
+    out->static_bytes = known ? bytes : NAN;
+    out->peak_activation_bytes = NAN; /* not summed: each replica's peak is its own */
+    return 0;
+}
+
+/* Writes the islands' checkpoint through the saver that was set. */
+static int way_save(void *ctx, const char *dir, zb_err *err)
+{
+    islands *x = ctx;
+    return x->saver(x, dir, x->saver_ctx, err) != 0 ? -1 : 0;
+}
+
 void islands_way(islands *x, job_way *w)
 {
     memset(w, 0, sizeof *w);
@@ -538,6 +574,44 @@ void islands_way(islands *x, job_way *w)
     w->eval = way_eval;
     w->finish = way_finish;
     w->step_count = way_step_count;
+    w->save = x->saver ? way_save : NULL;
+    w->counters = way_counters;
+}
+
+void islands_set_saver(islands *x, islands_saver saver, void *ctx)
+{
+    x->saver = saver;
+    x->saver_ctx = ctx;
+}
+
+trainer *islands_replica(islands *x, int id)
+{
+    return id >= 0 && id < x->is.cap ? x->is.t[id] : NULL;
+}
+
+outer_t *islands_outer(islands *x)
+{
+    return x->o;
+}
+
+const islands_opts *islands_options(const islands *x)
+{
+    return &x->io;
+}
+
+void islands_get_progress(const islands *x, islands_progress *p)
+{
+    *p = (islands_progress){ x->step, x->ev, x->next_stream, x->eliminated,
+                             x->skipped_segments };
+}
+
+void islands_set_progress(islands *x, const islands_progress *p)
+{
+    x->step = p->step;
+    x->ev = p->ev;
+    x->next_stream = p->next_stream;
+    x->eliminated = p->eliminated;
+    x->skipped_segments = p->skipped_segments;
 }
 
 int islands_checkpoint_begin(islands *x, zero1_ckpt *c, zb_err *err)
@@ -552,11 +626,6 @@ void islands_checkpoint_end(islands *x, zero1_ckpt *c, int loaded)
 {
     if (x->io.zero1)
         zero1_ckpt_end(x->is.t, x->io.replicas, &x->is.l, c, loaded);
-}
-
-trainer *islands_replica(islands *x, int id)
-{
-    return id >= 0 && id < x->is.cap ? x->is.t[id] : NULL;
 }
 
 void islands_totals(const islands *x, islands_result *r)

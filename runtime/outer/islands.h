@@ -33,8 +33,12 @@
 #ifndef ZB_OUTER_ISLANDS_H
 #define ZB_OUTER_ISLANDS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "runtime/run_record.h"
 #include "src/err.h"
 #include "src/model.h"
 #include "src/sched.h"
@@ -151,9 +155,6 @@ struct zero1_ckpt;
 int islands_checkpoint_begin(islands *x, struct zero1_ckpt *c, zb_err *err);
 void islands_checkpoint_end(islands *x, struct zero1_ckpt *c, int loaded);
 
-/* The trainer of replica id (NULL when absent), e.g. to checkpoint it. */
-trainer *islands_replica(islands *x, int id);
-
 /* x's outer figures into r: bytes_sent, outer_steps, eliminated,
  * skipped, final_replicas, optimizer_bytes (the other fields untouched). */
 void islands_totals(const islands *x, islands_result *r);
@@ -179,5 +180,85 @@ int islands_run(const sched_t *s, const zb_model *m, const zb_data *d,
 
 /* Frees what islands_run allocated in r (not r itself). */
 void islands_result_free(islands_result *r);
+
+/* ---- checkpoints (islands_ckpt.c) ----
+ *
+ * An islands checkpoint is every replica's trainer checkpoint (weights,
+ * AdamW moments, step, data generator: trainer_save), the outer
+ * optimizer's state (outer_state_save: global copy, momentum, progress
+ * since the last outer step, EDiT's detectors) and the islands' own
+ * counters, committed together as ckpt_set.h commits the parts of one
+ * checkpoint:
+ *
+ *   DIR/islands.TAG.replica-R.bin   replica R's trainer (trainer_save)
+ *   DIR/islands.TAG.outer.bin       the islands' counters and the outer state
+ *   DIR/islands.json                the manifest, the commit point: {"format":
+ *                                   "zbsched-islands", "version": 1, "step",
+ *                                   "tag", "replicas": [ids], "outer",
+ *                                   "allreduce", "inner_steps", "outer_lr",
+ *                                   "outer_momentum", "model": the model
+ *                                   record, "run": the run record}
+ *
+ * Every part is written atomically (src/outfile.h) under a fresh TAG, then
+ * the manifest is replaced atomically, then the parts of other tags are
+ * deleted: a death before the manifest leaves the previous checkpoint
+ * whole.  A resume restores every replica and the outer state, so that
+ * the resumed run's losses are the uninterrupted run's, bit for bit
+ * (tests/outer: the islands' checkpoint test).  Elastic events and
+ * A-EDiT's wall clock are not resumable; the CLI refuses them with
+ * --checkpoint. */
+
+/* The islands' counters a checkpoint keeps. */
+typedef struct islands_progress {
+    long step;             /* inner steps taken */
+    int ev;                /* next elastic event */
+    uint64_t next_stream;  /* data stream of the next replica to join */
+    long eliminated;       /* EDiT: (replica, layer) contributions dropped */
+    long skipped_segments; /* EDiT: (outer step, layer) pairs left unchanged */
+} islands_progress;
+
+/* Writes x's checkpoint into dir; 0 or -1 with err set. */
+typedef int (*islands_saver)(islands *x, const char *dir, void *ctx, zb_err *err);
+
+/* Makes the way write checkpoints (job_way.save) through saver (NULL: no
+ * checkpoints); islands_checkpoint sets islands_save's. */
+void islands_set_saver(islands *x, islands_saver saver, void *ctx);
+
+/* The records a checkpoint commits (borrowed): ckpt_set.h's model record
+ * and run_record.h's run record. */
+typedef struct islands_records {
+    const cJSON *model; /* ckptset_model_record's object */
+    const cJSON *run;   /* run_record_to_json's object */
+} islands_records;
+
+/* Makes x's way checkpoint with islands_save and rec, which must outlive
+ * the run. */
+void islands_checkpoint(islands *x, const islands_records *rec);
+
+/* Replica id's trainer, NULL when absent; the outer optimizer; the
+ * options; the counters (for islands_ckpt.c). */
+trainer *islands_replica(islands *x, int id);
+outer_t *islands_outer(islands *x);
+const islands_opts *islands_options(const islands *x);
+void islands_get_progress(const islands *x, islands_progress *p);
+void islands_set_progress(islands *x, const islands_progress *p);
+
+/* Writes x's checkpoint into dir (see above) with the records.  0, or -1
+ * with err set (the previous checkpoint then stays the directory's). */
+int islands_save(islands *x, const char *dir, const cJSON *model_rec, const cJSON *run_rec,
+                 zb_err *err);
+
+/* Whether dir holds an islands checkpoint (its manifest): 1, 0, or -1
+ * with err set when it cannot be told. */
+int islands_ckpt_exists(const char *dir, zb_err *err);
+
+/* Resumes x, freshly created with the options of the run that wrote dir,
+ * from dir's checkpoint: checks the manifest (its replicas, outer
+ * optimizer and settings against x's, the run record against id,
+ * run_record.h), then loads every replica and the outer state.  Returns
+ * 0, 1 with a note in note[cap] (only the seed differs), or -1 with err
+ * set (x is then unusable: the caller ends the run). */
+int islands_resume(islands *x, const char *dir, const run_identity *id, char *note, size_t cap,
+                   zb_err *err);
 
 #endif

@@ -10,6 +10,7 @@
  */
 #include "runtime/outer/outer.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,4 +541,154 @@ const float *outer_momentum(const outer_t *o, int id, int seg)
         seg < 0 || seg >= o->n_seg)
         return NULL;
     return o->rep[id].mom + o->seg_off[seg];
+}
+
+/* ---- the state a resumed run needs (outer_state_save / outer_state_load) ----
+ *
+ * One byte buffer: a header of int64 fields (the layout and counters),
+ * then per replica slot (present, joining, steps since the last outer
+ * step), then per present replica its global copy and momentum (not in
+ * sync mode, which has neither), then with EDiT each present replica's
+ * anomaly detectors (mean, M2, count, the z-score history).  The replicas'
+ * live parameters are not in it: they are the trainers' checkpoints.  The
+ * A-EDiT clock is not either: wall time does not resume. */
+
+#define OUTER_STATE_MAGIC 0x7a626f7574657231LL /* "zbouter1" */
+#define OUTER_STATE_HEADER 10                  /* int64 fields before the slots */
+
+/* Bytes of one EDiT detector in the buffer. */
+static size_t detector_bytes(const outer_t *o)
+{
+    return 3 * sizeof(int64_t) + 2 * sizeof(double) + (size_t)o->cfg.edit_warmup * sizeof(double);
+}
+
+/* Bytes of the whole buffer for o's current replicas. */
+static size_t state_bytes(const outer_t *o)
+{
+    size_t n = OUTER_STATE_HEADER * sizeof(int64_t) + 3 * sizeof(int64_t) * (size_t)o->n_slots;
+    int present = count_present(o);
+    if (o->cfg.kind != OUTER_SYNC)
+        n += (size_t)present * 2 * o->n_total * sizeof(float);
+    if (is_edit(o))
+        n += (size_t)present * (size_t)o->n_seg * detector_bytes(o);
+    return n;
+}
+
+/* Appends or takes n bytes at *p (save: from src; load: into dst). */
+static void put_bytes(unsigned char **p, const void *src, size_t n)
+{
+    memcpy(*p, src, n);
+    *p += n;
+}
+
+static void take_bytes(const unsigned char **p, void *dst, size_t n)
+{
+    memcpy(dst, *p, n);
+    *p += n;
+}
+
+int outer_state_save(const outer_t *o, void **buf, size_t *len, zb_err *err)
+{
+    size_t n = state_bytes(o);
+    unsigned char *b = malloc(n), *p = b;
+    if (!b)
+        return zb_fail(err, "outer: out of memory for its checkpoint");
+    int64_t h[OUTER_STATE_HEADER] = { OUTER_STATE_MAGIC, o->cfg.kind, o->n_seg,
+                                      (int64_t)o->n_total, o->n_slots, o->n_outer, o->started,
+                                      (int64_t)o->traffic.bytes_sent,
+                                      (int64_t)o->traffic.messages,
+                                      (int64_t)o->traffic.reductions };
+    put_bytes(&p, h, sizeof h);
+    for (int i = 0; i < o->n_slots; i++) {
+        int64_t s[3] = { o->rep[i].present, o->rep[i].joining, o->rep[i].steps };
+        put_bytes(&p, s, sizeof s);
+    }
+    for (int i = 0; i < o->n_slots; i++) {
+        const outer_replica *r = &o->rep[i];
+        if (!r->present)
+            continue;
+        if (o->cfg.kind != OUTER_SYNC) {
+            put_bytes(&p, r->global, o->n_total * sizeof(float));
+            put_bytes(&p, r->mom, o->n_total * sizeof(float));
+        }
+        for (int s = 0; is_edit(o) && s < o->n_seg; s++) {
+            const outer_zdetect *d = &r->det[s];
+            assert(d->hist_cap == o->cfg.edit_warmup);
+            int64_t c[3] = { d->count, d->hist_len, d->hist_pos };
+            put_bytes(&p, c, sizeof c);
+            put_bytes(&p, &d->mean, sizeof d->mean);
+            put_bytes(&p, &d->m2, sizeof d->m2);
+            put_bytes(&p, d->hist, (size_t)d->hist_cap * sizeof(double));
+        }
+    }
+    assert((size_t)(p - b) == n);
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+int outer_state_load(outer_t *o, const void *buf, size_t len, zb_err *err)
+{
+    const unsigned char *p = buf;
+    int64_t h[OUTER_STATE_HEADER];
+    if (len < sizeof h)
+        return zb_fail(err, "outer: the checkpoint's outer state is truncated");
+    take_bytes(&p, h, sizeof h);
+    if (h[0] != OUTER_STATE_MAGIC)
+        return zb_fail(err, "outer: the checkpoint's outer state is not one (bad magic)");
+    if (h[1] != o->cfg.kind || h[2] != o->n_seg || h[3] != (int64_t)o->n_total ||
+        h[4] != o->n_slots)
+        return zb_fail(err, "outer: the checkpoint is of another run: outer %s, %lld segments "
+                       "of %lld parameters, %lld replicas; this run has outer %s, %d, %zu, %d",
+                       outer_kind_name((outer_kind)h[1]), (long long)h[2], (long long)h[3],
+                       (long long)h[4], outer_kind_name(o->cfg.kind), o->n_seg, o->n_total,
+                       o->n_slots);
+    if (len < OUTER_STATE_HEADER * sizeof(int64_t) + 3 * sizeof(int64_t) * (size_t)o->n_slots)
+        return zb_fail(err, "outer: the checkpoint's outer state is truncated");
+    const unsigned char *slots = p;
+    for (int i = 0; i < o->n_slots; i++) {
+        int64_t s[3];
+        take_bytes(&p, s, sizeof s);
+        if (s[0] != o->rep[i].present)
+            return zb_fail(err, "outer: the checkpoint's replica %d is %s, this run's %s", i,
+                           s[0] ? "present" : "gone", o->rep[i].present ? "present" : "gone");
+    }
+    if (len != state_bytes(o))
+        return zb_fail(err, "outer: the checkpoint's outer state has %zu bytes, expected %zu",
+                       len, state_bytes(o));
+    /* every check passed: nothing above changed o */
+    p = slots;
+    for (int i = 0; i < o->n_slots; i++) {
+        int64_t s[3];
+        take_bytes(&p, s, sizeof s);
+        o->rep[i].joining = (int)s[1];
+        o->rep[i].steps = s[2];
+    }
+    for (int i = 0; i < o->n_slots; i++) {
+        outer_replica *r = &o->rep[i];
+        if (!r->present)
+            continue;
+        if (o->cfg.kind != OUTER_SYNC) {
+            take_bytes(&p, r->global, o->n_total * sizeof(float));
+            take_bytes(&p, r->mom, o->n_total * sizeof(float));
+        }
+        for (int s = 0; is_edit(o) && s < o->n_seg; s++) {
+            outer_zdetect *d = &r->det[s];
+            int64_t c[3];
+            take_bytes(&p, c, sizeof c);
+            d->count = c[0];
+            d->hist_len = (int)c[1];
+            d->hist_pos = (int)c[2];
+            take_bytes(&p, &d->mean, sizeof d->mean);
+            take_bytes(&p, &d->m2, sizeof d->m2);
+            take_bytes(&p, d->hist, (size_t)d->hist_cap * sizeof(double));
+        }
+    }
+    o->n_outer = h[5];
+    o->started = (int)h[6];
+    o->traffic.bytes_sent = (uint64_t)h[7];
+    o->traffic.messages = (uint64_t)h[8];
+    o->traffic.reductions = (uint64_t)h[9];
+    o->last_sync = outer_now(o);
+    return 0;
 }

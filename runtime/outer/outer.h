@@ -169,4 +169,20 @@ const float *outer_momentum(const outer_t *o, int id, int seg);
  * mu*mom).  Exposed for tests and for the CUDA twin. */
 void outer_nesterov(float *x, float *mom, const float *delta, size_t n, float lr, float mu);
 
+/* The outer optimizer's state for a checkpoint: everything but the
+ * replicas' live parameters (their trainers' checkpoints hold those): the
+ * counters, each replica slot's progress since the last outer step, each
+ * present replica's global copy and momentum, and EDiT's anomaly
+ * detectors.  A-EDiT's clock is not saved (wall time does not resume).
+ * Stores a malloc'd buffer (caller frees) and its size; 0, or -1 with err
+ * set (memory). */
+int outer_state_save(const outer_t *o, void **buf, size_t *len, zb_err *err);
+
+/* Restores what outer_state_save wrote into o, created with the same
+ * configuration and segment layout and with the same replica ids
+ * registered (their parameters already loaded).  Refuses (-1, err set, o
+ * unchanged) a buffer of another kind, layout or set of replicas, or of
+ * the wrong size; 0 otherwise. */
+int outer_state_load(outer_t *o, const void *buf, size_t len, zb_err *err);
+
 #endif

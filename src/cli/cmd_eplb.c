@@ -21,9 +21,8 @@
  * output; a FIFO, a device or a symlink given as -o is never unlinked (the
  * link would vanish, and `-o /dev/null` run as root would remove the
  * machine's /dev/null).
- * The JSON is printed with a plain buffer rather than cJSON: at DeepSeek-V3
- * scale log2phy alone is ~100,000 numbers, and cJSON's number printing
- * (print, then re-parse to check the round trip) would dominate the run.
+ * The JSON document is the solver's (solver/eplb_json.c); this file
+ * parses, calls and prints.
  */
 #include "src/cli/cli.h"
 
@@ -36,7 +35,6 @@
 
 #include "solver/eplb.h"
 #include "src/sched_io.h"
-#include "viz/buf.h"
 #include "viz/svg_eplb.h"
 
 static void usage(FILE *out)
@@ -73,151 +71,6 @@ static void usage(FILE *out)
         "e*M/E (rounded down); GPU g is on node g*N/M.  When the hierarchical policy\n"
         "leaves a worse node balance than the global one would, a note says so with\n"
         "both figures.  See docs/eplb.md.\n");
-}
-
-/* Writes v in decimal at p; returns the end.  printf per number made the
- * ~150,000 integers of a DeepSeek-V3 placement the bulk of the run. */
-static char *put_int(char *p, int v)
-{
-    char tmp[12];
-    int n = 0;
-    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
-    do
-        tmp[n++] = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *p++ = '-';
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
-
-/* Appends an int row [a0,a1,...]. */
-static void json_ints(viz_buf *b, const int *v, int n)
-{
-    char *text = malloc((size_t)n * 12 + 3), *p = text;
-    if (!text) {
-        b->oom = 1; /* viz_buf_take reports it */
-        return;
-    }
-    *p++ = '[';
-    for (int i = 0; i < n; i++) {
-        if (i)
-            *p++ = ',';
-        p = put_int(p, v[i]);
-    }
-    *p++ = ']';
-    *p = '\0';
-    viz_buf_puts(b, text);
-    free(text);
-}
-
-/* Appends a double row with enough digits to round-trip. */
-static void json_doubles(viz_buf *b, const double *v, int n)
-{
-    viz_buf_puts(b, "[");
-    for (int i = 0; i < n; i++)
-        viz_buf_printf(b, i ? ",%.17g" : "%.17g", v[i]);
-    viz_buf_puts(b, "]");
-}
-
-/* Appends "key":[[row],[row],...] for a rows x cols table. */
-static void json_int_table(viz_buf *b, const char *key, const int *t, int rows, int cols)
-{
-    viz_buf_printf(b, ",\"%s\":[", key);
-    for (int r = 0; r < rows; r++) {
-        if (r)
-            viz_buf_puts(b, ",");
-        json_ints(b, t + (size_t)r * cols, cols);
-    }
-    viz_buf_puts(b, "]");
-}
-
-static void json_double_table(viz_buf *b, const char *key, const double *t, int rows, int cols)
-{
-    viz_buf_printf(b, ",\"%s\":[", key);
-    for (int r = 0; r < rows; r++) {
-        if (r)
-            viz_buf_puts(b, ",");
-        json_doubles(b, t + (size_t)r * cols, cols);
-    }
-    viz_buf_puts(b, "]");
-}
-
-/* Appends "key":[v0,v1,...]. */
-static void json_double_row(viz_buf *b, const char *key, const double *v, int n)
-{
-    viz_buf_printf(b, ",\"%s\":", key);
-    json_doubles(b, v, n);
-}
-
-/* Mean and maximum of n values. */
-static void mean_max(const double *v, int n, double *mean, double *max)
-{
-    double sum = 0, m = v[0];
-    for (int i = 0; i < n; i++) {
-        sum += v[i];
-        m = v[i] > m ? v[i] : m;
-    }
-    *mean = sum / n;
-    *max = m;
-}
-
-static void json_summary(viz_buf *b, const char *key, const double *v, int n)
-{
-    double mean, max;
-    mean_max(v, n, &mean, &max);
-    viz_buf_printf(b, ",\"%s\":{\"mean\":%.17g,\"max\":%.17g}", key, mean, max);
-}
-
-/* The whole placement as one JSON document.  cmp is the global policy's
- * comparison when the hierarchical one ran, else NULL. */
-static int build_json(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
-                      const eplb_global_compare *cmp, char **doc, size_t *len, zb_err *err)
-{
-    int L = r->n_layers, E = r->n_experts;
-    viz_buf b = { 0 };
-    viz_buf_printf(&b, "{\"format\":\"zbsched-eplb\",\"version\":1,\"policy\":\"%s\","
-                   "\"policy_requested\":\"%s\",\"fell_back\":%s,"
-                   "\"layers\":%d,\"experts\":%d,\"replicas\":%d,\"groups\":%d,\"nodes\":%d,"
-                   "\"gpus\":%d,\"max_replicas\":%d",
-                   r->hierarchical ? "hierarchical" : "global", eplb_policy_name(p->policy),
-                   r->fell_back ? "true" : "false", L, E, r->n_replicas, p->n_groups,
-                   r->n_nodes, r->n_gpus, r->max_count);
-    if (cmp)
-        viz_buf_printf(&b, ",\"global_comparison\":{\"hierarchical_worse\":%s,\"layer\":%d,"
-                       "\"node_balance\":%.17g,\"gpu_balance\":%.17g,\"global_layer\":%d,"
-                       "\"global_node_balance\":%.17g,\"global_gpu_balance\":%.17g}",
-                       cmp->worse ? "true" : "false", cmp->layer, cmp->node_balance,
-                       cmp->gpu_balance, cmp->global_layer, cmp->global_node_balance,
-                       cmp->global_gpu_balance);
-    json_summary(&b, "balance_before_summary", ld->balance_before, L);
-    json_summary(&b, "balance_after_summary", ld->balance_after, L);
-    json_summary(&b, "node_balance_before_summary", ld->node_balance_before, L);
-    json_summary(&b, "node_balance_after_summary", ld->node_balance_after, L);
-    json_double_row(&b, "balance_before", ld->balance_before, L);
-    json_double_row(&b, "balance_after", ld->balance_after, L);
-    json_double_row(&b, "node_balance_before", ld->node_balance_before, L);
-    json_double_row(&b, "node_balance_after", ld->node_balance_after, L);
-    json_int_table(&b, "phy2log", r->phy2log, L, r->n_replicas);
-    viz_buf_puts(&b, ",\"log2phy\":[");
-    for (int l = 0; l < L; l++) {
-        viz_buf_puts(&b, l ? ",[" : "[");
-        for (int e = 0; e < E; e++) {
-            if (e)
-                viz_buf_puts(&b, ",");
-            json_ints(&b, r->log2phy + ((size_t)l * E + e) * r->max_count, r->max_count);
-        }
-        viz_buf_puts(&b, "]");
-    }
-    viz_buf_puts(&b, "]");
-    json_int_table(&b, "logcnt", r->logcnt, L, E);
-    json_double_table(&b, "gpu_load_before", ld->gpu_before, L, ld->n_gpus);
-    json_double_table(&b, "gpu_load_after", ld->gpu_after, L, ld->n_gpus);
-    json_double_table(&b, "node_load_before", ld->node_before, L, ld->n_nodes);
-    json_double_table(&b, "node_load_after", ld->node_after, L, ld->n_nodes);
-    viz_buf_puts(&b, "}\n");
-    return viz_buf_take(&b, doc, len, err);
 }
 
 /* "2 nodes x 4", or "3 nodes of 1-2" when the GPUs do not divide evenly
@@ -264,10 +117,10 @@ static void print_table(const eplb_params *p, const eplb_result *r, const eplb_l
                ld->balance_after[l], ld->node_balance_before[l], ld->node_balance_after[l], maxc);
     }
     double mb, xb, ma, xa, nmb, nxb, nma, nxa;
-    mean_max(ld->balance_before, L, &mb, &xb);
-    mean_max(ld->balance_after, L, &ma, &xa);
-    mean_max(ld->node_balance_before, L, &nmb, &nxb);
-    mean_max(ld->node_balance_after, L, &nma, &nxa);
+    eplb_mean_max(ld->balance_before, L, &mb, &xb);
+    eplb_mean_max(ld->balance_after, L, &ma, &xa);
+    eplb_mean_max(ld->node_balance_before, L, &nmb, &nxb);
+    eplb_mean_max(ld->node_balance_after, L, &nma, &nxa);
     printf("GPU balance: mean %.4f -> %.4f, worst layer %.4f -> %.4f\n", mb, ma, xb, xa);
     printf("node balance: mean %.4f -> %.4f, worst layer %.4f -> %.4f\n", nmb, nma, nxb, nxa);
     if (cmp && cmp->worse)
@@ -287,6 +140,26 @@ static int worst_layer(const eplb_loads *ld)
         if (ld->balance_before[l] > ld->balance_before[worst])
             worst = l;
     return worst;
+}
+
+/* The per-GPU load picture of layer svg_layer (-1: the worst before) of
+ * placement r: a new SVG in *svg (caller frees).  0 or -1 with err. */
+static int build_svg(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
+                     long svg_layer, char **svg, size_t *svg_len, zb_err *err)
+{
+    char subtitle[256];
+    snprintf(subtitle, sizeof subtitle,
+             "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy%s",
+             p->n_layers, p->n_experts, p->n_replicas, p->n_gpus, p->n_nodes, p->n_groups,
+             r->hierarchical ? "hierarchical" : "global",
+             r->fell_back ? " (auto: the groups do not divide into the nodes)" : "");
+    viz_eplb_input in = {
+        .n_layers = ld->n_layers, .n_gpus = ld->n_gpus, .n_nodes = ld->n_nodes,
+        .gpu_before = ld->gpu_before, .gpu_after = ld->gpu_after,
+        .balance_before = ld->balance_before, .balance_after = ld->balance_after,
+        .layer = svg_layer >= 0 ? (int)svg_layer : worst_layer(ld), .subtitle = subtitle,
+    };
+    return viz_svg_eplb(&in, svg, svg_len, err) != 0 ? -1 : 0;
 }
 
 int cmd_eplb(int argc, char **argv)
@@ -379,27 +252,13 @@ int cmd_eplb(int argc, char **argv)
         goto out;
     }
     if ((json || out_path) &&
-        build_json(&p, &r, &ld, r.hierarchical ? &cmp : NULL, &doc, &doc_len, &err)) {
+        eplb_placement_json(&p, &r, &ld, r.hierarchical ? &cmp : NULL, &doc, &doc_len, &err)) {
         rc = cli_fail(&err);
         goto out;
     }
-    if (svg_path) {
-        char subtitle[256];
-        snprintf(subtitle, sizeof subtitle,
-                 "%d layers x %d experts -> %d slots on %d GPUs in %d nodes, %d groups, %s policy%s",
-                 p.n_layers, p.n_experts, p.n_replicas, p.n_gpus, p.n_nodes, p.n_groups,
-                 r.hierarchical ? "hierarchical" : "global",
-                 r.fell_back ? " (auto: the groups do not divide into the nodes)" : "");
-        viz_eplb_input in = {
-            .n_layers = ld.n_layers, .n_gpus = ld.n_gpus, .n_nodes = ld.n_nodes,
-            .gpu_before = ld.gpu_before, .gpu_after = ld.gpu_after,
-            .balance_before = ld.balance_before, .balance_after = ld.balance_after,
-            .layer = svg_layer >= 0 ? (int)svg_layer : worst_layer(&ld), .subtitle = subtitle,
-        };
-        if (viz_svg_eplb(&in, &svg, &svg_len, &err)) {
-            rc = cli_fail(&err);
-            goto out;
-        }
+    if (svg_path && build_svg(&p, &r, &ld, svg_layer, &svg, &svg_len, &err)) {
+        rc = cli_fail(&err);
+        goto out;
     }
     if (out_path && zb_write_atomic(out_path, doc, doc_len, &err)) {
         rc = cli_fail(&err);

@@ -121,6 +121,53 @@ enum {
     OPT_CHUNKS = 256, OPT_MEM_LIMIT, OPT_TIME_LIMIT,
 };
 
+/* Runs generator or solver fn (from_solver: one of solver_kinds) for kind
+ * with the checked parameters gp, records gp's memory limit in the plan,
+ * validates it, adds the vocabulary passes va asks for and writes the plan
+ * to out_path (NULL or "-": stdout), with the ILP's progress line unless
+ * quiet.  Returns the exit status (1 after one line on stderr). */
+static int generate_and_save(const char *kind, gen_fn fn, int from_solver, gen_params *gp,
+                             gen_vocab_args *va, const char *out_path, int quiet)
+{
+    zb_err err = { "" };
+    sched_t *s = NULL;
+    int rc = 0;
+    cli_progress prog; /* the ILP's live status line (progress.h) */
+    cli_progress_init(&prog, quiet);
+    solver_set_progress(cli_progress_solver, &prog);
+    cli_progress_what(&prog, "%s", kind);
+    int gen_rc = fn(gp, &s, &err);
+    solver_set_progress(NULL, NULL);
+    cli_progress_end(&prog);
+    if (gen_rc != 0) {
+        rc = cli_fail(&err);
+        goto out;
+    }
+    /* Record the limit the schedule was planned under, unless the solver
+     * already did. */
+    if (gp->mem_limit && !s->mem_limit && s->n_devices == gp->stages) {
+        s->mem_limit = malloc(sizeof(double) * (size_t)s->n_devices);
+        if (!s->mem_limit) {
+            rc = cli_error("out of memory");
+            goto out;
+        }
+        memcpy(s->mem_limit, gp->mem_limit, sizeof(double) * (size_t)s->n_devices);
+    }
+    if (sched_validate(s, &err) != 0) {
+        rc = cli_error("%s produced an invalid schedule: %s", kind, err.msg);
+        goto out;
+    }
+    if (va->parallel && gen_vocab_apply(&s, va, fn, gp, from_solver, kind, &err) != 0) {
+        rc = cli_fail(&err);
+        goto out;
+    }
+    if (sched_save_file(s, out_path, &err) != 0)
+        rc = cli_fail(&err);
+out:
+    sched_free(s);
+    return rc;
+}
+
 int cmd_gen(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -242,41 +289,7 @@ int cmd_gen(int argc, char **argv)
         return cli_fail(&err);
     }
 
-    sched_t *s = NULL;
-    int rc = 0;
-    cli_progress prog; /* the ILP's live status line (progress.h) */
-    cli_progress_init(&prog, quiet);
-    solver_set_progress(cli_progress_solver, &prog);
-    cli_progress_what(&prog, "%s", kind);
-    int gen_rc = fn(&gp, &s, &err);
-    solver_set_progress(NULL, NULL);
-    cli_progress_end(&prog);
-    if (gen_rc != 0) {
-        rc = cli_fail(&err);
-        goto out;
-    }
-    /* Record the limit the schedule was planned under, unless the solver
-     * already did. */
-    if (gp.mem_limit && !s->mem_limit && s->n_devices == gp.stages) {
-        s->mem_limit = malloc(sizeof(double) * (size_t)s->n_devices);
-        if (!s->mem_limit) {
-            rc = cli_error("out of memory");
-            goto out;
-        }
-        memcpy(s->mem_limit, gp.mem_limit, sizeof(double) * (size_t)s->n_devices);
-    }
-    if (sched_validate(s, &err) != 0) {
-        rc = cli_error("%s produced an invalid schedule: %s", kind, err.msg);
-        goto out;
-    }
-    if (va.parallel && gen_vocab_apply(&s, &va, fn, &gp, sk != NULL, kind, &err) != 0) {
-        rc = cli_fail(&err);
-        goto out;
-    }
-    if (sched_save_file(s, out_path, &err) != 0)
-        rc = cli_fail(&err);
-out:
-    sched_free(s);
+    int rc = generate_and_save(kind, fn, sk != NULL, &gp, &va, out_path, quiet);
     free(gp.mem_limit);
     return rc;
 }

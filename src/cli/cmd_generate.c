@@ -10,15 +10,9 @@
  * Past the model's context the conditioning is cropped to its last seq_len
  * tokens (nanoGPT's rule); --max-context refuses such a request instead.
  *
- * With --json nothing is streamed: one object is printed at the end.  A
- * character model's tokens are bytes, and it can emit any byte of its
- * vocabulary: half of a UTF-8 sequence, NUL, control bytes.  The object
- * stays valid JSON (UTF-8, no raw control bytes) for all of them and loses
- * nothing: "text" is the bytes as a JSON string, exact wherever they are
- * valid UTF-8 (NUL and control bytes as JSON escapes) and with U+FFFD for
- * each byte that is not, "text_base64" the exact bytes (RFC 4648 base64),
- * and "utf8" says whether "text" is exact.  docs/generate.md has the
- * decoding recipe.  Bad input (no checkpoint, a prompt character the
+ * With --json nothing is streamed: one object is printed at the end
+ * (runtime/generate_json.h, exact for any bytes the model emits).
+ * docs/generate.md has the decoding recipe.  Bad input (no checkpoint, a prompt character the
  * model never saw, with --max-context more tokens than the context holds)
  * is one line on stderr and a non-zero exit before anything is printed.
  */
@@ -31,9 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "runtime/generate.h"
+#include "runtime/generate_json.h"
 #include "src/sched_io.h"
 
 static void usage(FILE *out)
@@ -81,189 +74,59 @@ static void emit_stdout(void *ctx, const char *bytes, size_t n)
         *write_errno = errno ? errno : EIO;
 }
 
-/* Collects the tokens' bytes for --json. */
-typedef struct text_buf {
-    char *data; /* NUL-terminated */
-    size_t len; /* bytes before the NUL */
-    size_t cap; /* allocated */
-    int oom;    /* 1 when an append failed */
-} text_buf;
-
-static void emit_buffer(void *ctx, const char *bytes, size_t n)
+/* Runs the checked request o on g after the prompt (prompt_len bytes;
+ * none starts from "\n"): streams the prompt and each new token to stdout,
+ * or with json prints the one object at the end, then (unless quiet) the
+ * summary line on stderr.  Returns the exit status (0, or 1 after one
+ * line on stderr). */
+static int generate_and_print(gen_model *g, const char *prompt, size_t prompt_len,
+                              const gen_opts *o, int json, int quiet)
 {
-    text_buf *b = ctx;
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 256) + n;
-        char *p = realloc(b->data, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, bytes, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-/* The UTF-8 sequence at p (n > 0 bytes left): returns how many bytes it
- * takes and sets *valid.  A valid sequence is taken whole.  Otherwise the
- * "maximal subpart" is taken (Unicode's recommended practice for U+FFFD,
- * as Python's errors="replace", WHATWG's TextDecoder and ICU do): the
- * longest start of a valid sequence, or the one byte when it starts none.
- * Overlong forms, surrogates (U+D800..DFFF) and code points past U+10FFFF
- * are invalid (RFC 3629). */
-static size_t utf8_scan(const unsigned char *p, size_t n, int *valid)
-{
-    unsigned c = p[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xbf; /* range of the second byte */
-    *valid = 0;
-    if (c < 0x80) {
-        *valid = 1;
-        return 1;
-    }
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        if (c == 0xe0)
-            lo = 0xa0; /* overlong */
-        if (c == 0xed)
-            hi = 0x9f; /* surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        if (c == 0xf0)
-            lo = 0x90; /* overlong */
-        if (c == 0xf4)
-            hi = 0x8f; /* past U+10FFFF */
+    zb_err err = { { 0 } };
+    int rc;
+    const char *start = prompt_len > 0 ? prompt : "\n";
+    size_t start_len = prompt_len > 0 ? prompt_len : 1;
+    gen_text buf = { 0 };
+    gen_result res;
+    if (!json) {
+        /* an empty prompt starts from "\n" (gen_run), which is printed too */
+        int write_errno = 0;
+        emit_stdout(&write_errno, start, start_len);
+        rc = gen_run(g, prompt, prompt_len, o, emit_stdout, &write_errno, &res, &err);
+        if (rc == 0 && write_errno)
+            rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
+        if (rc == 0 && isatty(STDOUT_FILENO))
+            fputc('\n', stdout);
     } else {
-        return 1; /* a continuation byte, C0, C1 or F5..FF: starts nothing */
+        gen_emit_text(&buf, start, start_len);
+        rc = gen_run(g, prompt, prompt_len, o, gen_emit_text, &buf, &res, &err);
+        if (rc == 0 && buf.oom)
+            rc = zb_fail(&err, "out of memory");
     }
-    size_t i = 1;
-    if (i < n && p[i] >= lo && p[i] <= hi)
-        for (i = 2; i < len && i < n && p[i] >= 0x80 && p[i] <= 0xbf; i++)
-            ;
-    *valid = i == len;
-    return i;
-}
-
-/* bytes[0..n) as a quoted JSON string into a new malloc'd buffer: valid
- * UTF-8 copied, '"', '\\' and the control bytes 0x00..0x1f and 0x7f
- * escaped, each maximal invalid subpart written as one U+FFFD (so the
- * string equals Python's bytes.decode("utf-8", "replace")).  Sets *exact
- * to whether nothing was replaced.  NULL when memory runs out. */
-static char *json_text(const char *bytes, size_t n, int *exact)
-{
-    /* worst case: 6 bytes per input byte ("\u001f", or U+FFFD's 3), quotes */
-    char *out = malloc(6 * n + 3), *o = out;
-    if (!out)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)bytes;
-    *exact = 1;
-    *o++ = '"';
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        int valid;
-        size_t len = utf8_scan(p + i, n - i, &valid);
-        if (!valid) {
-            memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD REPLACEMENT CHARACTER */
-            o += 3;
-            *exact = 0;
-            i += len;
-        } else if (len > 1) {
-            memcpy(o, p + i, len);
-            o += len;
-            i += len;
-        } else {
-            static const char hex[] = "0123456789abcdef";
-            if (c == '"' || c == '\\') {
-                *o++ = '\\';
-                *o++ = (char)c;
-            } else if (c == '\n') {
-                memcpy(o, "\\n", 2);
-                o += 2;
-            } else if (c == '\t') {
-                memcpy(o, "\\t", 2);
-                o += 2;
-            } else if (c == '\r') {
-                memcpy(o, "\\r", 2);
-                o += 2;
-            } else if (c < 0x20 || c == 0x7f) {
-                memcpy(o, "\\u00", 4);
-                o[4] = hex[c >> 4];
-                o[5] = hex[c & 15];
-                o += 6;
-            } else {
-                *o++ = (char)c;
-            }
-            i++;
+    if (rc != 0) {
+        free(buf.data);
+        return cli_fail(&err);
+    }
+    if (json) {
+        char *s = gen_result_json(&buf, start_len, &res, o, gen_model_config(g)->seq_len);
+        if (!s) {
+            free(buf.data);
+            return cli_error("out of memory");
         }
+        printf("%s\n", s);
+        free(s);
     }
-    *o++ = '"';
-    *o = '\0';
-    return out;
-}
-
-/* bytes[0..n) in standard base64 with padding (RFC 4648, section 4), as a
- * quoted JSON string in a new malloc'd buffer; NULL when memory runs out. */
-static char *json_base64(const char *bytes, size_t n)
-{
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 3), *o = out;
-    if (!out)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)bytes;
-    *o++ = '"';
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)p[i] << 16;
-        if (i + 1 < n)
-            v |= (unsigned)p[i + 1] << 8;
-        if (i + 2 < n)
-            v |= p[i + 2];
-        *o++ = alphabet[v >> 18 & 63];
-        *o++ = alphabet[v >> 12 & 63];
-        *o++ = i + 1 < n ? alphabet[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? alphabet[v & 63] : '=';
+    if (!quiet) {
+        char crop[128] = "";
+        if (res.n_cropped > 0)
+            snprintf(crop, sizeof crop, "; context cropped to the last %d tokens for %d of them",
+                     gen_model_config(g)->seq_len, res.n_cropped);
+        fprintf(stderr, "zbsched generate: %s (%zu parameters), %d tokens in %.3f s, %.1f tokens/s "
+                "(%s%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
+                res.tokens_per_s, o->use_cache ? "KV cache" : "no cache", crop);
     }
-    *o++ = '"';
-    *o = '\0';
-    return out;
-}
-
-/* The --json document.  Built with cJSON except the two strings above,
- * which cJSON cannot write (it stops at a NUL and copies other bytes
- * as they are): they go in as raw, already valid JSON values. */
-static char *json_document(const text_buf *buf, size_t prompt_bytes, const gen_result *res,
-                           const gen_opts *o, int seq_len)
-{
-    int exact = 1;
-    char *text = json_text(buf->data ? buf->data : "", buf->len, &exact);
-    char *b64 = json_base64(buf->data ? buf->data : "", buf->len);
-    cJSON *out = cJSON_CreateObject();
-    char *s = NULL;
-    if (text && b64 && out && cJSON_AddRawToObject(out, "text", text) &&
-        cJSON_AddRawToObject(out, "text_base64", b64) &&
-        cJSON_AddBoolToObject(out, "utf8", exact) &&
-        cJSON_AddNumberToObject(out, "bytes", (double)buf->len) &&
-        cJSON_AddNumberToObject(out, "prompt_bytes", (double)prompt_bytes) &&
-        cJSON_AddNumberToObject(out, "tokens", res->n_new) &&
-        cJSON_AddNumberToObject(out, "cropped_tokens", res->n_cropped) &&
-        cJSON_AddNumberToObject(out, "context", seq_len) &&
-        cJSON_AddNumberToObject(out, "tokens_per_s", res->tokens_per_s) &&
-        cJSON_AddNumberToObject(out, "seconds", res->seconds) &&
-        cJSON_AddBoolToObject(out, "cache", o->use_cache) &&
-        cJSON_AddNumberToObject(out, "seed", (double)o->seed) &&
-        cJSON_AddNumberToObject(out, "temperature", o->temperature))
-        s = cJSON_PrintUnformatted(out);
-    cJSON_Delete(out);
-    free(text);
-    free(b64);
-    return s;
+    free(buf.data);
+    return 0;
 }
 
 int cmd_generate(int argc, char **argv)
@@ -362,53 +225,8 @@ int cmd_generate(int argc, char **argv)
         free(file_text);
         return cli_fail(&err);
     }
-    const char *start = prompt_len > 0 ? prompt : "\n";
-    size_t start_len = prompt_len > 0 ? prompt_len : 1;
-    text_buf buf = { 0 };
-    gen_result res;
-    if (!json) {
-        /* an empty prompt starts from "\n" (gen_run), which is printed too */
-        int write_errno = 0;
-        emit_stdout(&write_errno, start, start_len);
-        rc = gen_run(g, prompt, prompt_len, &o, emit_stdout, &write_errno, &res, &err);
-        if (rc == 0 && write_errno)
-            rc = zb_fail(&err, "cannot write to standard output: %s", strerror(write_errno));
-        if (rc == 0 && isatty(STDOUT_FILENO))
-            fputc('\n', stdout);
-    } else {
-        emit_buffer(&buf, start, start_len);
-        rc = gen_run(g, prompt, prompt_len, &o, emit_buffer, &buf, &res, &err);
-        if (rc == 0 && buf.oom)
-            rc = zb_fail(&err, "out of memory");
-    }
-    if (rc != 0) {
-        free(buf.data);
-        gen_free(g);
-        free(file_text);
-        return cli_fail(&err);
-    }
-    if (json) {
-        char *s = json_document(&buf, start_len, &res, &o, gen_model_config(g)->seq_len);
-        if (!s) {
-            free(buf.data);
-            gen_free(g);
-            free(file_text);
-            return cli_error("out of memory");
-        }
-        printf("%s\n", s);
-        free(s);
-    }
-    if (!quiet) {
-        char crop[128] = "";
-        if (res.n_cropped > 0)
-            snprintf(crop, sizeof crop, "; context cropped to the last %d tokens for %d of them",
-                     gen_model_config(g)->seq_len, res.n_cropped);
-        fprintf(stderr, "zbsched generate: %s (%zu parameters), %d tokens in %.3f s, %.1f tokens/s "
-                "(%s%s)\n", gen_model_config(g)->name, gen_param_count(g), res.n_new, res.seconds,
-                res.tokens_per_s, o.use_cache ? "KV cache" : "no cache", crop);
-    }
-    free(buf.data);
+    rc = generate_and_print(g, prompt, prompt_len, &o, json, quiet);
     gen_free(g);
     free(file_text);
-    return 0;
+    return rc;
 }

@@ -84,6 +84,87 @@ static int is_launchable(const char *cmd)
     return 0;
 }
 
+/* Starts the node's gpus ranks, each `self cargv...` with the ZB_RANK,
+ * ZB_WORLD_SIZE, ZB_LOCAL_RANK, ZB_MASTER_ADDR and ZB_MASTER_PORT of
+ * local rank r on node node_rank of nodes, and waits for them all.  The
+ * first rank that fails (or a fork that fails) stops the others with
+ * SIGTERM.  Returns 0 when every rank exited 0, else 1 after one line
+ * naming the first failed rank and how it ended. */
+static int start_ranks(const char *self, char **cargv, long gpus, long nodes, long node_rank,
+                       const char *addr, long port)
+{
+    pid_t pids[MAX_LOCAL_RANKS];
+    int started = 0, failed_rank = -1, failed_status = 0;
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < gpus; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            failed_rank = r;
+            failed_status = -1;
+            break;
+        }
+        if (pid == 0) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "%ld", node_rank * gpus + r);
+            setenv("ZB_RANK", buf, 1);
+            snprintf(buf, sizeof buf, "%ld", nodes * gpus);
+            setenv("ZB_WORLD_SIZE", buf, 1);
+            snprintf(buf, sizeof buf, "%d", r);
+            setenv("ZB_LOCAL_RANK", buf, 1);
+            setenv("ZB_MASTER_ADDR", addr, 1);
+            snprintf(buf, sizeof buf, "%ld", port);
+            setenv("ZB_MASTER_PORT", buf, 1);
+            execv(self, cargv);
+            fprintf(stderr, "zbsched: launch: rank %d: cannot run %s: %s\n", r, self,
+                    strerror(errno));
+            _exit(127);
+        }
+        pids[started++] = pid;
+    }
+    int running = started;
+    if (failed_rank >= 0) /* fork failed: stop what started */
+        for (int i = 0; i < started; i++)
+            kill(pids[i], SIGTERM);
+    while (running > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        int r = -1;
+        for (int i = 0; i < started; i++)
+            if (pids[i] == pid) {
+                r = i;
+                pids[i] = 0;
+            }
+        if (r < 0)
+            continue;
+        running--;
+        int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && failed_rank < 0) {
+            failed_rank = r;
+            failed_status = status;
+            for (int i = 0; i < started; i++)
+                if (pids[i] > 0)
+                    kill(pids[i], SIGTERM);
+        }
+    }
+    if (failed_rank >= 0) {
+        if (failed_status == -1)
+            return cli_error("launch: cannot start rank %d: %s", failed_rank, strerror(errno));
+        if (WIFSIGNALED(failed_status))
+            return cli_error("launch: rank %ld (local %d) was killed by signal %d",
+                             node_rank * gpus + failed_rank, failed_rank,
+                             WTERMSIG(failed_status));
+        return cli_error("launch: rank %ld (local %d) failed with exit status %d",
+                         node_rank * gpus + failed_rank, failed_rank, WEXITSTATUS(failed_status));
+    }
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv)
 {
     enum { O_NODES = 256, O_NODE_RANK, O_ADDR, O_PORT };
@@ -164,75 +245,7 @@ int cmd_launch(int argc, char **argv)
     for (int i = 0; i < n_args; i++)
         cargv[i + 1] = argv[optind + i];
 
-    pid_t pids[MAX_LOCAL_RANKS];
-    int started = 0, failed_rank = -1, failed_status = 0;
-    fflush(stdout);
-    fflush(stderr);
-    for (int r = 0; r < gpus; r++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            failed_rank = r;
-            failed_status = -1;
-            break;
-        }
-        if (pid == 0) {
-            char buf[32];
-            snprintf(buf, sizeof buf, "%ld", node_rank * gpus + r);
-            setenv("ZB_RANK", buf, 1);
-            snprintf(buf, sizeof buf, "%ld", nodes * gpus);
-            setenv("ZB_WORLD_SIZE", buf, 1);
-            snprintf(buf, sizeof buf, "%d", r);
-            setenv("ZB_LOCAL_RANK", buf, 1);
-            setenv("ZB_MASTER_ADDR", addr, 1);
-            snprintf(buf, sizeof buf, "%ld", port);
-            setenv("ZB_MASTER_PORT", buf, 1);
-            execv(self, cargv);
-            fprintf(stderr, "zbsched: launch: rank %d: cannot run %s: %s\n", r, self,
-                    strerror(errno));
-            _exit(127);
-        }
-        pids[started++] = pid;
-    }
-    int running = started;
-    if (failed_rank >= 0) /* fork failed: stop what started */
-        for (int i = 0; i < started; i++)
-            kill(pids[i], SIGTERM);
-    while (running > 0) {
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        int r = -1;
-        for (int i = 0; i < started; i++)
-            if (pids[i] == pid) {
-                r = i;
-                pids[i] = 0;
-            }
-        if (r < 0)
-            continue;
-        running--;
-        int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed_rank < 0) {
-            failed_rank = r;
-            failed_status = status;
-            for (int i = 0; i < started; i++)
-                if (pids[i] > 0)
-                    kill(pids[i], SIGTERM);
-        }
-    }
+    int rc = start_ranks(self, cargv, gpus, nodes, node_rank, addr, port);
     free(cargv);
-    if (failed_rank >= 0) {
-        if (failed_status == -1)
-            return cli_error("launch: cannot start rank %d: %s", failed_rank, strerror(errno));
-        if (WIFSIGNALED(failed_status))
-            return cli_error("launch: rank %ld (local %d) was killed by signal %d",
-                             node_rank * gpus + failed_rank, failed_rank,
-                             WTERMSIG(failed_status));
-        return cli_error("launch: rank %ld (local %d) failed with exit status %d",
-                         node_rank * gpus + failed_rank, failed_rank, WEXITSTATUS(failed_status));
-    }
-    return 0;
+    return rc;
 }

@@ -175,8 +175,15 @@ int cmd_run(int argc, char **argv)
                                  : cli_error("this zbsched was built without MPI (meson "
                                              "-Dmpi=enabled), so every rank would train the "
                                              "same job; run it without mpirun");
+    if (mpi_ranks && a.isl.replicas > 0 && (a.ckpt_dir || a.stop_at != a.steps))
+        return saved_stderr >= 0 ? 2
+                                 : cli_usage(argv[0], "--checkpoint and --stop-at with --replicas "
+                                             "run in one process; under mpirun the islands do "
+                                             "not checkpoint yet");
     if (a.trace && cli_check_output(a.trace, a.file, a.data, a.model))
         return 1; /* before the training, not after it */
+    if (a.log && cli_check_output(a.log, a.file, a.data, a.model))
+        return 1;
     zb_err err = { { 0 } };
     sched_t *s = NULL;
     zb_data *d = NULL;
@@ -194,6 +201,8 @@ int cmd_run(int argc, char **argv)
         goto out;
     if (a.cuda && rk.world > 1 && (rc = run_gpu_refused("run", &a)) >= 0)
         goto out; /* before any rank bootstraps */
+    if ((rc = run_log_open(&a, rk.rank == 0)) != 0)
+        goto out; /* after the inputs were checked: a refused run leaves the old log */
     rc = 1;
     zb_model m = setup.model;
     trainer_opts o;
@@ -214,9 +223,10 @@ int cmd_run(int argc, char **argv)
         rc = 1;
     } else {
         run_catch_stop_signals(a.quiet);
-        rc = a.isl.replicas > 0 ? run_islands(&a, s, &m, d, &o) : run_local(&a, s, &m, d, &o, &id);
+        rc = a.isl.replicas > 0 ? run_islands(&a, s, &m, d, &o, &id) : run_local(&a, s, &m, d, &o, &id);
     }
 out:
+    rc = run_log_close(&a, rc);
     data_free(d);
     sched_free(s);
     run_setup_free(&setup);

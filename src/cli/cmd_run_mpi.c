@@ -89,7 +89,7 @@ static void print_pipeline(const run_args *a, const sched_t *s, trainer *t, int 
     const zb_model *em = trainer_model(t);
     if (!a->json) {
         printf("%s: %s, %d devices on %d MPI ranks, %d stages, m=%d; %ld steps, final loss %.4f, "
-               "val loss %.4f, %.0f tokens/s, %llu bytes sent (%.0f per step), %ld rollbacks\n",
+               "val loss %.4f, %.0f tokens/s, %llu bytes sent (%.0f per step), %ld rollbacks (" RUN_ROLLBACKS_WORDS ")\n",
                a->file, s->name[0] ? s->name : "schedule", s->n_devices, world, s->n_stages,
                s->n_micro, r->first_step + r->n_losses, r->losses[r->n_losses - 1], r->val_loss,
                tps, (unsigned long long)bytes, per_step, rollbacks);

@@ -41,12 +41,16 @@ void run_usage(FILE *out)
         "      --eval-windows N   validation windows per evaluation (default 64)\n"
         "      --checkpoint DIR   a checkpoint in DIR at every evaluation, on SIGTERM / SIGINT\n"
         "                         and at the end (one committed unit: weights, model and run\n"
-        "                         records; under mpirun one part per rank; DIR/lock keeps a\n"
+        "                         records; under mpirun one part per rank; with --replicas\n"
+        "                         every replica and the outer optimizer; DIR/lock keeps a\n"
         "                         second run out)\n"
         "      --checkpoint-every N  a checkpoint every N steps too\n"
         "      --resume           continue from the checkpoint in DIR (needs --checkpoint)\n"
         "      --stop-at N        stop after step N as if interrupted (continue with --resume)\n"
         "      --trace FILE       write the last step's measured op times as a schedule file\n"
+        "      --log FILE         one JSON line per step (loss, lr, grad_norm, tokens_per_s,\n"
+        "                         skipped, rollbacks, memory) and per evaluation, flushed as\n"
+        "                         it happens ('-': stdout; appended to with --resume)\n"
         "      --json             print one JSON object (losses, val_loss, tokens_per_s) at the end\n"
         "      --threads N        kernel threads per device (default: cores / devices);\n"
         "                         results are the same bits at every N\n"
@@ -96,7 +100,7 @@ void run_usage(FILE *out)
 enum {
     O_DATA = 256, O_MODEL, O_SEED, O_JSON, O_CKPT, O_CKPT_EVERY, O_RESUME, O_TRACE, O_EVAL,
     O_EVALW, O_LR, O_BATCH, O_CLIP, O_SYNC, O_STOP, O_DEVICE, O_GPU, O_THREADS, O_MAX_INPUT,
-    O_MAX_SKIPPED, O_LOSS_FACTOR,
+    O_MAX_SKIPPED, O_LOSS_FACTOR, O_LOG,
     /* the islands' */
     O_REPLICAS, O_OUTER, O_INNER, O_OUTER_LR, O_OUTER_MOM, O_ALLREDUCE, O_INTERVAL, O_LEAVE,
     O_ZERO1,
@@ -112,6 +116,7 @@ static const struct option run_options[] = {
     { "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
     { "resume", no_argument, NULL, O_RESUME },
     { "trace", required_argument, NULL, O_TRACE },
+    { "log", required_argument, NULL, O_LOG },
     { "eval-every", required_argument, NULL, O_EVAL },
     { "eval-windows", required_argument, NULL, O_EVALW },
     { "lr", required_argument, NULL, O_LR },
@@ -236,6 +241,7 @@ static int parse_run_flag(int c, const char *text, run_args *a, int *bad, zb_err
         break;
     case O_RESUME: a->resume = 1; break;
     case O_TRACE: a->trace = text; break;
+    case O_LOG: a->log = text; break;
     case O_EVAL:
         *bad = cli_parse_int("--eval-every", text, 1, 100000000, &a->eval_every, err);
         a->eval_flag = 1;
@@ -280,9 +286,17 @@ static int check_args(const char *prog, run_args *a)
         return cli_usage(prog, "--zero1 shards data-parallel replicas: it needs --outer sync");
     if (a->isl.zero1 && a->isl.outer.wire != OUTER_WIRE_FP32)
         return cli_usage(prog, "--zero1 runs on --allreduce fp32 only");
-    if (a->isl.replicas > 0 && (a->ckpt_dir || a->trace || a->stop_at != a->steps))
-        return cli_usage(prog, "--replicas does not support --checkpoint, --resume, --trace or "
-                         "--stop-at");
+    if (a->isl.replicas > 0 && a->trace)
+        return cli_usage(prog, "--replicas does not support --trace");
+    if (a->isl.replicas > 0 && (a->ckpt_dir || a->stop_at != a->steps) &&
+        (a->isl.n_events > 0 || a->isl.outer.kind == OUTER_AEDIT))
+        return cli_usage(prog, "--checkpoint and --stop-at with --replicas resume bit for bit, "
+                         "which %s cannot", a->isl.n_events > 0 ? "--leave" : "--outer a-edit "
+                         "(its wall clock)");
+    if (a->log && a->json && !strcmp(a->log, "-"))
+        return cli_usage(prog, "--log - and --json would both write to stdout; give --log a file");
+    if (a->log && a->trace && !strcmp(a->log, a->trace) && strcmp(a->log, "-"))
+        return cli_usage(prog, "--log and --trace name the same file '%s'", a->log);
     if (a->gpu >= 0 && !a->cuda)
         return cli_usage(prog, "--gpu N needs --device cuda");
     if (a->cuda && a->threads)

@@ -18,6 +18,9 @@ typedef struct run_args {
     const char *model;       /* --model preset or file, or NULL (run_plan.h decides) */
     const char *ckpt_dir;    /* --checkpoint, or NULL */
     const char *trace;       /* --trace, or NULL */
+    const char *log;         /* --log: the metrics log's path ("-": stdout), or NULL */
+    FILE *log_file;          /* the open --log on the process that writes it, else NULL
+                              * (run_log_open) */
     long steps;              /* --steps */
     long stop_at;            /* --stop-at: last step of this invocation (steps when not given) */
     long eval_every;         /* 0: at the end only */

@@ -92,7 +92,7 @@ static void print_summary(const run_args *a, const sched_t *s, const trainer *t,
     if (!a->json) {
         printf("%s: %s, %d devices on %d GPU ranks, %d stages, m=%d; %ld steps, final loss %.4f, "
                "%.0f tokens/s, rank 0 sent %llu bytes, GPU memory of rank 0 %.1f MB static + "
-               "%.1f MB peak activations, %ld rollbacks on rank 0\n",
+               "%.1f MB peak activations, %ld rollbacks on rank 0 (" RUN_ROLLBACKS_WORDS ")\n",
                a->file, s->name[0] ? s->name : "schedule", s->n_devices, world, s->n_stages,
                s->n_micro, r->first_step + r->n_losses, last, tps,
                (unsigned long long)cfg->bytes_sent, (double)static_bytes / 1e6,

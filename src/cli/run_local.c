@@ -56,7 +56,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     double last = r->n_losses ? r->losses[r->n_losses - 1] : NAN;
     if (!a->json) {
         printf("%s: %s, %d devices, %d stages, m=%d%s; %ld steps, final loss %.4f, val loss %.4f, "
-               "%.0f tokens/s, %ld rollbacks\n", a->file, s->name[0] ? s->name : "schedule",
+               "%.0f tokens/s, %ld rollbacks (" RUN_ROLLBACKS_WORDS ")\n", a->file, s->name[0] ? s->name : "schedule",
                s->n_devices, s->n_stages, s->n_micro, a->cuda ? " on cuda (one GPU)" : "",
                st->step, last, r->val_loss, tps, st->rollbacks);
         return;
@@ -197,36 +197,66 @@ static void print_islands(const run_args *a, const sched_t *s, const zb_model *m
 }
 
 int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data *d,
-                const trainer_opts *o)
+                const trainer_opts *o, const run_identity *id)
 {
     zb_err err = { { 0 } };
     a->isl.steps = a->steps;
     a->isl.eval_every = (int)a->eval_every;
+    int lock = -1, rc = 1;
+    if (run_ckpt_begin(a, NULL, &lock) != 0)
+        return 1;
     if (!a->quiet)
-        fprintf(stderr, "zbsched run: %d replicas of %s, outer %s%s, all-reduce %s, H=%d, %ld steps\n",
+        fprintf(stderr, "zbsched run: %d replicas of %s, outer %s%s, all-reduce %s, H=%d, %ld steps%s\n",
                 a->isl.replicas, s->name[0] ? s->name : a->file, outer_kind_name(a->isl.outer.kind),
                 a->isl.zero1 ? " (ZeRO-1)" : "", outer_wire_name(a->isl.outer.wire),
-                a->isl.outer.inner_steps, a->steps);
+                a->isl.outer.inner_steps, a->steps, a->resume ? ", resumed" : "");
     double t0 = now_s();
     islands *x = NULL;
+    cJSON *model_rec = NULL, *run_rec = NULL;
+    islands_records rec = { NULL, NULL };
+    job_result r = { 0 };
     if (islands_create(s, m, d, o, &a->isl, &x, &err) != 0) {
         zb_wrap(&err, "%s: ", a->file);
-        return cli_fail(&err);
+        cli_fail(&err);
+        goto out;
+    }
+    if (a->ckpt_dir) {
+        model_rec = ckptset_model_record(trainer_model(islands_replica(x, 0)), d->chars, d->vocab);
+        run_rec = run_record_to_json(id);
+        if (!model_rec || !run_rec) {
+            cli_error("out of memory");
+            goto out;
+        }
+        rec = (islands_records){ model_rec, run_rec };
+        islands_checkpoint(x, &rec);
+    }
+    if (a->resume) {
+        char note[256];
+        int same = islands_resume(x, a->ckpt_dir, id, note, sizeof note, &err);
+        if (same < 0) {
+            cli_fail(&err);
+            goto out;
+        }
+        if (same == 1 && !a->quiet)
+            fprintf(stderr, "zbsched run: %s\n", note);
     }
     job_way w;
     islands_way(x, &w);
     job_opts jo;
     run_job_opts(a, "try a lower --lr or --outer-lr", &jo);
-    job_result r;
     job_status st = job_run(&w, &jo, &r, &err);
-    int rc = run_job_exit(a, st, &r, &err, 1, a->file);
+    rc = run_job_exit(a, st, &r, &err, 1, a->file);
     if (st == JOB_DONE) {
         islands_result tot = { 0 };
         islands_totals(x, &tot);
         print_islands(a, s, m, &r, &tot, now_s() - t0);
     }
+out:
     job_result_free(&r);
     islands_free(x);
+    cJSON_Delete(model_rec);
+    cJSON_Delete(run_rec);
+    ckptset_unlock(lock);
     return rc;
 }
 

@@ -15,6 +15,7 @@
  */
 #include "src/cli/run_report.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 
 #include "runtime/ckpt_set.h"
 #include "src/cli/cli.h"
+#include "src/outfile.h"
 
 volatile sig_atomic_t run_stop_signal;
 
@@ -79,12 +81,14 @@ void run_progress(void *ctx, const job_event *e)
         fprintf(stderr, "step %ld/%ld: loss %.4f  %.0f tok/s  lr %.2e%s", e->step, e->steps,
                 in->loss, in->seconds > 0 ? (double)in->tokens / in->seconds : 0.0, in->lr, eta);
         if (in->member_id)
-            fprintf(stderr, " (%d replica%s)", in->members, in->members == 1 ? "" : "s");
+            fprintf(stderr, " (%d replica%s%s)", in->members, in->members == 1 ? "" : "s",
+                    in->outer_step > 0 ? ", then an outer step" : "");
         fputc('\n', stderr);
         break;
     }
     case JOB_EV_EVAL:
-        fprintf(stderr, "step %ld: val loss %.4f\n", e->step, e->val_loss);
+        fprintf(stderr, "step %ld: val loss %.4f%s\n", e->step, e->val_loss,
+                e->synchronized ? " (the replicas synchronized)" : "");
         break;
     case JOB_EV_LEAVE: {
         int gone = in->members - in->members_after;
@@ -114,6 +118,46 @@ void run_job_opts(const run_args *a, const char *hint, job_opts *o)
     o->stop = &run_stop_signal;
     o->progress = run_progress;
     o->progress_ctx = (void *)a;
+    o->log = a->log_file;
+    o->log_counters = a->log != NULL;
+}
+
+int run_log_open(run_args *a, int writer)
+{
+    a->log_file = NULL;
+    if (!a->log || !writer)
+        return 0;
+    if (!strcmp(a->log, "-")) {
+        a->log_file = stdout;
+        return 0;
+    }
+    zb_err err = { { 0 } };
+    outfile_kind kind;
+    char *target = NULL;
+    /* before the file is created: a log in the checkpoint directory under
+     * one of its names would be a half checkpoint */
+    if (a->ckpt_dir && ckptset_check_foreign(a->ckpt_dir, a->log, "--log file", &err) != 0)
+        return cli_fail(&err);
+    if (outfile_check(a->log, &kind, &target, &err) != 0)
+        return cli_error("--log: %s", err.msg);
+    a->log_file = fopen(target, a->resume ? "a" : "w");
+    int e = errno;
+    free(target);
+    if (!a->log_file)
+        return cli_error("--log: cannot open '%s': %s", a->log, strerror(e));
+    return 0;
+}
+
+int run_log_close(run_args *a, int rc)
+{
+    if (!a->log_file || a->log_file == stdout)
+        return rc;
+    int failed = fclose(a->log_file) != 0;
+    int e = errno;
+    a->log_file = NULL;
+    if (failed && rc == 0)
+        return cli_error("--log: cannot finish '%s': %s", a->log, strerror(e));
+    return rc;
 }
 
 static const char *signal_name(int sig)
@@ -132,9 +176,9 @@ int run_job_exit(const run_args *a, job_status st, const job_result *r, const zb
         long at = r->first_step + r->n_losses;
         if (print) {
             char rest[600];
-            if (a->isl.replicas > 0)
-                snprintf(rest, sizeof rest, "the islands write no checkpoints, so the run is "
-                         "not saved");
+            if (a->isl.replicas > 0 && !a->ckpt_dir)
+                snprintf(rest, sizeof rest, "nothing is saved without --checkpoint DIR (in one "
+                         "process; the islands under mpirun write no checkpoints yet)");
             else if (!a->ckpt_dir)
                 snprintf(rest, sizeof rest, "nothing is saved without --checkpoint DIR");
             else if (r->checkpoint_step == at)
@@ -222,6 +266,7 @@ int run_ckpt_begin(const run_args *a, const job_comm *comm, int *lock_fd)
                ckptset_check_foreign(dir, a->data, "--data text", &err) != 0 ||
                ckptset_check_foreign(dir, a->model, "--model file", &err) != 0 ||
                ckptset_check_foreign(dir, a->trace, "--trace file", &err) != 0 ||
+               ckptset_check_foreign(dir, a->log, "--log file", &err) != 0 ||
                ckptset_prepare(dir, inputs, 3, &err) != 0 ||
                ckptset_check_foreign(dir, a->trace, "--trace file", &err) != 0 ||
                (*lock_fd = ckptset_lock(dir, &err)) < 0;

@@ -16,6 +16,12 @@
 #include "src/cli/run_args.h"
 #include "src/sched.h"
 
+/* What the summary line says a rollback is: post-validation (docs/runtime.md)
+ * lets every stage step before the global gradient norm is known and
+ * redoes a stage's step when the norm says it had to be clipped; the
+ * count is of stage steps redone, so a p-stage step can add up to p. */
+#define RUN_ROLLBACKS_WORDS "stage steps redone by post-validation, as designed"
+
 /* The stop flag: 0, or the first SIGTERM / SIGINT received. */
 extern volatile sig_atomic_t run_stop_signal;
 
@@ -67,5 +73,19 @@ int run_ckpt_begin(const run_args *a, const job_comm *comm, int *lock_fd);
  * by rank 0, the seed's note by the speaker unless --quiet.  0 or 1. */
 int run_ckpt_resume(const run_args *a, job_trainer *jt, const run_identity *id,
                     const zb_data *d);
+
+/* Opens --log FILE for the job loop's metrics lines (runtime/job_log.h)
+ * when this process writes it (writer: rank 0, or the one process), into
+ * a->log_file: "-" is stdout; a path follows src/outfile.h's rules for
+ * what it may be (a FIFO or device written through, a symlink followed, a
+ * directory refused), truncated for a new run and appended to with
+ * --resume.  Lines go out one by one as the steps happen, so the file is
+ * not replaced atomically: it holds the finished steps.  0, or 1 after
+ * one line. */
+int run_log_open(run_args *a, int writer);
+
+/* Closes what run_log_open opened.  Returns rc, or 1 after one line when
+ * the file could not be closed (the last lines lost) and rc was 0. */
+int run_log_close(run_args *a, int rc);
 
 #endif

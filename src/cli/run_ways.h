@@ -24,7 +24,7 @@ int run_local(const run_args *a, const sched_t *s, const zb_model *m, const zb_d
               trainer_opts *o, const run_identity *id);
 
 int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data *d,
-                const trainer_opts *o);
+                const trainer_opts *o, const run_identity *id);
 
 /* The flags GPU ranks do not support, refused with one usage line (2)
  * before any rank bootstraps, or -1 to go on. */
