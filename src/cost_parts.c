@@ -185,8 +185,9 @@ static double ring_time(double bytes, int n, int all_reduce, double bw, double l
  * - ZeRO-3: each layer's bf16 weights all-gathered in F and again in B,
  *   prefetched under the previous layer's compute; ZeRO-2 and -3: its
  *   gradients reduce-scattered after W, under W's compute.
- * - Offload: a fraction of M_B copied to the host during F and back
- *   during B at the PCIe bandwidth, hidden behind the pass's compute. */
+ * - Offload: a fraction of M_B copied to the host after F and back
+ *   before B at the PCIe bandwidth, hidden behind the micro-batch's
+ *   compute where it fits (sail-sg PipeOffload). */
 static void layer_comm(const zb_model *m, const zb_gpu *g, const cost_options *o, cost_part *l)
 {
     int tp = cost_tp(o), cp = cost_cp(o), zero = cost_zero(o);
@@ -228,9 +229,15 @@ static void layer_comm(const zb_model *m, const zb_gpu *g, const cost_options *o
     }
     double off = cost_offload(o);
     if (off > 0) {
+        /* Copies stream in both directions at once (PCIe is full duplex)
+         * while the device computes; in the steady state of a pipeline a
+         * micro-batch's copies have its F, B and W to hide under, and
+         * what does not fit is split between F (the copy out) and B (the
+         * copy back). */
         double bytes = off * l->m_b, pcie = gpu_pcie_bw(g);
-        l->t_f += fmax(0, bytes / pcie - mm_f);
-        l->t_b += fmax(0, bytes / pcie - mm_b);
+        double excess = fmax(0, bytes / pcie - (mm_f + mm_b + mm_w));
+        l->t_f += excess;
+        l->t_b += excess;
         l->m_b -= bytes;
     }
 }
