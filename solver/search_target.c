@@ -100,10 +100,13 @@ typedef enum refusal {
     REFUSE_TT_RC,       /* torchtitan: not one policy (none, full) for every stage */
     REFUSE_MG_FAMILY,   /* megatron: not 1F1B or interleaved 1F1B */
     REFUSE_MG_RC,       /* megatron: recompute not global */
+    REFUSE_LAYOUT,      /* the layout (tp, cp, sharding, offload): search_layout_runs says why */
 } refusal;
 
 static refusal refusal_of(const search_candidate *c, search_target t)
 {
+    if (!search_layout_runs(&c->layout, c, t, NULL, 0))
+        return REFUSE_LAYOUT;
     if (t == SEARCH_TARGET_ZBSCHED)
         return REFUSE_NONE;
     if (c->vocab)
@@ -128,7 +131,12 @@ void search_target_refusal(const search_candidate *c, search_target t, char *buf
         [REFUSE_TT_RC] = "%s applies one activation-checkpointing policy (none or full) to every stage",
         [REFUSE_MG_FAMILY] = "%s runs only 1F1B and interleaved 1F1B",
         [REFUSE_MG_RC] = "%s recomputes globally (off, full or selective mlp), not per stage",
+        [REFUSE_LAYOUT] = "",
     };
+    if (refusal_of(c, t) == REFUSE_LAYOUT) {
+        search_layout_runs(&c->layout, c, t, buf, len);
+        return;
+    }
     snprintf(buf, len, why[refusal_of(c, t)], search_target_name(t));
 }
 
