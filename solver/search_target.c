@@ -70,6 +70,62 @@ int search_target_sync(search_target t)
     return t == SEARCH_TARGET_TORCHTITAN || t == SEARCH_TARGET_MEGATRON;
 }
 
+/* Layouts (search.h): zbsched and torch run pipeline x data parallel with
+ * ZeRO-1 and no offload; torchtitan TP (always with sequence parallel on
+ * the norms), CP and FSDP, no offload; Megatron-LM TP with or without
+ * --sequence-parallel, CP, ZeRO-1 (--use-distributed-optimizer), and
+ * activation offload (--cpu-offloading) only without a pipeline and
+ * without recompute. */
+int search_layout_runs(const zb_layout *l, const search_candidate *c, search_target t, char *buf,
+                       size_t len)
+{
+    const char *name = search_target_name(t);
+    if (buf && len)
+        buf[0] = 0;
+    if (!layout_is_extended(l))
+        return 1;
+    switch (t) {
+    case SEARCH_TARGET_ZBSCHED:
+    case SEARCH_TARGET_TORCH:
+        if (buf)
+            snprintf(buf, len, "%s runs pipeline x data parallel with ZeRO-1 only (no tensor or context "
+                     "parallelism, sharding or offload)", name);
+        return 0;
+    case SEARCH_TARGET_TORCHTITAN:
+        if (l->offload > 0) {
+            if (buf)
+                snprintf(buf, len, "%s has no activation offload", name);
+            return 0;
+        }
+        if (l->tp > 1 && !l->sp) {
+            if (buf)
+                snprintf(buf, len, "%s's tensor parallelism always shards the norms (sequence parallel)", name);
+            return 0;
+        }
+        if (l->zero == LAYOUT_ZERO2) {
+            if (buf)
+                snprintf(buf, len, "%s shards with FSDP (ZeRO-3), not ZeRO-2", name);
+            return 0;
+        }
+        return 1;
+    case SEARCH_TARGET_MEGATRON:
+        if (l->zero > LAYOUT_ZERO1) {
+            if (buf)
+                snprintf(buf, len, "%s shards optimizer state only (--use-distributed-optimizer), not "
+                         "gradients or parameters", name);
+            return 0;
+        }
+        if (l->offload > 0 && c && (c->pp > 1 || c->recompute)) {
+            if (buf)
+                snprintf(buf, len, "%s offloads activations (--cpu-offloading) only without a pipeline "
+                         "and without recompute", name);
+            return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* The recompute setting, as the engines' options see it. */
 typedef enum rc_shape {
     RC_NONE,     /* no stage recomputes */
