@@ -29,7 +29,7 @@ static void print_ranked(const search_options *o, const search_result *r, int ro
     cli_table_init(&t, "rlrrrlrrrrrrrr");
     char tok[32];
     snprintf(tok, sizeof tok, "tok/s/%s", o->gpu.cpu ? "dev" : "GPU");
-    const char *head[] = { "rank", "schedule", "pp*dp", "b", "m", "rc", "peak", "dev", "time ms",
+    const char *head[] = { "rank", "schedule", r->n_layouts > 1 ? "layout" : "pp*dp", "b", "m", "rc", "peak", "dev", "time ms",
                            "makespan", tok, "bubble", "MFU", "speed" };
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         cli_table_add(&t, "%s", head[i]);
@@ -39,7 +39,11 @@ static void print_ranked(const search_options *o, const search_result *r, int ro
         zb_size_format(c->peak_bytes, peak, sizeof peak);
         cli_table_add(&t, "%d", i + 1);
         cli_table_add(&t, "%s%s", c->label, c->split_tuned ? " *" : c->split == COST_SPLIT_PAPER ? " P" : "");
-        cli_table_add(&t, "%dx%d", c->pp, c->dp);
+        char lay[96];
+        if (layout_is_extended(&c->layout))
+            cli_table_add(&t, "%s", layout_text(&c->layout, lay, sizeof lay));
+        else
+            cli_table_add(&t, "%dx%d", c->pp, c->dp);
         cli_table_add(&t, "%d", c->micro_batch);
         cli_table_add(&t, "%d", c->n_micro);
         cli_table_add(&t, "%s", search_rc_text(c, rcb, sizeof rcb));
