@@ -171,6 +171,9 @@ typedef struct search_candidate {
     sched_t *sched;        /* the schedule with costs, for the best few; else NULL; owned */
 } search_candidate;
 
+/* Most layouts one search considers (4 tp x 2 cp x 3 ZeRO x 2 offload). */
+#define SEARCH_MAX_LAYOUTS 48
+
 typedef struct search_result {
     int n;                    /* candidates */
     search_candidate *c;      /* [n] fits first (fastest first), then OOM (smallest peak first), then skipped */
@@ -189,6 +192,10 @@ typedef struct search_result {
     int n_layouts;            /* layouts (tp, cp, ZeRO, offload) the search considered */
     int layouts_pruned;       /* of those, skipped: their work bound reached the best time
                                * found, or their static memory alone exceeded the limit */
+    zb_layout layout[SEARCH_MAX_LAYOUTS]; /* [n_layouts] in the order searched (lowest bound first) */
+    double layout_bound_ms[SEARCH_MAX_LAYOUTS];     /* each one's work bound, ms (0: none computed) */
+    double layout_static_bytes[SEARCH_MAX_LAYOUTS]; /* each one's static memory at its deepest pipeline */
+    int layout_pruned[SEARCH_MAX_LAYOUTS];          /* 1: skipped by its bounds (not simulated) */
     search_candidate best[SEARCH_N_TARGETS]; /* each target's best fit (time_ms under its
                                 * step rule), or when nothing it runs fits its smallest peak
                                 * (status SEARCH_OOM), or status SEARCH_SKIPPED; copies
@@ -252,8 +259,6 @@ const char *search_rc_text(const search_candidate *c, char *buf, size_t len);
 
 /* --- layouts (solver/search_layout.c) ------------------------------------ */
 
-/* Most layouts one search considers (4 tp x 2 cp x 3 ZeRO x 2 offload). */
-#define SEARCH_MAX_LAYOUTS 48
 
 /* The layouts search_run considers for o (tp, sp, cp, zero, offload set;
  * pp, chunks, dp 1): every combination of the fixed or searched values

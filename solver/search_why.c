@@ -71,8 +71,7 @@ static void family_rows(const search_options *o, const search_result *r, search_
     static const char *const families[] = { "PP x DP", "TP x PP x DP", "FSDP", "with CP", "offload" };
     const search_candidate *win = &r->c[0];
     char head[96];
-    snprintf(head, sizeof head, "layout families (%d layouts, %d skipped by their bounds):", r->n_layouts,
-             r->layouts_pruned);
+    snprintf(head, sizeof head, "layouts (%d, %d skipped):", r->n_layouts, r->layouts_pruned);
     add_row(w, SEARCH_WHY_HEADING, 0, head, -1, "%s", "");
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const search_candidate *best = NULL, *small = NULL, *refused = NULL;
@@ -106,10 +105,35 @@ static void family_rows(const search_options *o, const search_result *r, search_
         } else if (refused) {
             add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", refused->note);
         } else {
-            add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", o->target == SEARCH_TARGET_ZBSCHED ||
-                    o->target == SEARCH_TARGET_TORCH ? "not run by this target (plan for --target megatron or "
-                    "torchtitan)" : "not searched: fixed out by a flag, or its work bound or static memory "
-                    "already lost");
+            /* Not simulated: skipped by its bounds, refused by the target, or
+             * left out by a flag. */
+            int k = -1;
+            for (int i = 0; i < r->n_layouts && k < 0; i++)
+                if (r->layout_pruned[i] && !strcmp(search_layout_family(&r->layout[i]), families[f]))
+                    k = i;
+            zb_layout rep;
+            layout_default(&rep);
+            rep.tp = f == 1 ? 2 : 1;
+            rep.sp = rep.tp > 1;
+            rep.zero = f == 2 ? LAYOUT_ZERO3 : LAYOUT_ZERO1;
+            rep.cp = f == 3 ? 2 : 1;
+            rep.offload = f == 4 ? 0.5 : 0;
+            char why[300];
+            if (k >= 0 && r->layout_static_bytes[k] > o->mem_bytes) {
+                zb_size_format(r->layout_static_bytes[k], peak, sizeof peak);
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by memory: %s of static state per "
+                        "GPU already (%s), not simulated", peak, layout_text(&r->layout[k], plan, sizeof plan));
+            } else if (k >= 0) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by its work: %s's compute alone "
+                        "takes %.1f ms (%.3fx the winner's time), not simulated",
+                        layout_text(&r->layout[k], plan, sizeof plan), r->layout_bound_ms[k],
+                        r->layout_bound_ms[k] / win->time_ms);
+            } else if (!search_layout_runs(&rep, NULL, o->target, why, sizeof why)) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", why);
+            } else {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "not searched: a flag (--tp, --cp, --zero, "
+                        "--offload) or the job's shape leaves it out");
+            }
         }
     }
 }
@@ -216,11 +240,13 @@ void search_why_build(const search_options *o, const search_result *r, search_wh
     search_explain(win, &y);
     int p = win->pp;
     const char *dev = search_device_noun(&o->gpu, p);
-    char lay[100] = "", text[96];
+    char lay[100], text[96];
     if (layout_is_extended(&win->layout))
-        snprintf(lay, sizeof lay, ", %s", layout_text(&win->layout, text, sizeof text));
-    snprintf(w->head, sizeof w->head, "the winner takes %.1f ms per iteration (%s, pp=%d x dp=%d%s, b=%d%s%s).",
-             y.time_ms, win->label, win->pp, win->dp, lay, win->micro_batch,
+        snprintf(lay, sizeof lay, "%s", layout_text(&win->layout, text, sizeof text));
+    else
+        snprintf(lay, sizeof lay, "pp=%d x dp=%d", win->pp, win->dp);
+    snprintf(w->head, sizeof w->head, "the winner takes %.1f ms per iteration (%s, %s, b=%d%s%s).",
+             y.time_ms, win->label, lay, win->micro_batch,
              o->target != SEARCH_TARGET_ZBSCHED ? ", for " : "",
              o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "");
     add_row(w, SEARCH_WHY_ROW, 0, "work bound", y.work_bound_ms, "total compute / devices");

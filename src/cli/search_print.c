@@ -222,11 +222,15 @@ static void print_device_peaks(const cJSON *pred)
 void search_print_best(const search_options *o, const search_candidate *best, const char *output,
                        const char *svg)
 {
-    char rcb[32];
-    printf("best%s%s: %s, pp=%d x dp=%d, b=%d, m=%d, recompute %s -> %s%s%s\n",
+    char rcb[32], lay[96];
+    if (layout_is_extended(&best->layout))
+        layout_text(&best->layout, lay, sizeof lay);
+    else
+        snprintf(lay, sizeof lay, "pp=%d x dp=%d", best->pp, best->dp);
+    printf("best%s%s: %s, %s, b=%d, m=%d, recompute %s -> %s%s%s\n",
            o->target != SEARCH_TARGET_ZBSCHED ? " for " : "",
-           o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "", best->label, best->pp,
-           best->dp, best->micro_batch, best->n_micro, search_rc_text(best, rcb, sizeof rcb), output,
+           o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "", best->label, lay,
+           best->micro_batch, best->n_micro, search_rc_text(best, rcb, sizeof rcb), output,
            svg ? ", " : "", svg ? svg : "");
     const cJSON *meta = best->sched ? best->sched->meta : NULL;
     print_device_peaks(meta ? cJSON_GetObjectItem(meta, "predicted") : NULL);
