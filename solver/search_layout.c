@@ -70,7 +70,7 @@ int search_layouts(const search_options *o, zb_layout *out, int cap, zb_err *err
             offs[n_off++] = off_all[i];
     int per_node = o->nodes > 0 ? o->n_gpus / o->nodes : gpu_per_node(&o->gpu);
     int n = 0;
-    char why[600] = "";
+    char why[600] = "", why_target[600] = "";
     for (int a = 0; a < n_tp; a++)
         for (int b = 0; b < n_cp; b++)
             for (int z = 0; z < n_zero; z++)
@@ -92,13 +92,14 @@ int search_layouts(const search_options *o, zb_layout *out, int cap, zb_err *err
                                  o->n_gpus);
                         continue;
                     }
-                    if (!search_layout_runs(&l, NULL, o->target, why, sizeof why))
+                    if (!search_layout_runs(&l, NULL, o->target, why_target, sizeof why_target))
                         continue;
                     if (n < cap)
                         out[n++] = l;
                 }
     if (n == 0)
-        return zb_fail(err, "no layout is left to search: %s", why[0] ? why : "nothing was asked for");
+        return zb_fail(err, "no layout is left to search: %s", why_target[0] ? why_target
+                       : why[0] ? why : "nothing was asked for");
     /* The plain layout first: it is the baseline's and today's answer. */
     for (int i = 1; i < n; i++)
         if (!layout_is_extended(&out[i])) {

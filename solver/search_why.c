@@ -123,6 +123,10 @@ static void family_rows(const search_options *o, const search_result *r, search_
                 zb_size_format(r->layout_static_bytes[k], peak, sizeof peak);
                 add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by memory: %s of static state per "
                         "GPU already (%s), not simulated", peak, layout_text(&r->layout[k], plan, sizeof plan));
+            } else if (k >= 0 && !(r->layout_bound_ms[k] > 0)) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "no pipeline depth of %s divides the GPUs "
+                        "left (GPUs / (tp x cp)) with the global batch over the replicas",
+                        layout_text(&r->layout[k], plan, sizeof plan));
             } else if (k >= 0) {
                 add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by its work: %s's compute alone "
                         "takes %.1f ms (%.3fx the winner's time), not simulated",
