@@ -193,7 +193,13 @@ static void layer_comm(const zb_model *m, const zb_gpu *g, const cost_options *o
     int tp = cost_tp(o), cp = cost_cp(o), zero = cost_zero(o);
     double e = zb_dtype_bytes(m->dtype);
     double t = (double)m->seq_len * m->micro_batch / cp;
-    double tbw = gpu_tp_bw(g), lat = g->link_latency;
+    /* A collective's step inside the NVLink domain costs a few
+     * microseconds (COST_COLLECTIVE_STEP_LATENCY), not the pipeline
+     * send's latency: that one was fitted to the zero-bubble paper's
+     * measured P2P transfers (250 us on A100, framework overhead
+     * included), and 14 ring steps of it per all-reduce made TP 8 cost
+     * more than its GEMMs. */
+    double tbw = gpu_tp_bw(g), lat = fmin(g->link_latency, COST_COLLECTIVE_STEP_LATENCY);
     double mm_f = l->t_f, mm_b = l->t_b, mm_w = l->t_w;
     if (tp > 1) {
         double act = e * t * m->d_model;

@@ -22,6 +22,12 @@
  * workspaces and allocator fragmentation (docs/cost-model.md). */
 #define COST_RESERVE_BYTES 3e9
 
+/* Seconds per step of a ring collective inside the NVLink domain (TP, CP,
+ * ZeRO-3 within a node): assumed, the order of NCCL's small-message
+ * all-reduce latency over 8 GPUs divided by its 14 steps
+ * (docs/cost-model.md, "Layouts"). */
+#define COST_COLLECTIVE_STEP_LATENCY 5e-6
+
 /* How layers are distributed over virtual stages (cost_split_layers). */
 typedef enum cost_split {
     COST_SPLIT_PAPER = 0,    /* first and last stage one layer fewer (zero-bubble paper) */
