@@ -401,6 +401,15 @@ void search_cost_options(const search_options *o, cost_split split, int dp, int 
     c->reserve_bytes = o->gpu.cpu ? 0 : COST_RESERVE_BYTES;
 }
 
+/* 1 when st searches a layout beyond PP x DP for Megatron-LM: only its
+ * families (1F1B, interleaved 1F1B) and global recompute settings are
+ * built (torchtitan, the other engine that runs such layouts, is not the
+ * one ranked). */
+static int megatron_layout(const search_state *st)
+{
+    return layout_is_extended(&st->layout) && st->o->target == SEARCH_TARGET_MEGATRON;
+}
+
 /* The cost options of every candidate of this search at st's depth. */
 static void cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c)
 {
@@ -649,7 +658,12 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
      * interleaved 1F1B); the others have per-device and per-stage
      * settings of their own. */
     int mlp_all = cf->rc_mlp_stages == SEARCH_RC_ALL;
-    int izb = !mlp_all && gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
+    /* A layout beyond PP x DP runs on torchtitan and Megatron-LM only;
+     * searched for Megatron, its families are all it needs to build (the
+     * other targets' rows then show their best of the plain layout and
+     * of what Megatron's families give them): a third of the work. */
+    int megatron_only = megatron_layout(st);
+    int izb = !mlp_all && !megatron_only && gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
         snprintf(label, sizeof label, "interleaved v=%d", v);
@@ -676,7 +690,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
                 goto out;
         }
     }
-    if (p == 1 || mlp_all) { /* one device: every family is the same sequence */
+    if (p == 1 || mlp_all || megatron_only) { /* one device: every family is the same sequence */
         rc = 0;
         goto out;
     }
@@ -1743,7 +1757,7 @@ static int run_depth(search_state *st, zb_err *err)
     /* First k devices recompute: they hold the most micro-batches in
      * flight.  Every k for p <= 8; k = p/8, 2p/8, ..., 7p/8 beyond. */
     int partial[8], n_partial = 0;
-    if (o->recompute < 0)
+    if (o->recompute < 0 && !megatron_layout(st)) /* Megatron recomputes globally only */
         for (int q = 1; q <= 7; q++) {
             int k = p <= 8 ? q : (p * q + 4) / 8;
             if (k > 0 && k < p && (n_partial == 0 || partial[n_partial - 1] != k))
