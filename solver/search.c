@@ -2137,7 +2137,8 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         r->layout[k] = layouts[k];
         r->layout_bound_ms[k] = 0;
         r->layout_static_bytes[k] = 0;
-        if (nd > 0 && layout_bounds(&st, d[nd - 1], &r->layout_bound_ms[k], &r->layout_static_bytes[k], err) < 0) {
+        if (n_layouts > 1 && nd > 0 &&
+            layout_bounds(&st, d[nd - 1], &r->layout_bound_ms[k], &r->layout_static_bytes[k], err) < 0) {
             search_result_free(r);
             return -1;
         }
