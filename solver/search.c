@@ -410,6 +410,16 @@ static int megatron_layout(const search_state *st)
     return layout_is_extended(&st->layout) && st->o->target == SEARCH_TARGET_MEGATRON;
 }
 
+/* 1 when candidate c belongs to st's depth and layout (the refinements
+ * of a depth re-cost only its own candidates: another layout of the same
+ * pipeline depth has another data-parallel width and micro-batch count). */
+static int of_depth(const search_state *st, const search_candidate *c)
+{
+    const zb_layout *a = &c->layout, *b = &st->layout;
+    return c->pp == st->pp && c->dp == st->dp && a->tp == b->tp && a->sp == b->sp && a->cp == b->cp &&
+           a->zero == b->zero && a->offload == b->offload;
+}
+
 /* The cost options of every candidate of this search at st's depth. */
 static void cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c)
 {
@@ -1050,7 +1060,7 @@ static int run_ilp(search_state *st, zb_err *err)
         return zb_fail(err, "out of memory");
     for (int i = 0; i < n_fit && done < o->ilp_top && n_seen < 64; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->split_tuned || c->rc_mlp_stages == SEARCH_RC_ALL)
+        if (!of_depth(st, c) || c->split_tuned || c->rc_mlp_stages == SEARCH_RC_ALL)
             continue;
         int b = c->micro_batch, rc = c->rc_devices, dup = 0;
         cost_split split = c->split;
@@ -1213,7 +1223,7 @@ static int tune_depth(search_state *st, zb_err *err)
     int n_pick = 0;
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched || c->vocab)
+        if (!of_depth(st, c) || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched || c->vocab)
             continue;
         int dup = 0;
         for (int k = 0; k < n_pick && !dup; k++)
@@ -1230,7 +1240,7 @@ static int tune_depth(search_state *st, zb_err *err)
         int first = n_pick;
         for (int i = 0; i < n; i++) {
             const search_candidate *c = &r->c[i];
-            if (c->pp != st->pp || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched ||
+            if (!of_depth(st, c) || c->status == SEARCH_SKIPPED || c->split_tuned || !c->sched ||
                 !(c->targets >> sync_targets[t] & 1))
                 continue;
             int k = first;
@@ -1725,7 +1735,7 @@ static int vocab_depth(search_state *st, zb_err *err)
         }
     for (int i = 0; i < n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp != st->pp || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
+        if (!of_depth(st, c) || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
             continue;
         int dup = 0;
         for (int k = 0; k < n_pick && !dup; k++)

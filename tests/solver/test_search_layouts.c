@@ -162,7 +162,7 @@ START_TEST(masks_follow_layouts)
     o.global_batch = 16;
     o.n_devices = 2;
     o.max_micro_batch = 1;
-    o.split_search = 0;
+    o.split_search = 1; /* the split search re-costs candidates: each within its own layout */
     o.target = SEARCH_TARGET_TORCHTITAN;
     search_layouts_searched(&o);
     search_result r;
@@ -176,11 +176,25 @@ START_TEST(masks_follow_layouts)
         ck_assert_int_eq(c->layout.pp, c->pp);
         ck_assert_int_eq(c->layout.dp, c->dp);
         ck_assert_int_eq(layout_gpus(&c->layout), 8);
+        if (c->status != SEARCH_SKIPPED) /* its micro-batches are its own layout's */
+            ck_assert_int_eq(c->n_micro * c->micro_batch * c->dp, o.global_batch);
         if (layout_is_extended(&c->layout))
             ck_assert(!(c->targets & (1u << SEARCH_TARGET_ZBSCHED | 1u << SEARCH_TARGET_TORCH)));
         ck_assert(c->layout.offload == 0); /* torchtitan does not offload: never offered */
     }
     ck_assert(extended);
+    search_result_free(&r);
+    /* For Megatron, a layout beyond PP x DP gets Megatron's families only,
+     * the split search's refinements included (they once re-costed other
+     * layouts' zb-auto plans under this one) */
+    o.target = SEARCH_TARGET_MEGATRON;
+    o.n_devices = 0;
+    o.global_batch = 32;
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < r.n; i++)
+        if (layout_is_extended(&r.c[i].layout) && r.c[i].status != SEARCH_SKIPPED)
+            ck_assert_msg(!strcmp(r.c[i].family, "1f1b") || !strcmp(r.c[i].family, "interleaved"), "%s %s",
+                          r.c[i].label, r.c[i].family);
     search_result_free(&r);
 }
 END_TEST
