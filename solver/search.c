@@ -1767,7 +1767,11 @@ static int run_depth(search_state *st, zb_err *err)
     /* First k devices recompute: they hold the most micro-batches in
      * flight.  Every k for p <= 8; k = p/8, 2p/8, ..., 7p/8 beyond. */
     int partial[8], n_partial = 0;
-    if (o->recompute < 0 && !megatron_layout(st)) /* Megatron recomputes globally only */
+    /* Beyond PP x DP only Megatron-LM and torchtitan run a layout, and
+     * both recompute every stage alike: per-device settings are built
+     * for the plain layout only. */
+    int ext = layout_is_extended(&st->layout);
+    if (o->recompute < 0 && !ext)
         for (int q = 1; q <= 7; q++) {
             int k = p <= 8 ? q : (p * q + 4) / 8;
             if (k > 0 && k < p && (n_partial == 0 || partial[n_partial - 1] != k))
@@ -1778,7 +1782,7 @@ static int run_depth(search_state *st, zb_err *err)
     /* With recompute searched, also every stage at the MLP level: the
      * global selective setting Megatron-LM offers (its mlp and layernorm
      * modules), which zbsched and torch run too. */
-    int n_mlp = o->recompute < 0;
+    int n_mlp = o->recompute < 0 && !(ext && o->target == SEARCH_TARGET_TORCHTITAN); /* it has no MLP level */
     for (int i = 0; i < n_sizes; i++) {
         for (int si = 0; si < n_splits; si++) {
             for (int ri = 0; ri < n_rc + n_partial + n_mlp; ri++) {
