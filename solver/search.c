@@ -787,6 +787,11 @@ static int cmp_times(const search_candidate *a, const search_candidate *b, doubl
         long ba = time_bucket(ta), bb = time_bucket(tb);
         if (ba != bb)
             return ba < bb ? -1 : 1;
+        /* Equally fast, the plan that keeps its activations on the GPU
+         * wins: offload saves memory that a fitting plan does not need,
+         * and costs host memory and PCIe traffic the model does not time. */
+        if (a->layout.offload != b->layout.offload)
+            return a->layout.offload < b->layout.offload ? -1 : 1;
         if (a->peak_bytes != b->peak_bytes)
             return a->peak_bytes < b->peak_bytes ? -1 : 1;
         if (ta != tb)
