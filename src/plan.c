@@ -282,8 +282,9 @@ void plan_search_command(const zb_plan *p, plan_target t, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && p->gpu[0])
         n += snprintf(buf + n, cap - (size_t)n, " --gpu %s", p->gpu);
     if (n >= 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, " --gpus %d --global-batch %d",
-                      p->pipeline_parallel * p->data_parallel, p->global_batch);
+        n += snprintf(buf + n, cap - (size_t)n, " --gpus %ld --global-batch %d", /* every rank of the layout */
+                      p->layout.tp >= 1 ? layout_gpus(&p->layout)
+                                        : (long)p->pipeline_parallel * p->data_parallel, p->global_batch);
     if (n >= 0 && (size_t)n < cap && !p->flash_attention)
         n += snprintf(buf + n, cap - (size_t)n, " --no-flash");
     if (n >= 0 && (size_t)n < cap && p->fused_loss)
