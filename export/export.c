@@ -185,9 +185,19 @@ static int check_torchtitan(const sched_t *s, const zb_plan *p, zb_err *err)
         return refuse(err, p, t, NULL, "torchtitan applies one activation-checkpoint policy to "
                       "every stage, and this plan recomputes per stage (%s)", rc);
     }
-    if (level == COST_RC_MLP)
+    if (level == COST_RC_MLP || level == COST_RC_ATTN)
         return refuse(err, p, t, NULL, "torchtitan's activation checkpointing is full, per op "
-                      "or every n-th layer; it has no MLP-only level, which this plan uses");
+                      "or every n-th layer; it has no %s level, which this plan uses",
+                      level == COST_RC_MLP ? "MLP-only" : "attention-core");
+    const zb_layout *l = &p->layout;
+    if (l->offload > 0)
+        return refuse(err, p, t, NULL, "torchtitan has no activation offload, and this plan keeps "
+                      "%.0f%% of the saved activations in host memory", 100 * l->offload);
+    if (l->tp > 1 && !l->sp)
+        return refuse(err, p, t, NULL, "torchtitan's tensor parallelism always shards the norms "
+                      "(sequence parallel), and this plan's tp %d does not", l->tp);
+    if (l->zero == LAYOUT_ZERO2)
+        return refuse(err, p, t, NULL, "torchtitan shards with FSDP (ZeRO-3), not ZeRO-2");
     return check_architecture(p, t, "torchtitan", err);
 }
 
@@ -221,6 +231,13 @@ static int check_megatron(const sched_t *s, const zb_plan *p, zb_err *err)
         return refuse(err, p, t, NULL, "Megatron-LM's recompute flags apply to every stage, and "
                       "this plan recomputes per stage (%s)", rc);
     }
+    const zb_layout *l = &p->layout;
+    if (l->zero > LAYOUT_ZERO1)
+        return refuse(err, p, t, NULL, "Megatron-LM shards optimizer state only "
+                      "(--use-distributed-optimizer), and this plan shards at ZeRO-%d", l->zero);
+    if (l->offload > 0 && (l->pp > 1 || level != COST_RC_NONE))
+        return refuse(err, p, t, NULL, "Megatron-LM offloads activations (--cpu-offloading) only "
+                      "without a pipeline and without recompute");
     return check_architecture(p, t, "Megatron-LM", err);
 }
 
@@ -234,6 +251,12 @@ int export_check(const sched_t *s, const zb_plan *p, export_format f, zb_err *er
         return check_torchtitan(s, p, err);
     if (f == EXPORT_MEGATRON)
         return check_megatron(s, p, err);
+    if ((f == EXPORT_PYTORCH || f == EXPORT_TORCH_CSV) && p && layout_is_extended(&p->layout)) {
+        char lay[96];
+        return refuse(err, p, PLAN_TARGET_TORCH, NULL, "PyTorch's pipelining runs plain layers over "
+                      "pipeline x data parallel, and this plan's layout is %s",
+                      layout_text(&p->layout, lay, sizeof lay));
+    }
     if (f == EXPORT_PYTORCH && p->model.memory.n_layers > 0)
         return refuse(err, p, PLAN_TARGET_TORCH, NULL, "examples/pytorch builds plain Llama "
                       "layers; model %s has %d product-key memory layers", p->model.name,

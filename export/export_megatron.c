@@ -30,6 +30,8 @@
  */
 #include "export/export_internal.h"
 
+#include <math.h>
+
 #include "src/cost_model.h"
 
 char *export_megatron_text(const sched_t *s, const zb_plan *p, const char *source, zb_err *err)
@@ -56,7 +58,15 @@ char *export_megatron_text(const sched_t *s, const zb_plan *p, const char *sourc
         if (st == s->n_stages - 1)
             fputc('L', f);
     }
-    fputs("\n--tensor-model-parallel-size 1\n", f);
+    const zb_layout *l = &p->layout;
+    fprintf(f, "\n--tensor-model-parallel-size %d\n", l->tp);
+    if (l->sp)
+        fputs("--sequence-parallel\n", f);
+    if (l->cp > 1)
+        fprintf(f, "--context-parallel-size %d\n", l->cp);
+    if (l->offload > 0) /* whole layers: the fraction of the model's layers, at least one */
+        fprintf(f, "--cpu-offloading\n--cpu-offloading-num-layers %d\n",
+                (int)fmax(1, floor(l->offload * m->n_layers + 0.5)));
     fprintf(f, "--micro-batch-size %d\n--global-batch-size %d\n", p->micro_batch, p->global_batch);
     if (p->zero1_dp > 1)
         fputs("--use-distributed-optimizer\n", f);
@@ -65,6 +75,8 @@ char *export_megatron_text(const sched_t *s, const zb_plan *p, const char *sourc
               "--recompute-num-layers 1\n", f);
     else if (level == COST_RC_MLP)
         fputs("--recompute-granularity selective\n--recompute-modules mlp\n", f);
+    else if (level == COST_RC_ATTN)
+        fputs("--recompute-granularity selective\n--recompute-modules core_attn\n", f);
     fprintf(f, "--num-layers %d\n--hidden-size %d\n--ffn-hidden-size %d\n"
             "--num-attention-heads %d\n", m->n_layers, m->d_model, m->d_ff, m->n_heads);
     if (m->n_kv_heads != m->n_heads)

@@ -137,7 +137,8 @@ char *export_torchtitan_text(const sched_t *s, const zb_plan *p, const char *sou
     }
     fputs("]\n", f);
     fprintf(f, "data_parallel_shard_degree = %d\ndata_parallel_replicate_degree = 1\n"
-            "tensor_parallel_degree = 1\ncontext_parallel_degree = 1\n", p->data_parallel);
+            "tensor_parallel_degree = %d\ncontext_parallel_degree = %d\n", p->data_parallel,
+            p->layout.tp, p->layout.cp);
 
     fputs("\n[activation_checkpoint]\n", f);
     if (level == COST_RC_FULL)

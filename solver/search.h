@@ -34,6 +34,7 @@
 #define ZB_SEARCH_H
 
 #include "src/cost_model.h"
+#include "src/layout.h"
 #include "src/sched.h"
 
 /* Iteration times closer than this ratio rank as equal, and the smaller
@@ -90,6 +91,18 @@ typedef struct search_options {
     /* Called with what the search does next when that is slow (before each
      * ILP run: "ilp on b=1, recompute on"), with progress_ctx; may be NULL. */
     void (*progress_stage)(void *ctx, const char *what);
+    /* The layout beyond pipeline x data parallel (src/layout.h,
+     * solver/search_layout.c).  Each dimension is fixed (--tp, --cp,
+     * --zero, --offload) or searched: tp 0 tries 1, 2, 4, 8 within a node,
+     * cp 0 tries 1 and 2, zero 0 tries ZeRO-1 and ZeRO-3, offload < 0
+     * tries 0 and 0.5; a searched dimension only takes the values the
+     * target can run.  Library default: all fixed at the plain layout. */
+    int tp;                    /* tensor-parallel size, or 0: searched */
+    int cp;                    /* context-parallel size, or 0: searched */
+    int zero;                  /* LAYOUT_ZERO1..3, or 0: searched */
+    double offload;            /* activation offload fraction 0..1, or < 0: searched */
+    int sp;                    /* 1 (default): sequence parallelism wherever tp > 1 */
+    int tp_comm_overlap;       /* 1 (default): TP collectives under their GEMMs (--tp-comm-overlap) */
 } search_options;
 
 /* search_options.vocab */
@@ -126,6 +139,7 @@ typedef struct search_candidate {
                             * only their MLP blocks (COST_RC_MLP), the others in full;
                             * both SEARCH_RC_ALL: every stage at the MLP level */
     int pp, dp;            /* pipeline depth, data-parallel width */
+    zb_layout layout;      /* the whole layout: tp (+sp), cp, pp, chunks, dp, ZeRO level, offload */
     cost_split split;      /* the rule the split started from */
     int split_tuned;       /* 1 when the local search moved layers */
     int vocab;             /* 0 plain; 1 or 2: vocabulary-parallel plan (Vocab-1, Vocab-2) */
@@ -157,6 +171,9 @@ typedef struct search_candidate {
     sched_t *sched;        /* the schedule with costs, for the best few; else NULL; owned */
 } search_candidate;
 
+/* Most layouts one search considers (4 tp x 2 cp x 3 ZeRO x 2 offload). */
+#define SEARCH_MAX_LAYOUTS 48
+
 typedef struct search_result {
     int n;                    /* candidates */
     search_candidate *c;      /* [n] fits first (fastest first), then OOM (smallest peak first), then skipped */
@@ -172,6 +189,13 @@ typedef struct search_result {
                                * device's compute alone reached the best plan's time */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest
                                 * pipeline; status SEARCH_SKIPPED when it could not be built */
+    int n_layouts;            /* layouts (tp, cp, ZeRO, offload) the search considered */
+    int layouts_pruned;       /* of those, skipped: their work bound reached the best time
+                               * found, or their static memory alone exceeded the limit */
+    zb_layout layout[SEARCH_MAX_LAYOUTS]; /* [n_layouts] in the order searched (lowest bound first) */
+    double layout_bound_ms[SEARCH_MAX_LAYOUTS];     /* each one's work bound, ms (0: none computed) */
+    double layout_static_bytes[SEARCH_MAX_LAYOUTS]; /* each one's static memory at its deepest pipeline */
+    int layout_pruned[SEARCH_MAX_LAYOUTS];          /* 1: skipped by its bounds (not simulated) */
     search_candidate best[SEARCH_N_TARGETS]; /* each target's best fit (time_ms under its
                                 * step rule), or when nothing it runs fits its smallest peak
                                 * (status SEARCH_OOM), or status SEARCH_SKIPPED; copies
@@ -180,6 +204,8 @@ typedef struct search_result {
 
 /* Fills o with the defaults: llama3-8b on H100-80G, 8 GPUs with every
  * pipeline depth dividing 8, global batch 64, 40 GB (mem_bytes = 40e9),
+ * the plain layout (tp 1, cp 1, ZeRO-1, no offload; SP and TP overlap on
+ * should tp be set),
  * recompute searched, flash attention, plain loss, balanced and paper
  * splits with a local search, no extra ZeRO, b up to 64, no ILP (3 configs,
  * 10 s each when on), target zbsched. */
@@ -230,6 +256,38 @@ void search_target_refusal(const search_candidate *c, search_target t, char *buf
  * "s0-20" (the first 21 virtual stages in model order), "s0-20m15"
  * (stages 15-20 of those at the MLP level).  Returns buf or a literal. */
 const char *search_rc_text(const search_candidate *c, char *buf, size_t len);
+
+/* --- layouts (solver/search_layout.c) ------------------------------------ */
+
+
+/* The layouts search_run considers for o (tp, sp, cp, zero, offload set;
+ * pp, chunks, dp 1): every combination of the fixed or searched values
+ * that the model's shape, a node and the GPU count allow and that
+ * o->target can run, the plain layout first when it is among them.
+ * Returns how many (>= 1), or -1 with err saying why none is left (a
+ * fixed value the target cannot run, or that does not fit the job). */
+int search_layouts(const search_options *o, zb_layout *out, int cap, zb_err *err);
+
+/* 1 when target t can run layout l, else 0 with why (one clause) in buf;
+ * c may be NULL (the layout alone) or the candidate (its pipeline depth
+ * and recompute also count). */
+int search_layout_runs(const zb_layout *l, const search_candidate *c, search_target t, char *buf,
+                       size_t len);
+
+/* Sets every layout dimension of o to searched (what `zbsched search`
+ * does before its flags): tp, cp, zero 0 and offload -1. */
+void search_layouts_searched(search_options *o);
+
+/* One layout flag of `zbsched search` into o: "--tp" and "--cp" (a power
+ * of two up to 64, or "auto"), "--zero" (1, 2, 3, fsdp or auto),
+ * "--offload" (a fraction in [0, 1] or auto), "--no-sp" and
+ * "--no-tp-overlap" (arg NULL).  Returns 0, or -1 with err saying what
+ * the value should be. */
+int search_layout_flag(search_options *o, const char *flag, const char *arg, zb_err *err);
+
+/* The layout family of l: "PP x DP", "TP x PP x DP", "FSDP", "with CP"
+ * (CP wins over FSDP, FSDP over TP), "offload" when only offload differs. */
+const char *search_layout_family(const zb_layout *l);
 
 /* --- the why block (solver/search_why.c) ---------------------------------- */
 

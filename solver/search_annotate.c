@@ -220,6 +220,10 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
                                                        : m.memory.n_layers > 0 ? "balanced-time-then-memory"
                                                        : "balanced");
         bad |= !cJSON_AddNumberToObject(plan, "zero1_dp", o->zero1_dp * c->dp);
+        cJSON *lay = layout_to_json(&c->layout);
+        bad |= !lay;
+        if (lay)
+            cJSON_AddItemToObject(plan, "layout", lay);
         bad |= !cJSON_AddNumberToObject(plan, "mem_limit_bytes", o->mem_bytes);
         for (int i = 0; i < S; i++)
             v[i] = c->layers[i];
@@ -230,6 +234,7 @@ int search_annotate(const search_options *o, search_candidate *c, zb_err *err)
         if (m.memory.n_layers > 0) {
             cost_options co;
             search_cost_options(o, c->split, c->dp, 0, &co);
+            co.layout = c->layout;
             co.recompute = c->recompute;
             co.layers = c->layers;
             bad |= annotate_memory(&m, o, &co, c, c->layers, S, plan) < 0;

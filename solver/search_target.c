@@ -70,6 +70,62 @@ int search_target_sync(search_target t)
     return t == SEARCH_TARGET_TORCHTITAN || t == SEARCH_TARGET_MEGATRON;
 }
 
+/* Layouts (search.h): zbsched and torch run pipeline x data parallel with
+ * ZeRO-1 and no offload; torchtitan TP (always with sequence parallel on
+ * the norms), CP and FSDP, no offload; Megatron-LM TP with or without
+ * --sequence-parallel, CP, ZeRO-1 (--use-distributed-optimizer), and
+ * activation offload (--cpu-offloading) only without a pipeline and
+ * without recompute. */
+int search_layout_runs(const zb_layout *l, const search_candidate *c, search_target t, char *buf,
+                       size_t len)
+{
+    const char *name = search_target_name(t);
+    if (buf && len)
+        buf[0] = 0;
+    if (!layout_is_extended(l))
+        return 1;
+    switch (t) {
+    case SEARCH_TARGET_ZBSCHED:
+    case SEARCH_TARGET_TORCH:
+        if (buf)
+            snprintf(buf, len, "%s runs pipeline x data parallel with ZeRO-1 only (no tensor or context "
+                     "parallelism, sharding or offload)", name);
+        return 0;
+    case SEARCH_TARGET_TORCHTITAN:
+        if (l->offload > 0) {
+            if (buf)
+                snprintf(buf, len, "%s has no activation offload", name);
+            return 0;
+        }
+        if (l->tp > 1 && !l->sp) {
+            if (buf)
+                snprintf(buf, len, "%s's tensor parallelism always shards the norms (sequence parallel)", name);
+            return 0;
+        }
+        if (l->zero == LAYOUT_ZERO2) {
+            if (buf)
+                snprintf(buf, len, "%s shards with FSDP (ZeRO-3), not ZeRO-2", name);
+            return 0;
+        }
+        return 1;
+    case SEARCH_TARGET_MEGATRON:
+        if (l->zero > LAYOUT_ZERO1) {
+            if (buf)
+                snprintf(buf, len, "%s shards optimizer state only (--use-distributed-optimizer), not "
+                         "gradients or parameters", name);
+            return 0;
+        }
+        if (l->offload > 0 && c && (c->pp > 1 || c->recompute)) {
+            if (buf)
+                snprintf(buf, len, "%s offloads activations (--cpu-offloading) only without a pipeline "
+                         "and without recompute", name);
+            return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* The recompute setting, as the engines' options see it. */
 typedef enum rc_shape {
     RC_NONE,     /* no stage recomputes */
@@ -100,10 +156,13 @@ typedef enum refusal {
     REFUSE_TT_RC,       /* torchtitan: not one policy (none, full) for every stage */
     REFUSE_MG_FAMILY,   /* megatron: not 1F1B or interleaved 1F1B */
     REFUSE_MG_RC,       /* megatron: recompute not global */
+    REFUSE_LAYOUT,      /* the layout (tp, cp, sharding, offload): search_layout_runs says why */
 } refusal;
 
 static refusal refusal_of(const search_candidate *c, search_target t)
 {
+    if (!search_layout_runs(&c->layout, c, t, NULL, 0))
+        return REFUSE_LAYOUT;
     if (t == SEARCH_TARGET_ZBSCHED)
         return REFUSE_NONE;
     if (c->vocab)
@@ -128,7 +187,12 @@ void search_target_refusal(const search_candidate *c, search_target t, char *buf
         [REFUSE_TT_RC] = "%s applies one activation-checkpointing policy (none or full) to every stage",
         [REFUSE_MG_FAMILY] = "%s runs only 1F1B and interleaved 1F1B",
         [REFUSE_MG_RC] = "%s recomputes globally (off, full or selective mlp), not per stage",
+        [REFUSE_LAYOUT] = "",
     };
+    if (refusal_of(c, t) == REFUSE_LAYOUT) {
+        search_layout_runs(&c->layout, c, t, buf, len);
+        return;
+    }
     snprintf(buf, len, why[refusal_of(c, t)], search_target_name(t));
 }
 

@@ -48,9 +48,98 @@ static search_why_row *add_row(search_why_block *w, search_why_kind kind, int le
 /* The plan in a few words: "zb-auto max, pp=8 x dp=1, b=1, recompute 0-3". */
 static void plan_words(const search_candidate *c, char *buf, size_t len)
 {
-    char rcb[32];
-    snprintf(buf, len, "%s, pp=%d x dp=%d, b=%d, recompute %s", c->label, c->pp, c->dp, c->micro_batch,
-             search_rc_text(c, rcb, sizeof rcb));
+    char rcb[32], lay[96];
+    if (layout_is_extended(&c->layout))
+        snprintf(buf, len, "%s, %s, b=%d, recompute %s", c->label, layout_text(&c->layout, lay, sizeof lay),
+                 c->micro_batch, search_rc_text(c, rcb, sizeof rcb));
+    else
+        snprintf(buf, len, "%s, pp=%d x dp=%d, b=%d, recompute %s", c->label, c->pp, c->dp, c->micro_batch,
+                 search_rc_text(c, rcb, sizeof rcb));
+}
+
+/* 1 when a and b have the same tp, sp, cp, ZeRO level and offload. */
+static int same_layout(const zb_layout *a, const zb_layout *b)
+{
+    return a->tp == b->tp && a->sp == b->sp && a->cp == b->cp && a->zero == b->zero && a->offload == b->offload;
+}
+
+/* One row per layout family (search_layout_family) when the search
+ * considered more than one layout: its best plan the target runs and what
+ * limits it (bubble, imbalance, exposed sync), or why it has none. */
+static void family_rows(const search_options *o, const search_result *r, search_why_block *w)
+{
+    static const char *const families[] = { "PP x DP", "TP x PP x DP", "FSDP", "with CP", "offload" };
+    const search_candidate *win = &r->c[0];
+    char head[96];
+    snprintf(head, sizeof head, "layouts (%d, %d skipped):", r->n_layouts, r->layouts_pruned);
+    add_row(w, SEARCH_WHY_HEADING, 0, head, -1, "%s", "");
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        const search_candidate *best = NULL, *small = NULL, *refused = NULL;
+        for (int i = 0; i < r->n; i++) {
+            const search_candidate *c = &r->c[i];
+            if (strcmp(search_layout_family(&c->layout), families[f]))
+                continue;
+            if (c->status == SEARCH_FIT && !best)
+                best = c; /* fits come first, fastest first */
+            else if (c->status == SEARCH_OOM && (!small || c->peak_bytes < small->peak_bytes))
+                small = c;
+            else if (c->status == SEARCH_UNSUPPORTED && !refused)
+                refused = c;
+        }
+        char plan[200], peak[32];
+        if (best) {
+            search_why y;
+            search_explain(best, &y);
+            plan_words(best, plan, sizeof plan);
+            add_row(w, SEARCH_WHY_ROW, 1, families[f], best->time_ms,
+                    "%s: %.3fx the winner's time; limited by %s (bubble %.1f%%, imbalance %.1f%%, sync %.0f ms)",
+                    plan, best->time_ms / win->time_ms,
+                    best == win ? "nothing better: it is the winner"
+                    : y.bubble_share > y.imbalance_share ? "its schedule's bubble" : "its busiest device",
+                    100 * y.bubble_share, 100 * y.imbalance_share, best->dp_ms);
+        } else if (small) {
+            zb_size_format(small->peak_bytes, peak, sizeof peak);
+            plan_words(small, plan, sizeof plan);
+            add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by memory: nothing fits; the smallest peak "
+                    "is %s (%s)", peak, plan);
+        } else if (refused) {
+            add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", refused->note);
+        } else {
+            /* Not simulated: skipped by its bounds, refused by the target, or
+             * left out by a flag. */
+            int k = -1;
+            for (int i = 0; i < r->n_layouts && k < 0; i++)
+                if (r->layout_pruned[i] && !strcmp(search_layout_family(&r->layout[i]), families[f]))
+                    k = i;
+            zb_layout rep;
+            layout_default(&rep);
+            rep.tp = f == 1 ? 2 : 1;
+            rep.sp = rep.tp > 1;
+            rep.zero = f == 2 ? LAYOUT_ZERO3 : LAYOUT_ZERO1;
+            rep.cp = f == 3 ? 2 : 1;
+            rep.offload = f == 4 ? 0.5 : 0;
+            char why[300];
+            if (k >= 0 && r->layout_static_bytes[k] > o->mem_bytes) {
+                zb_size_format(r->layout_static_bytes[k], peak, sizeof peak);
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by memory: %s of static state per "
+                        "GPU already (%s), not simulated", peak, layout_text(&r->layout[k], plan, sizeof plan));
+            } else if (k >= 0 && !(r->layout_bound_ms[k] > 0)) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "no pipeline depth of %s divides the GPUs "
+                        "left (GPUs / (tp x cp)) with the global batch over the replicas",
+                        layout_text(&r->layout[k], plan, sizeof plan));
+            } else if (k >= 0) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "limited by its work: %s's compute alone "
+                        "takes %.1f ms (%.3fx the winner's time), not simulated",
+                        layout_text(&r->layout[k], plan, sizeof plan), r->layout_bound_ms[k],
+                        r->layout_bound_ms[k] / win->time_ms);
+            } else if (!search_layout_runs(&rep, NULL, o->target, why, sizeof why)) {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", why);
+            } else {
+                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "not searched: a flag (--tp, --cp, --zero, "
+                        "--offload) or the job's shape leaves it out");
+            }
+        }
+    }
 }
 
 /* The rows on vocabulary parallelism (zbsched target): which kind won and
@@ -93,11 +182,13 @@ static void depth_rows(const search_options *o, const search_result *r, search_w
     int shown = 0;
     for (int i = 0; i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->pp == win->pp || (c->status != SEARCH_FIT && c->status != SEARCH_OOM))
+        if (c->pp == win->pp || (c->status != SEARCH_FIT && c->status != SEARCH_OOM) ||
+            !same_layout(&c->layout, &win->layout))
             continue;
         int first = 1;
         for (int k = 0; k < i && first; k++)
-            first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp;
+            first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp ||
+                    !same_layout(&r->c[k].layout, &win->layout);
         if (!first)
             continue;
         if (!shown++)
@@ -153,8 +244,13 @@ void search_why_build(const search_options *o, const search_result *r, search_wh
     search_explain(win, &y);
     int p = win->pp;
     const char *dev = search_device_noun(&o->gpu, p);
-    snprintf(w->head, sizeof w->head, "the winner takes %.1f ms per iteration (%s, pp=%d x dp=%d, b=%d%s%s).",
-             y.time_ms, win->label, win->pp, win->dp, win->micro_batch,
+    char lay[100], text[96];
+    if (layout_is_extended(&win->layout))
+        snprintf(lay, sizeof lay, "%s", layout_text(&win->layout, text, sizeof text));
+    else
+        snprintf(lay, sizeof lay, "pp=%d x dp=%d", win->pp, win->dp);
+    snprintf(w->head, sizeof w->head, "the winner takes %.1f ms per iteration (%s, %s, b=%d%s%s).",
+             y.time_ms, win->label, lay, win->micro_batch,
              o->target != SEARCH_TARGET_ZBSCHED ? ", for " : "",
              o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "");
     add_row(w, SEARCH_WHY_ROW, 0, "work bound", y.work_bound_ms, "total compute / devices");
@@ -179,5 +275,7 @@ void search_why_build(const search_options *o, const search_result *r, search_wh
     if (o->target == SEARCH_TARGET_ZBSCHED && o->vocab != SEARCH_VOCAB_PLAIN)
         vocab_rows(o, r, w);
     depth_rows(o, r, w);
+    if (r->n_layouts > 1)
+        family_rows(o, r, w);
     target_rows(o, r, w);
 }

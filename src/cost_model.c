@@ -170,11 +170,11 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
 {
     if (model_check(m, err) < 0)
         return -1;
-    cost_part layer, emb, head, layer_rc[3];
+    cost_part layer, emb, head, layer_rc[COST_RC_LAST + 1];
     if (cost_parts(m, g, o, &layer, &emb, &head, err) < 0)
         return -1;
     /* The layer at each recompute level, for per-stage recompute. */
-    for (int rc = COST_RC_NONE; rc <= COST_RC_MLP; rc++) {
+    for (int rc = COST_RC_NONE; rc <= COST_RC_LAST; rc++) {
         cost_options one = *o;
         one.recompute = rc;
         one.recompute_stage = NULL;

@@ -22,21 +22,51 @@ void cost_options_default(cost_options *o)
     o->flash_attention = 1;
     o->zero1_dp = 1;
     o->reserve_bytes = COST_RESERVE_BYTES;
+    layout_default(&o->layout);
+    o->tp_comm_overlap = 1;
+}
+
+int cost_tp(const cost_options *o)
+{
+    return o->layout.tp > 1 ? o->layout.tp : 1;
+}
+
+int cost_cp(const cost_options *o)
+{
+    return o->layout.cp > 1 ? o->layout.cp : 1;
+}
+
+int cost_sp(const cost_options *o)
+{
+    return o->layout.sp && cost_tp(o) > 1;
+}
+
+int cost_zero(const cost_options *o)
+{
+    return o->layout.zero >= LAYOUT_ZERO1 && o->layout.zero <= LAYOUT_ZERO3 ? o->layout.zero : LAYOUT_ZERO1;
+}
+
+double cost_offload(const cost_options *o)
+{
+    return o->layout.offload > 0 ? fmin(o->layout.offload, 1) : 0;
 }
 
 double cost_bytes_per_param(const zb_model *m, const cost_options *o)
 {
     double dp = o->zero1_dp > 1 ? o->zero1_dp : 1;
+    int zero = cost_zero(o);
+    double wdiv = zero >= LAYOUT_ZERO3 ? dp : 1, gdiv = zero >= LAYOUT_ZERO2 ? dp : 1;
     if (m->dtype == ZB_FP32)
-        return 4 + 4 + 8 / dp;     /* weights, grads, Adam m and v */
-    return 2 + 4 + 12 / dp;        /* bf16 weights, fp32 grads, fp32 master + m + v */
+        return 4 / wdiv + 4 / gdiv + 8 / dp; /* weights, grads, Adam m and v */
+    return 2 / wdiv + 4 / gdiv + 12 / dp;    /* bf16 weights, fp32 grads, fp32 master + m + v */
 }
 
 double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o)
 {
     if (o->profile && o->profile->t_comm >= 0)
         return o->profile->t_comm * ((double)m->micro_batch / o->profile->micro_batch);
-    double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model;
+    double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model /
+                   (cost_tp(o) * cost_cp(o)); /* each TP and CP rank sends its shard */
     return bytes / g->link_bw + g->link_latency;
 }
 
@@ -47,29 +77,35 @@ double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o
     int per = o->devices_per_node;
     if (per <= 0 || d1 / per == d2 / per || (o->profile && o->profile->t_comm >= 0))
         return cost_t_comm(m, g, o);
-    double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model;
+    double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model /
+                   (cost_tp(o) * cost_cp(o));
     return bytes / gpu_inter_node_bw(g) + gpu_inter_node_latency(g);
 }
 
 int cost_stage_recomputes(const cost_options *o, int i)
 {
     int level = o->recompute_stage ? o->recompute_stage[i] : o->recompute;
-    assert(level >= COST_RC_NONE && level <= COST_RC_MLP);
+    assert(level >= COST_RC_NONE && level <= COST_RC_LAST);
     return level;
 }
 
-/* FLOP-based layer: zero-bubble Table 1 generalised (docs/cost-model.md). */
+/* FLOP-based layer: zero-bubble Table 1 generalised (docs/cost-model.md),
+ * per GPU of the layout: matmuls and activations over the tp ranks (heads
+ * and FFN columns), tokens over the cp ranks; with sequence parallelism
+ * the norms' and dropouts' activations are sharded too (Korthikanti et
+ * al. 2022, Table 2). */
 static void estimate_layer(const zb_model *m, const cost_options *o, cost_part *l)
 {
     double e = zb_dtype_bytes(m->dtype);
     double h = m->d_model, f = m->d_ff, s = m->seq_len, a = m->n_heads;
-    double t = s * m->micro_batch; /* tokens per micro-batch */
+    double tp = cost_tp(o), rep = cost_sp(o) ? tp : 1; /* divisors of sharded, replicated terms */
+    double t = s * m->micro_batch / cost_cp(o); /* this GPU's tokens per micro-batch */
     double kvr = (double)m->n_kv_heads / m->n_heads;
     int gpt = !m->swiglu; /* GPT-style layers train with dropout, Llama-style without */
 
-    double proj = 2 * t * h * h * (2 + 2 * kvr);          /* Q, K, V, O */
-    double mlp = 2 * t * h * f * (m->swiglu ? 3 : 2);       /* up(, gate), down */
-    double attn = 4 * t * s * h;                            /* QK^T and AV, every (query, key) pair */
+    double proj = 2 * t * h * h * (2 + 2 * kvr) / tp;       /* Q, K, V, O */
+    double mlp = 2 * t * h * f * (m->swiglu ? 3 : 2) / tp;  /* up(, gate), down */
+    double attn = 4 * t * s * h / tp;                       /* QK^T and AV: local queries, every key */
     /* Causal flash attention skips the blocks above the diagonal, about
      * half of the pairs, and its backward does 2.5x its forward's work
      * (FlashAttention-2, Dao 2023, section 3 and its benchmark's FLOP
@@ -82,60 +118,158 @@ static void estimate_layer(const zb_model *m, const cost_options *o, cost_part *
     /* MFU counts attention non-causally, as Megatron and PaLM do. */
     l->useful_flops = 3 * (proj + mlp) + 3 * attn;
 
-    /* M_B: what F keeps for B (Korthikanti et al. 2022, Table 1 of ZB). */
-    double attn_keep = e * t * h        /* norm input */
-                     + e * t * h        /* QKV input (norm output) */
-                     + e * t * h * (1 + 2 * kvr) /* Q, K, V */
-                     + e * t * h        /* O projection input */
-                     + (gpt ? t * h : 0); /* output dropout mask */
+    /* M_B: what F keeps for B (Korthikanti et al. 2022, Table 1 of ZB).
+     * Replicated over the TP ranks unless SP: the norms' inputs, their
+     * outputs (the QKV and MLP inputs), the dropout masks; sharded: Q, K,
+     * V, the O projection's input, the scores, the MLP's inner tensors. */
+    double attn_rep = e * t * h        /* norm input */
+                    + e * t * h        /* QKV input (norm output) */
+                    + (gpt ? t * h : 0); /* output dropout mask */
+    double attn_shard = e * t * h * (1 + 2 * kvr) /* Q, K, V */
+                      + e * t * h;                /* O projection input */
     double scores = o->flash_attention
                   ? 4 * a * t                               /* softmax log-sum-exp, fp32 */
                   : e * a * s * t + (gpt ? a * s * t + e * a * s * t : 0); /* softmax (+ mask, dropout) */
-    double mlp_keep = e * t * h + e * t * h                 /* norm input, MLP input */
-                    + (m->swiglu ? 3 * e * t * f            /* gate, up, silu(gate)*up */
-                                 : 2 * e * t * f + t * h);  /* GeLU in/out, dropout mask */
-    double full = attn_keep + scores + mlp_keep;
-    /* M_W: inputs of every weight matmul and the gradients of their outputs. */
-    double inputs = 3 * h + f;
-    double out_grads = h * (1 + 2 * kvr) + h + (m->swiglu ? 2 * f : f) + h;
-    l->m_w = e * t * (inputs + out_grads);
+    double mlp_rep = e * t * h + e * t * h + (gpt ? t * h : 0); /* norm input, MLP input, dropout mask */
+    double mlp_inner = m->swiglu ? 3 * e * t * f : 2 * e * t * f; /* gate, up, silu(gate)*up; GeLU in/out */
+    double full = (attn_rep + mlp_rep) / rep + (attn_shard + scores + mlp_inner) / tp;
+    /* M_W: inputs of every weight matmul and the gradients of their
+     * outputs; the QKV and MLP inputs and the O and down outputs' gradients
+     * are full width (sharded only under SP), the rest sharded. */
+    double w_rep = 4 * h;
+    double w_shard = h + f + h * (1 + 2 * kvr) + (m->swiglu ? 2 * f : f);
+    l->m_w = e * t * (w_rep / rep + w_shard / tp);
     /* What the MLP level drops: the pre-MLP norm's output and, for SwiGLU,
      * gate, up and their product (GeLU: its input and output); it keeps
      * the block input (the residual after attention, the norm's input). */
-    double mlp_drop = e * t * h + (m->swiglu ? 3 * e * t * f : 2 * e * t * f);
+    double mlp_drop = e * t * h / rep + mlp_inner / tp;
     if (o->recompute == COST_RC_FULL) {
-        l->m_b = e * t * h;                 /* only the layer input is checkpointed */
+        l->m_b = e * t * h / rep;           /* only the layer input is checkpointed */
         l->transient = full;                /* B rebuilds the whole layer */
         l->b_flops += l->f_flops;           /* ...by running F again */
     } else if (o->recompute == COST_RC_MLP) {
         l->m_b = full - mlp_drop;
         l->transient = mlp_drop;            /* B rebuilds one layer's MLP block */
         l->b_flops += mlp;                  /* ...by running its matmuls again */
+    } else if (o->recompute == COST_RC_ATTN) {
+        l->m_b = full - scores / tp;        /* the attention core's internals go */
+        l->transient = scores / tp;         /* B rebuilds one layer's scores */
+        l->b_flops += attn_f;               /* ...by running QK^T, softmax, AV again */
     } else {
         l->m_b = full;
         l->transient = 0;
     }
-    l->params = param_plain_layer(m);
+    /* Matrices over the TP ranks; the two norms' weights (2h) are kept whole. */
+    l->params = (param_plain_layer(m) - 2 * h) / tp + 2 * h;
 }
 
-static void estimate_embedding(const zb_model *m, cost_part *p)
+/* Seconds of a ring collective moving `bytes` of a full tensor over n
+ * ranks: all-reduce 2(n-1)/n of it, reduce-scatter or all-gather (n-1)/n
+ * (Thakur et al. 2005), one latency per step. */
+static double ring_time(double bytes, int n, int all_reduce, double bw, double lat)
 {
-    double e = zb_dtype_bytes(m->dtype), t = (double)m->seq_len * m->micro_batch;
+    if (n <= 1)
+        return 0;
+    double k = (all_reduce ? 2.0 : 1.0) * (n - 1);
+    return k / n * bytes / bw + k * lat;
+}
+
+/* Adds to layer l (times already set from its FLOPs) what the layout's
+ * communication and offload expose (docs/cost-model.md, "Layouts"):
+ * - TP: per layer two all-reduces of the layer's activation in F and two
+ *   in B (with SP: all-gather + reduce-scatter pairs of the same volume),
+ *   over the NVLink domain; with tp_comm_overlap each hides under the
+ *   GEMM it feeds, so only what exceeds the pass's GEMM time shows.
+ * - CP: the ring passes K and V (cp-1 steps) in F, and K, V and their
+ *   gradients in B, each step overlapped with the attention of the step.
+ * - ZeRO-3: each layer's bf16 weights all-gathered in F and again in B,
+ *   prefetched under the previous layer's compute; ZeRO-2 and -3: its
+ *   gradients reduce-scattered after W, under W's compute.
+ * - Offload: a fraction of M_B copied to the host after F and back
+ *   before B at the PCIe bandwidth, hidden behind the micro-batch's
+ *   compute where it fits (sail-sg PipeOffload). */
+static void layer_comm(const zb_model *m, const zb_gpu *g, const cost_options *o, cost_part *l)
+{
+    int tp = cost_tp(o), cp = cost_cp(o), zero = cost_zero(o);
+    double e = zb_dtype_bytes(m->dtype);
+    double t = (double)m->seq_len * m->micro_batch / cp;
+    /* A collective's step inside the NVLink domain costs a few
+     * microseconds (COST_COLLECTIVE_STEP_LATENCY), not the pipeline
+     * send's latency: that one was fitted to the zero-bubble paper's
+     * measured P2P transfers (250 us on A100, framework overhead
+     * included), and 14 ring steps of it per all-reduce made TP 8 cost
+     * more than its GEMMs. */
+    double tbw = gpu_tp_bw(g), lat = fmin(g->link_latency, COST_COLLECTIVE_STEP_LATENCY);
+    double mm_f = l->t_f, mm_b = l->t_b, mm_w = l->t_w;
+    if (tp > 1) {
+        double act = e * t * m->d_model;
+        double comm = 2 * ring_time(act, tp, 1, tbw, lat);
+        l->t_f += o->tp_comm_overlap ? fmax(0, comm - mm_f) : comm;
+        l->t_b += o->tp_comm_overlap ? fmax(0, comm - mm_b) : comm;
+    }
+    if (cp > 1) {
+        int intra = tp * cp <= gpu_per_node(g);
+        double bw = intra ? tbw : gpu_inter_node_bw(g), clat = intra ? lat : gpu_inter_node_latency(g);
+        double kv = 2 * e * t * m->d_model * ((double)m->n_kv_heads / m->n_heads) / tp;
+        double rate = g->peak_flops * g->efficiency;
+        double attn = 4 * t * m->seq_len * m->d_model / tp, attn_f = o->flash_attention ? 0.5 * attn : attn;
+        double step_f = kv / bw + clat, step_b = 2 * kv / bw + clat;
+        double at_f = attn_f / cp / rate, at_b = (o->flash_attention ? 2.5 : 2) * attn_f / cp / rate;
+        l->t_f += (cp - 1) * fmax(0, step_f - at_f);
+        l->t_b += (cp - 1) * fmax(0, step_b - at_b);
+    }
+    double dp = o->zero1_dp > 1 ? o->zero1_dp : 1;
+    if (zero >= LAYOUT_ZERO2 && dp > 1) {
+        int intra = (long)tp * cp * dp <= gpu_per_node(g);
+        double bw = intra ? g->link_bw : gpu_inter_node_bw(g);
+        double dlat = intra ? lat : gpu_inter_node_latency(g);
+        double wbytes = zb_dtype_bytes(m->dtype) * l->params;
+        if (zero >= LAYOUT_ZERO3) {
+            double ag = ring_time(wbytes, (int)dp, 0, bw, dlat);
+            l->t_f += fmax(0, ag - mm_f);
+            l->t_b += fmax(0, ag - mm_b);
+            l->transient += 2 * wbytes; /* this layer's gathered weights and the next one's, prefetched */
+        }
+        double rs = ring_time(4 * l->params, (int)dp, 0, bw, dlat);
+        l->t_w += fmax(0, rs - mm_w);
+    }
+    double off = cost_offload(o);
+    if (off > 0) {
+        /* Copies stream in both directions at once (PCIe is full duplex)
+         * while the device computes; in the steady state of a pipeline a
+         * micro-batch's copies have its F, B and W to hide under, and
+         * what does not fit is split between F (the copy out) and B (the
+         * copy back). */
+        double bytes = off * l->m_b, pcie = gpu_pcie_bw(g);
+        double excess = fmax(0, bytes / pcie - (mm_f + mm_b + mm_w));
+        l->t_f += excess;
+        l->t_b += excess;
+        l->m_b -= bytes;
+    }
+}
+
+/* The embedding per GPU: rows over the TP ranks (Megatron's
+ * vocabulary-parallel embedding), tokens over the CP ranks. */
+static void estimate_embedding(const zb_model *m, const cost_options *o, cost_part *p)
+{
+    double e = zb_dtype_bytes(m->dtype), t = (double)m->seq_len * m->micro_batch / cost_cp(o);
     memset(p, 0, sizeof *p);
     p->m_b = 8 * t;                 /* int64 token ids */
-    p->m_w = 8 * t + e * t * m->d_model; /* ids + gradient of the embedding output */
-    p->params = param_embedding(m);
+    p->m_w = 8 * t + e * t * m->d_model / (cost_sp(o) ? cost_tp(o) : 1); /* ids + output gradient */
+    p->params = param_embedding(m) / cost_tp(o);
 }
 
 /* The LM head and its loss per micro-batch; docs/cost-model.md derives
- * both loss kinds. */
+ * both loss kinds.  Per GPU: the vocabulary over the TP ranks (Megatron's
+ * column-parallel output layer and vocabulary-parallel cross-entropy),
+ * tokens over the CP ranks. */
 static void estimate_head(const zb_model *m, const cost_options *o, cost_part *p)
 {
-    double e = zb_dtype_bytes(m->dtype), t = (double)m->seq_len * m->micro_batch;
-    double h = m->d_model, v = m->vocab;
+    double e = zb_dtype_bytes(m->dtype), t = (double)m->seq_len * m->micro_batch / cost_cp(o);
+    double h = m->d_model, v = (double)m->vocab / cost_tp(o);
     memset(p, 0, sizeof *p);
     p->useful_flops = 6 * t * h * v;
-    p->params = param_head(m, PARAM_HEAD_FULL);
+    p->params = param_head(m, PARAM_HEAD_FULL) / cost_tp(o);
     if (o->loss == COST_LOSS_FUSED) {
         /* Liger-Kernel's fused linear cross-entropy: F walks the tokens in
          * chunks of about t*h/V, computes the chunk's logits, loss, logit
@@ -185,12 +319,17 @@ int cost_parts(const zb_model *m, const zb_gpu *g, const cost_options *o,
 {
     memset(layer, 0, sizeof *layer);
     estimate_layer(m, o, layer);
-    estimate_embedding(m, embedding);
+    estimate_embedding(m, o, embedding);
     estimate_head(m, o, head);
     set_times(layer, g);
     set_times(embedding, g);
     set_times(head, g);
     const zb_profile *pr = o->profile;
+    if (pr && layout_is_extended(&(zb_layout){ .tp = cost_tp(o), .cp = cost_cp(o), .zero = cost_zero(o),
+                                               .offload = cost_offload(o) }))
+        return zb_fail(err, "a profile measures one GPU's layer (tp 1, cp 1, ZeRO-1, no offload); "
+                       "price other layouts from the FLOP estimate (leave out --profile)");
+    layer_comm(m, g, o, layer);
     if (!pr)
         return 0;
     if (pr->seq_len != m->seq_len)
@@ -236,6 +375,7 @@ double cost_parts_flops(const zb_model *m, const cost_options *o)
     cost_options plain = *o;
     plain.profile = NULL;
     plain.recompute = 0;
+    layout_default(&plain.layout); /* the whole model's FLOPs, not one GPU's share */
     cost_part layer, head;
     estimate_layer(m, &plain, &layer);
     estimate_head(m, &plain, &head);

@@ -13,6 +13,7 @@
 #ifndef ZB_COST_PARTS_H
 #define ZB_COST_PARTS_H
 
+#include "src/layout.h"
 #include "src/model.h"
 #include "src/profile.h"
 #include "src/sched.h"
@@ -20,6 +21,12 @@
 /* Runtime reserve per GPU: CUDA context, NCCL buffers, cuBLAS/attention
  * workspaces and allocator fragmentation (docs/cost-model.md). */
 #define COST_RESERVE_BYTES 3e9
+
+/* Seconds per step of a ring collective inside the NVLink domain (TP, CP,
+ * ZeRO-3 within a node): assumed, the order of NCCL's small-message
+ * all-reduce latency over 8 GPUs divided by its 14 steps
+ * (docs/cost-model.md, "Layouts"). */
+#define COST_COLLECTIVE_STEP_LATENCY 5e-6
 
 /* How layers are distributed over virtual stages (cost_split_layers). */
 typedef enum cost_split {
@@ -42,7 +49,12 @@ enum {
                        * their SwiGLU product) and keeps the block input; B reruns the
                        * norm and the MLP's three matmuls (Megatron-core's selective
                        * recompute of the "mlp" and "layernorm" modules) */
+    COST_RC_ATTN = 3, /* F drops the attention core's internals (scores, softmax, its
+                       * dropout) and keeps Q, K, V; B reruns QK^T, softmax and AV
+                       * (Korthikanti et al. 2022's "selective" recompute, Megatron's
+                       * --recompute-granularity selective, core_attn) */
 };
+#define COST_RC_LAST COST_RC_ATTN /* the highest level */
 
 typedef struct cost_options {
     int recompute;             /* COST_RC_*: per-layer activation recompute level of every stage */
@@ -55,6 +67,13 @@ typedef struct cost_options {
     int zero1_dp;              /* data-parallel replicas sharing optimizer state (ZeRO-1); 1 = none */
     double reserve_bytes;      /* per-GPU runtime reserve; default COST_RESERVE_BYTES */
     const zb_profile *profile; /* measured figures that replace the estimate, or NULL; borrowed */
+    zb_layout layout;          /* tensor/sequence/context parallel sizes, sharding level and
+                                * offload fraction every stage is priced under (src/layout.h);
+                                * its pp, chunks and dp are carried, not priced here (the
+                                * sharding width is zero1_dp); a zeroed layout reads as the
+                                * default one */
+    int tp_comm_overlap;       /* 1 (default): TP collectives run under their GEMMs as Megatron's
+                                * --tp-comm-overlap does; 0: every collective is exposed */
 } cost_options;
 
 /* One piece of a stage (a transformer layer, the embedding, the head), per
@@ -71,7 +90,8 @@ typedef struct cost_part {
 } cost_part;
 
 /* Defaults: no recompute, the paper's split, flash attention on, no ZeRO,
- * COST_RESERVE_BYTES, no profile, plain loss, one node. */
+ * COST_RESERVE_BYTES, no profile, plain loss, one node, the plain layout
+ * (layout_default) with TP overlap on. */
 void cost_options_default(cost_options *o);
 
 
@@ -96,6 +116,15 @@ double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o);
  * (o->devices_per_node); 0 when d1 == d2. */
 double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o, int d1, int d2);
 
+
+/* The layout's sizes as the cost model reads them: tp, cp >= 1, sp only
+ * with tp > 1, zero in 1..3, offload in [0, 1] (a zeroed layout is the
+ * default one). */
+int cost_tp(const cost_options *o);
+int cost_cp(const cost_options *o);
+int cost_sp(const cost_options *o);
+int cost_zero(const cost_options *o);
+double cost_offload(const cost_options *o);
 
 /* Virtual stage i's recompute level under o (COST_RC_*; nonzero when it
  * recomputes at all). */

@@ -69,6 +69,10 @@ typedef struct zb_gpu {
     double inter_node_latency; /* seconds per transfer between nodes; 0: link_latency */
     int cpu;               /* 1: a CPU core or socket ("kind": "cpu" in a GPU file): called a
                             * device, and no CUDA runtime reserve is priced on it */
+    double tp_bw;          /* bus bandwidth of a collective (all-reduce, reduce-scatter,
+                            * all-gather) within the NVLink domain, bytes/s, for tensor and
+                            * context parallelism; 0: link_bw */
+    double pcie_bw;        /* host <-> device bytes/s each way, for activation offload; 0: 25e9 */
 } zb_gpu;
 
 /* Finds a model preset by name ("1.5B", "6.2B", "14.6B", "28.3B",
@@ -91,6 +95,8 @@ double gpu_w_efficiency(const zb_gpu *g);
 int gpu_per_node(const zb_gpu *g);
 double gpu_inter_node_bw(const zb_gpu *g);
 double gpu_inter_node_latency(const zb_gpu *g);
+double gpu_tp_bw(const zb_gpu *g);
+double gpu_pcie_bw(const zb_gpu *g);
 
 /* Checks a GPU's figures against plausible ranges (peak_flops 1e9..1e18,
  * mem_bytes 1e6..1e15, link_bw 1e6..1e14, link_latency 0..1 s, efficiency

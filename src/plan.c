@@ -88,7 +88,7 @@ static int get_ints(const cJSON *plan, const char *key, int S, int hi, int *out,
 static int get_levels(const cJSON *levels, int had, zb_plan *p, zb_err *err)
 {
     static const char *const names[] = { [COST_RC_NONE] = "none", [COST_RC_FULL] = "full",
-                                         [COST_RC_MLP] = "mlp" };
+                                         [COST_RC_MLP] = "mlp", [COST_RC_ATTN] = "attn" };
     if (!cJSON_IsArray(levels) || cJSON_GetArraySize(levels) != p->n_stages)
         return zb_fail(err, "the plan's recompute_levels does not have %d entries (one per "
                        "virtual stage)", p->n_stages);
@@ -96,12 +96,12 @@ static int get_levels(const cJSON *levels, int had, zb_plan *p, zb_err *err)
     const cJSON *e;
     cJSON_ArrayForEach(e, levels) {
         int level = -1;
-        for (int k = 0; k < 3 && cJSON_IsString(e); k++)
+        for (int k = 0; k <= COST_RC_LAST && cJSON_IsString(e); k++)
             if (!strcmp(e->valuestring, names[k]))
                 level = k;
         if (level < 0)
-            return zb_fail(err, "the plan's recompute_levels[%d] is not \"none\", \"full\" or "
-                           "\"mlp\"", i);
+            return zb_fail(err, "the plan's recompute_levels[%d] is not \"none\", \"full\", "
+                           "\"mlp\" or \"attn\"", i);
         if (had && (p->recompute[i] != 0) != (level != COST_RC_NONE))
             return zb_fail(err, "the plan's recompute_levels[%d] (\"%s\") contradicts "
                            "recompute_stages[%d]", i, names[level], i);
@@ -210,6 +210,21 @@ static int read_fields(const sched_t *s, const cJSON *plan, zb_plan *p, zb_err *
     const cJSON *levels = cJSON_GetObjectItemCaseSensitive(plan, "recompute_levels");
     if (levels && get_levels(levels, had, p, err) != 0)
         return -1;
+    /* The layout: plans before it are pipeline x data parallel, ZeRO-1. */
+    layout_default(&p->layout);
+    p->layout.pp = p->pipeline_parallel;
+    p->layout.dp = p->data_parallel;
+    p->layout.chunks = s->n_devices > 0 && S % s->n_devices == 0 ? S / s->n_devices : 1;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(plan, "layout");
+    zb_err lerr = { { 0 } };
+    if (lay && layout_from_json(lay, &p->layout, &lerr) < 0)
+        return zb_fail(err, "the plan's %s", lerr.msg);
+    if (p->layout.pp != p->pipeline_parallel || p->layout.dp != p->data_parallel)
+        return zb_fail(err, "the plan's layout (pp %d, dp %d) is not its pipeline_parallel %d x "
+                       "data_parallel %d", p->layout.pp, p->layout.dp, p->pipeline_parallel,
+                       p->data_parallel);
+    if (layout_check(&p->layout, &p->model, 0, &lerr) < 0)
+        return zb_fail(err, "the plan's %s", lerr.msg);
     return 0;
 }
 
@@ -267,8 +282,9 @@ void plan_search_command(const zb_plan *p, plan_target t, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && p->gpu[0])
         n += snprintf(buf + n, cap - (size_t)n, " --gpu %s", p->gpu);
     if (n >= 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, " --gpus %d --global-batch %d",
-                      p->pipeline_parallel * p->data_parallel, p->global_batch);
+        n += snprintf(buf + n, cap - (size_t)n, " --gpus %ld --global-batch %d", /* every rank of the layout */
+                      p->layout.tp >= 1 ? layout_gpus(&p->layout)
+                                        : (long)p->pipeline_parallel * p->data_parallel, p->global_batch);
     if (n >= 0 && (size_t)n < cap && !p->flash_attention)
         n += snprintf(buf + n, cap - (size_t)n, " --no-flash");
     if (n >= 0 && (size_t)n < cap && p->fused_loss)

@@ -27,6 +27,7 @@
 #define ZB_PLAN_H
 
 #include "src/err.h"
+#include "src/layout.h"
 #include "src/model.h"
 #include "src/sched.h"
 
@@ -58,7 +59,9 @@ typedef struct zb_plan {
     int fused_loss;        /* 1 when plan.loss is "fused" (search --loss fused) */
     int n_stages;          /* S, the schedule's virtual stages */
     int *layers;           /* [S] plan.layers_per_stage, owned */
-    int *recompute;        /* [S] COST_RC_* level of each stage (0 none, 1 full, 2 mlp), owned */
+    int *recompute;        /* [S] COST_RC_* level of each stage (0 none, 1 full, 2 mlp, 3 attn), owned */
+    zb_layout layout;      /* plan.layout: tp (+sp), cp, pp, chunks, dp, ZeRO level, offload;
+                            * without it pipeline x data parallel with ZeRO-1 */
 } zb_plan;
 
 /* The target's name ("zbsched", "torch", "torchtitan", "megatron"). */

@@ -48,6 +48,7 @@ static void note(export_format f, const zb_plan *p, int has_plan, const char *in
 {
     char buf[1024];
     const char *main = n && paths[0] ? paths[0] : NULL;
+    char lay[96];
     switch (f) {
     case EXPORT_ZBSCHED:
         fprintf(stderr, "export: %s is zbsched's own plan, which zbsched runs as it is: "
@@ -68,9 +69,12 @@ static void note(export_format f, const zb_plan *p, int has_plan, const char *in
                 "runs it\n", main, paths[1], main);
         break;
     case EXPORT_MEGATRON:
-        fprintf(stderr, "export: Megatron-LM flags for pp=%d x dp=%d: start %d ranks "
-                "(pretrain_gpt.py $(cat %s) ...)\n", p->pipeline_parallel, p->data_parallel,
-                p->pipeline_parallel * p->data_parallel, main ? main : "args.txt");
+        if (!layout_is_extended(&p->layout))
+            snprintf(lay, sizeof lay, "pp=%d x dp=%d", p->pipeline_parallel, p->data_parallel);
+        fprintf(stderr, "export: Megatron-LM flags for %s: start %ld ranks "
+                "(pretrain_gpt.py $(cat %s) ...)\n",
+                layout_is_extended(&p->layout) ? layout_text(&p->layout, lay, sizeof lay) : lay,
+                layout_gpus(&p->layout), main ? main : "args.txt");
         break;
     default:
         break;

@@ -70,6 +70,14 @@ static void usage(FILE *out)
         "                        layers per stage: both rules and a local search that\n"
         "                        moves single layers (default), or one rule only\n"
         "  --zero1 N             shard optimizer state over N data-parallel replicas\n"
+        "  --tp N, --cp N        tensor / context parallel size (a power of two within a\n"
+        "                        node), or auto (default: 1, 2, 4, 8 and 1, 2 where the\n"
+        "                        target runs them; zbsched and torch run 1 only)\n"
+        "  --zero 1|2|3|fsdp|auto  what the replicas shard (default auto: 1 and 3)\n"
+        "  --offload F|auto      fraction of saved activations kept in host memory\n"
+        "                        (default auto: 0 and 0.5 where the target offloads)\n"
+        "  --no-sp, --no-tp-overlap  TP without sequence parallelism / with its\n"
+        "                        collectives exposed (default: SP and overlap on)\n"
         "  --max-micro-batch N   largest micro-batch size tried (default 64)\n"
         "  --ilp                 also run the ILP on the best 3 configurations\n"
         "  --ilp-top N           configurations the ILP refines (default 3)\n"
@@ -86,13 +94,14 @@ static void usage(FILE *out)
 enum {
     OPT_GPUS = 1000, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE, OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES,
     OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
-    OPT_VOCAB, OPT_TARGET,
+    OPT_VOCAB, OPT_TARGET, OPT_LAYOUT,
 };
 
 /* What the flags say beyond the search options. */
 typedef struct search_cli {
     const char *output, *svg, *profile_path; /* files */
     int json, verbose, quiet, gpus_seen, stages_seen;
+    const char *flag;                       /* the long option being parsed ("--tp") */
     long rows;                              /* --top */
 } search_cli;
 
@@ -177,6 +186,10 @@ static int search_option(int ch, const char *arg, search_options *o, search_cli 
         if (o->ilp_time_limit <= 0 || o->ilp_time_limit > 86400)
             return cli_usage("search", "--ilp-time: %s is not in (0, 86400] seconds", arg);
         return 0;
+    case OPT_LAYOUT: /* the layout's own parser (solver/search_layout.c) */
+        if (search_layout_flag(o, x->flag, arg, err) < 0)
+            return cli_usage("search", "%s", err->msg);
+        return 0;
     case OPT_NO_FLASH: o->flash_attention = 0; return 0;
     case OPT_ILP: o->ilp = 1; return 0;
     case OPT_PROFILE: x->profile_path = arg; return 0;
@@ -207,6 +220,9 @@ static int parse(int argc, char **argv, search_options *o, search_cli *x, cli_jo
         { "no-flash", no_argument, NULL, OPT_NO_FLASH },
         { "split", required_argument, NULL, OPT_SPLIT },
         { "zero1", required_argument, NULL, OPT_ZERO1 },
+        { "tp", required_argument, NULL, OPT_LAYOUT }, { "cp", required_argument, NULL, OPT_LAYOUT },
+        { "zero", required_argument, NULL, OPT_LAYOUT }, { "offload", required_argument, NULL, OPT_LAYOUT },
+        { "no-sp", no_argument, NULL, OPT_LAYOUT }, { "no-tp-overlap", no_argument, NULL, OPT_LAYOUT },
         { "max-micro-batch", required_argument, NULL, OPT_MAX_MB },
         { "ilp", no_argument, NULL, OPT_ILP },
         { "ilp-top", required_argument, NULL, OPT_ILP_TOP },
@@ -223,8 +239,12 @@ static int parse(int argc, char **argv, search_options *o, search_cli *x, cli_jo
     zb_err err = { { 0 } };
     optind = 1;
     opterr = 0;
-    int ch, rc;
-    while ((ch = getopt_long(argc, argv, ":o:vqh", longopts, NULL)) != -1) {
+    int ch, rc, index = -1;
+    char flag[32];
+    while ((ch = getopt_long(argc, argv, ":o:vqh", longopts, &index)) != -1) {
+        snprintf(flag, sizeof flag, "--%s", index >= 0 ? longopts[index].name : "");
+        x->flag = flag;
+        index = -1;
         if (ch == 'h') {
             usage(stdout);
             return -1;
@@ -308,6 +328,7 @@ int cmd_search(int argc, char **argv)
     /* Both kinds by default: the fastest plan wins, and the why block says
      * which kind it is and what the other kind's best took. */
     o.vocab = SEARCH_VOCAB_AUTO;
+    search_layouts_searched(&o); /* each dimension the target runs, unless a flag fixes it */
     search_cli x = { .output = DEFAULT_OUTPUT, .rows = DEFAULT_ROWS };
     cli_job job;
     cli_job_init(&job, "llama3-8b", "H100-80G");

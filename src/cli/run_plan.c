@@ -135,6 +135,17 @@ static int read_plan(const sched_t *s, plan_info *p, zb_err *err)
     const cJSON *z1 = cJSON_GetObjectItemCaseSensitive(plan, "zero1_dp");
     p->zero1_dp = cJSON_IsNumber(z1) && z1->valuedouble >= 1 && z1->valuedouble <= 1 << 30
                       ? (int)z1->valuedouble : 1;
+    /* The runtime runs pipeline x data parallel with ZeRO-1 (issue 27). */
+    zb_layout lay;
+    layout_default(&lay);
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(plan, "layout");
+    char text[96];
+    if (jl && layout_from_json(jl, &lay, err) < 0)
+        return zb_wrap(err, "the plan's ");
+    if (layout_is_extended(&lay))
+        return zb_fail(err, "the plan's layout is %s: zbsched run trains pipeline x data parallel "
+                       "with ZeRO-1 only (export it for the engine it was searched for)",
+                       layout_text(&lay, text, sizeof text));
     int S = s->n_stages;
     if (read_ints(plan, "layers_per_stage", S, p->model.n_layers, &p->split, err) != 0)
         return -1;

@@ -40,6 +40,8 @@ static cJSON *candidate_json(const search_candidate *c)
     cJSON_AddNumberToObject(j, "chunks", c->chunks);
     cJSON_AddNumberToObject(j, "pipeline_parallel", c->pp);
     cJSON_AddNumberToObject(j, "data_parallel", c->dp);
+    if (c->layout.tp > 0) /* the whole layout: tp (+sp), cp, pp, chunks, dp, ZeRO, offload */
+        cJSON_AddItemToObject(j, "layout", layout_to_json(&c->layout));
     cJSON_AddNumberToObject(j, "micro_batch", c->micro_batch);
     cJSON_AddNumberToObject(j, "n_micro", c->n_micro);
     cJSON_AddBoolToObject(j, "recompute", c->recompute);

@@ -30,7 +30,7 @@ static void print_ranked(const search_options *o, const search_result *r, int ro
     cli_table_init(&t, "rlrrrlrrrrrrrr");
     char tok[32];
     snprintf(tok, sizeof tok, "tok/s/%s", o->gpu.cpu ? "dev" : "GPU");
-    const char *head[] = { "rank", "schedule", "pp*dp", "b", "m", "rc", "peak", "dev", "time ms",
+    const char *head[] = { "rank", "schedule", r->n_layouts > 1 ? "layout" : "pp*dp", "b", "m", "rc", "peak", "dev", "time ms",
                            "makespan", tok, "bubble", "MFU", "speed" };
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         cli_table_add(&t, "%s", head[i]);
@@ -40,7 +40,11 @@ static void print_ranked(const search_options *o, const search_result *r, int ro
         zb_size_format(c->peak_bytes, peak, sizeof peak);
         cli_table_add(&t, "%d", i + 1);
         cli_table_add(&t, "%s%s", c->label, c->split_tuned ? " *" : c->split == COST_SPLIT_PAPER ? " P" : "");
-        cli_table_add(&t, "%dx%d", c->pp, c->dp);
+        char lay[96];
+        if (layout_is_extended(&c->layout))
+            cli_table_add(&t, "%s", layout_text(&c->layout, lay, sizeof lay));
+        else
+            cli_table_add(&t, "%dx%d", c->pp, c->dp);
         cli_table_add(&t, "%d", c->micro_batch);
         cli_table_add(&t, "%d", c->n_micro);
         cli_table_add(&t, "%s", search_rc_text(c, rcb, sizeof rcb));
@@ -219,11 +223,15 @@ static void print_device_peaks(const cJSON *pred)
 void search_print_best(const search_options *o, const search_candidate *best, const char *output,
                        const char *svg)
 {
-    char rcb[32];
-    printf("best%s%s: %s, pp=%d x dp=%d, b=%d, m=%d, recompute %s -> %s%s%s\n",
+    char rcb[32], lay[96];
+    if (layout_is_extended(&best->layout))
+        layout_text(&best->layout, lay, sizeof lay);
+    else
+        snprintf(lay, sizeof lay, "pp=%d x dp=%d", best->pp, best->dp);
+    printf("best%s%s: %s, %s, b=%d, m=%d, recompute %s -> %s%s%s\n",
            o->target != SEARCH_TARGET_ZBSCHED ? " for " : "",
-           o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "", best->label, best->pp,
-           best->dp, best->micro_batch, best->n_micro, search_rc_text(best, rcb, sizeof rcb), output,
+           o->target != SEARCH_TARGET_ZBSCHED ? search_target_name(o->target) : "", best->label, lay,
+           best->micro_batch, best->n_micro, search_rc_text(best, rcb, sizeof rcb), output,
            svg ? ", " : "", svg ? svg : "");
     const cJSON *meta = best->sched ? best->sched->meta : NULL;
     print_device_peaks(meta ? cJSON_GetObjectItem(meta, "predicted") : NULL);
