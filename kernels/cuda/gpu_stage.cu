@@ -26,6 +26,12 @@
  * memory_cuda.h's kernels, the value table's sparse W; MLP-level recompute
  * leaves them whole.  Layers differ in size, so tensors are found through
  * the layout's layer_tensor0, never by a fixed stride.
+ *
+ * The optimizer: gpu_stage_adamw is the whole step over every tensor.
+ * Post-validation's speculative step is its split (gpu_stage_adamw_params,
+ * then _moments or _undo, over adamw.cu's two half kernels): one fp32 copy
+ * of master (snap[0]), never of m and v; spec_pending keeps the order.
+ * gpu_stage_snapshot / _restore copy all three for callers that want them.
  */
 #include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
 
@@ -314,6 +320,9 @@ extern "C" int gpu_stage_adamw_params(gpu_stage *st, const adamw_config *c, int 
         return zb_wrap(err, "post-validation copy of the parameters: ");
     if (zb_cuda_copy(st->c, st->snap[0], st->master, st->n * 4, err) != 0)
         return -1;
+    /* pending from here: should a launch below fail, undo still puts the
+     * copied weights back */
+    st->spec_pending = 1;
     const llama_stage *L = st->params_layout;
     for (int i = 0; i < L->n_tensors; i++) {
         const llama_tensor *ten = &L->tensors[i];
@@ -325,7 +334,6 @@ extern "C" int gpu_stage_adamw_params(gpu_stage *st, const adamw_config *c, int 
                                         grad_scale, err) != 0)
             return -1;
     }
-    st->spec_pending = 1;
     return 0;
 }
 
