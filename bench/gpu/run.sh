@@ -18,7 +18,10 @@
 #      recompute (full, mlp) on the CUDA backend against the CPU backend
 #      (tests/cuda/test_cuda_recompute), its vocabulary passes (Vocab-1,
 #      Vocab-2; tests/cuda/test_cuda_vocab_backend) and memory layers on
-#      the GPU stage (tests/cuda/test_cuda_memory_stage)
+#      the GPU stage (tests/cuda/test_cuda_memory_stage); the split AdamW
+#      update of post-validation (params, moments, undo) against the whole
+#      step bit for bit and against the CPU backend
+#      (tests/cuda/test_cuda_adamw_split)
 #   5. the GPU stage against the CPU stage, and the one executor on the CUDA
 #      backend against it on the CPU backend (1F1B, ZB-H2; synchronous clip
 #      and post-validation; a GPU checkpoint evaluated on the CPU)
@@ -239,7 +242,7 @@ export -f configure
 step configure 90 configure
 TARGETS=(kernels/cuda/zb_gpu_bench tests/cuda/test_cuda_ops tests/cuda/test_cuda_backend
          tests/cuda/test_cuda_recompute tests/cuda/test_cuda_vocab_backend
-         tests/cuda/test_cuda_memory_stage
+         tests/cuda/test_cuda_memory_stage tests/cuda/test_cuda_adamw_split
          tests/cuda/test_cuda_train tests/cuda/test_cuda_nccl)
 [ -n "${ZB_CONFIGURE_ONLY:-}" ] && TARGETS=(runtime/libzb_runtime.a)
 PYTHONPATH=$MESON_PYTHONPATH step build 300 ninja -C "$BUILD" -j "$(nproc)" "${TARGETS[@]}"
@@ -268,6 +271,9 @@ keep "$WORK/vocab-backend.txt" 'FAIL|passed,'
 step memory_stage_vs_cpu 120 "$BUILD/tests/cuda/test_cuda_memory_stage" > "$WORK/memory-stage.txt" 2>&1
 cat "$WORK/memory-stage.txt"
 keep "$WORK/memory-stage.txt" 'FAIL|passed,'
+step adamw_split 60 "$BUILD/tests/cuda/test_cuda_adamw_split" > "$WORK/adamw-split.txt" 2>&1
+cat "$WORK/adamw-split.txt"
+keep "$WORK/adamw-split.txt" 'FAIL|passed,'
 step train_vs_cpu 180 "$BUILD/tests/cuda/test_cuda_train" > "$WORK/train.txt" 2>&1
 cat "$WORK/train.txt"
 keep "$WORK/train.txt" 'FAIL|step [0-9]+ loss|passed,'

@@ -25,6 +25,12 @@
  *                outer optimizer and replica averaging work on the host
  *                and a checkpoint loads on either backend.
  *
+ * Post-validation: stage 0's speculative step is gpu_stage.h's split
+ * update (adamw_params, then adamw_moments or adamw_undo), which keeps one
+ * fp32 copy of the stage's master weights (4 bytes a parameter) and no
+ * copy of m and v; snapshot and restore (master, m and v, 12 bytes a
+ * parameter) remain for callers that want the whole state back.
+ *
  * Precision is gpu_stage.h's: bf16 weights and activations, fp32 master,
  * gradients and moments, so results agree with the CPU backend within
  * bf16 tolerance (tests/cuda/test_cuda_backend.c), not bit for bit.
@@ -416,12 +422,11 @@ static int cb_snapshot(zb_backend *be, zb_bstage *bst, zb_err *err)
     if (on_gpu(be, err) != 0)
         return -1;
     size_t before = gpu_stage_static_bytes(cs->st);
-    if (gpu_stage_snapshot(cs->st, err) != 0)
-        return -1;
+    int rc = gpu_stage_snapshot(cs->st, err);
     size_t after = gpu_stage_static_bytes(cs->st);
-    if (after > before)
+    if (after > before) /* also when a later buffer failed */
         __atomic_add_fetch(&IMPL(be)->static_bytes, after - before, __ATOMIC_RELAXED);
-    return 0;
+    return rc;
 }
 
 static int cb_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
@@ -429,6 +434,38 @@ static int cb_restore(zb_backend *be, zb_bstage *bst, zb_err *err)
     if (on_gpu(be, err) != 0)
         return -1;
     return gpu_stage_restore(((cuda_stage *)bst)->st, err);
+}
+
+/* backend.h's split update over gpu_stage's (gpu_stage_adamw_params):
+ * the one fp32 copy of the master weights, counted in the static bytes
+ * when the first call allocates it. */
+static int cb_adamw_params(zb_backend *be, zb_bstage *bst, const adamw_config *c, int t,
+                           float lr, float grad_scale, zb_err *err)
+{
+    cuda_stage *cs = (cuda_stage *)bst;
+    if (on_gpu(be, err) != 0)
+        return -1;
+    size_t before = gpu_stage_static_bytes(cs->st);
+    int rc = gpu_stage_adamw_params(cs->st, c, t, lr, grad_scale, err);
+    size_t after = gpu_stage_static_bytes(cs->st);
+    if (after > before) /* also when a launch failed after the allocation */
+        __atomic_add_fetch(&IMPL(be)->static_bytes, after - before, __ATOMIC_RELAXED);
+    return rc;
+}
+
+static int cb_adamw_moments(zb_backend *be, zb_bstage *bst, const adamw_config *c,
+                            float grad_scale, zb_err *err)
+{
+    if (on_gpu(be, err) != 0)
+        return -1;
+    return gpu_stage_adamw_moments(((cuda_stage *)bst)->st, c, grad_scale, err);
+}
+
+static int cb_adamw_undo(zb_backend *be, zb_bstage *bst, zb_err *err)
+{
+    if (on_gpu(be, err) != 0)
+        return -1;
+    return gpu_stage_adamw_undo(((cuda_stage *)bst)->st, err);
 }
 
 static int cb_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err *err)
@@ -474,6 +511,9 @@ static const zb_backend_ops cuda_ops = {
     .grads_add = cb_grads_add,
     .grad_sumsq = cb_grad_sumsq,
     .adamw = cb_adamw,
+    .adamw_params = cb_adamw_params,
+    .adamw_moments = cb_adamw_moments,
+    .adamw_undo = cb_adamw_undo,
     .snapshot = cb_snapshot,
     .restore = cb_restore,
     .vocab_new = cuda_vocab_new,

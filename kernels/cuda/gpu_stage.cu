@@ -26,6 +26,12 @@
  * memory_cuda.h's kernels, the value table's sparse W; MLP-level recompute
  * leaves them whole.  Layers differ in size, so tensors are found through
  * the layout's layer_tensor0, never by a fixed stride.
+ *
+ * The optimizer: gpu_stage_adamw is the whole step over every tensor.
+ * Post-validation's speculative step is its split (gpu_stage_adamw_params,
+ * then _moments or _undo, over adamw.cu's two half kernels): one fp32 copy
+ * of master (snap[0]), never of m and v; spec_pending keeps the order.
+ * gpu_stage_snapshot / _restore copy all three for callers that want them.
  */
 #include "kernels/cuda/cuda_internal.cuh" /* first: C linkage for the C headers */
 
@@ -48,7 +54,10 @@ struct gpu_stage {
     float *grads;              /* fp32 [n] weight-gradient accumulators */
     float *m, *v;              /* fp32 [n] AdamW moments */
     double *scalars;           /* device doubles: per-tensor sums of squares */
-    float *snap[3];            /* fp32 [n] snapshot of master, m, v (first gpu_stage_snapshot) */
+    float *snap[3];            /* fp32 [n] snapshot of master, m, v (first gpu_stage_snapshot);
+                                * snap[0] alone is gpu_stage_adamw_params's copy */
+    int spec_pending;          /* 1 between gpu_stage_adamw_params and its
+                                * _moments or _undo */
 };
 
 enum { PH_F_KEEP = 1, PH_F_ONLY = 2, PH_B_KEEP = 4 };
@@ -159,7 +168,10 @@ extern "C" float *gpu_stage_grads(gpu_stage *st) { return st->grads; }
 extern "C" const llama_stage *gpu_stage_layout(const gpu_stage *st) { return st->layout; }
 extern "C" size_t gpu_stage_static_bytes(const gpu_stage *st)
 {
-    return st->n * (4 + 2 + 4 + 4 + 4 + (st->snap[0] ? 3 * 4 : 0));
+    size_t copies = 0;
+    for (int k = 0; k < 3; k++)
+        copies += st->snap[k] != NULL;
+    return st->n * (4 + 2 + 4 + 4 + 4 + 4 * copies);
 }
 
 /* The fp32 device buffer `which` (GPU_BUF_*). */
@@ -196,6 +208,9 @@ extern "C" int gpu_stage_set(gpu_stage *st, int which, const float *host, zb_err
 
 extern "C" int gpu_stage_snapshot(gpu_stage *st, zb_err *err)
 {
+    if (st->spec_pending) /* snap[0] holds the speculative step's copy */
+        return zb_fail(err, "GPU stage: a snapshot while a speculative step awaits its moments "
+                       "or undo");
     float *src[3] = { st->master, st->m, st->v };
     for (int k = 0; k < 3; k++) {
         if (!st->snap[k] && zb_cuda_alloc((void **)&st->snap[k], st->n * 4, err) != 0)
@@ -208,7 +223,8 @@ extern "C" int gpu_stage_snapshot(gpu_stage *st, zb_err *err)
 
 extern "C" int gpu_stage_restore(gpu_stage *st, zb_err *err)
 {
-    if (!st->snap[0])
+    /* (adamw_params allocates snap[0] alone: that is no snapshot) */
+    if (!st->snap[0] || !st->snap[1] || !st->snap[2])
         return zb_fail(err, "GPU stage: restore without a snapshot");
     float *dst[3] = { st->master, st->m, st->v };
     for (int k = 0; k < 3; k++)
@@ -292,6 +308,61 @@ extern "C" int gpu_stage_adamw(gpu_stage *st, const adamw_config *c, int t, floa
                                  ten->decay ? c->weight_decay : 0.0f, grad_scale, err) != 0)
             return -1;
     }
+    return 0;
+}
+
+extern "C" int gpu_stage_adamw_params(gpu_stage *st, const adamw_config *c, int t, float lr,
+                                      float grad_scale, zb_err *err)
+{
+    if (st->spec_pending)
+        return zb_fail(err, "GPU stage: a speculative step while one awaits its moments or undo");
+    if (!st->snap[0] && zb_cuda_alloc((void **)&st->snap[0], st->n * 4, err) != 0)
+        return zb_wrap(err, "post-validation copy of the parameters: ");
+    if (zb_cuda_copy(st->c, st->snap[0], st->master, st->n * 4, err) != 0)
+        return -1;
+    /* pending from here: should a launch below fail, undo still puts the
+     * copied weights back */
+    st->spec_pending = 1;
+    const llama_stage *L = st->params_layout;
+    for (int i = 0; i < L->n_tensors; i++) {
+        const llama_tensor *ten = &L->tensors[i];
+        size_t o = ten->offset;
+        /* the arguments of gpu_stage_adamw's zb_cuda_adamw_update */
+        if (zb_cuda_adamw_update_params(st->c, st->master + o, st->w + o, st->grads + o,
+                                        st->m + o, st->v + o, ten->count, t, lr, c->beta1,
+                                        c->beta2, c->eps, ten->decay ? c->weight_decay : 0.0f,
+                                        grad_scale, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+extern "C" int gpu_stage_adamw_moments(gpu_stage *st, const adamw_config *c, float grad_scale,
+                                       zb_err *err)
+{
+    if (!st->spec_pending)
+        return zb_fail(err, "GPU stage: adamw_moments without a speculative step");
+    const llama_stage *L = st->params_layout;
+    for (int i = 0; i < L->n_tensors; i++) {
+        const llama_tensor *ten = &L->tensors[i];
+        size_t o = ten->offset;
+        if (zb_cuda_adamw_update_moments(st->c, st->grads + o, st->m + o, st->v + o, ten->count,
+                                         c->beta1, c->beta2, grad_scale, err) != 0)
+            return -1;
+    }
+    st->spec_pending = 0;
+    return 0;
+}
+
+extern "C" int gpu_stage_adamw_undo(gpu_stage *st, zb_err *err)
+{
+    if (!st->spec_pending)
+        return zb_fail(err, "GPU stage: adamw_undo without a speculative step");
+    assert(st->snap[0]);
+    if (zb_cuda_copy(st->c, st->master, st->snap[0], st->n * 4, err) != 0 ||
+        zb_cuda_f32_to_bf16(st->c, st->w, st->master, st->n, err) != 0)
+        return -1;
+    st->spec_pending = 0;
     return 0;
 }
 

@@ -83,7 +83,8 @@ void gpu_stage_free(gpu_stage *st);
 zb_cuda *gpu_stage_ctx(const gpu_stage *st);
 const llama_stage *gpu_stage_layout(const gpu_stage *st);
 
-/* Device bytes of the static state (master + bf16 + grads + m + v). */
+/* Device bytes of the static state (master + bf16 + grads + m + v) and of
+ * the post-validation copies allocated so far (4 bytes a parameter each). */
 size_t gpu_stage_static_bytes(const gpu_stage *st);
 
 /* Copies n = llama_stage_num_params floats of host params into the master
@@ -109,6 +110,21 @@ int gpu_stage_set(gpu_stage *st, int which, const float *host, zb_err *err);
  * bf16 copy).  Queued.  0 or -1. */
 int gpu_stage_snapshot(gpu_stage *st, zb_err *err);
 int gpu_stage_restore(gpu_stage *st, zb_err *err);
+
+/* Post-validation without a copy of the moments (runtime/backend.h's
+ * adamw_params, adamw_moments, adamw_undo).  _params copies the master
+ * weights aside (one fp32 buffer, the snapshot's first, allocated by the
+ * first call and kept) and writes master and the bf16 copy as
+ * gpu_stage_adamw would, leaving m and v.  Then exactly one of: _moments
+ * writes m and v as that gpu_stage_adamw would have (same grads, same
+ * grad_scale), so params-then-moments has the whole step's bits; or _undo
+ * copies the master weights back and re-derives the bf16 copy, the bits
+ * from before _params.  Either without a pending _params fails.  Queued.
+ * 0 or -1. */
+int gpu_stage_adamw_params(gpu_stage *st, const adamw_config *c, int t, float lr,
+                           float grad_scale, zb_err *err);
+int gpu_stage_adamw_moments(gpu_stage *st, const adamw_config *c, float grad_scale, zb_err *err);
+int gpu_stage_adamw_undo(gpu_stage *st, zb_err *err);
 
 /* grads += src (device fp32 [n], e.g. a W run ahead of micro-batch order
  * into a spare buffer).  Queued.  0 or -1. */

@@ -227,6 +227,20 @@ int zb_cuda_adamw_update(zb_cuda *c, float *params, zb_bf16 *params_bf16,
                          int t, float lr, float beta1, float beta2, float eps,
                          float wd, float grad_scale, zb_err *err);
 
+/* The two halves of zb_cuda_adamw_update, for a speculative step
+ * (runtime/backend.h adamw_params / adamw_moments): _params writes only the
+ * master weights (and their bf16 copy into params_bf16, may be NULL),
+ * reading m and v; _moments writes only m and v.  Run in that order on the
+ * same grads, m and v, they leave params, params_bf16, m and v with the
+ * bits of one zb_cuda_adamw_update (adamw.cu says why).  The moments do
+ * not depend on t, lr, eps or wd.  Queued.  0 or -1 (t < 1, a launch). */
+int zb_cuda_adamw_update_params(zb_cuda *c, float *params, zb_bf16 *params_bf16,
+                                const float *grads, const float *m, const float *v, size_t n,
+                                int t, float lr, float beta1, float beta2, float eps, float wd,
+                                float grad_scale, zb_err *err);
+int zb_cuda_adamw_update_moments(zb_cuda *c, const float *grads, float *m, float *v, size_t n,
+                                 float beta1, float beta2, float grad_scale, zb_err *err);
+
 /* ---------------------------------------------------------------------- */
 /* Timing (for the profiler and the benchmarks)                            */
 /* ---------------------------------------------------------------------- */
