@@ -1339,6 +1339,7 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     zb_err e2 = { { 0 } };
     cost_vocab_options vo;
     cost_vocab_options_default(&vo);
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
     vo.variant = variant;
     c->vocab = variant;
     c->n_stages = S;
@@ -1438,6 +1439,7 @@ static int vocab_stage_fits(search_state *st, const search_candidate *src, int v
     cf.rc_mlp_stages = j;
     cost_vocab_options vo;
     cost_vocab_options_default(&vo);
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
     vo.variant = variant;
     cost_options co;
     sim_result sr;
@@ -1901,6 +1903,8 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
         zb_err e2 = { { 0 } };
         cost_vocab_options vo;
         cost_vocab_options_default(&vo);
+        vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
         cost_options co = cf.copt;
         co.layers = layers;
         if (!layers || !v) {

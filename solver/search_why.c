@@ -155,7 +155,7 @@ static void vocab_rows(const search_options *o, const search_result *r, search_w
     size_t n = 0;
     if (win->vocab)
         n += (size_t)snprintf(text + n, sizeof text - n,
-                              "chosen (Vocab-%d): the head and embedding no longer load one device", win->vocab);
+                              "chosen (Vocab-%d): the head's and embedding's compute no longer loads one device (their state stays whole where the runtime keeps it)", win->vocab);
     else
         n += (size_t)snprintf(text + n, sizeof text - n, "not chosen");
     if (other && n < sizeof text)

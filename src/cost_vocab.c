@@ -54,6 +54,7 @@ void cost_vocab_options_default(cost_vocab_options *vo)
 {
     vo->variant = 1;
     vo->scaling = 1;
+    vo->whole_state = 0;
 }
 
 /* Bandwidth and latency of the slowest link a collective over p devices
@@ -191,8 +192,10 @@ int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options
     double head_params = head.params;
     if (m->tied_embedding && (S == 1 || same))
         head_params -= (double)m->vocab * m->d_model;
-    st[S - 1].static_bytes -= head_params * bpp;
-    st[S - 1].static_bytes += (head.params - (double)m->vocab * m->d_model) * bpp; /* final norm stays */
+    if (!vo->whole_state) {
+        st[S - 1].static_bytes -= head_params * bpp;
+        st[S - 1].static_bytes += (head.params - (double)m->vocab * m->d_model) * bpp; /* final norm stays */
+    }
     if (st[S - 1].transient == head.transient && st[S - 1].n_layers > 0) {
         cost_options lo = *o; /* the stage's own layers set its transient now */
         lo.recompute = cost_stage_recomputes(o, S - 1);
@@ -210,9 +213,11 @@ int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options
     }
     /* The embedding's matrix leaves stage 0; its collectives are charged
      * to stage 0's F (all-reduce of the output) and W (gradient broadcast). */
-    st[0].static_bytes -= emb.params * bpp;
-    if (m->rope_theta == 0) /* learned positions stay on stage 0 */
-        st[0].static_bytes += (double)m->seq_len * m->d_model * bpp;
+    if (!vo->whole_state) {
+        st[0].static_bytes -= emb.params * bpp;
+        if (m->rope_theta == 0) /* learned positions stay on stage 0 */
+            st[0].static_bytes += (double)m->seq_len * m->d_model * bpp;
+    }
     s->cost[0].t_f += cv.t_emb_f * 1e3;
     s->cost[0].t_w += cv.t_emb_b * 1e3;
     double shard_trans = shard_transient(m, o, cv.shard_vocab, vo->variant);
@@ -221,11 +226,12 @@ int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options
         stat[d] += st[i].static_bytes;
         trans[d] = fmax(trans[d], st[i].transient);
     }
+    double shard_static = vo->whole_state ? 0 : cv.head_static + cv.emb_static;
     double reserve = o->reserve_bytes;
     if (o->profile && o->profile->reserve_bytes >= 0)
         reserve = o->profile->reserve_bytes;
     for (int d = 0; d < p; d++)
-        s->mem_static[d] = stat[d] + cv.head_static + cv.emb_static + fmax(trans[d], shard_trans) + reserve;
+        s->mem_static[d] = stat[d] + shard_static + fmax(trans[d], shard_trans) + reserve;
     sched_set_vocab(s, vo->variant == 2 ? SCHED_VOCAB_2 : SCHED_VOCAB_1, cv.t_s * 1e3, cv.t_t * 1e3,
                     cv.m_s, -cv.m_s, cv.t_c0 * 1e3, cv.t_c1 * 1e3);
     if (out)

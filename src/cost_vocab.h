@@ -28,6 +28,11 @@
 typedef struct cost_vocab_options {
     int variant;    /* 1: Vocab-1 (one barrier), 2: Vocab-2 (two barriers) */
     double scaling; /* achieved fraction of ideal shard speed-up, (0, 1]; default 1 */
+    int whole_state; /* 1: the head's and embedding's weights, gradients and
+                      * moments stay whole on the last stage and stage 0, as
+                      * zbsched's runtime keeps them (only their compute is
+                      * sharded: docs/vocab-parallel.md, "What is not done");
+                      * 0 (default): v*h/p of each per device, the paper's */
 } cost_vocab_options;
 
 /* One shard's figures, per micro-batch. */

@@ -66,8 +66,8 @@ static char *slurp(const char *name)
 START_TEST(default_job_is_today)
 {
     ck_assert_int_eq(zb("search --mem 40G -q -o a.json"), 0);
-    ck_assert_msg(strstr(out, "best: interleaved v=4 +vocab-1, pp=8 x dp=1, b=1, m=64"), "%.3000s", out);
-    ck_assert_msg(strstr(out, "the winner takes 8090.5 ms"), "%.3000s", out);
+    ck_assert_msg(strstr(out, "best: zb-auto max, pp=8 x dp=1, b=1, m=64"), "%.3000s", out);
+    ck_assert_msg(strstr(out, "the winner takes 8503.1 ms"), "%.3000s", out);
     ck_assert_int_eq(zb("search --mem 40G -q --tp 1 --cp 1 --zero 1 --offload 0 -o b.json"), 0);
     char *a = slurp("a.json"), *b = slurp("b.json");
     ck_assert_str_eq(a, b);

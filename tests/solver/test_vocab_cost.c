@@ -151,6 +151,24 @@ START_TEST(fill_sched_moves_head)
     ck_assert(v->mem_static[1] > plain->mem_static[1]); /* shards on a middle device */
     ck_assert_int_eq(v->vocab.variant, 1);
     ck_assert(close_to(v->vocab.t_s, cv.t_s * 1e3) && close_to(v->vocab.d_s, cv.m_s));
+    /* As zbsched's runtime holds them (whole_state, what the search
+     * prices): the head's and embedding's weights, gradients and moments
+     * stay on the last stage and stage 0, so only the passes' buffers are
+     * added; no device holds a shard's state. */
+    sched_t *w = sched_clone(plain);
+    cost_vocab_options whole = vo;
+    whole.whole_state = 1;
+    ck_assert_msg(cost_vocab_fill_sched(&m, &g, &o, &whole, w, NULL, &err) == 0, "%s", err.msg);
+    double bpp = cost_bytes_per_param(&m, &o);
+    for (int d = 0; d < w->n_devices; d++) {
+        ck_assert_msg(w->mem_static[d] < v->mem_static[d] + (double)m.vocab * m.d_model * bpp,
+                      "device %d", d);
+        ck_assert_msg(w->mem_static[d] + 0.5 * cv.head_static < v->mem_static[d] || d == 0 || d == last,
+                      "device %d holds no shard's state", d);
+    }
+    ck_assert(w->mem_static[0] > v->mem_static[0]);
+    ck_assert(w->mem_static[last] > v->mem_static[last]);
+    sched_free(w);
     sched_vocab pv = v->vocab;
     sched_set_vocab(v, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
     ck_assert_msg(gen_vocab_insert(v, &pv, &vp, &err) == 0, "%s", err.msg);
