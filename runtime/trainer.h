@@ -150,6 +150,9 @@ typedef struct trainer_stats {
     double last_step_s;     /* wall seconds of the last trainer_step */
     double last_lr;         /* learning rate used by the last step */
     long rollbacks;         /* post-validation rollbacks so far (stage steps redone) */
+    long rollback_steps;    /* steps of this process in which post-validation undid an
+                             * optimistic stage step: each counted once, whatever the
+                             * number of stages (in this process: a resume starts at 0) */
     long skipped_steps;     /* steps skipped because the gradient was not finite */
     /* What trainer_steps did without a barrier, in this process (a resume
      * starts them at 0): */

@@ -122,6 +122,7 @@ void trainer_free(trainer *t)
     free(t->by);
     free(t->b_loss);
     free(t->b_full_sq);
+    free(t->b_rolled);
     free(t->b_end);
     free(t->mb_loss);
     sched_free(t->sched);

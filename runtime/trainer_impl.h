@@ -144,6 +144,7 @@ struct trainer {
     int pending;           /* 1 between trainer_backward and trainer_apply */
     double pending_loss;   /* mean loss of the pending step's backward */
     long rollbacks_step;   /* rollbacks in the running step (workers add under lock) */
+    unsigned char *b_rolled; /* [b_cap] 1: batch step i had a rollback (under mu) */
     pthread_mutex_t mu;    /* guards rollbacks_step and the activation pool */
     float **act_pool;      /* [act_pool_cap] spare activation/gradient buffers */
     int act_pool_n;        /* buffers in act_pool */

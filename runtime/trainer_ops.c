@@ -435,6 +435,8 @@ int trainer_post_validated_step(trainer *t, worker *w, int i, int *spec_ran)
             /* the optimistic action was wrong (a speculated stage undoes it) */
             pthread_mutex_lock(&t->mu);
             t->rollbacks_step++;
+            if (i >= 0)
+                t->b_rolled[i] = 1;
             pthread_mutex_unlock(&t->mu);
         }
         int spec_wrong = !(finite && !clip); /* stage 0's speculation was on wrong parameters */

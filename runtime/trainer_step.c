@@ -85,6 +85,7 @@ static void step_end(trainer *t, double loss)
     t->stats.last_step_s = ms_since(&t->t0) * 1e-3;
     t->stats.last_lr = t->step_lr;
     t->stats.rollbacks += t->rollbacks_step;
+    t->stats.rollback_steps += t->rollbacks_step > 0;
     if (!isfinite(t->full_sq))
         t->stats.skipped_steps++;
     t->have_times = t->opts.record_times;
@@ -132,7 +133,10 @@ static int batch_reserve(trainer *t, int n)
     double *be = realloc(t->b_end, sizeof *be * (size_t)n * (size_t)t->n_devices);
     if (be)
         t->b_end = be;
-    if (!bx || !by || !bl || !bf || !be)
+    unsigned char *br = realloc(t->b_rolled, (size_t)n);
+    if (br)
+        t->b_rolled = br;
+    if (!bx || !by || !bl || !bf || !be || !br)
         return -1;
     t->b_cap = n;
     return 0;
@@ -205,6 +209,7 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
     t->b_spec = t->b_redone = 0;
     t->step_lr = adamw_lr(&t->opts.adamw, (int)t->stats.step);
     t->rollbacks_step = 0;
+    memset(t->b_rolled, 0, (size_t)n);
     t->full_sq = 0;
     for (int d = 0; d < t->n_devices; d++)
         t->act_peak[d] = 0;
@@ -226,6 +231,7 @@ int trainer_steps(trainer *t, int n, trainer_step_info *info, zb_err *err)
         if (info)
             info[i] = r;
         t->stats.step++;
+        t->stats.rollback_steps += t->b_rolled[i];
         t->stats.last_loss = r.loss;
         t->stats.last_grad_norm = r.grad_norm;
         t->stats.last_step_s = r.seconds;

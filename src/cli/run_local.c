@@ -56,9 +56,10 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     double last = r->n_losses ? r->losses[r->n_losses - 1] : NAN;
     if (!a->json) {
         printf("%s: %s, %d devices, %d stages, m=%d%s; %ld steps, final loss %.4f, val loss %.4f, "
-               "%.0f tokens/s, %ld rollbacks (" RUN_ROLLBACKS_WORDS ")\n", a->file, s->name[0] ? s->name : "schedule",
+               "%.0f tokens/s, " RUN_ROLLBACK_STEPS_WORDS "\n", a->file, s->name[0] ? s->name : "schedule",
                s->n_devices, s->n_stages, s->n_micro, a->cuda ? " on cuda (one GPU)" : "",
-               st->step, last, r->val_loss, tps, st->rollbacks);
+               st->step, last, r->val_loss, tps, st->rollback_steps, (long)r->n_losses,
+               st->rollbacks);
         return;
     }
     const zb_model *em = trainer_model(t);
@@ -80,6 +81,7 @@ static void print_summary(const run_args *a, const sched_t *s, trainer *t, const
     json_memory(o, t, s->n_devices);
     cJSON_AddNumberToObject(o, "train_seconds", r->train_s);
     cJSON_AddNumberToObject(o, "rollbacks", (double)st->rollbacks);
+    cJSON_AddNumberToObject(o, "rollback_steps", (double)st->rollback_steps);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)st->skipped_steps);
     run_json_print(o);
 }

@@ -22,6 +22,14 @@
  * count is of stage steps redone, so a p-stage step can add up to p. */
 #define RUN_ROLLBACKS_WORDS "stage steps redone by post-validation, as designed"
 
+/* The one-process summary counts each step once: "R of N steps rolled
+ * back" (steps in which post-validation undid an optimistic stage step,
+ * so R <= N), then the stage steps redone.  printf arguments: R, N (the
+ * steps this run trained), the stage steps. */
+#define RUN_ROLLBACK_STEPS_WORDS \
+    "%ld of %ld steps rolled back (post-validation found the gradient norm clipped or not " \
+    "finite and redid the optimistic step, as designed; %ld stage steps redone)"
+
 /* The stop flag: 0, or the first SIGTERM / SIGINT received. */
 extern volatile sig_atomic_t run_stop_signal;
 

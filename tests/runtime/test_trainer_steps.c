@@ -204,6 +204,13 @@ START_TEST(steps_equal_single_steps)
             ck_assert_msg(a.rollbacks == b.rollbacks, "%s: rollbacks %ld vs %ld", what, a.rollbacks,
                           b.rollbacks);
             ck_assert_int_eq(a.skipped, b.skipped);
+            /* each step with a rollback counted once, the same in a batch */
+            ck_assert_msg(sa.rollback_steps == sb.rollback_steps, "%s: rollback steps %ld vs %ld",
+                          what, sa.rollback_steps, sb.rollback_steps);
+            ck_assert(sb.rollback_steps <= sb.step && sb.rollback_steps <= sb.rollbacks);
+            ck_assert((sb.rollback_steps > 0) == (sb.rollbacks > 0));
+            if (c == 0)
+                ck_assert_int_eq(sb.rollback_steps, 0);
             /* the batches of 3, 1 and 2 ran without a barrier inside */
             ck_assert_msg(sb.overlapped_steps == 3, "%s: %ld overlapped steps", what,
                           sb.overlapped_steps);
