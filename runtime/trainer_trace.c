@@ -117,6 +117,19 @@ int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err
     if (ret == 0)
         ret = footprint_devices(t->sched, &t->model, layers, rc,
                                 t->spec_len > 0 && trainer_may_speculate(t), fp, err);
+    /* ZeRO-1 (trainer_zero1.c): a sharded stage holds m and v for its
+     * shard only.  (The CPU backend allocates the whole moments when it
+     * makes the stage and frees all but the shard when the islands shard
+     * it, before the first step: that start-up moment shows in the
+     * optimizer class's own peak, below the device's total peak.) */
+    for (int i = 0; i < S && ret == 0; i++) {
+        const stage_rt *r = &t->st[i];
+        if (!r->opt_floats)
+            continue;
+        double gone = 8.0 * ((double)r->n_params - (double)r->opt_floats);
+        fp[r->device].bytes[MEM_OPTIMIZER] -= gone;
+        fp[r->device].total -= gone;
+    }
     for (int d = 0; d < P && ret == 0; d++) {
         assert(d < mem_ledger_devices(l));
         for (int c = 0; c < MEM_CLASSES; c++) {

@@ -158,7 +158,8 @@ static double now_s(void)
 }
 
 static void print_islands(const run_args *a, const sched_t *s, const zb_model *m,
-                          const job_result *r, const islands_result *tot, double wall_s)
+                          const job_result *r, const islands_result *tot, double wall_s,
+                          const trainer *first)
 {
     const islands_opts *isl = &a->isl;
     if (!a->json) {
@@ -193,6 +194,8 @@ static void print_islands(const run_args *a, const sched_t *s, const zb_model *m
     cJSON_AddNumberToObject(j, "final_replicas", tot->final_replicas);
     cJSON_AddBoolToObject(j, "zero1", isl->zero1);
     cJSON_AddNumberToObject(j, "optimizer_bytes_per_replica", (double)tot->optimizer_bytes);
+    if (first) /* every replica holds alike: the first one's devices */
+        json_memory(j, first, s->n_devices);
     cJSON_AddNumberToObject(j, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(j, "train_seconds", wall_s);
     run_json_print(j);
@@ -251,7 +254,10 @@ int run_islands(run_args *a, const sched_t *s, const zb_model *m, const zb_data 
     if (st == JOB_DONE) {
         islands_result tot = { 0 };
         islands_totals(x, &tot);
-        print_islands(a, s, m, &r, &tot, now_s() - t0);
+        trainer *first = NULL;
+        for (int k = 0; k < a->isl.replicas && !first; k++)
+            first = islands_replica(x, k);
+        print_islands(a, s, m, &r, &tot, now_s() - t0, first);
     }
 out:
     job_result_free(&r);

@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,24 @@ START_TEST(zero1_same_losses_half_the_state)
      * chain adds 5 doubles a tensor a hop, far below 1% of it */
     double sync = json_num(j[0], "bytes_sent"), z1 = json_num(j[1], "bytes_sent");
     ck_assert_msg(z1 > sync && z1 - sync < 0.01 * sync, "%g vs %g", z1, sync);
+    /* the memory ledger of a replica's devices (issue 25): each device's
+     * peak within 2% of its prediction, sharded or not, and the sharded
+     * replica's predicted optimizer state is half of the unsharded one */
+    double opt[2] = { 0, 0 };
+    for (int z = 0; z < 2; z++) {
+        cJSON *mem = cJSON_GetObjectItem(j[z], "memory"), *e;
+        ck_assert_msg(cJSON_GetArraySize(mem) == 2, "%s", out[z]);
+        cJSON_ArrayForEach(e, mem)
+        {
+            double p = json_num(e, "predicted_bytes"), m = json_num(e, "measured_bytes");
+            ck_assert_msg(p > 0 && fabs(m - p) <= 0.02 * p, "zero1 %d: predicted %g, measured %g",
+                          z, p, m);
+            opt[z] += json_num(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "classes"),
+                                                   "optimizer_state"), "predicted");
+        }
+    }
+    ck_assert_msg(opt[1] * 2 >= opt[0] - 1024 && opt[1] * 2 <= opt[0] + 1024, "%g vs %g", opt[1],
+                  opt[0]);
     free(la);
     free(lb);
     for (int z = 0; z < 2; z++) {
