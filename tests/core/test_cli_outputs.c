@@ -8,9 +8,11 @@
  * Special files (FIFOs, sockets, links, and the character devices) are
  * made only in a fresh directory under /tmp: the null and full devices are
  * mknod'ed there (major 1, minors 3 and 7), so nothing under /dev is ever
- * written, even by a broken writer under mutation testing.  Without the
- * privilege to mknod, the device cases are skipped with a note.  Commands
- * run from the repository root (the default --data path is relative to it).
+ * written, even by a broken writer under mutation testing.  The device
+ * cases are a Suite of their own, the meson test cli_outputs_devices
+ * (argv[1] "devices"), which reads SKIP with the reason when this process
+ * may not mknod (tests/common/ck_skip.h).  Commands run from the
+ * repository root (the default --data path is relative to it).
  */
 #include <check.h>
 #include <dirent.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "src/outfile.h"
+#include "tests/common/ck_skip.h"
 #include "tests/common/cli_run.h"
 
 static char dir[64];
@@ -134,27 +137,22 @@ END_TEST
 
 /* Makes a character device node `name` (major 1: the memory devices) in
  * the test's directory and returns its path (a static buffer of its own,
- * since at() rotates), or NULL (with a note) when this process may not
- * create device nodes. */
+ * since at() rotates).  Only the "devices" Suite calls it, after the probe
+ * found that this process may mknod, so a failure here fails the case. */
 static const char *make_chardev(const char *name, unsigned minor)
 {
     static char paths[2][128];
     static int next;
     char *path = paths[next++ % 2];
     snprintf(path, sizeof paths[0], "%s", at(name));
-    if (mknod(path, S_IFCHR | 0666, makedev(1, minor)) != 0) {
-        fprintf(stderr, "note: cannot mknod %s (%s): device case skipped\n", path,
-                strerror(errno));
-        return NULL;
-    }
+    ck_assert_msg(mknod(path, S_IFCHR | 0666, makedev(1, minor)) == 0, "mknod %s: %s", path,
+                  strerror(errno));
     return path;
 }
 
 START_TEST(char_device_written_through)
 {
     const char *dev = make_chardev("null", 3);
-    if (!dev)
-        return;
     struct stat before;
     ck_assert_int_eq(stat(dev, &before), 0);
     make_schedule();
@@ -265,8 +263,7 @@ static void assert_stdout_error_reported(const char *args)
 
 START_TEST(stdout_write_errors_fail)
 {
-    if (!(full_dev = make_chardev("full", 7)))
-        return;
+    full_dev = make_chardev("full", 7);
     make_schedule();
     char a[256];
     snprintf(a, sizeof a, "simulate %s --json", at("s.json"));
@@ -334,27 +331,45 @@ START_TEST(dag_render_passes_leak_check_without_test_settings)
 }
 END_TEST
 
-int main(void)
+/* A TCase with the test directory and a timeout long enough for runs. */
+static TCase *outputs_case(const char *name)
 {
-    /* the DAG test's point: nothing from the environment suppresses leaks */
-    unsetenv("LSAN_OPTIONS");
-    Suite *s = suite_create("cli_outputs");
-    TCase *tc = tcase_create("outputs");
+    TCase *tc = tcase_create(name);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
+    return tc;
+}
+
+static Suite *outputs_suite(void)
+{
+    Suite *s = suite_create("cli_outputs");
+    TCase *tc = outputs_case("outputs");
     tcase_add_test(tc, fifo_written_through);
-    tcase_add_test(tc, char_device_written_through);
     tcase_add_test(tc, symlink_followed_and_kept);
     tcase_add_test(tc, other_kinds_refused);
     tcase_add_test(tc, output_that_is_an_input_refused);
     tcase_add_test(tc, outputs_checked_before_the_work);
-    tcase_add_test(tc, stdout_write_errors_fail);
     tcase_add_test(tc, launch_without_cuda_refused);
     tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
+}
+
+/* The cases that mknod the null and full devices. */
+static Suite *devices_suite(void)
+{
+    Suite *s = suite_create("cli_outputs_devices");
+    TCase *tc = outputs_case("devices");
+    tcase_add_test(tc, char_device_written_through);
+    tcase_add_test(tc, stdout_write_errors_fail);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    /* the DAG test's point: nothing from the environment suppresses leaks */
+    unsetenv("LSAN_OPTIONS");
+    return ck_main_with_optional(argc, argv, outputs_suite, "devices", devices_suite,
+                                 ck_cannot_mknod);
 }
