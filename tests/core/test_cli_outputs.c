@@ -228,6 +228,65 @@ START_TEST(output_that_is_an_input_refused)
 }
 END_TEST
 
+/* Two outputs of one command that are one file: whichever is written last
+ * would silently replace the other, so the command refuses before any
+ * work, however the two are spelled (the same name, ./, a path through
+ * .., a symlink, a hard link, the default -o), and writes nothing. */
+START_TEST(outputs_that_are_one_file_refused)
+{
+    const char *same_ways[][2] = {
+        { "x.out", "x.out" }, { "x.out", "./x.out" }, { "x.out", "../%s/x.out" },
+        { "link.json", "x.out" }, { "hard.json", "kept.svg" },
+    };
+    ck_assert_int_eq(symlink("x.out", at("link.json")), 0);
+    FILE *f = fopen(at("kept.svg"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("old", f);
+    fclose(f);
+    ck_assert_int_eq(link(at("kept.svg"), at("hard.json")), 0);
+    const char *base = strrchr(dir, '/') + 1;
+    FILE *w = fopen(at("w.json"), "w");
+    ck_assert_ptr_nonnull(w);
+    fputs("[[90,132,40,61],[20,107,104,64]]", w);
+    fclose(w);
+    for (size_t i = 0; i < sizeof same_ways / sizeof same_ways[0]; i++) {
+        char svg[128];
+        snprintf(svg, sizeof svg, same_ways[i][1], base);
+        /* search's -o and --svg, from the test directory */
+        char args[512];
+        snprintf(args, sizeof args, "search --mem 40G -q -o %s --svg %s", same_ways[i][0], svg);
+        int rc = cli_run(dir, "timeout 60", args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 2, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "-o and --svg name the same file");
+        /* eplb's -o and --svg */
+        snprintf(args, sizeof args,
+                 "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o %s --svg %s",
+                 same_ways[i][0], svg);
+        rc = cli_run(dir, "timeout 60", args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 2, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "-o and --svg name the same file");
+    }
+    /* search's default -o is best.json */
+    int rc = cli_run(dir, "timeout 60", "search --mem 40G -q --svg best.json", out_text,
+                     sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 2, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "-o and --svg name the same file 'best.json'");
+    cli_assert_no_file(at("x.out"));
+    cli_assert_no_file(at("best.json"));
+    ck_assert_str_eq(head(at("kept.svg")), "old");
+    ck_assert_int_eq(ltype(at("link.json")), S_IFLNK);
+    /* apart, and two write-through devices, are fine */
+    ck_assert_int_eq(cli_run(dir, "timeout 60",
+                             "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o a.json "
+                             "--svg a.svg",
+                             out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    ck_assert_int_eq(cli_run(dir, "timeout 60",
+                             "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o /dev/null "
+                             "--svg /dev/null",
+                             out_text, sizeof out_text, err_text, sizeof err_text), 0);
+}
+END_TEST
+
 START_TEST(outputs_checked_before_the_work)
 {
     make_schedule();
@@ -348,6 +407,7 @@ static Suite *outputs_suite(void)
     tcase_add_test(tc, symlink_followed_and_kept);
     tcase_add_test(tc, other_kinds_refused);
     tcase_add_test(tc, output_that_is_an_input_refused);
+    tcase_add_test(tc, outputs_that_are_one_file_refused);
     tcase_add_test(tc, outputs_checked_before_the_work);
     tcase_add_test(tc, launch_without_cuda_refused);
     tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
