@@ -287,6 +287,42 @@ START_TEST(outputs_that_are_one_file_refused)
 }
 END_TEST
 
+/* Under `ulimit -f` every writer fails in one line, exit 1, and leaves no
+ * output behind; before, SIGXFSZ killed the command without a word (exit
+ * 153), leaving what it had created.  20 blocks are 10 KB under dash
+ * (512-byte blocks) and 20 KB under bash: each output here is larger. */
+START_TEST(file_size_limit_fails_in_one_line)
+{
+    make_schedule();
+    const char *limit = "ulimit -f 20 && timeout 60";
+    char args[600];
+    const char *const writes[][2] = {
+        { "gen zb-h1 -p 8 -m 64 -o %s", "big.json" },
+        { "render %s -o %s", "s.svg" },
+        { "search --mem 40G -q -o %s", "best.json" },
+        { "checkpoint init %s -o %s", "ck" },
+    };
+    for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+        if (strstr(writes[i][0], "%s -o %s"))
+            snprintf(args, sizeof args, writes[i][0], at("s.json"), at(writes[i][1]));
+        else
+            snprintf(args, sizeof args, writes[i][0], at(writes[i][1]));
+        int rc = cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 1, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "File too large");
+        if (strcmp(writes[i][1], "ck") != 0)
+            cli_assert_no_file(at(writes[i][1]));
+        else
+            ck_assert_int_eq(entries(at("ck")), 0); /* no part, no manifest */
+    }
+    /* standard output too */
+    int rc = cli_run(dir, limit, "gen zb-h1 -p 8 -m 64 > big.out", out_text, sizeof out_text,
+                     err_text, sizeof err_text);
+    ck_assert_msg(rc == 1, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "standard output: File too large");
+}
+END_TEST
+
 START_TEST(outputs_checked_before_the_work)
 {
     make_schedule();
@@ -408,6 +444,7 @@ static Suite *outputs_suite(void)
     tcase_add_test(tc, other_kinds_refused);
     tcase_add_test(tc, output_that_is_an_input_refused);
     tcase_add_test(tc, outputs_that_are_one_file_refused);
+    tcase_add_test(tc, file_size_limit_fails_in_one_line);
     tcase_add_test(tc, outputs_checked_before_the_work);
     tcase_add_test(tc, launch_without_cuda_refused);
     tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
