@@ -323,6 +323,34 @@ START_TEST(file_size_limit_fails_in_one_line)
 }
 END_TEST
 
+/* Under `ulimit -v` a command either does its work or ends in one line:
+ * run and profile, whose BLAS would retry a failed buffer allocation
+ * forever (a hang, before), refuse when their threads' buffers cannot fit;
+ * gen, render and search, which load no BLAS, just work. */
+START_TEST(address_space_limit_is_one_line_not_a_hang)
+{
+    make_schedule();
+    /* KILL: a hung run catches timeout's SIGTERM and waits for its step */
+    const char *limit = "ulimit -v 300000 && timeout -s KILL 20";
+    char args[600];
+    snprintf(args, sizeof args, "run %s --steps 3 -q --eval-windows 2", at("s.json"));
+    int rc = cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 1, "%s: exit %d (-1 or 137: hung), stderr: %s", args, rc, err_text);
+    cli_assert_one_line(err_text, "the address-space limit (ulimit -v) leaves");
+    rc = cli_run(dir, limit, "profile --reps 1 -q -o p.json", out_text, sizeof out_text, err_text,
+                 sizeof err_text);
+    ck_assert_msg(rc == 1, "profile: exit %d (-1 or 137: hung), stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "the address-space limit (ulimit -v) leaves");
+    cli_assert_no_file(at("p.json"));
+    snprintf(args, sizeof args, "gen zb-h1 -p 4 -m 8 -o %s", at("g.json"));
+    ck_assert_int_eq(cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    snprintf(args, sizeof args, "render %s -o %s", at("g.json"), at("g.svg"));
+    ck_assert_int_eq(cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    ck_assert_int_eq(cli_run(dir, limit, "search --mem 40G -q -o b.json", out_text, sizeof out_text,
+                             err_text, sizeof err_text), 0);
+}
+END_TEST
+
 START_TEST(outputs_checked_before_the_work)
 {
     make_schedule();
@@ -445,6 +473,7 @@ static Suite *outputs_suite(void)
     tcase_add_test(tc, output_that_is_an_input_refused);
     tcase_add_test(tc, outputs_that_are_one_file_refused);
     tcase_add_test(tc, file_size_limit_fails_in_one_line);
+    tcase_add_test(tc, address_space_limit_is_one_line_not_a_hang);
     tcase_add_test(tc, outputs_checked_before_the_work);
     tcase_add_test(tc, launch_without_cuda_refused);
     tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
