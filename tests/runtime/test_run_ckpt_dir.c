@@ -189,6 +189,35 @@ START_TEST(a_failed_save_keeps_the_last_checkpoint)
 }
 END_TEST
 
+/* The manifest commits its parts by step and by name: a part of another
+ * step under the committed name (the step-2 part copied over step 4's),
+ * or a manifest whose "parts" name other files, is refused in one line by
+ * `generate` and by `run --resume`, and nothing is changed or deleted. */
+START_TEST(parts_must_be_the_manifests_own)
+{
+    int rc = zb("run s.json --data text.txt --steps 2 --checkpoint ck --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_int_eq(sh("cp ck/checkpoint.*.rank-0.bin step2.bin"), 0);
+    rc = zb("run s.json --data text.txt --steps 4 --checkpoint ck --resume --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_int_eq(sh("cp step2.bin ck/checkpoint.*.rank-0.bin"), 0);
+    char before[4096], after[4096];
+    fingerprint(before, sizeof before);
+    expect_refusal(zb("generate --checkpoint ck -n 8 -q"), "a part of step 2, but");
+    expect_refusal(zb("run s.json --data text.txt --steps 6 --checkpoint ck --resume "
+                      "--eval-windows 2 -q"),
+                   "a part of step 2, but");
+    fingerprint(after, sizeof after);
+    ck_assert_str_eq(before, after);
+    /* a manifest naming another file as part 0 */
+    ck_assert_int_eq(sh("sed -i 's/rank-0.bin\"/rank-7.bin\"/' ck/checkpoint.parts.json"), 0);
+    fingerprint(before, sizeof before);
+    expect_refusal(zb("generate --checkpoint ck -n 8 -q"), "part 0 should be checkpoint.");
+    fingerprint(after, sizeof after);
+    ck_assert_str_eq(before, after);
+}
+END_TEST
+
 START_TEST(every_read_checks_the_parts_against_the_manifest)
 {
     int rc = zb("run s.json --data text.txt --steps 4 --stop-at 2 --checkpoint ck --eval-windows 2 -q");
@@ -353,6 +382,7 @@ int main(void)
     tcase_add_test(tc, a_refused_resume_changes_nothing);
     tcase_add_test(tc, a_fresh_run_changes_nothing_before_its_first_checkpoint);
     tcase_add_test(tc, a_failed_save_keeps_the_last_checkpoint);
+    tcase_add_test(tc, parts_must_be_the_manifests_own);
     tcase_add_test(tc, every_read_checks_the_parts_against_the_manifest);
     tcase_add_test(tc, an_old_directory_still_loads);
     tcase_add_test(tc, a_second_run_on_one_directory_is_refused);
