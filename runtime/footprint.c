@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kernels/cpu/backend_cpu_vocab.h"
@@ -312,4 +313,35 @@ double host_available_bytes(void)
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+double footprint_thread_address_space(void)
+{
+    const double blas_buffer = 128.0 * 1024 * 1024 + 4096, arena = 64.0 * 1024 * 1024;
+    double stack = 32.0 * 1024 * 1024; /* glibc's default when RLIMIT_STACK is unlimited */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        stack = (double)rl.rlim_cur;
+    return blas_buffer + arena + stack;
+}
+
+double host_address_space_left(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return -1;
+    double used = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmSize: %llu kB", &kb) == 1) {
+                used = (double)kb * 1024.0;
+                break;
+            }
+        fclose(f);
+    }
+    double left = (double)rl.rlim_cur - used;
+    return left > 0 ? left : 0;
 }

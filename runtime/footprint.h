@@ -126,4 +126,18 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
  * The one denominator of every memory check of `run` and `profile`. */
 double host_available_bytes(void);
 
+/* Address space one CPU kernel thread maps beyond the run's data: OpenBLAS
+ * mallocs a 128 MiB + 4 KiB buffer on a thread's first GEMM (seen in a
+ * backtrace of OpenBLAS 0.3.21, Debian 12), glibc reserves a 64 MiB arena
+ * for a thread's first malloc, and the thread's stack (RLIMIT_STACK, 32
+ * MiB when unlimited).  Under `ulimit -v` a GEMM whose buffer does not fit
+ * does not fail: OpenBLAS retries the allocation forever, so the limit
+ * must be checked before the first one. */
+double footprint_thread_address_space(void);
+
+/* Bytes of address space this process may still map: RLIMIT_AS less its
+ * size now (VmSize), 0 when nothing is left, or -1 when there is no limit
+ * (the usual case). */
+double host_address_space_left(void);
+
 #endif

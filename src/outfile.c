@@ -209,6 +209,46 @@ int outfile_check_distinct(const char *out, const char *in, zb_err *err)
     return 0;
 }
 
+/* target (symlinks followed, as outfile_check gives it) with its
+ * directory made canonical by realpath: one spelling per place.  NULL
+ * when the directory cannot be resolved or memory runs out. */
+static char *canonical_target(const char *target)
+{
+    char *dir = dir_of(target);
+    const char *slash = strrchr(target, '/');
+    const char *base = slash ? slash + 1 : target;
+    char *real = dir ? realpath(dir, NULL) : NULL;
+    char *out = NULL;
+    if (real && asprintf(&out, "%s/%s", strcmp(real, "/") ? real : "", base) < 0)
+        out = NULL;
+    free(real);
+    free(dir);
+    return out;
+}
+
+int outfile_same_target(const char *a, const char *b)
+{
+    outfile_kind ka, kb;
+    char *ta = NULL, *tb = NULL;
+    zb_err ignored = { { 0 } };
+    int same = 0;
+    if (outfile_check(a, &ka, &ta, &ignored) == 0 && outfile_check(b, &kb, &tb, &ignored) == 0 &&
+        ka == OUTFILE_REPLACE && kb == OUTFILE_REPLACE) {
+        struct stat sa, sb;
+        if (stat(ta, &sa) == 0 && stat(tb, &sb) == 0) {
+            same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+        } else {
+            char *ca = canonical_target(ta), *cb = canonical_target(tb);
+            same = ca && cb && strcmp(ca, cb) == 0;
+            free(ca);
+            free(cb);
+        }
+    }
+    free(ta);
+    free(tb);
+    return same;
+}
+
 /* Writes a fresh temporary name for target into *name (malloc'd):
  * "TARGET.tmp.PID.XXXXXX", the PID letting a later write spot leftovers. */
 static int temp_name(const char *target, char **name)

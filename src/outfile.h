@@ -74,6 +74,15 @@ int outfile_check(const char *path, outfile_kind *kind, char **target, zb_err *e
  * destroy the input.  "-", NULL and paths that don't exist pass. */
 int outfile_check_distinct(const char *out, const char *in, zb_err *err);
 
+/* 1 when outputs a and b of one command would replace the same file: the
+ * same existing file (same st_dev and st_ino, through any path or link),
+ * or, for names not yet taken, the same name in the same directory once
+ * symlinks and "." / ".." are resolved.  Writing both would keep only the
+ * one written last.  0 otherwise, and for "-", NULL, FIFOs and character
+ * devices (written through: two outputs may share /dev/null) and paths
+ * outfile_check refuses (the writer of each reports those). */
+int outfile_same_target(const char *a, const char *b);
+
 /* Starts writing path.  Returns 0 with *o ready for outfile_write, or -1
  * with err set and nothing created.  A FIFO with no reader blocks here,
  * as a shell redirection would. */

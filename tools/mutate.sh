@@ -21,17 +21,21 @@
 # restores the files the previous one changed, applies the edit, rebuilds
 # the same build directory (only the changed file recompiles and its
 # dependants relink), runs the mutant's own suite first and then the
-# others, and stops at the first failing test.  A mutant is KILLED when a
-# test fails or times out, SURVIVED when all pass, BROKEN when it does not
-# compile, STALE when its text is no longer in the file, SKIPPED when its
-# file is absent (e.g. code that lives on another branch).  The score is
-# killed / (killed + survived).  The real tree is never modified.
+# others, and stops at the first failing test (meson's --maxfail 1).  A
+# mutant is KILLED when a test fails or times out, SURVIVED when all pass,
+# BROKEN when it does not compile, STALE when its text does not occur
+# exactly once in its file, SKIPPED when its file is absent.  The score is
+# killed / (killed + survived).  A mutant that was not applied (stale,
+# skipped, broken) is no measurement at all: the run lists every one and
+# fails, so that a score is never reported over planted bugs that were
+# never planted.  The real tree is never modified.
 #
-# Exit status: 0 when every mutant that ran was killed; 1 when some
-# survived; 2 when some were stale or broken, or on a setup error.
+# Exit status: 0 when every mutant was applied and killed; 1 when every
+# one was applied and some survived; 2 when some were stale, skipped or
+# broken, or on a setup error.
 set -euo pipefail
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 list=$root/tools/mutations.txt
@@ -107,7 +111,7 @@ nice meson test -C "$build" --no-rebuild --timeout-multiplier "$mult" > "$log/ba
 run_tests() {
     local out=$1
     shift
-    if nice meson test -C "$build" --no-rebuild --timeout-multiplier "$mult" "$@" > "$out" 2>&1; then
+    if nice meson test -C "$build" --no-rebuild --maxfail 1 --timeout-multiplier "$mult" "$@" > "$out" 2>&1; then
         return 0
     fi
     grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)' "$out" |
@@ -119,6 +123,7 @@ run_tests() {
 declare -a restore=()
 killed=0 survived=0 skipped=0 stale=0 broken=0
 survivors=()
+unapplied=() # stale, skipped and broken ids: each fails the run
 t_start=$(date +%s)
 while IFS=$'\t' read -r -u 3 id suite path skip desc; do
     if [ ${#only[@]} -gt 0 ] && ! printf '%s\n' "${only[@]}" | grep -qxF "$id"; then
@@ -133,6 +138,7 @@ while IFS=$'\t' read -r -u 3 id suite path skip desc; do
     if [ "$skip" != "-" ]; then
         say "SKIPPED  $id: $skip"
         skipped=$((skipped + 1))
+        unapplied+=("$id")
         continue
     fi
     mkdir -p "$work/orig/$(dirname "$path")"
@@ -144,6 +150,7 @@ while IFS=$'\t' read -r -u 3 id suite path skip desc; do
     if [ $rc -ne 0 ]; then
         say "STALE    $id: $(cat "$log/$id.apply.txt")"
         stale=$((stale + 1))
+        unapplied+=("$id")
         continue
     fi
     restore=("$path")
@@ -151,6 +158,7 @@ while IFS=$'\t' read -r -u 3 id suite path skip desc; do
     if ! nice ninja -C "$build" > "$log/$id.build.txt" 2>&1; then
         say "BROKEN   $id: does not compile, see $log/$id.build.txt"
         broken=$((broken + 1))
+        unapplied+=("$id")
         continue
     fi
     if failed=$(run_tests "$log/$id.test1.txt" --suite "$suite") &&
@@ -176,7 +184,9 @@ else
     say "score: no mutant ran ($skipped skipped, $stale stale, $broken broken)"
 fi
 [ ${#survivors[@]} -eq 0 ] || say "survivors: ${survivors[*]}"
+[ ${#unapplied[@]} -eq 0 ] ||
+    say "NOT APPLIED (the run fails; fix or remove them in $list_name): ${unapplied[*]}"
 say "report: $report"
-[ $stale -eq 0 ] && [ $broken -eq 0 ] || exit 2
+[ ${#unapplied[@]} -eq 0 ] || exit 2
 [ $survived -eq 0 ] || exit 1
 exit 0

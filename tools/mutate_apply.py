@@ -13,7 +13,6 @@ List format (tools/mutations.txt):
     == ID SUITE
     one or more lines of description (what a reviewer would miss)
     @ path/relative/to/the/root
-    unless path        (optional: skip the mutant while this path exists)
     <<<
     text to find, exactly once in the file (one or more lines)
     ---
@@ -29,8 +28,9 @@ Commands:
     mutate_apply.py apply LIST ID TREE   edits TREE/PATH in place
 
 Exit status: 0 done; 1 bad list or unknown ID; 3 stale (the text to find
-does not occur exactly once); 4 the mutant is skipped (file absent or an
-`unless` path present).
+does not occur exactly once); 4 the mutant is skipped (its file is absent).
+mutate.sh fails a run with any stale or skipped mutant: a mutant for code
+that is gone is removed from the list, not kept and skipped.
 """
 import os
 import sys
@@ -43,7 +43,6 @@ class Mutant:
         self.line = line    # line of the "==" header, for messages
         self.desc = []      # description lines
         self.path = None    # file to edit, relative to the tree root
-        self.unless = None  # skip while this path exists in the tree
         self.find = None    # text to find
         self.put = None     # replacement
 
@@ -76,7 +75,8 @@ def parse(list_path):
         elif ln.startswith("@ "):
             cur.path = ln[2:].strip()
         elif ln.startswith("unless "):
-            cur.unless = ln[7:].strip()
+            fail(i, f"{cur.ident}: 'unless' is gone (a skipped mutant fails the run); "
+                 "remove the mutant instead")
         elif ln == "<<<":
             body, i = [], i + 1
             while i < len(lines) and lines[i] != ">>>":
@@ -102,8 +102,6 @@ def parse(list_path):
 def skip_reason(m, tree):
     if not os.path.exists(os.path.join(tree, m.path)):
         return f"{m.path} absent"
-    if m.unless and os.path.exists(os.path.join(tree, m.unless)):
-        return f"{m.unless} present"
     return None
 
 

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "solver/eplb.h"
+#include "src/outfile.h"
 #include "src/sched_io.h"
 #include "viz/svg_eplb.h"
 
@@ -214,7 +215,7 @@ int cmd_eplb(int argc, char **argv)
     if (svg_layer >= 0 && !svg_path)
         return cli_usage("eplb", "--svg-layer goes with --svg");
     const char *path = argv[optind];
-    if (out_path && svg_path && !strcmp(out_path, svg_path) && strcmp(out_path, "-"))
+    if (out_path && svg_path && outfile_same_target(out_path, svg_path))
         return cli_usage("eplb", "-o and --svg name the same file '%s'", out_path);
     if ((out_path && cli_check_output(out_path, path)) ||
         (svg_path && cli_check_output(svg_path, path)))

@@ -126,7 +126,8 @@ int cmd_profile(int argc, char **argv)
         /* Refuse before allocating what this machine cannot hold. */
         run_memory mem;
         run_estimate_profile(&m, &mem);
-        if (run_check_memory(&mem, run_memory_available(), &err) != 0)
+        if (run_check_memory(&mem, run_memory_available(), &err) != 0 ||
+            run_check_address_space(&mem, profiler_cpu_threads(), &err) != 0)
             return cli_fail(&err);
     }
     zb_profile p;

@@ -114,6 +114,16 @@ static int load_inputs(run_args *a, const sched_t *s, run_setup *setup,
                             setup->layers_per_stage, setup->recompute_stages, &mem);
         if (run_check_memory(&mem, run_memory_available(), &err) != 0)
             return cli_fail(&err);
+        /* this process's kernel threads: its share of the devices (ranks
+         * split them), each with its team */
+        zb_rank_info rk = { .rank = 0, .world = 1 };
+        zb_err ignored;
+        int devices = s->n_devices * (a->isl.replicas > 1 ? (int)a->isl.replicas : 1);
+        if (zb_rank_from_env(&rk, &ignored) == 1 && rk.world > 1)
+            devices = devices > rk.world ? (devices + rk.world - 1) / rk.world : 1;
+        int per = a->threads > 0 ? (int)a->threads : trainer_default_threads(devices);
+        if (run_check_address_space(&mem, devices * per, &err) != 0)
+            return cli_fail(&err);
     }
     /* the plan was priced with ZeRO-1 over its replicas: run it so */
     if (setup->zero1_dp > 1 && a->isl.replicas > 1 && a->isl.outer.kind == OUTER_SYNC)

@@ -16,6 +16,7 @@
 #include "src/cli/cli_job.h"
 #include "src/cli/progress.h"
 #include "src/cli/search_print.h"
+#include "src/outfile.h"
 #include "src/profile.h"
 #include "src/sched_io.h"
 #include "src/size.h"
@@ -337,6 +338,8 @@ int cmd_search(int argc, char **argv)
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     const char *model_in = job.model_seen ? job.model_arg : NULL, *gpu_in = job.gpu_seen ? job.gpu_arg : NULL;
+    if (x.svg && outfile_same_target(x.output, x.svg))
+        return cli_usage("search", "-o and --svg name the same file '%s'", x.svg);
     if (cli_check_output(x.output, model_in, gpu_in, x.profile_path) ||
         (x.svg && cli_check_output(x.svg, model_in, gpu_in, x.profile_path)))
         return 1;

@@ -4,6 +4,7 @@
 #include "src/cli/cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,5 +102,11 @@ static int dispatch(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* Under `ulimit -f`, a write past the limit raises SIGXFSZ, whose
+     * default action kills the process without a word, leaving whatever
+     * it had created.  Ignored, the write fails with EFBIG instead, and
+     * every writer's error path reports it in one line and removes its
+     * temporary (src/outfile.h). */
+    signal(SIGXFSZ, SIG_IGN);
     return finish_stdout(dispatch(argc, argv));
 }

@@ -84,3 +84,20 @@ int run_check_memory(const run_memory *mem, double physical, zb_err *err)
                    "for up to %d micro-batches in flight per device), but this machine has %s: "
                    "use a smaller --batch-size, model or schedule", need, par, act, mem->in_flight, have);
 }
+
+int run_check_address_space(const run_memory *mem, int threads, zb_err *err)
+{
+    double left = host_address_space_left();
+    double per_thread = footprint_thread_address_space();
+    double need = mem->total + (threads > 0 ? threads : 1) * per_thread;
+    if (left < 0 || need <= left)
+        return 0;
+    char n[32], l[32], t[32];
+    zb_size_format(need, n, sizeof n);
+    zb_size_format(left, l, sizeof l);
+    zb_size_format(per_thread, t, sizeof t);
+    return zb_fail(err, "the address-space limit (ulimit -v) leaves %s, but this run maps about %s "
+                   "(%d kernel thread%s of %s each: a BLAS buffer, a malloc arena and a stack; and "
+                   "the model and activations); raise the limit",
+                   l, n, threads, threads == 1 ? "" : "s", t);
+}

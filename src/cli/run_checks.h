@@ -73,4 +73,11 @@ double run_memory_available(void);
  * Returns 0 or -1 with err set. */
 int run_check_memory(const run_memory *mem, double physical, zb_err *err);
 
+/* Under an address-space limit (`ulimit -v`), fails (-1, err: one line
+ * naming the limit and what the run maps) when mem's total and `threads`
+ * kernel threads (runtime/footprint.h: each maps a BLAS buffer, an arena
+ * and a stack) do not fit in what is left: a BLAS call past the limit
+ * would hang.  0 when they fit or there is no limit. */
+int run_check_address_space(const run_memory *mem, int threads, zb_err *err);
+
 #endif

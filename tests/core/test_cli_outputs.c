@@ -8,9 +8,11 @@
  * Special files (FIFOs, sockets, links, and the character devices) are
  * made only in a fresh directory under /tmp: the null and full devices are
  * mknod'ed there (major 1, minors 3 and 7), so nothing under /dev is ever
- * written, even by a broken writer under mutation testing.  Without the
- * privilege to mknod, the device cases are skipped with a note.  Commands
- * run from the repository root (the default --data path is relative to it).
+ * written, even by a broken writer under mutation testing.  The device
+ * cases are a Suite of their own, the meson test cli_outputs_devices
+ * (argv[1] "devices"), which reads SKIP with the reason when this process
+ * may not mknod (tests/common/ck_skip.h).  Commands run from the
+ * repository root (the default --data path is relative to it).
  */
 #include <check.h>
 #include <dirent.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "src/outfile.h"
+#include "tests/common/ck_skip.h"
 #include "tests/common/cli_run.h"
 
 static char dir[64];
@@ -134,27 +137,22 @@ END_TEST
 
 /* Makes a character device node `name` (major 1: the memory devices) in
  * the test's directory and returns its path (a static buffer of its own,
- * since at() rotates), or NULL (with a note) when this process may not
- * create device nodes. */
+ * since at() rotates).  Only the "devices" Suite calls it, after the probe
+ * found that this process may mknod, so a failure here fails the case. */
 static const char *make_chardev(const char *name, unsigned minor)
 {
     static char paths[2][128];
     static int next;
     char *path = paths[next++ % 2];
     snprintf(path, sizeof paths[0], "%s", at(name));
-    if (mknod(path, S_IFCHR | 0666, makedev(1, minor)) != 0) {
-        fprintf(stderr, "note: cannot mknod %s (%s): device case skipped\n", path,
-                strerror(errno));
-        return NULL;
-    }
+    ck_assert_msg(mknod(path, S_IFCHR | 0666, makedev(1, minor)) == 0, "mknod %s: %s", path,
+                  strerror(errno));
     return path;
 }
 
 START_TEST(char_device_written_through)
 {
     const char *dev = make_chardev("null", 3);
-    if (!dev)
-        return;
     struct stat before;
     ck_assert_int_eq(stat(dev, &before), 0);
     make_schedule();
@@ -230,6 +228,129 @@ START_TEST(output_that_is_an_input_refused)
 }
 END_TEST
 
+/* Two outputs of one command that are one file: whichever is written last
+ * would silently replace the other, so the command refuses before any
+ * work, however the two are spelled (the same name, ./, a path through
+ * .., a symlink, a hard link, the default -o), and writes nothing. */
+START_TEST(outputs_that_are_one_file_refused)
+{
+    const char *same_ways[][2] = {
+        { "x.out", "x.out" }, { "x.out", "./x.out" }, { "x.out", "../%s/x.out" },
+        { "link.json", "x.out" }, { "hard.json", "kept.svg" },
+    };
+    ck_assert_int_eq(symlink("x.out", at("link.json")), 0);
+    FILE *f = fopen(at("kept.svg"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("old", f);
+    fclose(f);
+    ck_assert_int_eq(link(at("kept.svg"), at("hard.json")), 0);
+    const char *base = strrchr(dir, '/') + 1;
+    FILE *w = fopen(at("w.json"), "w");
+    ck_assert_ptr_nonnull(w);
+    fputs("[[90,132,40,61],[20,107,104,64]]", w);
+    fclose(w);
+    for (size_t i = 0; i < sizeof same_ways / sizeof same_ways[0]; i++) {
+        char svg[128];
+        snprintf(svg, sizeof svg, same_ways[i][1], base);
+        /* search's -o and --svg, from the test directory */
+        char args[512];
+        snprintf(args, sizeof args, "search --mem 40G -q -o %s --svg %s", same_ways[i][0], svg);
+        int rc = cli_run(dir, "timeout 60", args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 2, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "-o and --svg name the same file");
+        /* eplb's -o and --svg */
+        snprintf(args, sizeof args,
+                 "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o %s --svg %s",
+                 same_ways[i][0], svg);
+        rc = cli_run(dir, "timeout 60", args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 2, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "-o and --svg name the same file");
+    }
+    /* search's default -o is best.json */
+    int rc = cli_run(dir, "timeout 60", "search --mem 40G -q --svg best.json", out_text,
+                     sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 2, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "-o and --svg name the same file 'best.json'");
+    cli_assert_no_file(at("x.out"));
+    cli_assert_no_file(at("best.json"));
+    ck_assert_str_eq(head(at("kept.svg")), "old");
+    ck_assert_int_eq(ltype(at("link.json")), S_IFLNK);
+    /* apart, and two write-through devices, are fine */
+    ck_assert_int_eq(cli_run(dir, "timeout 60",
+                             "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o a.json "
+                             "--svg a.svg",
+                             out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    ck_assert_int_eq(cli_run(dir, "timeout 60",
+                             "eplb w.json --replicas 4 --groups 2 --nodes 1 --gpus 2 -o /dev/null "
+                             "--svg /dev/null",
+                             out_text, sizeof out_text, err_text, sizeof err_text), 0);
+}
+END_TEST
+
+/* Under `ulimit -f` every writer fails in one line, exit 1, and leaves no
+ * output behind; before, SIGXFSZ killed the command without a word (exit
+ * 153), leaving what it had created.  20 blocks are 10 KB under dash
+ * (512-byte blocks) and 20 KB under bash: each output here is larger. */
+START_TEST(file_size_limit_fails_in_one_line)
+{
+    make_schedule();
+    const char *limit = "ulimit -f 20 && timeout 60";
+    char args[600];
+    const char *const writes[][2] = {
+        { "gen zb-h1 -p 8 -m 64 -o %s", "big.json" },
+        { "render %s -o %s", "s.svg" },
+        { "search --mem 40G -q -o %s", "best.json" },
+        { "checkpoint init %s -o %s", "ck" },
+    };
+    for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+        if (strstr(writes[i][0], "%s -o %s"))
+            snprintf(args, sizeof args, writes[i][0], at("s.json"), at(writes[i][1]));
+        else
+            snprintf(args, sizeof args, writes[i][0], at(writes[i][1]));
+        int rc = cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text);
+        ck_assert_msg(rc == 1, "%s: exit %d, stderr: %s", args, rc, err_text);
+        cli_assert_one_line(err_text, "File too large");
+        if (strcmp(writes[i][1], "ck") != 0)
+            cli_assert_no_file(at(writes[i][1]));
+        else
+            ck_assert_int_eq(entries(at("ck")), 0); /* no part, no manifest */
+    }
+    /* standard output too */
+    int rc = cli_run(dir, limit, "gen zb-h1 -p 8 -m 64 > big.out", out_text, sizeof out_text,
+                     err_text, sizeof err_text);
+    ck_assert_msg(rc == 1, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "standard output: File too large");
+}
+END_TEST
+
+/* Under `ulimit -v` a command either does its work or ends in one line:
+ * run and profile, whose BLAS would retry a failed buffer allocation
+ * forever (a hang, before), refuse when their threads' buffers cannot fit;
+ * gen, render and search, which load no BLAS, just work. */
+START_TEST(address_space_limit_is_one_line_not_a_hang)
+{
+    make_schedule();
+    /* KILL: a hung run catches timeout's SIGTERM and waits for its step */
+    const char *limit = "ulimit -v 300000 && timeout -s KILL 20";
+    char args[600];
+    snprintf(args, sizeof args, "run %s --steps 3 -q --eval-windows 2", at("s.json"));
+    int rc = cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 1, "%s: exit %d (-1 or 137: hung), stderr: %s", args, rc, err_text);
+    cli_assert_one_line(err_text, "the address-space limit (ulimit -v) leaves");
+    rc = cli_run(dir, limit, "profile --reps 1 -q -o p.json", out_text, sizeof out_text, err_text,
+                 sizeof err_text);
+    ck_assert_msg(rc == 1, "profile: exit %d (-1 or 137: hung), stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "the address-space limit (ulimit -v) leaves");
+    cli_assert_no_file(at("p.json"));
+    snprintf(args, sizeof args, "gen zb-h1 -p 4 -m 8 -o %s", at("g.json"));
+    ck_assert_int_eq(cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    snprintf(args, sizeof args, "render %s -o %s", at("g.json"), at("g.svg"));
+    ck_assert_int_eq(cli_run(dir, limit, args, out_text, sizeof out_text, err_text, sizeof err_text), 0);
+    ck_assert_int_eq(cli_run(dir, limit, "search --mem 40G -q -o b.json", out_text, sizeof out_text,
+                             err_text, sizeof err_text), 0);
+}
+END_TEST
+
 START_TEST(outputs_checked_before_the_work)
 {
     make_schedule();
@@ -265,8 +386,7 @@ static void assert_stdout_error_reported(const char *args)
 
 START_TEST(stdout_write_errors_fail)
 {
-    if (!(full_dev = make_chardev("full", 7)))
-        return;
+    full_dev = make_chardev("full", 7);
     make_schedule();
     char a[256];
     snprintf(a, sizeof a, "simulate %s --json", at("s.json"));
@@ -334,27 +454,48 @@ START_TEST(dag_render_passes_leak_check_without_test_settings)
 }
 END_TEST
 
-int main(void)
+/* A TCase with the test directory and a timeout long enough for runs. */
+static TCase *outputs_case(const char *name)
 {
-    /* the DAG test's point: nothing from the environment suppresses leaks */
-    unsetenv("LSAN_OPTIONS");
-    Suite *s = suite_create("cli_outputs");
-    TCase *tc = tcase_create("outputs");
+    TCase *tc = tcase_create(name);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
+    return tc;
+}
+
+static Suite *outputs_suite(void)
+{
+    Suite *s = suite_create("cli_outputs");
+    TCase *tc = outputs_case("outputs");
     tcase_add_test(tc, fifo_written_through);
-    tcase_add_test(tc, char_device_written_through);
     tcase_add_test(tc, symlink_followed_and_kept);
     tcase_add_test(tc, other_kinds_refused);
     tcase_add_test(tc, output_that_is_an_input_refused);
+    tcase_add_test(tc, outputs_that_are_one_file_refused);
+    tcase_add_test(tc, file_size_limit_fails_in_one_line);
+    tcase_add_test(tc, address_space_limit_is_one_line_not_a_hang);
     tcase_add_test(tc, outputs_checked_before_the_work);
-    tcase_add_test(tc, stdout_write_errors_fail);
     tcase_add_test(tc, launch_without_cuda_refused);
     tcase_add_test(tc, dag_render_passes_leak_check_without_test_settings);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
+}
+
+/* The cases that mknod the null and full devices. */
+static Suite *devices_suite(void)
+{
+    Suite *s = suite_create("cli_outputs_devices");
+    TCase *tc = outputs_case("devices");
+    tcase_add_test(tc, char_device_written_through);
+    tcase_add_test(tc, stdout_write_errors_fail);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    /* the DAG test's point: nothing from the environment suppresses leaks */
+    unsetenv("LSAN_OPTIONS");
+    return ck_main_with_optional(argc, argv, outputs_suite, "devices", devices_suite,
+                                 ck_cannot_mknod);
 }

@@ -1,7 +1,9 @@
 /*
  * test_launch.c: the parts of the multi-GPU runtime that need no GPU: the
  * rank variables (gpu_rank_from_env) and `zbsched launch` (fork/exec of N ranks,
- * failure propagation, one-line errors on bad flags).  Check suite.
+ * each rank's output on stdout, failure propagation, one-line errors on bad
+ * flags).  Check suite; built with CUDA only (gpu_rank_from_env is in the
+ * CUDA library), run without a GPU.
  */
 #include <check.h>
 #include <stdio.h>
@@ -88,11 +90,34 @@ static int run_cli(const char *args, int *lines, char *first_line, size_t cap)
     return st;
 }
 
+/* Non-overlapping occurrences of needle in text. */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Every rank runs: `launch --gpus N simulate --help` prints the help text
+ * of `simulate --help` once per rank, so stdout holds N usage lines and N
+ * times its bytes (a count, not the exact text: the ranks write
+ * concurrently).  With 0 or 1 rank started, or one too many, it fails. */
 START_TEST(launch_runs_all_ranks)
 {
-    int lines;
-    ck_assert_int_eq(run_cli("launch --gpus 3 simulate --help", &lines, NULL, 0), 0);
-    ck_assert_int_eq(lines, 0);
+    static char one[1 << 14], all[1 << 16], err[1 << 14];
+    const char *usage = "usage: zbsched simulate";
+    ck_assert_int_eq(cli_run(NULL, NULL, "simulate --help", one, sizeof one, err, sizeof err), 0);
+    ck_assert_int_eq(count_of(one, usage), 1);
+    for (int gpus = 1; gpus <= 3; gpus++) {
+        char args[128];
+        snprintf(args, sizeof args, "launch --gpus %d simulate --help", gpus);
+        ck_assert_int_eq(cli_run(NULL, NULL, args, all, sizeof all, err, sizeof err), 0);
+        ck_assert_msg(err[0] == '\0', "%s: stderr: %s", args, err);
+        ck_assert_msg(count_of(all, usage) == gpus, "%s: %d usage lines on stdout, want %d", args,
+                      count_of(all, usage), gpus);
+        ck_assert_uint_eq(strlen(all), gpus * strlen(one));
+    }
 }
 END_TEST
 

@@ -247,6 +247,19 @@ if [ $rc -eq 1 ] && [ "$(grep -c . "$T/d2.err")" = 1 ] && grep -q "last checkpoi
 then pass "--lr 1e6 with evaluations every step: the checkpoint of step 1 kept"
 else fail "--lr 1e6 eval-every 1: exit $rc, $(cat "$T/d2.err")"; fi
 
+# The skip rules hear every rank's verdict: with the loss rule off, two
+# steps in a row skipped for a non-finite gradient stop the ranks at the
+# step, and with the line, of the one-process run.
+"$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 8 --max-loss-factor 0 \
+    --max-skipped 2 --eval-windows 2 -q > /dev/null 2> "$T/k1.err"
+"${MPIRUN[@]}" -np 2 "$ZB" run "$T/1f1b.json" --data "$DATA" --model tiny --lr 1e6 --steps 8 \
+    --max-loss-factor 0 --max-skipped 2 --eval-windows 2 -q > "$T/k2.out" 2> "$T/k2.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^zbsched: step [0-9]*: diverged: 2 steps in a row were skipped" "$T/k1.err" \
+   && [ "$(grep '^zbsched' "$T/k2.err")" = "$(cat "$T/k1.err")" ] && [ ! -s "$T/k2.out" ]
+then pass "skips under mpirun: $(cat "$T/k2.err" | grep '^zbsched' | cut -c1-60)"
+else fail "skips under mpirun: exit $rc, one process: $(cat "$T/k1.err"), mpirun: $(cat "$T/k2.err")"; fi
+
 # SIGTERM to rank 1 only: the ranks agree at the next step boundary, the
 # checkpoint of that step is written, exit 143; the resumed run continues
 # with the losses of the run never stopped.

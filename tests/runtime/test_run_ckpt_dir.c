@@ -8,6 +8,8 @@
  *     rewritten first and the checkpoint became unreadable);
  *   - a fresh run into a directory changes nothing there before its own
  *     first checkpoint: killed before it, the old checkpoint still loads;
+ *   - a save that fails (`ulimit -f`) is one line and leaves the last
+ *     checkpoint as it was: the parts go first, the manifest commits them;
  *   - the manifest's records are checked against the parts on every read:
  *     an edited parameter count is refused by run and generate, in one
  *     line, and nothing is deleted;
@@ -157,6 +159,62 @@ START_TEST(a_fresh_run_changes_nothing_before_its_first_checkpoint)
     ck_assert_int_eq(rc, 0);
     ck_assert_msg(zb("generate --checkpoint ck -n 16 --seed 3 -q") == 0, "%s", err_text);
     ck_assert_str_eq(out_text, text);
+}
+END_TEST
+
+/* A save that cannot be written (here `ulimit -f`: the 3 MB part fails
+ * with EFBIG where the 1 KB manifest would still fit) is one line and
+ * exit 1, and the last checkpoint stays the directory's: every file as it
+ * was, nothing added, `generate` reads the same weights.  Before, SIGXFSZ
+ * killed the run without a word; and were the manifest written before the
+ * parts it names, it would now name a part that is not there. */
+START_TEST(a_failed_save_keeps_the_last_checkpoint)
+{
+    int rc = zb("run s.json --data text.txt --steps 2 --checkpoint ck --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_int_eq(zb("generate --checkpoint ck -n 16 --seed 3 -q"), 0);
+    char text[1024], before[4096], after[4096];
+    snprintf(text, sizeof text, "%.1000s", out_text);
+    fingerprint(before, sizeof before);
+    /* 20 blocks: 10 KB in dash's 512-byte blocks, 20 KB in bash's */
+    rc = cli_run(tmpdir, "ulimit -f 20 && timeout 120",
+                 "run s.json --data text.txt --steps 4 --checkpoint ck --resume --eval-windows 2 -q",
+                 out_text, sizeof out_text, err_text, sizeof err_text);
+    ck_assert_msg(rc == 1, "exit %d, stderr: %s", rc, err_text);
+    cli_assert_one_line(err_text, "File too large");
+    fingerprint(after, sizeof after);
+    ck_assert_str_eq(before, after);
+    ck_assert_msg(zb("generate --checkpoint ck -n 16 --seed 3 -q") == 0, "%s", err_text);
+    ck_assert_str_eq(out_text, text);
+}
+END_TEST
+
+/* The manifest commits its parts by step and by name: a part of another
+ * step under the committed name (the step-2 part copied over step 4's),
+ * or a manifest whose "parts" name other files, is refused in one line by
+ * `generate` and by `run --resume`, and nothing is changed or deleted. */
+START_TEST(parts_must_be_the_manifests_own)
+{
+    int rc = zb("run s.json --data text.txt --steps 2 --checkpoint ck --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_int_eq(sh("cp ck/checkpoint.*.rank-0.bin step2.bin"), 0);
+    rc = zb("run s.json --data text.txt --steps 4 --checkpoint ck --resume --eval-windows 2 -q");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_int_eq(sh("cp step2.bin ck/checkpoint.*.rank-0.bin"), 0);
+    char before[4096], after[4096];
+    fingerprint(before, sizeof before);
+    expect_refusal(zb("generate --checkpoint ck -n 8 -q"), "a part of step 2, but");
+    expect_refusal(zb("run s.json --data text.txt --steps 6 --checkpoint ck --resume "
+                      "--eval-windows 2 -q"),
+                   "a part of step 2, but");
+    fingerprint(after, sizeof after);
+    ck_assert_str_eq(before, after);
+    /* a manifest naming another file as part 0 */
+    ck_assert_int_eq(sh("sed -i 's/rank-0.bin\"/rank-7.bin\"/' ck/checkpoint.parts.json"), 0);
+    fingerprint(before, sizeof before);
+    expect_refusal(zb("generate --checkpoint ck -n 8 -q"), "part 0 should be checkpoint.");
+    fingerprint(after, sizeof after);
+    ck_assert_str_eq(before, after);
 }
 END_TEST
 
@@ -323,6 +381,8 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, a_refused_resume_changes_nothing);
     tcase_add_test(tc, a_fresh_run_changes_nothing_before_its_first_checkpoint);
+    tcase_add_test(tc, a_failed_save_keeps_the_last_checkpoint);
+    tcase_add_test(tc, parts_must_be_the_manifests_own);
     tcase_add_test(tc, every_read_checks_the_parts_against_the_manifest);
     tcase_add_test(tc, an_old_directory_still_loads);
     tcase_add_test(tc, a_second_run_on_one_directory_is_refused);

@@ -32,6 +32,7 @@
 
 #include "solver/eplb.h"
 #include "src/sched_io.h"
+#include "tests/common/ck_skip.h"
 #include "tests/common/cli_run.h"
 
 /* Runs the balancer, asserting success. */
@@ -927,10 +928,9 @@ START_TEST(cli_input_cap_and_binary)
 }
 END_TEST
 
-/* Output paths: checked before any work (an output naming the weights
- * would destroy them), and when the SVG fails late (here: written to a
- * full device made in the test's directory, so ENOSPC after the -o file
- * was written) only a plain -o file is removed, never a symlink. */
+/* Output paths are checked before any work (an output naming the weights
+ * would destroy them).  When the SVG fails late, only a plain -o file is
+ * removed, never a symlink: cli_output_full_device. */
 START_TEST(cli_output_paths)
 {
     write_file("w.json", README_JSON);
@@ -952,13 +952,22 @@ START_TEST(cli_output_paths)
     snprintf(line, sizeof line, "eplb w.json %s -o same.out --svg same.out", args);
     ck_assert_int_eq(cli_run(tmpdir, NULL, line, out_buf, sizeof out_buf, err_buf, sizeof err_buf), 2);
     cli_assert_one_line(err_buf, "name the same file");
+}
+END_TEST
 
-    /* A full device (major 1, minor 7) made here, never /dev's own. */
+/* The late failure: the SVG written to a full device (major 1, minor 7)
+ * made in the test's directory, never /dev's own, so ENOSPC after the -o
+ * file was written; only a plain -o file is removed, never a symlink.  In
+ * the "devices" Suite, which reads SKIP where this process may not mknod. */
+START_TEST(cli_output_full_device)
+{
+    write_file("w.json", README_JSON);
+    const char *args = "--replicas 16 --groups 4 --nodes 2 --gpus 8";
+    char line[1024], path[600];
     struct stat st;
     char full[600];
     snprintf(full, sizeof full, "%s/full", tmpdir);
-    if (mknod(full, S_IFCHR | 0666, makedev(1, 7)) != 0)
-        return; /* not root: the late failure cannot be caused */
+    ck_assert_msg(mknod(full, S_IFCHR | 0666, makedev(1, 7)) == 0, "mknod %s failed", full);
     write_file("real.json", "old");
     char cmd[800];
     snprintf(cmd, sizeof cmd, "ln -s real.json '%s/link.json'", tmpdir);
@@ -1002,11 +1011,19 @@ static Suite *eplb_suite(void)
     return s;
 }
 
-int main(void)
+/* The case that mknods a full device (tests/common/ck_skip.h). */
+static Suite *eplb_devices_suite(void)
 {
-    SRunner *sr = srunner_create(eplb_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    Suite *s = suite_create("eplb_devices");
+    TCase *cli = tcase_create("devices");
+    tcase_add_checked_fixture(cli, setup_dir, teardown_dir);
+    tcase_add_test(cli, cli_output_full_device);
+    suite_add_tcase(s, cli);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    return ck_main_with_optional(argc, argv, eplb_suite, "devices", eplb_devices_suite,
+                                 ck_cannot_mknod);
 }

@@ -2,6 +2,7 @@
  * viz_testutil.c: helpers for the viz tests (see viz_testutil.h).
  */
 #include "tests/viz/viz_testutil.h"
+#include "src/sched_io.h"
 #include "tests/common/cli_run.h"
 
 #include <check.h>
@@ -123,3 +124,24 @@ int tu_zbsched(const char *args, char **err_text)
     return st;
 }
 
+
+char *tu_render_elsewhere(const sched_t *s, const char *format, int perturb, size_t *len)
+{
+    ck_assert(perturb > 0 && perturb < 256);
+    char *dir = tu_tempdir();
+    char in[4200], out[4200], args[9000], prefix[64];
+    snprintf(in, sizeof in, "%s/s.json", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    zb_err err = { 0 };
+    ck_assert_msg(sched_save_file(s, in, &err) == 0, "saving %s: %s", in, err.msg);
+    snprintf(args, sizeof args, "render '%s' --format %s -o '%s'", in, format, out);
+    snprintf(prefix, sizeof prefix, "env MALLOC_PERTURB_=%d", perturb);
+    static char err_text[1 << 14];
+    int st = cli_run(NULL, prefix, args, NULL, 0, err_text, sizeof err_text);
+    ck_assert_msg(st == 0, "render --format %s: exit %d: %s", format, st, err_text);
+    char *bytes = tu_read(out, len);
+    ck_assert_msg(bytes != NULL, "render wrote no %s", out);
+    tu_rmdir(dir);
+    free(dir);
+    return bytes;
+}

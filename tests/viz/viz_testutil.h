@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "src/sched.h"
+
 /* Number of non-overlapping occurrences of needle in text. */
 long tu_count(const char *text, const char *needle);
 
@@ -37,5 +39,13 @@ int tu_exists(const char *path);
  * when the program was killed) and stores the stderr text in *err_text
  * (malloc'd, caller frees). */
 int tu_zbsched(const char *args, char **err_text);
+
+/* Draws s with `zbsched render --format FORMAT` in a process of its own:
+ * saves s to a temporary file and runs the built program on it with
+ * MALLOC_PERTURB_=perturb (1..255: fresh allocations hold that byte, freed
+ * ones its complement), at addresses the kernel randomises per process.
+ * Returns the output file's bytes (malloc'd, NUL-terminated; *len its
+ * length); fails the test when the program fails. */
+char *tu_render_elsewhere(const sched_t *s, const char *format, int perturb, size_t *len);
 
 #endif
