@@ -14,76 +14,22 @@
  * cJSON's number printing (print, then re-parse to check the round trip)
  * would dominate the run.  Integers are written by hand for the same
  * reason (printf per number was the bulk of the run); doubles with %.17g,
- * which round-trips.  Running out of memory sets a sticky flag that is
- * checked once at the end, so the writing code has no error plumbing.
+ * which round-trips.  The buffer is src/text_buf.h's, whose sticky
+ * out-of-memory flag is checked once at the end (zb_buf_take).
  */
 #include "solver/eplb.h"
 
 #include <assert.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The growing document. */
-typedef struct json_out {
-    char *data; /* NUL-terminated text so far, or NULL before the first append */
-    size_t len; /* bytes used, excluding the NUL */
-    size_t cap; /* bytes allocated */
-    int oom;    /* set once an allocation failed; later appends are ignored */
-} json_out;
-
-/* Makes room for `extra` more bytes and the NUL; returns 0, or -1 (and sets
- * oom) when memory runs out. */
-static int out_reserve(json_out *b, size_t extra)
-{
-    if (b->oom)
-        return -1;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) {
-        b->oom = 1;
-        return -1;
-    }
-    b->data = p;
-    b->cap = cap;
-    return 0;
-}
-
-/* Appends the string s. */
-static void out_puts(json_out *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (out_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, s, n + 1);
-    b->len += n;
-}
-
-/* Appends formatted text (printf rules). */
-static void out_printf(json_out *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_printf(json_out *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || out_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
+#include "src/text_buf.h"
 
 /* Appends an int row [a0,a1,...], each number written by hand. */
-static void json_ints(json_out *b, const int *v, int n)
+static void json_ints(zb_buf *b, const int *v, int n)
 {
-    if (out_reserve(b, (size_t)n * 12 + 3))
+    if (zb_buf_reserve(b, (size_t)n * 12 + 3))
         return;
     char *p = b->data + b->len;
     *p++ = '[';
@@ -107,42 +53,42 @@ static void json_ints(json_out *b, const int *v, int n)
 }
 
 /* Appends a double row with enough digits to round-trip. */
-static void json_doubles(json_out *b, const double *v, int n)
+static void json_doubles(zb_buf *b, const double *v, int n)
 {
-    out_puts(b, "[");
+    zb_buf_puts(b, "[");
     for (int i = 0; i < n; i++)
-        out_printf(b, i ? ",%.17g" : "%.17g", v[i]);
-    out_puts(b, "]");
+        zb_buf_printf(b, i ? ",%.17g" : "%.17g", v[i]);
+    zb_buf_puts(b, "]");
 }
 
 /* Appends ,"key":[[row],[row],...] for a rows x cols table of ints. */
-static void json_int_table(json_out *b, const char *key, const int *t, int rows, int cols)
+static void json_int_table(zb_buf *b, const char *key, const int *t, int rows, int cols)
 {
-    out_printf(b, ",\"%s\":[", key);
+    zb_buf_printf(b, ",\"%s\":[", key);
     for (int r = 0; r < rows; r++) {
         if (r)
-            out_puts(b, ",");
+            zb_buf_puts(b, ",");
         json_ints(b, t + (size_t)r * cols, cols);
     }
-    out_puts(b, "]");
+    zb_buf_puts(b, "]");
 }
 
 /* The same for a table of doubles. */
-static void json_double_table(json_out *b, const char *key, const double *t, int rows, int cols)
+static void json_double_table(zb_buf *b, const char *key, const double *t, int rows, int cols)
 {
-    out_printf(b, ",\"%s\":[", key);
+    zb_buf_printf(b, ",\"%s\":[", key);
     for (int r = 0; r < rows; r++) {
         if (r)
-            out_puts(b, ",");
+            zb_buf_puts(b, ",");
         json_doubles(b, t + (size_t)r * cols, cols);
     }
-    out_puts(b, "]");
+    zb_buf_puts(b, "]");
 }
 
 /* Appends ,"key":[v0,v1,...]. */
-static void json_double_row(json_out *b, const char *key, const double *v, int n)
+static void json_double_row(zb_buf *b, const char *key, const double *v, int n)
 {
-    out_printf(b, ",\"%s\":", key);
+    zb_buf_printf(b, ",\"%s\":", key);
     json_doubles(b, v, n);
 }
 
@@ -159,19 +105,19 @@ void eplb_mean_max(const double *v, int n, double *mean, double *max)
 }
 
 /* Appends ,"key":{"mean":..,"max":..} over the n values. */
-static void json_summary(json_out *b, const char *key, const double *v, int n)
+static void json_summary(zb_buf *b, const char *key, const double *v, int n)
 {
     double mean, max;
     eplb_mean_max(v, n, &mean, &max);
-    out_printf(b, ",\"%s\":{\"mean\":%.17g,\"max\":%.17g}", key, mean, max);
+    zb_buf_printf(b, ",\"%s\":{\"mean\":%.17g,\"max\":%.17g}", key, mean, max);
 }
 
 int eplb_placement_json(const eplb_params *p, const eplb_result *r, const eplb_loads *ld,
                         const eplb_global_compare *cmp, char **doc, size_t *len, zb_err *err)
 {
     int L = r->n_layers, E = r->n_experts;
-    json_out b = { 0 };
-    out_printf(&b, "{\"format\":\"zbsched-eplb\",\"version\":1,\"policy\":\"%s\","
+    zb_buf b = { 0 };
+    zb_buf_printf(&b, "{\"format\":\"zbsched-eplb\",\"version\":1,\"policy\":\"%s\","
                "\"policy_requested\":\"%s\",\"fell_back\":%s,"
                "\"layers\":%d,\"experts\":%d,\"replicas\":%d,\"groups\":%d,\"nodes\":%d,"
                "\"gpus\":%d,\"max_replicas\":%d",
@@ -179,7 +125,7 @@ int eplb_placement_json(const eplb_params *p, const eplb_result *r, const eplb_l
                r->fell_back ? "true" : "false", L, E, r->n_replicas, p->n_groups,
                r->n_nodes, r->n_gpus, r->max_count);
     if (cmp)
-        out_printf(&b, ",\"global_comparison\":{\"hierarchical_worse\":%s,\"layer\":%d,"
+        zb_buf_printf(&b, ",\"global_comparison\":{\"hierarchical_worse\":%s,\"layer\":%d,"
                    "\"node_balance\":%.17g,\"gpu_balance\":%.17g,\"global_layer\":%d,"
                    "\"global_node_balance\":%.17g,\"global_gpu_balance\":%.17g}",
                    cmp->worse ? "true" : "false", cmp->layer, cmp->node_balance,
@@ -194,30 +140,28 @@ int eplb_placement_json(const eplb_params *p, const eplb_result *r, const eplb_l
     json_double_row(&b, "node_balance_before", ld->node_balance_before, L);
     json_double_row(&b, "node_balance_after", ld->node_balance_after, L);
     json_int_table(&b, "phy2log", r->phy2log, L, r->n_replicas);
-    out_puts(&b, ",\"log2phy\":[");
+    zb_buf_puts(&b, ",\"log2phy\":[");
     for (int l = 0; l < L; l++) {
-        out_puts(&b, l ? ",[" : "[");
+        zb_buf_puts(&b, l ? ",[" : "[");
         for (int e = 0; e < E; e++) {
             if (e)
-                out_puts(&b, ",");
+                zb_buf_puts(&b, ",");
             json_ints(&b, r->log2phy + ((size_t)l * E + e) * r->max_count, r->max_count);
         }
-        out_puts(&b, "]");
+        zb_buf_puts(&b, "]");
     }
-    out_puts(&b, "]");
+    zb_buf_puts(&b, "]");
     json_int_table(&b, "logcnt", r->logcnt, L, E);
     json_double_table(&b, "gpu_load_before", ld->gpu_before, L, ld->n_gpus);
     json_double_table(&b, "gpu_load_after", ld->gpu_after, L, ld->n_gpus);
     json_double_table(&b, "node_load_before", ld->node_before, L, ld->n_nodes);
     json_double_table(&b, "node_load_after", ld->node_after, L, ld->n_nodes);
-    out_puts(&b, "}\n");
+    zb_buf_puts(&b, "}\n");
     if (b.oom) {
-        free(b.data);
+        zb_buf_free(&b);
         *doc = NULL;
         *len = 0;
         return zb_fail(err, "out of memory writing the placement's JSON");
     }
-    *doc = b.data;
-    *len = b.len;
-    return 0;
+    return zb_buf_take(&b, doc, len, err);
 }

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "viz/buf.h"
+#include "src/text_buf.h"
 #include "viz/font.h"
 
 #define BEFORE_FILL "#9e9e9e" /* the plain layout: neutral grey */
@@ -67,7 +67,7 @@ static int node_first(int n, int M, int N)
 }
 
 /* The bar chart of one layer at (x0, y0); returns its height. */
-static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double y0, double cw,
+static double draw_bars(zb_buf *b, const viz_eplb_input *in, double x0, double y0, double cw,
                         double node_gap)
 {
     const int M = in->n_gpus, N = in->n_nodes, l = in->layer;
@@ -81,8 +81,8 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
     if (top <= 0)
         top = 1;
     double mean = row_mean(after, M);
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">", x0, y0 + 14);
-    viz_buf_printf(b, "Layer %d: load per GPU, balance (max / mean) %.3f before, %.3f after</text>\n",
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">", x0, y0 + 14);
+    zb_buf_printf(b, "Layer %d: load per GPU, balance (max / mean) %.3f before, %.3f after</text>\n",
                    l, in->balance_before[l], in->balance_after[l]);
     double cy = y0 + 30, base = cy + chart_h;
     double width = M * cw + (in->n_nodes - 1) * node_gap;
@@ -90,69 +90,69 @@ static double draw_bars(viz_buf *b, const viz_eplb_input *in, double x0, double 
     for (int n = 0; n < N; n++) {
         int first = node_first(n, M, N), count = node_first(n + 1, M, N) - first;
         double nx = x0 + first * cw + n * node_gap;
-        viz_buf_printf(b, "<rect class=\"node\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
+        zb_buf_printf(b, "<rect class=\"node\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
                        nx, cy, count * cw, chart_h, NODE_FILL);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">node %d</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">node %d</text>\n",
                        nx + count * cw / 2, base + 28, n);
     }
     /* Axis: 0, half and the top value. */
     for (int k = 0; k <= 2; k++) {
         double v = top * k / 2, y = base - chart_h * k / 2;
-        viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\" stroke-width=\"0.5\"/>",
+        zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\" stroke-width=\"0.5\"/>",
                        x0 - 4, y, x0 + width, y);
         char label[32];
         fmt_load(v, label, sizeof label);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
                        x0 - 6, y + 3, label);
     }
     for (int g = 0; g < M; g++) {
         double gx = x0 + g * cw + node_of(g, M, N) * node_gap + cw * 0.1;
         double hb = chart_h * before[g] / top, ha = chart_h * after[g] / top;
-        viz_buf_printf(b, "<rect class=\"bar-before\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
+        zb_buf_printf(b, "<rect class=\"bar-before\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
                        "<title>GPU %d before: %.6g</title></rect>",
                        gx, base - hb, bar_w, hb, BEFORE_FILL, g, before[g]);
-        viz_buf_printf(b, "<rect class=\"bar-after\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
+        zb_buf_printf(b, "<rect class=\"bar-after\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
                        "<title>GPU %d after: %.6g</title></rect>\n",
                        gx + bar_w, base - ha, bar_w, ha, AFTER_FILL, g, after[g]);
         if (cw >= 14 || g == node_first(node_of(g, M, N), M, N))
-            viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\">%d</text>",
+            zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\">%d</text>",
                            gx + bar_w, base + 12, g);
     }
     double my = base - chart_h * mean / top;
-    viz_buf_printf(b, "\n<line class=\"mean\" x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
+    zb_buf_printf(b, "\n<line class=\"mean\" x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
                    "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>",
                    x0, my, x0 + width, my);
     char label[32];
     fmt_load(mean, label, sizeof label);
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.2f\" font-size=\"10\">mean %s</text>\n", x0 + width + 4,
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.2f\" font-size=\"10\">mean %s</text>\n", x0 + width + 4,
                    my + 3, label);
     /* Legend. */
     double ly = base + 44;
-    viz_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>"
+    zb_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">before: expert e on GPU e\xc2\xb7M/E, no replicas</text>",
                    x0, ly, BEFORE_FILL, x0 + 16, ly + 9);
-    viz_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>"
+    zb_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">after: EPLB placement</text>\n",
                    x0 + 260, ly, AFTER_FILL, x0 + 276, ly + 9);
     return ly + 16 - y0;
 }
 
 /* One heat-map block (before or after) at (x0, y0). */
-static void draw_heat(viz_buf *b, const viz_eplb_input *in, const double *table, const char *label,
+static void draw_heat(zb_buf *b, const viz_eplb_input *in, const double *table, const char *label,
                       double x0, double y0, double hw, double hh)
 {
     const int M = in->n_gpus, N = in->n_nodes;
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n", x0, y0 - 4, label);
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n", x0, y0 - 4, label);
     for (int l = 0; l < in->n_layers; l++) {
         const double *row = table + (size_t)l * M;
         double mean = row_mean(row, M);
         for (int g = 0; g < M; g++) {
             char fill[8];
             heat_color(mean > 0 ? row[g] / mean : 0, fill);
-            viz_buf_printf(b, "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
+            zb_buf_printf(b, "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
                            x0 + g * hw + node_of(g, M, N) * 3.0, y0 + l * hh, hw, hh, fill);
         }
-        viz_buf_puts(b, "\n");
+        zb_buf_puts(b, "\n");
     }
 }
 
@@ -179,51 +179,51 @@ int viz_svg_eplb(const viz_eplb_input *in, char **svg, size_t *len, zb_err *err)
     if (in->subtitle && margin + viz_text_width(in->subtitle, 11, 0) + 20 > width)
         width = ceil(margin + viz_text_width(in->subtitle, 11, 0) + 20);
 
-    viz_buf body = { 0 };
+    zb_buf body = { 0 };
     double y = 50;
     y += draw_bars(&body, in, margin, y, cw, node_gap) + 30;
-    viz_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">"
+    zb_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">"
                    "All %d layers: each GPU's load over its layer's mean</text>\n", margin, y, L);
     y += 28;
     draw_heat(&body, in, in->gpu_before, "before", margin, y, hw, hh);
     draw_heat(&body, in, in->gpu_after, "after", margin + heat_w + 40, y, hw, hh);
-    viz_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\">layer 0</text>",
+    zb_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\">layer 0</text>",
                    margin - 4, y + hh);
-    viz_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\">%d</text>\n",
+    zb_buf_printf(&body, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\">%d</text>\n",
                    margin - 4, y + L * hh, L - 1);
     y += L * hh + 16;
     /* Colour key: 0, 1x, 2x the mean. */
     for (int k = 0; k <= 40; k++) {
         char fill[8];
         heat_color(k / 20.0, fill);
-        viz_buf_printf(&body, "<rect x=\"%.1f\" y=\"%.1f\" width=\"4\" height=\"10\" fill=\"%s\"/>",
+        zb_buf_printf(&body, "<rect x=\"%.1f\" y=\"%.1f\" width=\"4\" height=\"10\" fill=\"%s\"/>",
                        margin + k * 4, y, fill);
     }
-    viz_buf_printf(&body, "\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">0</text>"
+    zb_buf_printf(&body, "\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">0</text>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">mean</text>"
                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">2\xc3\x97 mean or more</text>\n",
                    margin, y + 22, margin + 82, y + 22, margin + 170, y + 9);
     y += 36;
 
-    viz_buf doc = { 0 };
-    viz_buf_printf(&doc, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    zb_buf doc = { 0 };
+    zb_buf_printf(&doc, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                    "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n<title>",
                    width, y, width, y);
-    viz_buf_puts(&doc, "Expert load per GPU before and after EPLB");
-    viz_buf_printf(&doc, "</title>\n<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n", width, y);
-    viz_buf_printf(&doc, "<text x=\"%.1f\" y=\"22\" font-size=\"16\" font-weight=\"bold\">"
+    zb_buf_puts(&doc, "Expert load per GPU before and after EPLB");
+    zb_buf_printf(&doc, "</title>\n<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n", width, y);
+    zb_buf_printf(&doc, "<text x=\"%.1f\" y=\"22\" font-size=\"16\" font-weight=\"bold\">"
                    "Expert load per GPU before and after EPLB</text>\n", margin);
     if (in->subtitle) {
-        viz_buf_printf(&doc, "<text x=\"%.1f\" y=\"40\" font-size=\"11\">", margin);
-        viz_buf_xml(&doc, in->subtitle);
-        viz_buf_puts(&doc, "</text>\n");
+        zb_buf_printf(&doc, "<text x=\"%.1f\" y=\"40\" font-size=\"11\">", margin);
+        zb_buf_xml(&doc, in->subtitle);
+        zb_buf_puts(&doc, "</text>\n");
     }
     if (body.oom)
         doc.oom = 1;
     else if (body.data)
-        viz_buf_puts(&doc, body.data);
-    viz_buf_free(&body);
-    viz_buf_puts(&doc, "</svg>\n");
-    return viz_buf_take(&doc, svg, len, err);
+        zb_buf_puts(&doc, body.data);
+    zb_buf_free(&body);
+    zb_buf_puts(&doc, "</svg>\n");
+    return zb_buf_take(&doc, svg, len, err);
 }

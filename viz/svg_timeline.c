@@ -41,7 +41,7 @@
 #include "src/mem_figures.h"
 #include "src/numfmt.h"
 #include "src/sched_io.h"
-#include "viz/buf.h"
+#include "src/text_buf.h"
 #include "viz/font.h"
 #include "viz/palette.h"
 #include "viz/times.h"
@@ -329,20 +329,20 @@ static void kinds_present(const tl_src *src, int n_src, int present[OP_KIND_COUN
 
 /* One line of text at (x, y), escaped; returns its right edge, measured
  * in the picture's font, so that the picture can be made wide enough. */
-static double text_line(viz_buf *b, double x, double y, double size, int bold, const char *cls,
+static double text_line(zb_buf *b, double x, double y, double size, int bold, const char *cls,
                         const char *fill, const char *text)
 {
-    viz_buf_printf(b, "<text%s%s%s x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\"%s fill=\"%s\">",
+    zb_buf_printf(b, "<text%s%s%s x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\"%s fill=\"%s\">",
                    cls ? " class=\"" : "", cls ? cls : "", cls ? "\"" : "", x, y, size,
                    bold ? " font-weight=\"bold\"" : "", fill);
-    viz_buf_xml(b, text);
-    viz_buf_puts(b, "</text>\n");
+    zb_buf_xml(b, text);
+    zb_buf_puts(b, "</text>\n");
     return x + viz_text_width(text, size, bold);
 }
 
 /* The figures line: "simulated · cost … · bubble rate … · peak memory …";
  * returns its right edge. */
-static double draw_figures(viz_buf *b, double x, double y, const tl_src *src)
+static double draw_figures(zb_buf *b, double x, double y, const tl_src *src)
 {
     const sched_t *s = src->s;
     const sim_result *r = &src->t.r;
@@ -366,7 +366,7 @@ static double draw_figures(viz_buf *b, double x, double y, const tl_src *src)
 
 /* "zb-h1 · p=4, m=8" plus stage layout when there are several chunks;
  * returns its right edge. */
-static double draw_heading(viz_buf *b, double x, double y, double size, const tl_src *src)
+static double draw_heading(zb_buf *b, double x, double y, double size, const tl_src *src)
 {
     const sched_t *s = src->s;
     char line[512], stages[96] = "";
@@ -381,7 +381,7 @@ static double draw_heading(viz_buf *b, double x, double y, double size, const tl
 
 /* The view and the label note under the figures; returns the y below and
  * widens *right to their right edges. */
-static double draw_view_notes(viz_buf *b, double x, double y, const tl_src *src, double *right)
+static double draw_view_notes(zb_buf *b, double x, double y, const tl_src *src, double *right)
 {
     char desc[256];
     viz_window_describe(src->s, &src->w, src->axis_unit, desc, sizeof desc);
@@ -405,13 +405,13 @@ static double draw_view_notes(viz_buf *b, double x, double y, const tl_src *src,
 /* One legend swatch with a label in its text colour.  `cls` names what the
  * swatch stands for ("key-F chunk-0", "key-idle"), so that tests and
  * scripts can match each box colour against its legend entry. */
-static double legend_swatch(viz_buf *b, double x, double y, const char *cls, const char *fill,
+static double legend_swatch(zb_buf *b, double x, double y, const char *cls, const char *fill,
                             const char *text_fill, const char *text)
 {
-    viz_buf_printf(b, "<rect class=\"key %s\" x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>",
+    zb_buf_printf(b, "<rect class=\"key %s\" x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>",
                    cls, x, y, fill);
     if (text)
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
                        x + 9, y + 11, text_fill, text);
     return x + 18;
 }
@@ -429,7 +429,7 @@ static void legend_wrap(double *x, double *y, double w, double right, const tl_l
  * are several), then the barriers, other micro-batches, idle, the memory
  * limit style and the chunk note.  Items flow left to right and wrap
  * before the right margin, their widths measured in the picture's font. */
-static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, const tl_layout *L)
+static double draw_legend(zb_buf *b, double y, const tl_src *src, int n_src, const tl_layout *L)
 {
     int present[OP_KIND_COUNT], n_chunks = 1, any_limit = 0, ghosts = 0;
     kinds_present(src, n_src, present, &ghosts);
@@ -446,7 +446,7 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
     _Static_assert(sizeof kind_text / sizeof kind_text[0] == OP_KIND_COUNT,
                    "every op kind needs a legend text");
     double x = L->plot_x, right = L->width - 8;
-    viz_buf_puts(b, "<g class=\"legend\">\n");
+    zb_buf_puts(b, "<g class=\"legend\">\n");
     for (int kind = 0; kind < OP_KIND_COUNT; kind++) {
         if (!present[kind])
             continue;
@@ -460,7 +460,7 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
             snprintf(cls, sizeof cls, "key-%s chunk-%d", op_kind_name((op_kind)kind), c);
             x = legend_swatch(b, x, y, cls, col.fill, col.text, swatches > 1 ? num : NULL) + 1;
         }
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 4, y + 11, kind_text[kind]);
         x += 4 + tw + 14;
     }
@@ -468,10 +468,10 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
         static const char text[] = "barrier C0/C1 ends (all-reduce)";
         double tw = viz_text_width(text, 12, 0);
         legend_wrap(&x, &y, 22 + tw, right, L);
-        viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+        zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                        "stroke-width=\"1.5\" stroke-dasharray=\"2 2\"/>", x + 9, y, x + 9, y + 14,
                        VIZ_BARRIER_STROKE);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 22, y + 11, text);
         x += 22 + tw + 14;
     }
@@ -480,44 +480,44 @@ static double draw_legend(viz_buf *b, double y, const tl_src *src, int n_src, co
         double tw = viz_text_width(text, 12, 0);
         legend_wrap(&x, &y, 22 + tw, right, L);
         legend_swatch(b, x, y, "key-other", TL_GHOST_FILL, NULL, NULL);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 22, y + 11, text);
         x += 22 + tw + 14;
     }
     legend_wrap(&x, &y, 22 + viz_text_width("idle", 12, 0), right, L);
     legend_swatch(b, x, y, "key-idle", VIZ_IDLE_FILL, NULL, NULL);
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">idle</text>\n",
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">idle</text>\n",
                    x + 22, y + 11);
     x += 22 + viz_text_width("idle", 12, 0) + 14;
     if (any_limit) {
         static const char text[] = "memory limit";
         double tw = viz_text_width(text, 12, 0);
         legend_wrap(&x, &y, 22 + tw, right, L);
-        viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
+        zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
                        "stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>", x, y + 7, x + 18, y + 7);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x + 22, y + 11, text);
         x += 22 + tw + 14;
     }
     if (n_chunks > 1) {
         static const char note[] = "swatch number = chunk (model order on the device)";
         legend_wrap(&x, &y, viz_text_width(note, 12, 0), right, L);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">%s</text>\n",
                        x, y + 11, note);
     }
-    viz_buf_puts(b, "</g>\n");
+    zb_buf_puts(b, "</g>\n");
     return y + 14;
 }
 
 /* Vocabulary parallelism: a dotted line across all lanes where each
  * all-reduce barrier of a chosen micro-batch ends inside the window
  * (simulated runs only; a trace has no barrier times). */
-static void draw_barriers(viz_buf *b, double y, double lanes_h, const tl_src *src, const tl_layout *L)
+static void draw_barriers(zb_buf *b, double y, double lanes_h, const tl_src *src, const tl_layout *L)
 {
     const sim_result *r = &src->t.r;
     if (!r->barrier[0])
         return;
-    viz_buf_puts(b, "<g class=\"barriers\">\n");
+    zb_buf_puts(b, "<g class=\"barriers\">\n");
     for (int c = 0; c < 2; c++) {
         if (c == 1 && src->s->vocab.variant != SCHED_VOCAB_2)
             break;
@@ -528,13 +528,13 @@ static void draw_barriers(viz_buf *b, double y, double lanes_h, const tl_src *sr
             char at[48];
             fmt_time(at, sizeof at, (e - src->t.t0) * src->axis_factor, src->axis_unit);
             double x = tx(L, src, e);
-            viz_buf_printf(b, "<line class=\"barrier\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+            zb_buf_printf(b, "<line class=\"barrier\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
                            "stroke=\"%s\" stroke-width=\"1\" stroke-dasharray=\"2 2\">"
                            "<title>C%d of micro-batch %d ends: %s</title></line>\n",
                            x, y, x, y + lanes_h, VIZ_BARRIER_STROKE, c, j, at);
         }
     }
-    viz_buf_puts(b, "</g>\n");
+    zb_buf_puts(b, "</g>\n");
 }
 
 /* The first tick at or after the window's start, on the axis. */
@@ -544,19 +544,19 @@ static double first_tick(const tl_src *src, double step)
 }
 
 /* Lanes of one schedule from y; returns the y below the last lane. */
-static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layout *L)
+static double draw_lanes(zb_buf *b, double y, const tl_src *src, const tl_layout *L)
 {
     const sched_t *s = src->s;
     const viz_times *t = &src->t;
     double step = nice_step(src->axis_span), px_per_axis = src->scale / src->axis_factor;
     int n_lanes = src->w.dev_hi - src->w.dev_lo + 1;
     double lanes_h = n_lanes * (L->lane_h + L->lane_gap) - L->lane_gap;
-    viz_buf_puts(b, "<g class=\"lanes\">\n");
+    zb_buf_puts(b, "<g class=\"lanes\">\n");
     for (int d = src->w.dev_lo; d <= src->w.dev_hi; d++) {
         double ly = y + (d - src->w.dev_lo) * (L->lane_h + L->lane_gap);
-        viz_buf_printf(b, "<rect class=\"lane\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
+        zb_buf_printf(b, "<rect class=\"lane\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
                        L->plot_x, ly, L->plot_w, L->lane_h, VIZ_IDLE_FILL);
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" text-anchor=\"end\" fill=\"#333\">dev %d</text>\n",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" text-anchor=\"end\" fill=\"#333\">dev %d</text>\n",
                        L->plot_x - 6, ly + L->lane_h / 2 + L->dev_font * 0.35, L->dev_font, d);
     }
     /* Faint time grid over the idle background, under the ops. */
@@ -564,10 +564,10 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
         for (double g = first_tick(src, step); g < src->w.a0 + src->axis_span * (1 - 1e-9); g += step) {
             double x = L->plot_x + (g - src->w.a0) * px_per_axis;
             if (x > L->plot_x + 0.5)
-                viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#fff\" stroke-width=\"1\"/>\n",
+                zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#fff\" stroke-width=\"1\"/>\n",
                                x, y, x, y + lanes_h);
         }
-    viz_buf_puts(b, "</g>\n<g class=\"ops\">\n");
+    zb_buf_puts(b, "</g>\n<g class=\"ops\">\n");
     for (int d = src->w.dev_lo; d <= src->w.dev_hi; d++) {
         const sched_lane *l = &s->dev[d];
         double ly = y + (d - src->w.dev_lo) * (L->lane_h + L->lane_gap);
@@ -587,18 +587,18 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
             /* A white hairline separates back-to-back boxes; very thin boxes
              * would vanish under it, so they go without. */
             if (chosen)
-                viz_buf_printf(b, "<rect class=\"op op-%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"%s fill=\"%s\">",
+                zb_buf_printf(b, "<rect class=\"op op-%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"%s fill=\"%s\">",
                                kn, x0, ly, w, L->lane_h,
                                w >= 4 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "", col.fill);
             else
-                viz_buf_printf(b, "<rect class=\"ghost\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"%s fill=\"%s\">",
+                zb_buf_printf(b, "<rect class=\"ghost\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"%s fill=\"%s\">",
                                x0, ly, w, L->lane_h,
                                w >= 4 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "", TL_GHOST_FILL);
             if (vocab)
-                viz_buf_printf(b, "<title>%s%d vocabulary shard %d: %s\xe2\x80\x93%s %s</title></rect>",
+                zb_buf_printf(b, "<title>%s%d vocabulary shard %d: %s\xe2\x80\x93%s %s</title></rect>",
                                kn, op.mb, op.stage, a, e, src->axis_unit);
             else
-                viz_buf_printf(b, "<title>%s%d stage %d chunk %d: %s\xe2\x80\x93%s %s</title></rect>",
+                zb_buf_printf(b, "<title>%s%d stage %d chunk %d: %s\xe2\x80\x93%s %s</title></rect>",
                                kn, op.mb, op.stage, chunk, a, e, src->axis_unit);
             if (chosen) {
                 char num[16];
@@ -606,7 +606,7 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
                 int upright;
                 double f = label_font(L, num, w, &upright);
                 if (f > 0 && !upright)
-                    viz_buf_printf(b, "<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" font-size=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
+                    zb_buf_printf(b, "<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" font-size=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
                                    x0 + w / 2, ly + L->lane_h / 2 + f * 0.36, f, col.text, num);
                 else if (f > 0) {
                     /* Turned a quarter left about its anchor: the baseline
@@ -614,25 +614,25 @@ static double draw_lanes(viz_buf *b, double y, const tl_src *src, const tl_layou
                      * height, so the anchor sits half that right of the
                      * box's centre. */
                     double ax = x0 + w / 2 + f * TL_DIGIT_HEIGHT / 2, ay = ly + L->lane_h / 2;
-                    viz_buf_printf(b, "<text class=\"mbv\" x=\"%.2f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"middle\" "
+                    zb_buf_printf(b, "<text class=\"mbv\" x=\"%.2f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"middle\" "
                                    "transform=\"rotate(-90 %.2f %.2f)\" fill=\"%s\">%s</text>",
                                    ax, ay, f, ax, ay, col.text, num);
                 }
             }
-            viz_buf_puts(b, "\n");
+            zb_buf_puts(b, "\n");
         }
     }
-    viz_buf_puts(b, "</g>\n");
+    zb_buf_puts(b, "</g>\n");
     draw_barriers(b, y, lanes_h, src, L);
     return y + lanes_h;
 }
 
 /* Tick marks and labels under the lanes; returns the y below. */
-static double draw_axis(viz_buf *b, double y, const tl_layout *L, const tl_src *src)
+static double draw_axis(zb_buf *b, double y, const tl_layout *L, const tl_src *src)
 {
     double step = nice_step(src->axis_span), px_per_axis = src->scale / src->axis_factor;
     const char *unit = src->axis_unit;
-    viz_buf_printf(b, "<g class=\"axis\" font-size=\"11\" fill=\"#333\">\n"
+    zb_buf_printf(b, "<g class=\"axis\" font-size=\"11\" fill=\"#333\">\n"
                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>\n",
                    L->plot_x, y + 2, L->plot_x + L->plot_w, y + 2);
     if (axis_drawable(src->axis_span, step)) {
@@ -642,14 +642,14 @@ static double draw_axis(viz_buf *b, double y, const tl_layout *L, const tl_src *
             double x = L->plot_x + (g - src->w.a0) * px_per_axis;
             char num[48];
             zb_num_format(fabs(g) < step * 1e-9 ? 0 : g, 6, num, sizeof num);
-            viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>"
+            zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#666\"/>"
                            "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
                            x, y + 2, x, y + 6, x, y + 18, num);
         }
     }
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\">time (", L->plot_x + L->plot_w + 18, y + 18);
-    viz_buf_xml(b, unit[0] ? unit : "units");
-    viz_buf_puts(b, ")</text>\n</g>\n");
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\">time (", L->plot_x + L->plot_w + 18, y + 18);
+    zb_buf_xml(b, unit[0] ? unit : "units");
+    zb_buf_puts(b, ")</text>\n</g>\n");
     return y + 24;
 }
 
@@ -680,7 +680,7 @@ static void fmt_mem_tick(const tl_src *src, double v, double top, char *buf, siz
 }
 
 /* Per-device memory panels over the window; returns the y below or -1. */
-static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layout *L, zb_err *err)
+static double draw_memory(zb_buf *b, double y, const tl_src *src, const tl_layout *L, zb_err *err)
 {
     const sched_t *s = src->s;
     const viz_times *t = &src->t;
@@ -702,42 +702,42 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
     while (step >= top * 0.97 && step > 0)
         step /= 2;
     char limstr[64];
-    viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">", L->plot_x, y + 12);
-    viz_buf_puts(b, mf->has_static ? "memory per device: static (grey) + activations (violet), "
+    zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#222\">", L->plot_x, y + 12);
+    zb_buf_puts(b, mf->has_static ? "memory per device: static (grey) + activations (violet), "
                                      "one scale for all panels"
                                    : "activation memory per device (one scale for all panels)");
     if (limit_max > 0 && !limit_drawn) {
         mem_figures_format(s, limit_max, limstr, sizeof limstr);
-        viz_buf_puts(b, "; limit ");
-        viz_buf_xml(b, limstr);
-        viz_buf_puts(b, " is above the scale");
+        zb_buf_puts(b, "; limit ");
+        zb_buf_xml(b, limstr);
+        zb_buf_puts(b, " is above the scale");
     } else if (limit_drawn) {
-        viz_buf_puts(b, "; dashed red: limit");
+        zb_buf_puts(b, "; dashed red: limit");
     }
-    viz_buf_puts(b, "</text>\n<g class=\"memory\">\n");
+    zb_buf_puts(b, "</text>\n<g class=\"memory\">\n");
     y += 20;
     double gap = 6;
     for (int d = src->w.dev_lo; d <= src->w.dev_hi; d++) {
         double py = y + (d - src->w.dev_lo) * (L->mem_h + gap), base = py + L->mem_h;
         double ys = L->mem_h / top, floor_y = base - mf->static_mem[d] * ys;
-        viz_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n",
+        zb_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n",
                        L->plot_x, py, L->plot_w, L->mem_h);
         /* The y axis: ticks in the file's unit (GB for plans) with faint
          * grid lines across the panel. */
-        viz_buf_puts(b, "<g class=\"mem-axis\" font-size=\"9\" fill=\"#444\" text-anchor=\"end\">");
+        zb_buf_puts(b, "<g class=\"mem-axis\" font-size=\"9\" fill=\"#444\" text-anchor=\"end\">");
         for (int k = 1; k <= AXIS_MAX_TICKS && k * step < top * 0.97; k++) {
             double v = k * step, ty = base - v * ys;
             char lab[64];
             fmt_mem_tick(src, v, top, lab, sizeof lab);
-            viz_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\" stroke-width=\"0.6\"/>"
+            zb_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\" stroke-width=\"0.6\"/>"
                            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" stroke-width=\"0.6\"/>"
                            "<text class=\"mem-tick\" x=\"%.1f\" y=\"%.1f\">%s</text>",
                            L->plot_x, ty, L->plot_x + L->plot_w, ty, L->plot_x - 3, ty, L->plot_x, ty,
                            L->plot_x - 5, ty + 3, lab);
         }
-        viz_buf_puts(b, "</g>\n");
+        zb_buf_puts(b, "</g>\n");
         if (mf->has_static && mf->static_mem[d] > 0)
-            viz_buf_printf(b, "<rect class=\"mem-static\" x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"/>\n",
+            zb_buf_printf(b, "<rect class=\"mem-static\" x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"/>\n",
                            L->plot_x, floor_y, L->plot_w, base - floor_y, TL_STATIC_FILL);
         sim_mem_point *pts = NULL;
         int n = 0;
@@ -760,76 +760,76 @@ static double draw_memory(viz_buf *b, double y, const tl_src *src, const tl_layo
             /* The same step path twice: once closed and filled down to the
              * static band, once as the outline. */
             for (int pass = 0; pass < 2; pass++) {
-                viz_buf_puts(b, pass == 0 ? "<path class=\"mem-area\" fill=\"#c9b8e8\" d=\"M"
+                zb_buf_puts(b, pass == 0 ? "<path class=\"mem-area\" fill=\"#c9b8e8\" d=\"M"
                                           : "<path class=\"mem-line\" fill=\"none\" stroke=\"#5b3a9e\" stroke-width=\"1\" d=\"M");
-                viz_buf_num(b, tx(L, src, from));
-                viz_buf_puts(b, " ");
-                viz_buf_num(b, pass == 0 ? floor_y : floor_y - clampd(level, 0, top) * ys);
+                zb_buf_num(b, tx(L, src, from));
+                zb_buf_puts(b, " ");
+                zb_buf_num(b, pass == 0 ? floor_y : floor_y - clampd(level, 0, top) * ys);
                 if (pass == 0) {
-                    viz_buf_puts(b, "V");
-                    viz_buf_num(b, floor_y - clampd(level, 0, top) * ys);
+                    zb_buf_puts(b, "V");
+                    zb_buf_num(b, floor_y - clampd(level, 0, top) * ys);
                 }
                 for (int i = i0; i < n && pts[i].t < to; i++) {
-                    viz_buf_puts(b, "H");
-                    viz_buf_num(b, tx(L, src, pts[i].t));
-                    viz_buf_puts(b, "V");
-                    viz_buf_num(b, floor_y - clampd(pts[i].mem, 0, top) * ys);
+                    zb_buf_puts(b, "H");
+                    zb_buf_num(b, tx(L, src, pts[i].t));
+                    zb_buf_puts(b, "V");
+                    zb_buf_num(b, floor_y - clampd(pts[i].mem, 0, top) * ys);
                 }
-                viz_buf_puts(b, "H");
-                viz_buf_num(b, tx(L, src, to));
+                zb_buf_puts(b, "H");
+                zb_buf_num(b, tx(L, src, to));
                 if (pass == 0) {
-                    viz_buf_puts(b, "V");
-                    viz_buf_num(b, floor_y);
-                    viz_buf_puts(b, "Z");
+                    zb_buf_puts(b, "V");
+                    zb_buf_num(b, floor_y);
+                    zb_buf_puts(b, "Z");
                 }
-                viz_buf_puts(b, "\"/>\n");
+                zb_buf_puts(b, "\"/>\n");
             }
         }
         free(pts);
         if (limit_drawn && mf->has_limit && isfinite(mf->limit[d]) && mf->limit[d] > 0) {
             double ly = base - mf->limit[d] * ys;
-            viz_buf_printf(b, "<line class=\"mem-limit\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
+            zb_buf_printf(b, "<line class=\"mem-limit\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
                            "stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n",
                            L->plot_x, ly, L->plot_x + L->plot_w, ly);
         }
         /* The device's name inside the panel's corner, on a halo so that
          * the curve under it stays readable. */
-        viz_buf_printf(b, "<text class=\"mem-dev\" x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#333\" "
+        zb_buf_printf(b, "<text class=\"mem-dev\" x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#333\" "
                        "stroke=\"#f7f7f7\" stroke-width=\"2.5\" paint-order=\"stroke\">dev %d</text>\n",
                        L->plot_x + 4, py + 10, d);
         char peak[64];
         mem_figures_format(s, mf->total[d], peak, sizeof peak);
         int over = mf->has_limit && (mf->limit_is_total ? mf->total[d] : mf->activations[d]) > mf->limit[d];
-        viz_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" fill=\"%s\">peak ",
+        zb_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" fill=\"%s\">peak ",
                        L->plot_x + L->plot_w + 6, py + L->mem_h / 2 + L->dev_font * 0.35, L->dev_font,
                        over ? "#d62728" : "#333");
-        viz_buf_xml(b, peak);
-        viz_buf_puts(b, "</text>\n");
+        zb_buf_xml(b, peak);
+        zb_buf_puts(b, "</text>\n");
     }
-    viz_buf_puts(b, "</g>\n");
+    zb_buf_puts(b, "</g>\n");
     int n_panels = src->w.dev_hi - src->w.dev_lo + 1;
     return y + n_panels * (L->mem_h + gap) - gap;
 }
 
 /* Wraps the body in the SVG root element, now that the height is known. */
-static int svg_document(viz_buf *body, double width, double height, const char *title,
+static int svg_document(zb_buf *body, double width, double height, const char *title,
                         char **svg, size_t *len, zb_err *err)
 {
-    viz_buf doc = { 0 };
-    viz_buf_printf(&doc, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    zb_buf doc = { 0 };
+    zb_buf_printf(&doc, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                    "viewBox=\"0 0 %.0f %.0f\" font-family=\"%s\">\n<title>",
                    ceil(width), ceil(height), ceil(width), ceil(height), VIZ_FONT_FAMILY);
-    viz_buf_xml(&doc, title);
-    viz_buf_printf(&doc, "</title>\n<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n",
+    zb_buf_xml(&doc, title);
+    zb_buf_printf(&doc, "</title>\n<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n",
                    ceil(width), ceil(height));
     if (body->oom)
         doc.oom = 1;
     else if (body->data)
-        viz_buf_puts(&doc, body->data);
-    viz_buf_puts(&doc, "</svg>\n");
-    viz_buf_free(body);
-    return viz_buf_take(&doc, svg, len, err);
+        zb_buf_puts(&doc, body->data);
+    zb_buf_puts(&doc, "</svg>\n");
+    zb_buf_free(body);
+    return zb_buf_take(&doc, svg, len, err);
 }
 
 /* Draws n_src (1 or 2) timelines; memory panels only for a single one. */
@@ -842,26 +842,26 @@ static int render(tl_src *src, int n_src, const viz_view *view, char **svg, size
             return -1;
     if (layout_compute(src, n_src, view, &L, err))
         return -1;
-    viz_buf b = { 0 };
+    zb_buf b = { 0 };
     double y = 22, right = 0; /* right: where the widest heading line ends */
     if (n_src == 1) {
         right = fmax(right, draw_heading(&b, 12, y, 16, &src[0]));
         right = fmax(right, draw_figures(&b, 12, y + 20, &src[0]));
         y = draw_view_notes(&b, 12, y + 24, &src[0], &right) + 10;
     } else {
-        viz_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"16\" font-weight=\"bold\" fill=\"#111\">", y);
-        viz_buf_xml(&b, src[0].tag);
-        viz_buf_puts(&b, " and ");
-        viz_buf_xml(&b, src[1].tag);
-        viz_buf_puts(&b, L.shared_scale ? " on one time scale</text>\n"
+        zb_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"16\" font-weight=\"bold\" fill=\"#111\">", y);
+        zb_buf_xml(&b, src[0].tag);
+        zb_buf_puts(&b, " and ");
+        zb_buf_xml(&b, src[1].tag);
+        zb_buf_puts(&b, L.shared_scale ? " on one time scale</text>\n"
                                          : ", each on its own time scale</text>\n");
         if (!L.shared_scale) {
-            viz_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"12\" fill=\"#d62728\">"
+            zb_buf_printf(&b, "<text x=\"12\" y=\"%.1f\" font-size=\"12\" fill=\"#d62728\">"
                            "time units differ (", y + 18);
-            viz_buf_xml(&b, src[0].s->time_unit);
-            viz_buf_puts(&b, " vs ");
-            viz_buf_xml(&b, src[1].s->time_unit);
-            viz_buf_puts(&b, "): each timeline spans the full width; compare shapes, not lengths. "
+            zb_buf_xml(&b, src[0].s->time_unit);
+            zb_buf_puts(&b, " vs ");
+            zb_buf_xml(&b, src[1].s->time_unit);
+            zb_buf_puts(&b, "): each timeline spans the full width; compare shapes, not lengths. "
                         "For one scale in ms, plan with measured costs: zbsched profile, then "
                         "zbsched search --profile</text>\n");
             y += 18;
@@ -881,7 +881,7 @@ static int render(tl_src *src, int n_src, const viz_view *view, char **svg, size
     if (n_src == 1) {
         y = draw_memory(&b, y + 4, &src[0], &L, err);
         if (y < 0) {
-            viz_buf_free(&b);
+            zb_buf_free(&b);
             return -1;
         }
         y += 12;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz/buf.h"
+#include "src/text_buf.h"
 #include "viz/times.h"
 #include "viz/view.h"
 
@@ -39,7 +39,7 @@ static double us_per_unit(const char *unit)
 }
 
 /* Emits one device's memory curve as counter events; returns 0 or -1. */
-static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
+static int trace_memory(zb_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
                         int d, double k, zb_err *err)
 {
     sim_mem_point *pts = NULL;
@@ -53,10 +53,10 @@ static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, const 
         /* Inside the window, and the level it starts at. */
         if (pts[i].t > w->w1 || (i + 1 < n && pts[i + 1].t <= w->w0))
             continue;
-        viz_buf_printf(b, ",\n{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
+        zb_buf_printf(b, ",\n{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
                        "\"args\":{\"", d, (pts[i].t - t->t0) * k);
-        viz_buf_json(b, s->mem_unit);
-        viz_buf_printf(b, "\":%.9g}}", pts[i].mem);
+        zb_buf_json(b, s->mem_unit);
+        zb_buf_printf(b, "\":%.9g}}", pts[i].mem);
     }
     free(pts);
     return 0;
@@ -65,12 +65,12 @@ static int trace_memory(viz_buf *b, const sched_t *s, const viz_times *t, const 
 /* Vocabulary parallelism: the all-reduce barriers of device d on a thread
  * of their own ("all-reduce", tid 1), as the side stream runs them: C0(j)
  * and C1(j) each as a slice that ends when the simulator says it ends. */
-static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
+static void trace_barriers(zb_buf *b, const sched_t *s, const viz_times *t, const viz_window *w,
                            int d, double k)
 {
     if (!t->r.barrier[0])
         return;
-    viz_buf_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
+    zb_buf_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
                    "\"args\":{\"name\":\"all-reduce\"}}", d);
     for (int c = 0; c < 2; c++) {
         if (c == 1 && s->vocab.variant != SCHED_VOCAB_2)
@@ -80,7 +80,7 @@ static void trace_barriers(viz_buf *b, const sched_t *s, const viz_times *t, con
             double e = t->r.barrier[c][j];
             if (!viz_window_selected(w, j) || e < w->w0 || e - dur > w->w1)
                 continue;
-            viz_buf_printf(b, ",\n{\"name\":\"C%d %d\",\"cat\":\"barrier\",\"ph\":\"X\",\"pid\":%d,"
+            zb_buf_printf(b, ",\n{\"name\":\"C%d %d\",\"cat\":\"barrier\",\"ph\":\"X\",\"pid\":%d,"
                            "\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"barrier\":\"C%d\"}}",
                            c, j, d, (e - dur - t->t0) * k, dur * k, j, c);
         }
@@ -104,18 +104,18 @@ int viz_trace_json_view(const sched_t *s, const viz_view *view, char **json, siz
         return -1;
     }
     double k = us_per_unit(s->time_unit);
-    viz_buf b = { 0 };
-    viz_buf_puts(&b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"");
-    viz_buf_json(&b, s->name[0] ? s->name : "schedule");
-    viz_buf_printf(&b, "\",\"source\":\"%s\",\"devices\":%d,\"microbatches\":%d,\"stages\":%d,"
+    zb_buf b = { 0 };
+    zb_buf_puts(&b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"");
+    zb_buf_json(&b, s->name[0] ? s->name : "schedule");
+    zb_buf_printf(&b, "\",\"source\":\"%s\",\"devices\":%d,\"microbatches\":%d,\"stages\":%d,"
                    "\"time_unit\":\"", t.measured ? "measured" : "simulated",
                    s->n_devices, s->n_micro, s->n_stages);
-    viz_buf_json(&b, s->time_unit);
-    viz_buf_printf(&b, "\",\"us_per_time_unit\":%.9g,\"cost\":%.9g,\"bubble_rate\":%.6f,"
+    zb_buf_json(&b, s->time_unit);
+    zb_buf_printf(&b, "\",\"us_per_time_unit\":%.9g,\"cost\":%.9g,\"bubble_rate\":%.6f,"
                    "\"peak_memory\":%.9g},\n\"traceEvents\":[\n",
                    k, t.r.cost, t.r.bubble_rate, t.r.peak_mem);
     for (int d = w.dev_lo; d <= w.dev_hi; d++) {
-        viz_buf_printf(&b, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+        zb_buf_printf(&b, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                        "\"args\":{\"name\":\"device %d\"}},\n"
                        "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                        "\"args\":{\"sort_index\":%d}},\n"
@@ -130,13 +130,13 @@ int viz_trace_json_view(const sched_t *s, const viz_view *view, char **json, siz
             const char *kn = op_kind_name((op_kind)op.kind);
             double a = t.r.dev[d].start[i], e = t.r.dev[d].end[i];
             if (OP_IS_VOCAB(op.kind)) { /* a shard, not a stage or chunk */
-                viz_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
+                zb_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
                                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"shard\":%d,"
                                "\"kind\":\"%s\"}}",
                                kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage, kn);
                 continue;
             }
-            viz_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
+            zb_buf_printf(&b, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,"
                            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"stage\":%d,\"chunk\":%d,"
                            "\"kind\":\"%s\"}}",
                            kn, op.mb, kn, d, (a - t.t0) * k, (e - a) * k, op.mb, op.stage,
@@ -144,12 +144,12 @@ int viz_trace_json_view(const sched_t *s, const viz_view *view, char **json, siz
         }
         trace_barriers(&b, s, &t, &w, d, k);
         if (trace_memory(&b, s, &t, &w, d, k, err) != 0) {
-            viz_buf_free(&b);
+            zb_buf_free(&b);
             viz_times_free(&t);
             return -1;
         }
     }
-    viz_buf_puts(&b, "\n]}\n");
+    zb_buf_puts(&b, "\n]}\n");
     viz_times_free(&t);
-    return viz_buf_take(&b, json, len, err);
+    return zb_buf_take(&b, json, len, err);
 }

@@ -1,19 +1,19 @@
 /*
- * buf.c: growable text buffer for the renderers (see buf.h).
+ * text_buf.c: growable text buffer for the renderers and other documents
+ * (see text_buf.h).
  *
  * Capacity doubles, so building a multi-megabyte SVG costs a handful of
  * reallocations.  Formatting goes through vsnprintf twice only when the
  * text does not fit the free space, which is rare after the first growth.
  */
-#include "viz/buf.h"
+#include "src/text_buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Makes room for `extra` more bytes plus the NUL; returns 0 or -1 (oom set). */
-static int buf_reserve(viz_buf *b, size_t extra)
+int zb_buf_reserve(zb_buf *b, size_t extra)
 {
     if (b->oom)
         return -1;
@@ -32,7 +32,7 @@ static int buf_reserve(viz_buf *b, size_t extra)
     return 0;
 }
 
-void viz_buf_printf(viz_buf *b, const char *fmt, ...)
+void zb_buf_printf(zb_buf *b, const char *fmt, ...)
 {
     if (b->oom)
         return;
@@ -46,7 +46,7 @@ void viz_buf_printf(viz_buf *b, const char *fmt, ...)
         return;
     }
     if ((size_t)n >= room) {
-        if (buf_reserve(b, (size_t)n) != 0)
+        if (zb_buf_reserve(b, (size_t)n) != 0)
             return;
         va_start(ap, fmt);
         vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
@@ -55,41 +55,41 @@ void viz_buf_printf(viz_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-void viz_buf_puts(viz_buf *b, const char *s)
+void zb_buf_puts(zb_buf *b, const char *s)
 {
     size_t n = strlen(s);
-    if (buf_reserve(b, n) != 0)
+    if (zb_buf_reserve(b, n) != 0)
         return;
     memcpy(b->data + b->len, s, n + 1);
     b->len += n;
 }
 
 /* Appends one byte (the NUL stays after it). */
-static void buf_putc(viz_buf *b, char c)
+static void buf_putc(zb_buf *b, char c)
 {
-    if (buf_reserve(b, 1) != 0)
+    if (zb_buf_reserve(b, 1) != 0)
         return;
     b->data[b->len++] = c;
     b->data[b->len] = '\0';
 }
 
-void viz_buf_xml(viz_buf *b, const char *s)
+void zb_buf_xml(zb_buf *b, const char *s)
 {
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         switch (c) {
-        case '&': viz_buf_puts(b, "&amp;"); break;
-        case '<': viz_buf_puts(b, "&lt;"); break;
-        case '>': viz_buf_puts(b, "&gt;"); break;
-        case '"': viz_buf_puts(b, "&quot;"); break;
-        case '\'': viz_buf_puts(b, "&apos;"); break;
+        case '&': zb_buf_puts(b, "&amp;"); break;
+        case '<': zb_buf_puts(b, "&lt;"); break;
+        case '>': zb_buf_puts(b, "&gt;"); break;
+        case '"': zb_buf_puts(b, "&quot;"); break;
+        case '\'': zb_buf_puts(b, "&apos;"); break;
         default:
             buf_putc(b, (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f ? '?' : (char)c);
         }
     }
 }
 
-void viz_buf_json(viz_buf *b, const char *s)
+void zb_buf_json(zb_buf *b, const char *s)
 {
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -97,36 +97,36 @@ void viz_buf_json(viz_buf *b, const char *s)
             buf_putc(b, '\\');
             buf_putc(b, (char)c);
         } else if (c < 0x20) {
-            viz_buf_printf(b, "\\u%04x", c);
+            zb_buf_printf(b, "\\u%04x", c);
         } else {
             buf_putc(b, (char)c);
         }
     }
 }
 
-void viz_buf_num(viz_buf *b, double v)
+void zb_buf_num(zb_buf *b, double v)
 {
     char tmp[64];
     snprintf(tmp, sizeof tmp, "%.1f", v);
-    viz_buf_puts(b, strcmp(tmp, "-0.0") ? tmp : "0.0");
+    zb_buf_puts(b, strcmp(tmp, "-0.0") ? tmp : "0.0");
 }
 
-int viz_buf_take(viz_buf *b, char **out, size_t *len, zb_err *err)
+int zb_buf_take(zb_buf *b, char **out, size_t *len, zb_err *err)
 {
     if (!b->data)
-        buf_reserve(b, 0); /* an empty document is still a document */
+        zb_buf_reserve(b, 0); /* an empty document is still a document */
     if (b->oom) {
-        viz_buf_free(b);
+        zb_buf_free(b);
         return zb_fail(err, "out of memory while rendering");
     }
     *out = b->data;
     *len = b->len;
-    *b = (viz_buf){ 0 };
+    *b = (zb_buf){ 0 };
     return 0;
 }
 
-void viz_buf_free(viz_buf *b)
+void zb_buf_free(zb_buf *b)
 {
     free(b->data);
-    *b = (viz_buf){ 0 };
+    *b = (zb_buf){ 0 };
 }
