@@ -60,7 +60,7 @@ CC_UNUSED static double cc_nmse(const float *got, const float *want, size_t n)
 }
 
 /* Exits 77 (SKIP) when there is no device. */
-static void cc_require_device(void)
+CC_UNUSED static void cc_require_device(void)
 {
     if (zb_cuda_device_count() == 0) {
         printf("no CUDA device: skipped\n");
@@ -68,7 +68,7 @@ static void cc_require_device(void)
     }
 }
 
-static int cc_summary(void)
+CC_UNUSED static int cc_summary(void)
 {
     printf("%d passed, %d failed\n", cc_passed, cc_failed);
     return cc_failed ? 1 : 0;

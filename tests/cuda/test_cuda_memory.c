@@ -16,81 +16,9 @@
 #include "kernels/cpu/memory_layer.h"
 #include "kernels/cuda/memory_cuda.h"
 #include "tests/cuda/cuda_check.h"
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static float urand(float a)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
-    return a * (2.0f * (float)(r >> 40) / 16777216.0f - 1.0f);
-}
-
-static float *rand_bf16_vals(size_t n, float a)
-{
-    float *h = malloc(n * sizeof *h + 4);
-    for (size_t i = 0; i < n; i++)
-        h[i] = zb_bf16_to_f32(zb_bf16_from_f32(urand(a)));
-    return h;
-}
+#include "tests/cuda/cuda_dev.h"
 
 static zb_cuda *ctx;
-
-static zb_bf16 *up_bf16(const float *h, size_t n)
-{
-    zb_bf16 *tmp = malloc(n * sizeof *tmp + 2), *d = NULL;
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = zb_bf16_from_f32(h[i]);
-    CC_OK(zb_cuda_alloc((void **)&d, n * 2 + 2, err));
-    CC_OK(zb_cuda_upload(ctx, d, tmp, n * 2, err));
-    CC_OK(zb_cuda_sync(ctx, err));
-    free(tmp);
-    return d;
-}
-
-static void *up_raw(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    CC_OK(zb_cuda_alloc(&d, bytes + 4, err));
-    CC_OK(zb_cuda_upload(ctx, d, h, bytes, err));
-    CC_OK(zb_cuda_sync(ctx, err));
-    return d;
-}
-
-static void *dev_zero(size_t bytes)
-{
-    void *d = NULL;
-    CC_OK(zb_cuda_alloc(&d, bytes + 4, err));
-    CC_OK(zb_cuda_zero(ctx, d, bytes + 4, err));
-    return d;
-}
-
-static void *down(const void *d, size_t bytes)
-{
-    void *h = malloc(bytes + 4);
-    CC_OK(zb_cuda_sync(ctx, err));
-    CC_OK(zb_cuda_download(ctx, h, d, bytes, err));
-    return h;
-}
-
-static float *down_bf16(const zb_bf16 *d, size_t n)
-{
-    zb_bf16 *tmp = down(d, n * 2);
-    float *h = malloc(n * sizeof *h + 4);
-    for (size_t i = 0; i < n; i++)
-        h[i] = zb_bf16_to_f32(tmp[i]);
-    free(tmp);
-    return h;
-}
-
-/* Rounds a CPU float result to bf16, as the GPU stores it. */
-static void round_bf16(float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = zb_bf16_to_f32(zb_bf16_from_f32(x[i]));
-}
 
 static void test_memory(mem_shape s, int N)
 {
@@ -98,10 +26,10 @@ static void test_memory(mem_shape s, int N)
     int H = s.heads, kd = s.k_dim, k = s.topk, v = s.v_dim, nk = s.n_keys;
     size_t nq = (size_t)N * H * kd, nkeys = (size_t)H * 2 * nk * (kd / 2);
     size_t nvals = (size_t)nk * nk * v, M = (size_t)N * H * k, ne = (size_t)N * v;
-    float *q = rand_bf16_vals(nq, 1.0f), *keys = rand_bf16_vals(nkeys, 1.0f);
-    float *vals = rand_bf16_vals(nvals, 0.5f), *de = rand_bf16_vals(ne, 1.0f);
-    zb_bf16 *dq_in = up_bf16(q, nq), *dkeys = up_bf16(keys, nkeys), *dvals = up_bf16(vals, nvals);
-    zb_bf16 *dde = up_bf16(de, ne);
+    float *q = cd_rand_bf16(nq, 1.0f), *keys = cd_rand_bf16(nkeys, 1.0f);
+    float *vals = cd_rand_bf16(nvals, 0.5f), *de = cd_rand_bf16(ne, 1.0f);
+    zb_bf16 *dq_in = cd_up_bf16(q, nq), *dkeys = cd_up_bf16(keys, nkeys), *dvals = cd_up_bf16(vals, nvals);
+    zb_bf16 *dde = cd_up_bf16(de, ne);
 
     /* lookup */
     int32_t *idx = malloc(M * 4);
@@ -110,11 +38,11 @@ static void test_memory(mem_shape s, int N)
         cc_true("cpu lookup scratch", 0);
         return;
     }
-    int32_t *gidx = dev_zero(M * 4);
-    float *gw = dev_zero(M * 4);
+    int32_t *gidx = cd_dev_zero(M * 4);
+    float *gw = cd_dev_zero(M * 4);
     CC_OK(zb_cuda_memory_lookup(ctx, gidx, gw, dq_in, dkeys, &s, N, err));
-    int32_t *hidx = down(gidx, M * 4);
-    float *hw = down(gw, M * 4);
+    int32_t *hidx = cd_down(gidx, M * 4);
+    float *hw = cd_down(gw, M * 4);
     size_t same = 0;
     for (size_t e = 0; e < M; e++)
         same += hidx[e] == idx[e];
@@ -127,14 +55,14 @@ static void test_memory(mem_shape s, int N)
         cc_true(name, 1);
 
     /* the rest is fed the CPU's selection */
-    int32_t *cidx = up_raw(idx, M * 4);
-    float *cw = up_raw(w, M * 4);
-    zb_bf16 *ge = dev_zero(ne * 2);
+    int32_t *cidx = cd_up_raw(idx, M * 4);
+    float *cw = cd_up_raw(w, M * 4);
+    zb_bf16 *ge = cd_dev_zero(ne * 2);
     CC_OK(zb_cuda_memory_bag_forward(ctx, ge, cidx, cw, dvals, &s, N, err));
     float *e = malloc(ne * 4);
     kern_memory_bag_forward(e, idx, w, vals, &s, N);
-    round_bf16(e, ne);
-    float *he = down_bf16(ge, ne);
+    cd_round_bf16(e, ne);
+    float *he = cd_down_bf16(ge, ne);
     snprintf(name, sizeof name, "memory bag F N=%d v=%d", N, v);
     cc_expect(name, cc_nmse(he, e, ne), 1e-5);
 
@@ -143,20 +71,20 @@ static void test_memory(mem_shape s, int N)
         cc_true("cpu backward scratch", 0);
         return;
     }
-    round_bf16(dq, nq);
-    float *gds = dev_zero(M * 4);
-    zb_bf16 *gdq = dev_zero(nq * 2);
+    cd_round_bf16(dq, nq);
+    float *gds = cd_dev_zero(M * 4);
+    zb_bf16 *gdq = cd_dev_zero(nq * 2);
     CC_OK(zb_cuda_memory_backward_b(ctx, gds, gdq, dde, cidx, cw, dvals, dkeys, &s, N, err));
-    float *hds = down(gds, M * 4), *hdq = down_bf16(gdq, nq);
+    float *hds = cd_down(gds, M * 4), *hdq = cd_down_bf16(gdq, nq);
     snprintf(name, sizeof name, "memory B ds N=%d k=%d", N, k);
     cc_expect(name, cc_nmse(hds, ds, M), 1e-5);
     snprintf(name, sizeof name, "memory B dq N=%d kd=%d", N, kd);
     cc_expect(name, cc_nmse(hdq, dq, nq), 1e-4);
 
     /* W: accumulate onto a non-zero start */
-    float *kacc = rand_bf16_vals(nkeys, 0.1f), *vacc = rand_bf16_vals(nvals, 0.1f);
-    float *gk = up_raw(kacc, nkeys * 4), *gv = up_raw(vacc, nvals * 4);
-    float *gds_cpu = up_raw(ds, M * 4);
+    float *kacc = cd_rand_bf16(nkeys, 0.1f), *vacc = cd_rand_bf16(nvals, 0.1f);
+    float *gk = cd_up_raw(kacc, nkeys * 4), *gv = cd_up_raw(vacc, nvals * 4);
+    float *gds_cpu = cd_up_raw(ds, M * 4);
     CC_OK(zb_cuda_memory_keys_backward_w(ctx, gk, gds_cpu, dq_in, cidx, &s, N, err));
     CC_OK(zb_cuda_memory_values_backward_w(ctx, gv, cidx, cw, dde, &s, N, err));
     float *tk = malloc(nkeys * 4);
@@ -167,7 +95,7 @@ static void test_memory(mem_shape s, int N)
     memcpy(tv, vacc, nvals * 4);
     void *scratch = malloc(kern_memory_values_scratch_bytes(&s, N));
     kern_memory_values_backward_w(tv, idx, w, de, &s, N, scratch);
-    float *hk = down(gk, nkeys * 4), *hv = down(gv, nvals * 4);
+    float *hk = cd_down(gk, nkeys * 4), *hv = cd_down(gv, nvals * 4);
     snprintf(name, sizeof name, "memory W keys (accumulate) N=%d", N);
     cc_expect(name, cc_nmse(hk, tk, nkeys), 1e-6);
     snprintf(name, sizeof name, "memory W values (sparse, accumulate) N=%d", N);
@@ -197,6 +125,7 @@ int main(void)
     cc_require_device();
     kernels_init_threads(1);
     CC_OK(zb_cuda_create(0, &ctx, err));
+    cd_init(ctx, 0x9e3779b97f4a7c15ull);
     mem_shape tiny_mem = { 64, 2, 32, 64, 8, 64 };
     test_memory(tiny_mem, 256);
     mem_shape odd = { 24, 3, 10, 13, 5, 17 };

@@ -10,98 +10,22 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/ops.h"
 #include "tests/cuda/cuda_check.h"
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static float urand(float a)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
-    return a * (2.0f * (float)(r >> 40) / 16777216.0f - 1.0f);
-}
-
-/* n random values in [-a, a], rounded to bf16 (malloc'd). */
-static float *rand_bf16_vals(size_t n, float a)
-{
-    float *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++)
-        h[i] = zb_bf16_to_f32(zb_bf16_from_f32(urand(a)));
-    return h;
-}
-
-static float *rand_f32(size_t n, float a)
-{
-    float *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++)
-        h[i] = urand(a);
-    return h;
-}
+#include "tests/cuda/cuda_dev.h"
 
 static zb_cuda *ctx;
-
-static zb_bf16 *up_bf16(const float *h, size_t n)
-{
-    zb_bf16 *tmp = malloc(n * sizeof *tmp + 2), *d = NULL;
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = zb_bf16_from_f32(h[i]);
-    CC_OK(zb_cuda_alloc((void **)&d, n * 2 + 2, err));
-    CC_OK(zb_cuda_upload(ctx, d, tmp, n * 2, err));
-    CC_OK(zb_cuda_sync(ctx, err));
-    free(tmp);
-    return d;
-}
-
-static void *up_raw(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    CC_OK(zb_cuda_alloc(&d, bytes + 4, err));
-    CC_OK(zb_cuda_upload(ctx, d, h, bytes, err));
-    CC_OK(zb_cuda_sync(ctx, err));
-    return d;
-}
-
-static void *dev_zero(size_t bytes)
-{
-    void *d = NULL;
-    CC_OK(zb_cuda_alloc(&d, bytes + 4, err));
-    CC_OK(zb_cuda_zero(ctx, d, bytes + 4, err));
-    return d;
-}
-
-static float *down_bf16(const zb_bf16 *d, size_t n)
-{
-    zb_bf16 *tmp = malloc(n * sizeof *tmp + 2);
-    float *h = malloc(n * sizeof *h + 4);
-    CC_OK(zb_cuda_sync(ctx, err));
-    CC_OK(zb_cuda_download(ctx, tmp, d, n * 2, err));
-    for (size_t i = 0; i < n; i++)
-        h[i] = zb_bf16_to_f32(tmp[i]);
-    free(tmp);
-    return h;
-}
-
-static float *down_f32(const float *d, size_t n)
-{
-    float *h = malloc(n * sizeof *h + 4);
-    CC_OK(zb_cuda_sync(ctx, err));
-    CC_OK(zb_cuda_download(ctx, h, d, n * 4, err));
-    return h;
-}
 
 static void test_embedding(int N, int d, int V)
 {
     char name[96];
     int32_t *tok = malloc(sizeof *tok * N);
     for (int n = 0; n < N; n++)
-        tok[n] = (int32_t)((urand(1.0f) + 1.0f) * 0.5f * (V - 1));
-    float *E = rand_bf16_vals((size_t)V * d, 1.0f), *dout = rand_bf16_vals((size_t)N * d, 1.0f);
-    float *acc0 = rand_f32((size_t)V * d, 0.5f);
-    int32_t *dtok = up_raw(tok, sizeof *tok * N);
-    zb_bf16 *dE = up_bf16(E, (size_t)V * d), *ddout = up_bf16(dout, (size_t)N * d);
-    zb_bf16 *dout_fwd = dev_zero((size_t)N * d * 2);
-    float *dacc = up_raw(acc0, sizeof(float) * V * d);
+        tok[n] = (int32_t)((cd_urand(1.0f) + 1.0f) * 0.5f * (V - 1));
+    float *E = cd_rand_bf16((size_t)V * d, 1.0f), *dout = cd_rand_bf16((size_t)N * d, 1.0f);
+    float *acc0 = cd_rand_f32((size_t)V * d, 0.5f);
+    int32_t *dtok = cd_up_raw(tok, sizeof *tok * N);
+    zb_bf16 *dE = cd_up_bf16(E, (size_t)V * d), *ddout = cd_up_bf16(dout, (size_t)N * d);
+    zb_bf16 *dout_fwd = cd_dev_zero((size_t)N * d * 2);
+    float *dacc = cd_up_raw(acc0, sizeof(float) * V * d);
     CC_OK(zb_cuda_embedding_forward(ctx, dout_fwd, dtok, dE, N, d, err));
     CC_OK(zb_cuda_embedding_backward_w(ctx, dacc, dtok, ddout, N, d, V, err));
     float *ref = malloc(sizeof(float) * N * d), *refw = malloc(sizeof(float) * V * d);
@@ -109,7 +33,7 @@ static void test_embedding(int N, int d, int V)
     kern_embedding_backward_w(refw, tok, dout, N, d, V);
     for (size_t i = 0; i < (size_t)V * d; i++)
         refw[i] += acc0[i];
-    float *got = down_bf16(dout_fwd, (size_t)N * d), *gotw = down_f32(dacc, (size_t)V * d);
+    float *got = cd_down_bf16(dout_fwd, (size_t)N * d), *gotw = cd_down_f32(dacc, (size_t)V * d);
     snprintf(name, sizeof name, "embedding F N=%d d=%d V=%d", N, d, V);
     cc_expect(name, cc_nmse(got, ref, (size_t)N * d), 0.0);
     snprintf(name, sizeof name, "embedding W (accumulate) N=%d d=%d", N, d);
@@ -123,13 +47,13 @@ static void test_rmsnorm(int N, int d)
 {
     char name[96];
     size_t n = (size_t)N * d;
-    float *x = rand_bf16_vals(n, 2.0f), *g = rand_bf16_vals((size_t)d, 1.0f);
-    float *dy = rand_bf16_vals(n, 1.0f), *dres = rand_bf16_vals(n, 1.0f);
-    float *acc0 = rand_f32((size_t)d, 1.0f);
-    zb_bf16 *dx_ = up_bf16(x, n), *dg_ = up_bf16(g, d), *ddy = up_bf16(dy, n);
-    zb_bf16 *ddres = up_bf16(dres, n), *dout = dev_zero(n * 2), *ddx = dev_zero(n * 2);
-    zb_bf16 *ddx2 = dev_zero(n * 2);
-    float *drstd = dev_zero((size_t)N * 4), *dacc = up_raw(acc0, (size_t)d * 4);
+    float *x = cd_rand_bf16(n, 2.0f), *g = cd_rand_bf16((size_t)d, 1.0f);
+    float *dy = cd_rand_bf16(n, 1.0f), *dres = cd_rand_bf16(n, 1.0f);
+    float *acc0 = cd_rand_f32((size_t)d, 1.0f);
+    zb_bf16 *dx_ = cd_up_bf16(x, n), *dg_ = cd_up_bf16(g, d), *ddy = cd_up_bf16(dy, n);
+    zb_bf16 *ddres = cd_up_bf16(dres, n), *dout = cd_dev_zero(n * 2), *ddx = cd_dev_zero(n * 2);
+    zb_bf16 *ddx2 = cd_dev_zero(n * 2);
+    float *drstd = cd_dev_zero((size_t)N * 4), *dacc = cd_up_raw(acc0, (size_t)d * 4);
     CC_OK(zb_cuda_rmsnorm_forward(ctx, dout, drstd, dx_, dg_, N, d, err));
     CC_OK(zb_cuda_rmsnorm_backward_b(ctx, ddx, ddy, dx_, drstd, dg_, NULL, N, d, err));
     CC_OK(zb_cuda_rmsnorm_backward_b(ctx, ddx2, ddy, dx_, drstd, dg_, ddres, N, d, err));
@@ -141,8 +65,8 @@ static void test_rmsnorm(int N, int d)
     kern_rmsnorm_backward_w(dgw, dy, x, rstd, N, d);
     for (int j = 0; j < d; j++)
         dgw[j] += acc0[j];
-    float *g_out = down_bf16(dout, n), *g_rstd = down_f32(drstd, (size_t)N);
-    float *g_dx = down_bf16(ddx, n), *g_dx2 = down_bf16(ddx2, n), *g_dg = down_f32(dacc, (size_t)d);
+    float *g_out = cd_down_bf16(dout, n), *g_rstd = cd_down_f32(drstd, (size_t)N);
+    float *g_dx = cd_down_bf16(ddx, n), *g_dx2 = cd_down_bf16(ddx2, n), *g_dg = cd_down_f32(dacc, (size_t)d);
     snprintf(name, sizeof name, "rmsnorm F out N=%d d=%d", N, d);
     cc_expect(name, cc_nmse(g_out, out, n), 1e-4);
     snprintf(name, sizeof name, "rmsnorm F rstd N=%d d=%d", N, d);
@@ -166,13 +90,13 @@ static void test_matmul(int N, int in, int out)
 {
     char name[96];
     size_t nx = (size_t)N * in, nw = (size_t)in * out, ny = (size_t)N * out;
-    float *X = rand_bf16_vals(nx, 1.0f), *W = rand_bf16_vals(nw, 0.1f);
-    float *R = rand_bf16_vals(ny, 1.0f), *dY = rand_bf16_vals(ny, 1.0f);
-    float *dX0 = rand_bf16_vals(nx, 1.0f), *acc0 = rand_f32(nw, 1.0f);
-    zb_bf16 *dXd = up_bf16(X, nx), *dWd = up_bf16(W, nw), *dRd = up_bf16(R, ny);
-    zb_bf16 *ddY = up_bf16(dY, ny), *dYo = dev_zero(ny * 2), *dYr = dev_zero(ny * 2);
-    zb_bf16 *ddX = dev_zero(nx * 2), *ddXa = up_bf16(dX0, nx);
-    float *dacc = up_raw(acc0, nw * 4);
+    float *X = cd_rand_bf16(nx, 1.0f), *W = cd_rand_bf16(nw, 0.1f);
+    float *R = cd_rand_bf16(ny, 1.0f), *dY = cd_rand_bf16(ny, 1.0f);
+    float *dX0 = cd_rand_bf16(nx, 1.0f), *acc0 = cd_rand_f32(nw, 1.0f);
+    zb_bf16 *dXd = cd_up_bf16(X, nx), *dWd = cd_up_bf16(W, nw), *dRd = cd_up_bf16(R, ny);
+    zb_bf16 *ddY = cd_up_bf16(dY, ny), *dYo = cd_dev_zero(ny * 2), *dYr = cd_dev_zero(ny * 2);
+    zb_bf16 *ddX = cd_dev_zero(nx * 2), *ddXa = cd_up_bf16(dX0, nx);
+    float *dacc = cd_up_raw(acc0, nw * 4);
     CC_OK(zb_cuda_matmul_forward(ctx, dYo, dXd, dWd, NULL, N, in, out, err));
     CC_OK(zb_cuda_matmul_forward(ctx, dYr, dXd, dWd, dRd, N, in, out, err));
     CC_OK(zb_cuda_matmul_backward_b(ctx, ddX, ddY, dWd, N, in, out, 0, err));
@@ -182,8 +106,8 @@ static void test_matmul(int N, int in, int out)
     kern_matmul_forward(Y, X, W, N, in, out);
     kern_matmul_backward_b(dX, dY, W, N, in, out);
     kern_matmul_backward_w(dW, X, dY, N, in, out);
-    float *gY = down_bf16(dYo, ny), *gYr = down_bf16(dYr, ny), *gdX = down_bf16(ddX, nx);
-    float *gdXa = down_bf16(ddXa, nx), *gdW = down_f32(dacc, nw);
+    float *gY = cd_down_bf16(dYo, ny), *gYr = cd_down_bf16(dYr, ny), *gdX = cd_down_bf16(ddX, nx);
+    float *gdXa = cd_down_bf16(ddXa, nx), *gdW = cd_down_f32(dacc, nw);
     snprintf(name, sizeof name, "matmul F %dx%dx%d", N, in, out);
     cc_expect(name, cc_nmse(gY, Y, ny), 1e-4);
     for (size_t i = 0; i < ny; i++)
@@ -212,18 +136,18 @@ static void test_rope(int B, int T, int nh, int hd)
     char name[96];
     int N = B * T;
     size_t n = (size_t)N * nh * hd;
-    float *x = rand_bf16_vals(n, 1.0f);
-    zb_bf16 *dx = up_bf16(x, n);
+    float *x = cd_rand_bf16(n, 1.0f);
+    zb_bf16 *dx = cd_up_bf16(x, n);
     CC_OK(zb_cuda_rope(ctx, dx, N, T, nh, hd, 10000.0, 0, err));
     float *ref = malloc(n * 4);
     memcpy(ref, x, n * 4);
     kern_rope(ref, N, T, nh, hd, 10000.0, 0);
-    float *got = down_bf16(dx, n);
+    float *got = cd_down_bf16(dx, n);
     snprintf(name, sizeof name, "rope T=%d heads=%d hd=%d", T, nh, hd);
     cc_expect(name, cc_nmse(got, ref, n), 1e-4);
     CC_OK(zb_cuda_rope(ctx, dx, N, T, nh, hd, 10000.0, 1, err));
     free(got);
-    got = down_bf16(dx, n);
+    got = cd_down_bf16(dx, n);
     snprintf(name, sizeof name, "rope inverse restores x hd=%d", hd);
     cc_expect(name, cc_nmse(got, x, n), 1e-4);
     free(x); free(ref); free(got);
@@ -235,13 +159,13 @@ static void test_attention(int B, int T, int nh, int nkv, int hd)
     char name[128];
     int N = B * T, qd = nh * hd, kvd = nkv * hd;
     size_t nq = (size_t)N * qd, nk = (size_t)N * kvd, nl = (size_t)B * nh * T;
-    float *q = rand_bf16_vals(nq, 1.0f), *k = rand_bf16_vals(nk, 1.0f);
-    float *v = rand_bf16_vals(nk, 1.0f), *dO = rand_bf16_vals(nq, 1.0f);
-    zb_bf16 *dq_ = up_bf16(q, nq), *dk_ = up_bf16(k, nk), *dv_ = up_bf16(v, nk);
-    zb_bf16 *ddO = up_bf16(dO, nq), *dout = dev_zero(nq * 2);
-    zb_bf16 *gq = dev_zero(nq * 2), *gk = dev_zero(nk * 2), *gv = dev_zero(nk * 2);
-    float *dlse = dev_zero(nl * 4);
-    void *scratch = dev_zero(zb_cuda_attention_scratch_bytes(B, T, nh));
+    float *q = cd_rand_bf16(nq, 1.0f), *k = cd_rand_bf16(nk, 1.0f);
+    float *v = cd_rand_bf16(nk, 1.0f), *dO = cd_rand_bf16(nq, 1.0f);
+    zb_bf16 *dq_ = cd_up_bf16(q, nq), *dk_ = cd_up_bf16(k, nk), *dv_ = cd_up_bf16(v, nk);
+    zb_bf16 *ddO = cd_up_bf16(dO, nq), *dout = cd_dev_zero(nq * 2);
+    zb_bf16 *gq = cd_dev_zero(nq * 2), *gk = cd_dev_zero(nk * 2), *gv = cd_dev_zero(nk * 2);
+    float *dlse = cd_dev_zero(nl * 4);
+    void *scratch = cd_dev_zero(zb_cuda_attention_scratch_bytes(B, T, nh));
     CC_OK(zb_cuda_attention_forward(ctx, dout, dlse, dq_, dk_, dv_, B, T, nh, nkv, hd, err));
     /* the backward takes the GPU's own output, as a stage would */
     CC_OK(zb_cuda_attention_backward(ctx, gq, gk, gv, ddO, dq_, dk_, dv_, dout, dlse, scratch, B,
@@ -250,8 +174,8 @@ static void test_attention(int B, int T, int nh, int nkv, int hd)
     float *rk = malloc(nk * 4), *rv = malloc(nk * 4);
     kern_attention_forward(o, lse, q, k, v, B, T, nh, nkv, hd);
     kern_attention_backward(rq, rk, rv, dO, q, k, v, o, lse, B, T, nh, nkv, hd);
-    float *go = down_bf16(dout, nq), *glse = down_f32(dlse, nl);
-    float *ggq = down_bf16(gq, nq), *ggk = down_bf16(gk, nk), *ggv = down_bf16(gv, nk);
+    float *go = cd_down_bf16(dout, nq), *glse = cd_down_f32(dlse, nl);
+    float *ggq = cd_down_bf16(gq, nq), *ggk = cd_down_bf16(gk, nk), *ggv = cd_down_bf16(gv, nk);
     snprintf(name, sizeof name, "attention F o B=%d T=%d h=%d kv=%d hd=%d", B, T, nh, nkv, hd);
     cc_expect(name, cc_nmse(go, o, nq), 1e-4);
     snprintf(name, sizeof name, "attention F lse T=%d hd=%d", T, hd);
@@ -272,15 +196,15 @@ static void test_attention(int B, int T, int nh, int nkv, int hd)
 static void test_swiglu(size_t n)
 {
     char name[96];
-    float *a = rand_bf16_vals(n, 4.0f), *b = rand_bf16_vals(n, 2.0f), *dh = rand_bf16_vals(n, 1.0f);
-    zb_bf16 *da_ = up_bf16(a, n), *db_ = up_bf16(b, n), *ddh = up_bf16(dh, n);
-    zb_bf16 *dhs = dev_zero(n * 2), *gda = dev_zero(n * 2), *gdb = dev_zero(n * 2);
+    float *a = cd_rand_bf16(n, 4.0f), *b = cd_rand_bf16(n, 2.0f), *dh = cd_rand_bf16(n, 1.0f);
+    zb_bf16 *da_ = cd_up_bf16(a, n), *db_ = cd_up_bf16(b, n), *ddh = cd_up_bf16(dh, n);
+    zb_bf16 *dhs = cd_dev_zero(n * 2), *gda = cd_dev_zero(n * 2), *gdb = cd_dev_zero(n * 2);
     CC_OK(zb_cuda_swiglu_forward(ctx, dhs, da_, db_, n, err));
     CC_OK(zb_cuda_swiglu_backward(ctx, gda, gdb, ddh, da_, db_, n, err));
     float *hs = malloc(n * 4), *ra = malloc(n * 4), *rb = malloc(n * 4);
     kern_swiglu_forward(hs, a, b, n);
     kern_swiglu_backward(ra, rb, dh, a, b, n);
-    float *g1 = down_bf16(dhs, n), *g2 = down_bf16(gda, n), *g3 = down_bf16(gdb, n);
+    float *g1 = cd_down_bf16(dhs, n), *g2 = cd_down_bf16(gda, n), *g3 = cd_down_bf16(gdb, n);
     snprintf(name, sizeof name, "swiglu F n=%zu", n);
     cc_expect(name, cc_nmse(g1, hs, n), 1e-4);
     snprintf(name, sizeof name, "swiglu B da n=%zu", n);
@@ -296,21 +220,21 @@ static void test_crossentropy(int N, int V)
 {
     char name[96];
     size_t n = (size_t)N * V;
-    float *lg = rand_bf16_vals(n, 5.0f);
+    float *lg = cd_rand_bf16(n, 5.0f);
     int32_t *tg = malloc(sizeof *tg * N);
     for (int i = 0; i < N; i++)
-        tg[i] = (int32_t)((urand(1.0f) + 1.0f) * 0.5f * (V - 1));
-    zb_bf16 *dlg = up_bf16(lg, n), *gd = dev_zero(n * 2);
-    int32_t *dtg = up_raw(tg, sizeof *tg * N);
-    float *dlse = dev_zero((size_t)N * 4), *dloss = dev_zero((size_t)N * 4);
-    double *dsum = dev_zero(sizeof(double));
+        tg[i] = (int32_t)((cd_urand(1.0f) + 1.0f) * 0.5f * (V - 1));
+    zb_bf16 *dlg = cd_up_bf16(lg, n), *gd = cd_dev_zero(n * 2);
+    int32_t *dtg = cd_up_raw(tg, sizeof *tg * N);
+    float *dlse = cd_dev_zero((size_t)N * 4), *dloss = cd_dev_zero((size_t)N * 4);
+    double *dsum = cd_dev_zero(sizeof(double));
     CC_OK(zb_cuda_crossentropy_forward(ctx, dlse, dloss, dlg, dtg, N, V, err));
     CC_OK(zb_cuda_sum_f64(ctx, dsum, dloss, (size_t)N, 0, err));
     CC_OK(zb_cuda_crossentropy_backward(ctx, gd, dlg, dlse, dtg, 0.5f, N, V, err));
     float *lse = malloc((size_t)N * 4), *dref = malloc(n * 4);
     double mean = kern_crossentropy_forward(lse, lg, tg, N, V);
     kern_crossentropy_backward(dref, lg, lse, tg, 0.5f, N, V);
-    float *glse = down_f32(dlse, (size_t)N), *gdl = down_bf16(gd, n);
+    float *glse = cd_down_f32(dlse, (size_t)N), *gdl = cd_down_bf16(gd, n);
     double sum = 0;
     CC_OK(zb_cuda_download(ctx, &sum, dsum, sizeof sum, err));
     float gm = (float)(sum / N), rm = (float)mean;
@@ -328,18 +252,18 @@ static void test_crossentropy(int N, int V)
 static void test_adamw(size_t n)
 {
     char name[96];
-    float *p = rand_f32(n, 1.0f), *g = rand_f32(n, 1.0f), *m = rand_f32(n, 0.1f);
+    float *p = cd_rand_f32(n, 1.0f), *g = cd_rand_f32(n, 1.0f), *m = cd_rand_f32(n, 0.1f);
     float *v = malloc(n * 4);
     for (size_t i = 0; i < n; i++)
-        v[i] = fabsf(urand(0.01f));
-    float *dp = up_raw(p, n * 4), *dg = up_raw(g, n * 4), *dm = up_raw(m, n * 4);
-    float *dv = up_raw(v, n * 4);
-    zb_bf16 *dpb = dev_zero(n * 2);
+        v[i] = fabsf(cd_urand(0.01f));
+    float *dp = cd_up_raw(p, n * 4), *dg = cd_up_raw(g, n * 4), *dm = cd_up_raw(m, n * 4);
+    float *dv = cd_up_raw(v, n * 4);
+    zb_bf16 *dpb = cd_dev_zero(n * 2);
     CC_OK(zb_cuda_adamw_update(ctx, dp, dpb, dg, dm, dv, n, 7, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.1f,
                                0.5f, err));
     adamw_update(p, g, m, v, n, 7, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.1f, 0.5f);
-    float *gp = down_f32(dp, n), *gm = down_f32(dm, n), *gv = down_f32(dv, n);
-    float *gpb = down_bf16(dpb, n);
+    float *gp = cd_down_f32(dp, n), *gm = cd_down_f32(dm, n), *gv = cd_down_f32(dv, n);
+    float *gpb = cd_down_bf16(dpb, n);
     snprintf(name, sizeof name, "adamw params n=%zu", n);
     cc_expect(name, cc_nmse(gp, p, n), 1e-12);
     snprintf(name, sizeof name, "adamw m, v n=%zu", n);
@@ -353,9 +277,9 @@ static void test_adamw(size_t n)
 
 static void test_sum(size_t n)
 {
-    float *x = rand_f32(n, 1.0f);
-    float *dx = up_raw(x, n * 4);
-    double *ds = dev_zero(sizeof(double)), got = 0, ref = 0;
+    float *x = cd_rand_f32(n, 1.0f);
+    float *dx = cd_up_raw(x, n * 4);
+    double *ds = cd_dev_zero(sizeof(double)), got = 0, ref = 0;
     CC_OK(zb_cuda_sum_f64(ctx, ds, dx, n, 1, err));
     CC_OK(zb_cuda_download(ctx, &got, ds, sizeof got, err));
     for (size_t i = 0; i < n; i++)
@@ -379,6 +303,7 @@ int main(void)
     cc_require_device();
     kernels_init_threads(1);
     CC_OK(zb_cuda_create(0, &ctx, err));
+    cd_init(ctx, 0x243f6a8885a308d3ull);
     test_harness_can_fail();
     test_embedding(256, 64, 65);
     test_embedding(1000, 96, 300);

@@ -16,58 +16,9 @@
 #include "kernels/cpu/vocab_shard.h"
 #include "kernels/cuda/vocab_cuda.h"
 #include "tests/cuda/cuda_check.h"
+#include "tests/cuda/cuda_dev.h"
 
 static zb_cuda *ctx;
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static float urand(float a)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
-    return a * (2.0f * (float)(r >> 40) / 16777216.0f - 1.0f);
-}
-
-static zb_bf16 *up_bf16(const float *h, size_t n)
-{
-    zb_bf16 *tmp = malloc(n * sizeof *tmp + 2), *d = NULL;
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = zb_bf16_from_f32(h[i]);
-    CC_OK(zb_cuda_alloc((void **)&d, n * 2 + 2, err));
-    CC_OK(zb_cuda_upload(ctx, d, tmp, n * 2, err));
-    CC_OK(zb_cuda_sync(ctx, err));
-    free(tmp);
-    return d;
-}
-
-static void *dev_zero(size_t bytes)
-{
-    void *d = NULL;
-    CC_OK(zb_cuda_alloc(&d, bytes + 4, err));
-    CC_OK(zb_cuda_zero(ctx, d, bytes + 4, err));
-    return d;
-}
-
-static float *down_bf16(const zb_bf16 *d, size_t n)
-{
-    zb_bf16 *tmp = malloc(n * sizeof *tmp + 2);
-    float *h = malloc(n * sizeof *h + 4);
-    CC_OK(zb_cuda_sync(ctx, err));
-    CC_OK(zb_cuda_download(ctx, tmp, d, n * 2, err));
-    for (size_t i = 0; i < n; i++)
-        h[i] = zb_bf16_to_f32(tmp[i]);
-    free(tmp);
-    return h;
-}
-
-static float *down_f32(const float *d, size_t n)
-{
-    float *h = malloc(n * sizeof *h + 4);
-    CC_OK(zb_cuda_sync(ctx, err));
-    CC_OK(zb_cuda_download(ctx, h, d, n * 4, err));
-    return h;
-}
 
 #define P 3
 
@@ -77,9 +28,9 @@ static void test_vocab(int N, int d, int V)
     float *X = malloc(sizeof(float) * N * d), *H = malloc(sizeof(float) * d * V);
     int32_t *y = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N * d; i++)
-        X[i] = zb_bf16_to_f32(zb_bf16_from_f32(urand(1.0f)));
+        X[i] = zb_bf16_to_f32(zb_bf16_from_f32(cd_urand(1.0f)));
     for (int i = 0; i < d * V; i++)
-        H[i] = zb_bf16_to_f32(zb_bf16_from_f32(urand(0.2f)));
+        H[i] = zb_bf16_to_f32(zb_bf16_from_f32(cd_urand(0.2f)));
     for (int n = 0; n < N; n++)
         y[n] = (int32_t)((unsigned)(n * 7919 + 5) % (unsigned)V);
     size_t nd = (size_t)N * d;
@@ -120,24 +71,24 @@ static void test_vocab(int N, int d, int V)
     vshard_combine_dx_v2(dx2, (const float *const *)p2, P, N, d);
 
     /* GPU */
-    zb_bf16 *gx = up_bf16(X, nd);
+    zb_bf16 *gx = cd_up_bf16(X, nd);
     int32_t *gy = NULL;
     CC_OK(zb_cuda_alloc((void **)&gy, sizeof(int32_t) * N, err));
     CC_OK(zb_cuda_upload(ctx, gy, y, sizeof(int32_t) * N, err));
-    float *gmx = dev_zero(sizeof(float) * P * N), *gsm = dev_zero(sizeof(float) * P * N);
-    float *gtg = dev_zero(sizeof(float) * P * N), *gwt = dev_zero(sizeof(float) * P * N);
-    float *grows = dev_zero(sizeof(float) * P * nd), *glse = dev_zero(sizeof(float) * N);
-    float *glosses = dev_zero(sizeof(float) * N);
-    zb_bf16 *gp1 = dev_zero(2 * P * nd), *gp2 = dev_zero(2 * P * nd);
-    zb_bf16 *gdx1 = dev_zero(2 * nd), *gdx2 = dev_zero(2 * nd);
+    float *gmx = cd_dev_zero(sizeof(float) * P * N), *gsm = cd_dev_zero(sizeof(float) * P * N);
+    float *gtg = cd_dev_zero(sizeof(float) * P * N), *gwt = cd_dev_zero(sizeof(float) * P * N);
+    float *grows = cd_dev_zero(sizeof(float) * P * nd), *glse = cd_dev_zero(sizeof(float) * N);
+    float *glosses = cd_dev_zero(sizeof(float) * N);
+    zb_bf16 *gp1 = cd_dev_zero(2 * P * nd), *gp2 = cd_dev_zero(2 * P * nd);
+    zb_bf16 *gdx1 = cd_dev_zero(2 * nd), *gdx2 = cd_dev_zero(2 * nd);
     zb_bf16 *gw[P], *glg[P], *gex[P];
     float *gdw[P];
     for (int k = 0; k < P; k++) {
         int v0 = vshard_begin(k, P, V), v = vshard_begin(k + 1, P, V) - v0;
-        gw[k] = up_bf16(w[k], (size_t)d * v);
-        glg[k] = dev_zero(2 * (size_t)N * v);
-        gex[k] = dev_zero(2 * (size_t)N * v);
-        gdw[k] = dev_zero(sizeof(float) * d * v);
+        gw[k] = cd_up_bf16(w[k], (size_t)d * v);
+        glg[k] = cd_dev_zero(2 * (size_t)N * v);
+        gex[k] = cd_dev_zero(2 * (size_t)N * v);
+        gdw[k] = cd_dev_zero(sizeof(float) * d * v);
         /* S */
         CC_OK(zb_cuda_matmul_forward(ctx, glg[k], gx, gw[k], NULL, N, d, v, err));
         CC_OK(zb_cuda_vshard_stats(ctx, gmx + (size_t)k * N, gsm + (size_t)k * N,
@@ -163,7 +114,7 @@ static void test_vocab(int N, int d, int V)
     /* C1 */
     CC_OK(zb_cuda_vshard_combine_dx_v2(ctx, gdx2, gp2, P, N, d, err));
 
-    float *losses = down_f32(glosses, (size_t)N);
+    float *losses = cd_down_f32(glosses, (size_t)N);
     double gl = 0;
     for (int n = 0; n < N; n++)
         gl += losses[n];
@@ -171,14 +122,14 @@ static void test_vocab(int N, int d, int V)
     char name[96];
     snprintf(name, sizeof name, "vocab loss N=%d d=%d V=%d p=%d", N, d, V, P);
     cc_expect(name, (gl - loss) * (gl - loss) / (loss * loss), 1e-5);
-    float *h1 = down_bf16(gdx1, nd), *h2 = down_bf16(gdx2, nd);
+    float *h1 = cd_down_bf16(gdx1, nd), *h2 = cd_down_bf16(gdx2, nd);
     snprintf(name, sizeof name, "vocab-1 dX N=%d d=%d V=%d", N, d, V);
     cc_expect(name, cc_nmse(h1, dx1, nd), 1e-4);
     snprintf(name, sizeof name, "vocab-2 dX N=%d d=%d V=%d", N, d, V);
     cc_expect(name, cc_nmse(h2, dx2, nd), 1e-4);
     for (int k = 0; k < P; k++) {
         int v = vshard_begin(k + 1, P, V) - vshard_begin(k, P, V);
-        float *hw = down_f32(gdw[k], (size_t)d * v);
+        float *hw = cd_down_f32(gdw[k], (size_t)d * v);
         snprintf(name, sizeof name, "vocab shard %d dW", k);
         cc_expect(name, cc_nmse(hw, dw[k], (size_t)d * v), 1e-4);
         free(hw);
@@ -225,6 +176,7 @@ int main(void)
     cc_require_device();
     kernels_init_threads(1);
     CC_OK(zb_cuda_create(0, &ctx, err));
+    cd_init(ctx, 0x9e3779b97f4a7c15ull);
     test_vocab(64, 32, 301);
     test_vocab(128, 64, 1000);
     zb_cuda_free(ctx);
