@@ -2085,6 +2085,59 @@ static int layout_bounds(search_state *st, int p, double *ms, double *static_byt
     return 0;
 }
 
+/* The layouts the other targets run and st's target cannot (so that
+ * search_layouts left them out), with their work bound and static memory
+ * at their deepest pipeline (layout_bounds), into r->other_*.  They are
+ * not simulated: the bound is what tells a user of the default target
+ * that another engine's layout (tensor parallelism on a 70B model, say)
+ * would beat every plan this runtime can run, for the cost of a few cost
+ * model calls.  Leaves st's layout and depth changed.  0, or -1 with err. */
+static int other_layout_bounds(search_state *st, zb_err *err)
+{
+    const search_options *o = st->o;
+    search_result *r = st->r;
+    r->n_other_layouts = 0;
+    if (o->gpu.cpu) /* CPU devices are this runtime's own; the other engines' layouts are GPU ones */
+        return 0;
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        if (t == (int)o->target)
+            continue;
+        search_options ot = *o;
+        ot.target = (search_target)t;
+        zb_layout ls[SEARCH_MAX_LAYOUTS];
+        zb_err ignored = { { 0 } };
+        int n = search_layouts(&ot, ls, SEARCH_MAX_LAYOUTS, &ignored);
+        for (int i = 0; i < n; i++) {
+            int known = 0;
+            for (int k = 0; k < r->n_layouts && !known; k++)
+                known = search_layout_same(&ls[i], &r->layout[k]);
+            for (int k = 0; k < r->n_other_layouts && !known; k++)
+                if (search_layout_same(&ls[i], &r->other_layout[k])) {
+                    r->other_targets[k] |= 1u << t;
+                    known = 1;
+                }
+            if (!known && r->n_other_layouts < SEARCH_MAX_LAYOUTS) {
+                int k = r->n_other_layouts++;
+                r->other_layout[k] = ls[i];
+                r->other_targets[k] = 1u << t;
+            }
+        }
+    }
+    for (int k = 0; k < r->n_other_layouts; k++) {
+        st->layout = r->other_layout[k];
+        st->n_gpus = o->n_gpus / (st->layout.tp * st->layout.cp);
+        int d[64], nd = layout_depths(st, d, 64);
+        r->other_bound_ms[k] = r->other_static_bytes[k] = 0;
+        if (nd > 0 && layout_bounds(st, d[nd - 1], &r->other_bound_ms[k], &r->other_static_bytes[k], err) < 0)
+            return -1;
+        if (nd > 0) { /* the depth the bounds are for */
+            r->other_layout[k].pp = d[nd - 1];
+            r->other_layout[k].dp = st->n_gpus / d[nd - 1];
+        }
+    }
+    return 0;
+}
+
 /* Searches every depth of st's layout (st->layout, st->n_gpus set);
  * *deepest gets its deepest depth (0 when none divides). */
 static int run_layout(search_state *st, int *deepest, zb_err *err)
@@ -2212,6 +2265,10 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         r->c[i].targets = search_target_mask(&r->c[i]);
     r->baseline.targets = search_target_mask(&r->baseline);
     target_bests(o, r);
+    if (other_layout_bounds(&st, err) < 0) {
+        search_result_free(r);
+        return -1;
+    }
     if (present(o, r) < 0) {
         search_result_free(r);
         return zb_fail(err, "out of memory");

@@ -196,6 +196,14 @@ typedef struct search_result {
     double layout_bound_ms[SEARCH_MAX_LAYOUTS];     /* each one's work bound, ms (0: none computed) */
     double layout_static_bytes[SEARCH_MAX_LAYOUTS]; /* each one's static memory at its deepest pipeline */
     int layout_pruned[SEARCH_MAX_LAYOUTS];          /* 1: skipped by its bounds (not simulated) */
+    int n_other_layouts;      /* layouts another target runs that this target cannot, so that
+                               * this search did not consider them (search_layouts for every
+                               * other target, less r->layout); bounded, not simulated */
+    zb_layout other_layout[SEARCH_MAX_LAYOUTS];        /* [n_other_layouts] */
+    double other_bound_ms[SEARCH_MAX_LAYOUTS];         /* each one's work bound at its deepest
+                                                        * pipeline, ms (0: no depth divides) */
+    double other_static_bytes[SEARCH_MAX_LAYOUTS];     /* each one's static memory there */
+    unsigned other_targets[SEARCH_MAX_LAYOUTS];        /* bit t: target t runs it */
     search_candidate best[SEARCH_N_TARGETS]; /* each target's best fit (time_ms under its
                                 * step rule), or when nothing it runs fits its smallest peak
                                 * (status SEARCH_OOM), or status SEARCH_SKIPPED; copies
@@ -273,6 +281,10 @@ int search_layouts(const search_options *o, zb_layout *out, int cap, zb_err *err
  * and recompute also count). */
 int search_layout_runs(const zb_layout *l, const search_candidate *c, search_target t, char *buf,
                        size_t len);
+
+/* 1 when a and b have the same tp, sp, cp, ZeRO level and offload (the
+ * dimensions search_layouts varies; pp, chunks and dp are not compared). */
+int search_layout_same(const zb_layout *a, const zb_layout *b);
 
 /* Sets every layout dimension of o to searched (what `zbsched search`
  * does before its flags): tp, cp, zero 0 and offload -1. */

@@ -42,6 +42,11 @@ const char *search_layout_family(const zb_layout *l)
     return "PP x DP";
 }
 
+int search_layout_same(const zb_layout *a, const zb_layout *b)
+{
+    return a->tp == b->tp && a->sp == b->sp && a->cp == b->cp && a->zero == b->zero && a->offload == b->offload;
+}
+
 /* The values of one dimension: the fixed one, or those searched. */
 static int values(int fixed, const int *searched, int n_searched, int *out)
 {

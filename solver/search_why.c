@@ -57,21 +57,76 @@ static void plan_words(const search_candidate *c, char *buf, size_t len)
                  search_rc_text(c, rcb, sizeof rcb));
 }
 
-/* 1 when a and b have the same tp, sp, cp, ZeRO level and offload. */
-static int same_layout(const zb_layout *a, const zb_layout *b)
+/* The row of a layout family the target cannot run (refusal: why):
+ * the lowest work bound among the other targets' layouts of the family
+ * (r->other_*), which of them run it, and the flag that searches it; a
+ * layout whose static memory alone exceeds the limit counts only when
+ * every one of the family's does. */
+static void other_layout_row(const search_options *o, const search_result *r, const char *family,
+                             const char *refusal, search_why_block *w)
 {
-    return a->tp == b->tp && a->sp == b->sp && a->cp == b->cp && a->zero == b->zero && a->offload == b->offload;
+    const search_candidate *win = &r->c[0];
+    int best = -1, best_fits = 0;
+    for (int k = 0; k < r->n_other_layouts; k++) {
+        if (strcmp(search_layout_family(&r->other_layout[k]), family) || !(r->other_bound_ms[k] > 0))
+            continue;
+        int fits = r->other_static_bytes[k] <= o->mem_bytes;
+        if (best < 0 || fits > best_fits || (fits == best_fits && r->other_bound_ms[k] < r->other_bound_ms[best])) {
+            best = k;
+            best_fits = fits;
+        }
+    }
+    if (best < 0) {
+        add_row(w, SEARCH_WHY_ROW, 1, family, -1, "%s", refusal);
+        return;
+    }
+    char names[80] = "", flag[32] = "", dims[64] = "", peak[32];
+    int n_names = 0;
+    for (int t = 0; t < SEARCH_N_TARGETS; t++)
+        if (r->other_targets[best] & (1u << t)) {
+            n_names++;
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", search_target_name((search_target)t));
+            if (!flag[0])
+                snprintf(flag, sizeof flag, "--target %s", search_target_name((search_target)t));
+        }
+    const zb_layout *l = &r->other_layout[best]; /* its dimensions beyond the pipeline's */
+    size_t off = 0;
+    if (l->tp > 1)
+        off += (size_t)snprintf(dims + off, sizeof dims - off, " tp%d%s", l->tp, l->sp ? "+sp" : "");
+    if (l->cp > 1 && off < sizeof dims)
+        off += (size_t)snprintf(dims + off, sizeof dims - off, " cp%d", l->cp);
+    if (l->zero > LAYOUT_ZERO1 && off < sizeof dims)
+        off += (size_t)snprintf(dims + off, sizeof dims - off, " zero%d", l->zero);
+    if (l->offload > 0 && off < sizeof dims)
+        snprintf(dims + off, sizeof dims - off, " off%.2g", l->offload);
+    if (!best_fits) {
+        zb_size_format(r->other_static_bytes[best], peak, sizeof peak);
+        add_row(w, SEARCH_WHY_ROW, 1, family, -1, "%s %s it, %s does not; but%s holds %s of static state "
+                "a GPU at pp=%d already, over the limit", names, n_names > 1 ? "run" : "runs",
+                search_target_name(o->target), dims, peak, l->pp);
+        return;
+    }
+    add_row(w, SEARCH_WHY_ROW, 1, family, r->other_bound_ms[best], "%s %s it, %s does not:%s's compute alone "
+            "takes %.1f ms a GPU (%.3fx the winner's time), a bound, not simulated; %s searches it", names,
+            n_names > 1 ? "run" : "runs", search_target_name(o->target), dims, r->other_bound_ms[best], r->other_bound_ms[best] / win->time_ms,
+            flag);
 }
 
 /* One row per layout family (search_layout_family) when the search
- * considered more than one layout: its best plan the target runs and what
+ * considered more than one layout, or another target runs layouts this
+ * one cannot: its best plan the target runs and what
  * limits it (bubble, imbalance, exposed sync), or why it has none. */
 static void family_rows(const search_options *o, const search_result *r, search_why_block *w)
 {
     static const char *const families[] = { "PP x DP", "TP x PP x DP", "FSDP", "with CP", "offload" };
     const search_candidate *win = &r->c[0];
     char head[96];
-    snprintf(head, sizeof head, "layouts (%d, %d skipped):", r->n_layouts, r->layouts_pruned);
+    if (r->n_other_layouts > 0) /* the label has 47 characters */
+        snprintf(head, sizeof head, "layouts (%d, %d skipped, %d bounded):", r->n_layouts, r->layouts_pruned,
+                 r->n_other_layouts);
+    else
+        snprintf(head, sizeof head, "layouts (%d, %d skipped):", r->n_layouts, r->layouts_pruned);
     add_row(w, SEARCH_WHY_HEADING, 0, head, -1, "%s", "");
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const search_candidate *best = NULL, *small = NULL, *refused = NULL;
@@ -133,7 +188,7 @@ static void family_rows(const search_options *o, const search_result *r, search_
                         layout_text(&r->layout[k], plan, sizeof plan), r->layout_bound_ms[k],
                         r->layout_bound_ms[k] / win->time_ms);
             } else if (!search_layout_runs(&rep, NULL, o->target, why, sizeof why)) {
-                add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "%s", why);
+                other_layout_row(o, r, families[f], why, w);
             } else {
                 add_row(w, SEARCH_WHY_ROW, 1, families[f], -1, "not searched: a flag (--tp, --cp, --zero, "
                         "--offload) or the job's shape leaves it out");
@@ -183,12 +238,12 @@ static void depth_rows(const search_options *o, const search_result *r, search_w
     for (int i = 0; i < r->n; i++) {
         const search_candidate *c = &r->c[i];
         if (c->pp == win->pp || (c->status != SEARCH_FIT && c->status != SEARCH_OOM) ||
-            !same_layout(&c->layout, &win->layout))
+            !search_layout_same(&c->layout, &win->layout))
             continue;
         int first = 1;
         for (int k = 0; k < i && first; k++)
             first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp ||
-                    !same_layout(&r->c[k].layout, &win->layout);
+                    !search_layout_same(&r->c[k].layout, &win->layout);
         if (!first)
             continue;
         if (!shown++)
@@ -220,12 +275,15 @@ static void target_rows(const search_options *o, const search_result *r, search_
             continue;
         const search_candidate *b = &r->best[t];
         const char *name = search_target_name((search_target)t);
-        char plan[160], peak[32];
+        char plan[160], peak[32], more[96] = "";
         plan_words(b, plan, sizeof plan);
+        for (int k = 0; k < r->n_other_layouts && !more[0]; k++)
+            if (r->other_targets[k] & (1u << t)) /* its own search goes further */
+                snprintf(more, sizeof more, "; among these layouts only: --target %s searches its own", name);
         if (b->status == SEARCH_FIT)
-            add_row(w, SEARCH_WHY_ROW, 1, name, b->time_ms, "%s: %.3fx the winner's time%s", plan,
+            add_row(w, SEARCH_WHY_ROW, 1, name, b->time_ms, "%s: %.3fx the winner's time%s%s", plan,
                     b->time_ms / win->time_ms,
-                    search_target_sync((search_target)t) ? " (every device steps together)" : "");
+                    search_target_sync((search_target)t) ? " (every device steps together)" : "", more);
         else if (b->status == SEARCH_OOM) {
             zb_size_format(b->peak_bytes, peak, sizeof peak);
             add_row(w, SEARCH_WHY_ROW, 1, name, -1, "nothing it runs fits; the smallest peak is %s (%s)", peak, plan);
@@ -275,7 +333,7 @@ void search_why_build(const search_options *o, const search_result *r, search_wh
     if (o->target == SEARCH_TARGET_ZBSCHED && o->vocab != SEARCH_VOCAB_PLAIN)
         vocab_rows(o, r, w);
     depth_rows(o, r, w);
-    if (r->n_layouts > 1)
+    if (r->n_layouts > 1 || r->n_other_layouts > 0)
         family_rows(o, r, w);
     target_rows(o, r, w);
 }

@@ -121,6 +121,27 @@ static void why_json(const search_options *o, const search_result *r, cJSON *w)
     free(block);
 }
 
+/* The layouts other targets run and the searched one cannot: each with
+ * its family, the work bound and static memory at its deepest pipeline
+ * (not simulated), and the targets that run it. */
+static void other_layouts_json(const search_result *r, cJSON *list)
+{
+    for (int k = 0; list && k < r->n_other_layouts; k++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e)
+            break;
+        cJSON_AddItemToArray(list, e);
+        cJSON_AddItemToObject(e, "layout", layout_to_json(&r->other_layout[k]));
+        cJSON_AddStringToObject(e, "family", search_layout_family(&r->other_layout[k]));
+        cJSON_AddNumberToObject(e, "work_bound_ms", r->other_bound_ms[k]);
+        cJSON_AddNumberToObject(e, "static_bytes", r->other_static_bytes[k]);
+        cJSON *ts = cJSON_AddArrayToObject(e, "targets");
+        for (int t = 0; ts && t < SEARCH_N_TARGETS; t++)
+            if (r->other_targets[k] & (1u << t))
+                cJSON_AddItemToArray(ts, cJSON_CreateString(search_target_name((search_target)t)));
+    }
+}
+
 /* Each target's best plan (its time under its own step rule and, when
  * the searched target has a winner, as a ratio of the winner's). */
 static void targets_best_json(const search_result *r, cJSON *targets)
@@ -208,6 +229,7 @@ int search_print_json(const search_options *o, const search_result *r)
     }
     depths_json(r, cJSON_AddArrayToObject(root, "depths"));
     targets_best_json(r, cJSON_AddArrayToObject(root, "targets"));
+    other_layouts_json(r, cJSON_AddArrayToObject(root, "other_target_layouts"));
     for (int i = 0; i < r->n; i++) {
         cJSON *j = candidate_json(&r->c[i]);
         if (!j)
