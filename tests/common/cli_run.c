@@ -110,3 +110,55 @@ void cli_assert_no_file(const char *path)
     if (path)
         ck_assert_msg(stat(path, &st) != 0, "%s was created", path);
 }
+
+int cli_runf(const char *cwd, char *out, size_t out_cap, char *err, size_t err_cap, const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(n >= 0 && (size_t)n < sizeof args, "command line too long: %.80s...", args);
+    return cli_run(cwd, NULL, args, out, out_cap, err, err_cap);
+}
+
+void cli_scratch_new(const char *tag, char *dir, size_t cap)
+{
+    int n = snprintf(dir, cap, "/tmp/zb_%s_XXXXXX", tag);
+    ck_assert(n > 0 && (size_t)n < cap);
+    ck_assert_msg(mkdtemp(dir) != NULL, "cannot make %s", dir);
+}
+
+void cli_scratch_free(const char *dir)
+{
+    char cmd[512];
+    int n = snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert(n > 0 && (size_t)n < sizeof cmd);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+char *cli_slurp(const char *dir, const char *name)
+{
+    char path[512];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    ck_assert(n > 0 && (size_t)n < sizeof path);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - 1 - len, f)) > 0) {
+        len += got;
+        if (cap - 1 - len == 0) {
+            char *grown = realloc(buf, cap * 2);
+            ck_assert_ptr_nonnull(grown);
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    ck_assert_msg(!ferror(f), "cannot read %s", path);
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}

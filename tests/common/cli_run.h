@@ -10,6 +10,7 @@
 #ifndef ZB_TESTS_COMMON_CLI_RUN_H
 #define ZB_TESTS_COMMON_CLI_RUN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Runs argv (argv[0] searched in PATH, argv NULL-terminated) in a child
@@ -28,6 +29,25 @@ int cli_exec(char *const argv[], const char *in_path, char *out, size_t out_cap,
  * test when ZBSCHED is not set. */
 int cli_run(const char *cwd, const char *prefix, const char *args, char *out, size_t out_cap,
             char *err, size_t err_cap);
+
+/* cli_run in cwd with no prefix and ARGS formatted from fmt (at most
+ * 2047 characters once formatted; longer fails the test).  A test binds
+ * its buffers once with a macro, e.g.
+ *   #define zb(...) cli_runf(dir, out, sizeof out, errb, sizeof errb, __VA_ARGS__) */
+int cli_runf(const char *cwd, char *out, size_t out_cap, char *err, size_t err_cap, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* A fresh scratch directory /tmp/zb_TAG_XXXXXX into dir (cap bytes), for
+ * one test case's files; fails the test when it cannot be made. */
+void cli_scratch_new(const char *tag, char *dir, size_t cap);
+
+/* Removes the scratch directory dir and everything in it; fails the test
+ * when that fails. */
+void cli_scratch_free(const char *dir);
+
+/* The file dir/name whole, NUL-terminated, malloc'd (the caller frees);
+ * fails the test when it cannot be read. */
+char *cli_slurp(const char *dir, const char *name);
 
 /* Lines in text: newlines, plus one for a final line without a newline. */
 int cli_lines(const char *text);

@@ -22,15 +22,12 @@ static char dir[64];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/zb_vocab_cli_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    cli_scratch_new("vocab_cli", dir, sizeof dir);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    cli_scratch_free(dir);
 }
 
 static int run(const char *args)
@@ -38,16 +35,7 @@ static int run(const char *args)
     return cli_run(dir, NULL, args, out_buf, sizeof out_buf, err_buf, sizeof err_buf);
 }
 
-static char *slurp(const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *data;
-    size_t len;
-    zb_err err = { "" };
-    ck_assert_msg(zb_read_file(path, &data, &len, &err) == 0, "%s", err.msg);
-    return data;
-}
+#define slurp(name) cli_slurp(dir, name)
 
 START_TEST(gen_every_family)
 {

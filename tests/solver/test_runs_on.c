@@ -145,27 +145,16 @@ static char dir[64];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/zb_runs_on_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    cli_scratch_new("runs_on", dir, sizeof dir);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    cli_scratch_free(dir);
 }
 
-static int zb(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int zb(const char *fmt, ...)
-{
-    char args[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return cli_run(dir, NULL, args, out, sizeof out, errb, sizeof errb);
-}
+/* Runs the program in the scratch directory, output into out and errb. */
+#define zb(...) cli_runf(dir, out, sizeof out, errb, sizeof errb, __VA_ARGS__)
 
 #define JOB "--model 1.5B --gpu A100-80G --gpus 4 --global-batch 16 --max-micro-batch 2 --mem 20G"
 

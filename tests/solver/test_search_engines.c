@@ -226,35 +226,20 @@ static char dir[64];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/zb_search_engines_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    cli_scratch_new("search_engines", dir, sizeof dir);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    cli_scratch_free(dir);
 }
 
-static int zb(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int zb(const char *fmt, ...)
-{
-    char args[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return cli_run(dir, NULL, args, out, sizeof out, errb, sizeof errb);
-}
+/* Runs the program in the scratch directory, output into out and errb. */
+#define zb(...) cli_runf(dir, out, sizeof out, errb, sizeof errb, __VA_ARGS__)
 
 static cJSON *load(const char *name)
 {
-    char path[256], *text;
-    size_t len;
-    zb_err err = { { 0 } };
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    ck_assert_msg(zb_read_file(path, &text, &len, &err) == 0, "%s", err.msg);
+    char *text = cli_slurp(dir, name);
     cJSON *j = cJSON_Parse(text);
     free(text);
     ck_assert_ptr_nonnull(j);
