@@ -10,10 +10,9 @@
  * 34sbh/t.  The memory-bound bytes per token and the collectives B pays
  * (SP's gathers, full recompute's rerun) are checked to the formula
  * (issue 27's calibration).  The rest checks the direction and size of
- * each price: compute
- * over t and c, ZeRO's bytes per parameter, offload moving memory without
- * time while PCIe keeps up, TP overlap, and that the default layout changes
- * nothing.
+ * each price: compute over t and c, ZeRO's bytes per parameter, offload
+ * moving memory without time while PCIe keeps up, TP overlap, and that
+ * the default layout changes nothing.
  */
 #include <check.h>
 #include <math.h>
