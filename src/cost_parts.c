@@ -3,7 +3,11 @@
  *
  * Three pieces make a stage: transformer layers, the embedding (stage 0) and
  * the head + loss (stage S-1).  Each piece has FLOPs per op (converted to
- * time with the GPU's peak and efficiency, or taken from a profile) and the
+ * time with the GPU's peak and efficiency, or taken from a profile), the
+ * bytes its memory-bound kernels move (norms, residual joins, activation
+ * functions, unfused softmax and dropout, the loss: timed at the HBM
+ * bandwidth, because a GEMM efficiency cannot price them: their share
+ * grows as s/h grows and h shrinks, issue 27's calibration) and the
  * activation bytes it keeps from F to B (M_B) and from B to W (M_W).
  * docs/cost-model.md derives every line; the comments here only point at
  * the terms.  Parameters are param_count.h's, the count the kernels lay out.
@@ -80,6 +84,22 @@ double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o
     double bytes = (double)zb_dtype_bytes(m->dtype) * m->seq_len * m->micro_batch * m->d_model /
                    (cost_tp(o) * cost_cp(o));
     return bytes / gpu_inter_node_bw(g) + gpu_inter_node_latency(g);
+}
+
+double cost_t_optimizer_step(const zb_model *m, const zb_gpu *g, const cost_options *o, double params)
+{
+    assert(params >= 0);
+    if (!(g->hbm_bw > 0))
+        return 0;
+    double dp = o->zero1_dp > 1 ? o->zero1_dp : 1;
+    /* Per parameter of the state this GPU steps (its 1/dp shard):
+     * the gradient norm for clipping reads the fp32 gradient (4); fused
+     * AdamW reads gradient, master weight, m and v and writes the last
+     * three (28); bf16 training then copies the fp32 master into the
+     * bf16 weight (read 4, write 2).  Per parameter held: the gradient
+     * buffer is zeroed for the next iteration (write 4). */
+    double shard = m->dtype == ZB_FP32 ? 4 + 28 : 4 + 28 + 6;
+    return params * (shard / dp + 4) / g->hbm_bw;
 }
 
 int cost_stage_recomputes(const cost_options *o, int i)
@@ -159,6 +179,42 @@ static void estimate_layer(const zb_model *m, const cost_options *o, cost_part *
         l->m_b = full;
         l->transient = 0;
     }
+    /* Memory-bound traffic (docs/cost-model.md, "Memory-bound work"):
+     * the element-wise kernels between the GEMMs move bytes, not FLOPs,
+     * and run at the HBM bandwidth.  Per token, e bytes per element:
+     * - two norms: F reads x, writes y (2e h each); B reads x and dy,
+     *   writes dx (3e h each);
+     * - two residual joins: GPT's fused bias-dropout-add reads the branch
+     *   and the residual, writes the sum and a 1-byte mask ((3e+1) h);
+     *   its backward reads dy and the mask, writes the branch's gradient
+     *   ((2e+1) h), and autograd sums the two residual gradients (3e h);
+     *   without dropout the join is 3e h each way;
+     * - the MLP's activation over the f/tp columns: fused bias-GeLU reads
+     *   x, writes y (2e f), backward reads dy and x, writes dx (3e f);
+     *   SwiGLU reads gate and up, writes their product (3e f), backward
+     *   reads dy, gate and up, writes two gradients (5e f);
+     * - without flash attention, the a/tp heads' s scores per token:
+     *   fused scale-mask-softmax reads and writes them (2e), dropout
+     *   reads them and writes them and its 1-byte mask (2e+1); backward,
+     *   dropout's reads dy and the mask, writes dx (2e+1) and softmax's
+     *   reads dy and y, writes dx (3e).  Flash attention keeps the scores
+     *   on chip: none of this traffic.
+     * Norms and joins are replicated over the TP ranks unless SP shards
+     * them (the F saving Korthikanti et al. 2022 measure in Table 4). */
+    double join_f = gpt ? 3 * e + 1 : 3 * e, join_b = gpt ? (2 * e + 1) + 3 * e : 3 * e;
+    double rep_f = t * h * (2 * 2 * e + 2 * join_f), rep_b = t * h * (2 * 3 * e + 2 * join_b);
+    double act_f = t * f * (m->swiglu ? 3 * e : 2 * e), act_b = t * f * (m->swiglu ? 5 * e : 3 * e);
+    double score_f = o->flash_attention ? 0 : t * a * s * (gpt ? 4 * e + 1 : 2 * e);
+    double score_b = o->flash_attention ? 0 : t * a * s * (gpt ? 5 * e + 1 : 3 * e);
+    l->hbm_f = rep_f / rep + (act_f + score_f) / tp;
+    l->hbm_b = rep_b / rep + (act_b + score_b) / tp;
+    if (o->recompute == COST_RC_FULL)
+        l->hbm_b += l->hbm_f;                             /* the forward's kernels run again */
+    else if (o->recompute == COST_RC_MLP)
+        l->hbm_b += t * h * 2 * e / rep + act_f / tp;     /* pre-MLP norm and the activation */
+    else if (o->recompute == COST_RC_ATTN)
+        l->hbm_b += score_f / tp;                         /* softmax and dropout again */
+
     /* Matrices over the TP ranks; the two norms' weights (2h) are kept whole. */
     l->params = (param_plain_layer(m) - 2 * h) / tp + 2 * h;
 }
@@ -204,8 +260,20 @@ static void layer_comm(const zb_model *m, const zb_gpu *g, const cost_options *o
     if (tp > 1) {
         double act = e * t * m->d_model;
         double comm = 2 * ring_time(act, tp, 1, tbw, lat);
+        /* Under SP the two column-parallel GEMMs (QKV, MLP up) keep only
+         * their input's sequence shard from F, so B all-gathers each
+         * input again before its weight gradient (Megatron-LM's
+         * sequence-parallel linear; Korthikanti et al. 2022, Table 4: SP
+         * saves F 0.5 ms on 22B but B only 0.1 ms, the norms' sharding
+         * in B eaten by these two gathers). */
+        double comm_b = comm + (cost_sp(o) ? 2 * ring_time(act, tp, 0, tbw, lat) : 0);
         l->t_f += o->tp_comm_overlap ? fmax(0, comm - mm_f) : comm;
-        l->t_b += o->tp_comm_overlap ? fmax(0, comm - mm_b) : comm;
+        l->t_b += o->tp_comm_overlap ? fmax(0, comm_b - mm_b) : comm_b;
+        /* Full recompute reruns the forward in B, its two collectives
+         * with it (Korthikanti et al. 2022, Table 4: B with full
+         * recompute is B plus all of F, 19.5 ms = 11.9 + 7.7 on 22B). */
+        if (o->recompute == COST_RC_FULL)
+            l->t_b += o->tp_comm_overlap ? fmax(0, comm - mm_b) : comm;
     }
     if (cp > 1) {
         int intra = tp * cp <= gpu_per_node(g);

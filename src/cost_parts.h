@@ -86,7 +86,8 @@ typedef struct cost_part {
     double m_w;                       /* bytes B leaves allocated until W */
     double transient;                 /* largest short-lived allocation inside one op, bytes */
     double params;                    /* parameters held */
-    double hbm_f, hbm_b;              /* bytes of memory-bound traffic in F and B (loss, unfused softmax); timed at hbm_bw */
+    double hbm_f, hbm_b;              /* bytes of memory-bound traffic in F and B (norms, residual joins,
+                                       * activations, unfused softmax and dropout, loss); timed at hbm_bw */
 } cost_part;
 
 /* Defaults: no recompute, the paper's split, flash attention on, no ZeRO,
@@ -116,6 +117,14 @@ double cost_t_comm(const zb_model *m, const zb_gpu *g, const cost_options *o);
  * (o->devices_per_node); 0 when d1 == d2. */
 double cost_t_transfer(const zb_model *m, const zb_gpu *g, const cost_options *o, int d1, int d2);
 
+
+/* Seconds of one optimizer step over `params` parameters held by one GPU:
+ * the mixed-precision AdamW step is memory-bound, so its bytes per
+ * parameter over the HBM bandwidth (docs/cost-model.md, "Memory-bound
+ * work"); ZeRO-1 and above shard the state's share over o->zero1_dp.
+ * Not part of a schedule's makespan: it runs once per iteration, after
+ * the pipeline drains; 0 when g has no HBM bandwidth. */
+double cost_t_optimizer_step(const zb_model *m, const zb_gpu *g, const cost_options *o, double params);
 
 /* The layout's sizes as the cost model reads them: tp, cp >= 1, sp only
  * with tp > 1, zero in 1..3, offload in [0, 1] (a zeroed layout is the

@@ -210,8 +210,14 @@ START_TEST(test_table1_time_identities)
         cost_part l, e, h;
         zb_err err = { { 0 } };
         ck_assert_int_eq(cost_parts(&m, &g, &o, &l, &e, &h, &err), 0);
-        /* Table 1: T_B + T_W = 2 T_F and T_W < T_F < T_B. */
-        ck_assert_double_eq_tol(l.t_b + l.t_w, 2 * l.t_f, 1e-12 * l.t_f);
+        /* Table 1: T_B + T_W = 2 T_F for the matmuls' times and
+         * T_W < T_F < T_B.  The memory-bound kernels' traffic (norms,
+         * residual joins, GeLU, softmax and dropout over the scores) is
+         * timed apart at the HBM bandwidth, more of it in B (which reads
+         * the forward's inputs back) than in F. */
+        double mm_f = l.t_f - l.hbm_f / g.hbm_bw, mm_b = l.t_b - l.hbm_b / g.hbm_bw;
+        ck_assert_double_eq_tol(mm_b + l.t_w, 2 * mm_f, 1e-12 * l.t_f);
+        ck_assert(l.hbm_f > 0 && l.hbm_b > l.hbm_f);
         ck_assert(l.t_w < l.t_f && l.t_f < l.t_b);
         ck_assert(l.m_w < l.m_b);
         /* The head's three matmuls have the same FLOPs; F and B add the
@@ -265,25 +271,32 @@ END_TEST
 START_TEST(test_table9_calibration)
 {
     /* Paper Table 9: 6.2B, p=8, A100: T_F = 29.7 ms per stage of 4 layers;
-     * 14.6B, p=16: 11.3 ms (3 layers); 28.3B, p=32: 10.4 ms (2 layers). */
-    struct { const char *name; int p; double t_f_ms, t_w_ms; } rows[] = {
-        { "6.2B", 8, 29.718, 19.927 }, { "14.6B", 16, 11.347, 8.132 }, { "28.3B", 32, 10.419, 7.715 },
+     * 14.6B, p=16: 11.3 ms (3 layers); 28.3B, p=32: 10.4 ms (2 layers).
+     * The paper ran without flash attention.  T_F within 15%, T_B and
+     * T_W within 10%: the A100 F/B efficiency is fitted on Megatron's
+     * runs (bench/bench_calibration), not on these, and B holds only if
+     * its memory-bound traffic is priced (at the fitted efficiency its
+     * matmuls alone are 13% short on 6.2B). */
+    struct { const char *name; int p; double t_f_ms, t_b_ms, t_w_ms; } rows[] = {
+        { "6.2B", 8, 29.718, 29.444, 19.927 }, { "14.6B", 16, 11.347, 11.248, 8.132 },
+        { "28.3B", 32, 10.419, 10.207, 7.715 },
     };
     zb_gpu g = gpu("A100-80G");
     for (int i = 0; i < 3; i++) {
         zb_model m = preset(rows[i].name);
         cost_options o;
         cost_options_default(&o);
+        o.flash_attention = 0;
         cost_stage st[32];
         zb_err err = { { 0 } };
         ck_assert_int_eq(cost_stages(&m, &g, &o, rows[i].p, 0, st, &err), 0);
         double t = st[1].t_f * 1e3;
         ck_assert_msg(fabs(t - rows[i].t_f_ms) / rows[i].t_f_ms < 0.15,
                       "%s: estimated T_F %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_f_ms);
-        /* W's weight-gradient matmuls run at the calibrated w_efficiency
-         * (the paper ran without flash attention). */
-        o.flash_attention = 0;
-        ck_assert_int_eq(cost_stages(&m, &g, &o, rows[i].p, 0, st, &err), 0);
+        t = st[1].t_b * 1e3;
+        ck_assert_msg(fabs(t - rows[i].t_b_ms) / rows[i].t_b_ms < 0.10,
+                      "%s: estimated T_B %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_b_ms);
+        /* W's weight-gradient matmuls run at the calibrated w_efficiency. */
         t = st[1].t_w * 1e3;
         ck_assert_msg(fabs(t - rows[i].t_w_ms) / rows[i].t_w_ms < 0.10,
                       "%s: estimated T_W %.2f ms vs paper %.2f ms", rows[i].name, t, rows[i].t_w_ms);

@@ -7,10 +7,12 @@
  * attention, bf16) keeps sbh(34 + 5as/h) bytes; under tensor parallel t
  * sbh(10 + 24/t + 5as/(ht)); with sequence parallel sbh(34/t + 5as/(ht));
  * with selective (attention-core) recompute sbh(10 + 24/t), and with both
- * 34sbh/t.  The rest checks the direction and size of each price: compute
- * over t and c, ZeRO's bytes per parameter, offload moving memory without
- * time while PCIe keeps up, TP overlap, and that the default layout changes
- * nothing.
+ * 34sbh/t.  The memory-bound bytes per token and the collectives B pays
+ * (SP's gathers, full recompute's rerun) are checked to the formula
+ * (issue 27's calibration).  The rest checks the direction and size of
+ * each price: compute over t and c, ZeRO's bytes per parameter, offload
+ * moving memory without time while PCIe keeps up, TP overlap, and that
+ * the default layout changes nothing.
  */
 #include <check.h>
 #include <math.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "src/cost_model.h"
+#include "src/cost_parts.h"
 #include "src/layout.h"
 
 /* Korthikanti's 22B: 48 layers, h 6144, 64 heads, s 2048, GPT-style. */
@@ -76,6 +79,78 @@ START_TEST(test_korthikanti_table2)
         ck_assert_double_eq_tol(layer_of(&m, &g, &o).m_b, want, want * 1e-12);
         opts(&o, t, 0, COST_RC_FULL);
         ck_assert_double_eq_tol(layer_of(&m, &g, &o).m_b, 2 * sbh, 1);
+    }
+}
+END_TEST
+
+/* The memory-bound bytes of a GPT layer per token (docs/cost-model.md,
+ * "Memory-bound work"), e = 2: F moves 22h (norms 2 x 4h, joins 2 x 7h)
+ * over the replicas, plus the GeLU's 4f and the scores' 9as over the TP
+ * ranks; B moves 34h (norms 2 x 6h, joins 2 x 11h), 6f and 11as.  Flash
+ * attention keeps the scores on chip; recompute reruns its share. */
+START_TEST(test_memory_bound_bytes)
+{
+    zb_model m = gpt22b(1);
+    zb_gpu g;
+    gpu_preset("A100-80G", &g, NULL);
+    double s = m.seq_len, h = m.d_model, f = m.d_ff, a = m.n_heads, tok = s;
+    for (int t = 1; t <= 8; t *= 2)
+        for (int sp = 0; sp <= (t > 1); sp++) {
+            double rep = sp ? t : 1;
+            cost_options o;
+            opts(&o, t, sp, COST_RC_NONE);
+            cost_part l = layer_of(&m, &g, &o);
+            double want_f = tok * (22 * h / rep + (4 * f + 9 * a * s) / t);
+            double want_b = tok * (34 * h / rep + (6 * f + 11 * a * s) / t);
+            ck_assert_double_eq_tol(l.hbm_f, want_f, want_f * 1e-12);
+            ck_assert_double_eq_tol(l.hbm_b, want_b, want_b * 1e-12);
+            opts(&o, t, sp, COST_RC_FULL);
+            ck_assert_double_eq_tol(layer_of(&m, &g, &o).hbm_b, want_b + want_f, want_b * 1e-12);
+            opts(&o, t, sp, COST_RC_ATTN);
+            ck_assert_double_eq_tol(layer_of(&m, &g, &o).hbm_b, want_b + tok * 9 * a * s / t, want_b * 1e-12);
+            opts(&o, t, sp, COST_RC_NONE);
+            o.flash_attention = 1;
+            l = layer_of(&m, &g, &o);
+            ck_assert_double_eq_tol(l.hbm_f, tok * (22 * h / rep + 4 * f / t), want_f * 1e-12);
+        }
+    /* One GPU: F's time is its matmuls at the efficiency plus its bytes
+     * at the HBM bandwidth, and a slower memory makes it slower. */
+    cost_options o;
+    opts(&o, 1, 0, COST_RC_NONE);
+    cost_part l = layer_of(&m, &g, &o);
+    ck_assert_double_eq_tol(l.t_f, l.f_flops / (g.peak_flops * g.efficiency) + l.hbm_f / g.hbm_bw, l.t_f * 1e-12);
+    zb_gpu slow = g;
+    slow.hbm_bw /= 2;
+    ck_assert(layer_of(&m, &slow, &o).t_f > l.t_f);
+    /* The optimizer step: 42 bytes a parameter (38 of them the state's,
+     * sharded by ZeRO-1) at the HBM bandwidth. */
+    ck_assert_double_eq_tol(cost_t_optimizer_step(&m, &g, &o, 1e9), 42e9 / g.hbm_bw, 1e-12);
+    o.zero1_dp = 4;
+    ck_assert_double_eq_tol(cost_t_optimizer_step(&m, &g, &o, 1e9), (38e9 / 4 + 4e9) / g.hbm_bw, 1e-12);
+}
+END_TEST
+
+/* TP collectives, exposed: B's equal F's; under SP B adds two
+ * all-gathers, half an all-reduce each (B's = 1.5 F's); full recompute
+ * reruns F's in B (B's = 2 F's). */
+START_TEST(test_tp_collectives_in_b)
+{
+    zb_model m = gpt22b(4);
+    zb_gpu g;
+    gpu_preset("A100-80G", &g, NULL);
+    double rate = g.peak_flops * g.efficiency;
+    struct { int sp, rc; double ratio; } rows[] = {
+        { 0, COST_RC_NONE, 1 }, { 1, COST_RC_NONE, 1.5 }, { 0, COST_RC_FULL, 2 }, { 1, COST_RC_ATTN, 1.5 },
+    };
+    for (int i = 0; i < 4; i++) {
+        cost_options o;
+        opts(&o, 8, rows[i].sp, rows[i].rc);
+        o.tp_comm_overlap = 0;
+        cost_part l = layer_of(&m, &g, &o);
+        double comm_f = l.t_f - l.f_flops / rate - l.hbm_f / g.hbm_bw;
+        double comm_b = l.t_b - l.b_flops / rate - l.hbm_b / g.hbm_bw;
+        ck_assert(comm_f > 0);
+        ck_assert_double_eq_tol(comm_b, rows[i].ratio * comm_f, comm_f * 1e-9);
     }
 }
 END_TEST
@@ -235,6 +310,8 @@ int main(void)
     Suite *s = suite_create("cost_layout");
     TCase *tc = tcase_create("layout");
     tcase_add_test(tc, test_korthikanti_table2);
+    tcase_add_test(tc, test_memory_bound_bytes);
+    tcase_add_test(tc, test_tp_collectives_in_b);
     tcase_add_test(tc, test_compute_over_tp_and_cp);
     tcase_add_test(tc, test_zero_levels);
     tcase_add_test(tc, test_offload);
