@@ -37,6 +37,9 @@
  * when it meets the heuristic's cost, or the windows below r_cap are
  * empty, the heuristic is optimal and no model is built.
  *
+ * GLPK is loaded with dlopen when the first model is solved (glpk_load.h),
+ * so the program links none of it.
+ *
  * The solve: LP relaxation by simplex, then glp_intopt (no presolve, so
  * that the callback sees the original columns) whose callback hands the
  * heuristic's schedule in at the first GLP_IHEUR (glp_ios_heur_sol; only
@@ -53,7 +56,6 @@
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
 
-#include <glpk.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -64,6 +66,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "solver/glpk_load.h"
 #include "solver/progress.h"
 
 /* The most binaries (estimated as 3 p m^2) a model may have.  GLPK holds
@@ -131,6 +134,7 @@ typedef struct ilp_ctx {
     int glpk_timeout;         /* the term hook left GLPK at the deadline */
     jmp_buf fail;             /* where GLPK's fatal errors (and the deadline) land */
     glp_prob *lp;             /* the model (owned by GLPK's environment) */
+    const zb_glpk_api *glpk;  /* GLPK's entry points (glpk_load.h), loaded by run_glpk */
 } ilp_ctx;
 
 static double now_s(void);
@@ -686,8 +690,8 @@ static double now_s(void);
 static void report_progress(const ilp_ctx *c, glp_prob *lp, int done)
 {
     double inc = c->r_heur;
-    if (lp && (glp_mip_status(lp) == GLP_FEAS || glp_mip_status(lp) == GLP_OPT))
-        inc = fmin(inc, glp_mip_obj_val(lp));
+    if (lp && (c->glpk->mip_status(lp) == GLP_FEAS || c->glpk->mip_status(lp) == GLP_OPT))
+        inc = fmin(inc, c->glpk->mip_obj_val(lp));
     solver_progress p = { .elapsed_s = now_s() - c->t0, .time_limit_s = c->time_limit,
                           .incumbent = inc, .bound = fmin(c->bound, inc), .done = done };
     solver_progress_report(&p);
@@ -696,10 +700,10 @@ static void report_progress(const ilp_ctx *c, glp_prob *lp, int done)
 static void ios_callback(glp_tree *tree, void *info)
 {
     ilp_ctx *c = info;
-    int reason = glp_ios_reason(tree);
+    int reason = c->glpk->ios_reason(tree);
     if (reason == GLP_IHEUR && !c->heur_given) {
         c->heur_given = 1;
-        glp_ios_heur_sol(tree, c->warm_x);
+        c->glpk->ios_heur_sol(tree, c->warm_x);
     }
     if (reason == GLP_IBRANCH) {
         /* Chronological branching: decide the order of the earliest open
@@ -710,7 +714,7 @@ static void ios_callback(glp_tree *tree, void *info)
         int n = c->n;
         for (int k = 0; k < c->n_pairs; k++) {
             int col = n + 2 + k;
-            if (!glp_ios_can_branch(tree, col))
+            if (!c->glpk->ios_can_branch(tree, col))
                 continue;
             double t = fmin(c->warm_end[c->pair_a[k]], c->warm_end[c->pair_b[k]]);
             if (t < best_t) {
@@ -719,17 +723,17 @@ static void ios_callback(glp_tree *tree, void *info)
             }
         }
         if (best_col) {
-            double v = glp_get_col_prim(glp_ios_get_prob(tree), best_col);
-            glp_ios_branch_upon(tree, best_col, v >= 0.5 ? GLP_UP_BRNCH : GLP_DN_BRNCH);
+            double v = c->glpk->get_col_prim(c->glpk->ios_get_prob(tree), best_col);
+            c->glpk->ios_branch_upon(tree, best_col, v >= 0.5 ? GLP_UP_BRNCH : GLP_DN_BRNCH);
         }
     }
     if (reason == GLP_ISELECT || reason == GLP_IPREPRO || reason == GLP_IBRANCH || reason == GLP_IBINGO) {
-        int best = glp_ios_best_node(tree);
+        int best = c->glpk->ios_best_node(tree);
         if (best)
-            c->bound = fmax(c->bound, glp_ios_node_bound(tree, best));
+            c->bound = fmax(c->bound, c->glpk->ios_node_bound(tree, best));
     }
     if (solver_progress_wanted())
-        report_progress(c, glp_ios_get_prob(tree), 0);
+        report_progress(c, c->glpk->ios_get_prob(tree), 0);
 }
 
 /* Column numbers: E_i is 1 + i, R is n + 1, x_k is n + 2 + k. */
@@ -787,19 +791,19 @@ static int build_model(ilp_ctx *c)
         PAIR_AT(s, LOCAL(c->pair_a[k]), LOCAL(c->pair_b[k])) = k;
     }
 
-    glp_prob *lp = c->lp = glp_create_prob();
-    glp_set_obj_dir(lp, GLP_MIN);
-    glp_add_cols(lp, n_cols);
+    glp_prob *lp = c->lp = c->glpk->create_prob();
+    c->glpk->set_obj_dir(lp, GLP_MIN);
+    c->glpk->add_cols(lp, n_cols);
     for (int i = 0; i < n; i++) {
-        glp_set_col_bnds(lp, col_e(i), c->lb[i] == c->ub[i] ? GLP_FX : GLP_DB, c->lb[i], c->ub[i]);
+        c->glpk->set_col_bnds(lp, col_e(i), c->lb[i] == c->ub[i] ? GLP_FX : GLP_DB, c->lb[i], c->ub[i]);
         c->warm_x[col_e(i)] = c->warm_end[i];
     }
-    glp_set_col_bnds(lp, col_r, c->r_lb < c->r_cap ? GLP_DB : GLP_FX, fmin(c->r_lb, c->r_cap), c->r_cap);
-    glp_set_obj_coef(lp, col_r, 1.0);
+    c->glpk->set_col_bnds(lp, col_r, c->r_lb < c->r_cap ? GLP_DB : GLP_FX, fmin(c->r_lb, c->r_cap), c->r_cap);
+    c->glpk->set_obj_coef(lp, col_r, 1.0);
     c->warm_x[col_r] = c->r_heur;
     for (int k = 0; k < c->n_pairs; k++) {
         int col = n + 2 + k;
-        glp_set_col_kind(lp, col, GLP_BV);
+        c->glpk->set_col_kind(lp, col, GLP_BV);
         c->warm_x[col] = c->warm_pos[c->pair_a[k]] < c->warm_pos[c->pair_b[k]];
     }
 
@@ -807,11 +811,11 @@ static int build_model(ilp_ctx *c)
     for (int i = 0; i < n; i++) {
         int np = node_parents_all(c, i);
         for (int x = 0; x < np; x++) {
-            int row = glp_add_rows(lp, 1);
+            int row = c->glpk->add_rows(lp, 1);
             c->ind[1] = col_e(i); c->val[1] = 1;
             c->ind[2] = col_e(c->par_buf[x]); c->val[2] = -1;
-            glp_set_mat_row(lp, row, 2, c->ind, c->val);
-            glp_set_row_bnds(lp, row, GLP_LO, node_cost(pr, i) + c->gap_buf[x], 0);
+            c->glpk->set_mat_row(lp, row, 2, c->ind, c->val);
+            c->glpk->set_row_bnds(lp, row, GLP_LO, node_cost(pr, i) + c->gap_buf[x], 0);
         }
     }
     /* (6): disjunctions with per-pair big-M from the bounds. */
@@ -824,17 +828,17 @@ static int build_model(ilp_ctx *c)
         double ta = node_cost(pr, a), tb = node_cost(pr, b);
         double m1 = fmax(0, c->ub[a] + tb - c->lb[b]); /* E_b >= E_a + T_b - m1 (1 - x) */
         double m2 = fmax(0, c->ub[b] + ta - c->lb[a]); /* E_a >= E_b + T_a - m2 x */
-        int row = glp_add_rows(lp, 2);
+        int row = c->glpk->add_rows(lp, 2);
         c->ind[1] = col_e(b); c->val[1] = 1;
         c->ind[2] = col_e(a); c->val[2] = -1;
         c->ind[3] = col; c->val[3] = -m1;
-        glp_set_mat_row(lp, row, 3, c->ind, c->val);
-        glp_set_row_bnds(lp, row, GLP_LO, tb - m1, 0);
+        c->glpk->set_mat_row(lp, row, 3, c->ind, c->val);
+        c->glpk->set_row_bnds(lp, row, GLP_LO, tb - m1, 0);
         c->ind[1] = col_e(a); c->val[1] = 1;
         c->ind[2] = col_e(b); c->val[2] = -1;
         c->ind[3] = col; c->val[3] = m2;
-        glp_set_mat_row(lp, row + 1, 3, c->ind, c->val);
-        glp_set_row_bnds(lp, row + 1, GLP_LO, ta, 0);
+        c->glpk->set_mat_row(lp, row + 1, 3, c->ind, c->val);
+        c->glpk->set_row_bnds(lp, row + 1, GLP_LO, ta, 0);
     }
     /* (7) memory, span and the tail cut, per op. */
     for (int i = 0; i < n; i++) {
@@ -870,9 +874,9 @@ static int build_model(ilp_ctx *c)
                 mem_max += d;
         }
         if (pr->limit && mem_max > pr->limit[s] + 1e-9 * fmax(1, fabs(pr->limit[s]))) {
-            int row = glp_add_rows(lp, 1);
-            glp_set_mat_row(lp, row, nz_mem, c->ind, c->val);
-            glp_set_row_bnds(lp, row, GLP_UP, 0, pr->limit[s] - mem_const);
+            int row = c->glpk->add_rows(lp, 1);
+            c->glpk->set_mat_row(lp, row, nz_mem, c->ind, c->val);
+            c->glpk->set_row_bnds(lp, row, GLP_UP, 0, pr->limit[s] - mem_const);
         }
         /* cut: R - E_i - sum T_k [i before k] >= tail_i - start_s */
         c->ind[++nz_cut] = col_r; c->val[nz_cut] = 1;
@@ -891,9 +895,9 @@ static int build_model(ilp_ctx *c)
                 c->ind[++nz_cut] = n + 2 + pk; c->val[nz_cut] = t;
             }
         }
-        int row = glp_add_rows(lp, 1);
-        glp_set_mat_row(lp, row, nz_cut, c->ind, c->val);
-        glp_set_row_bnds(lp, row, GLP_LO, cut_const, 0);
+        int row = c->glpk->add_rows(lp, 1);
+        c->glpk->set_mat_row(lp, row, nz_cut, c->ind, c->val);
+        c->glpk->set_row_bnds(lp, row, GLP_LO, cut_const, 0);
     }
     /* Order monotonicity: if a runs before b, so does every op forced
      * before a, and a runs before every op forced after b.  Implied for
@@ -917,9 +921,9 @@ static int build_model(ilp_ctx *c)
             else { cst += 1; c->ind[++nz] = n + 2 + k; c->val[nz] = -1; }
             if (u2 < v) { c->ind[++nz] = n + 2 + k2; c->val[nz] = -1; }
             else { cst -= 1; c->ind[++nz] = n + 2 + k2; c->val[nz] = 1; }
-            int row = glp_add_rows(lp, 1);
-            glp_set_mat_row(lp, row, nz, c->ind, c->val);
-            glp_set_row_bnds(lp, row, GLP_LO, -cst, 0);
+            int row = c->glpk->add_rows(lp, 1);
+            c->glpk->set_mat_row(lp, row, nz, c->ind, c->val);
+            c->glpk->set_row_bnds(lp, row, GLP_LO, -cst, 0);
         }
     }
 #undef LOCAL
@@ -960,7 +964,7 @@ static sched_t *solution_sched(ilp_ctx *c, const sched_t *h)
         for (int kind = 0; kind < 3; kind++)
             for (int j = 0; j < m; j++) {
                 int i = node_id(pr, kind, d, j);
-                buf[cnt++] = (ilp_sorted){ glp_mip_col_val(c->lp, col_e(i)), rank[i], i };
+                buf[cnt++] = (ilp_sorted){ c->glpk->mip_col_val(c->lp, col_e(i)), rank[i], i };
             }
         qsort(buf, (size_t)cnt, sizeof *buf, cmp_sorted);
         s->dev[d].n_ops = 0;
@@ -1023,30 +1027,32 @@ typedef struct ilp_outcome {
  * environment before returning.  0, or -1 with err set. */
 static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcome *oc, zb_err *err)
 {
-    glp_term_hook(term_hook, c);
-    glp_error_hook(error_hook, c);
+    if (glpk_load(&c->glpk, err) != 0)
+        return -1;
+    c->glpk->term_hook(term_hook, c);
+    c->glpk->error_hook(error_hook, c);
     if (setjmp(c->fail)) {
         if (c->glpk_timeout) {
             /* The deadline passed inside GLPK: the heuristic stands. */
-            glp_free_env();
+            c->glpk->free_env();
             sched_free(oc->sched);
             oc->sched = NULL;
             oc->status = "time limit (GLPK stopped at the deadline)";
             return 0;
         }
         /* GLPK failed fatally: its environment is unusable, free it all. */
-        glp_free_env();
+        c->glpk->free_env();
         sched_free(oc->sched);
         oc->sched = NULL;
         return zb_fail(err, "GLPK failed while solving the ILP (p=%d, m=%d)", c->pr->p, c->pr->m);
     }
     int built = build_model(c);
     if (built < 0) {
-        glp_free_env();
+        c->glpk->free_env();
         return zb_fail(err, "out of memory in the ILP");
     }
     if (built > 0) {
-        glp_free_env();
+        c->glpk->free_env();
         oc->status = "time limit (building the model)";
         return 0;
     }
@@ -1054,26 +1060,26 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
     /* GLPK's start-up on a large LP (scaling, the first factorization)
      * reports nothing and checks no limit: do not start it without the
      * time it needs. */
-    double start_s = glp_get_num_nz(c->lp) * GLPK_START_S_PER_NZ;
+    double start_s = c->glpk->get_num_nz(c->lp) * GLPK_START_S_PER_NZ;
     if (left_ms < start_s * 1000) {
-        glp_free_env();
+        c->glpk->free_env();
         oc->status = "time limit (too little time left to start GLPK)";
         return 0;
     }
     glp_smcp sm;
-    glp_init_smcp(&sm);
+    c->glpk->init_smcp(&sm);
     sm.msg_lev = GLP_MSG_ON; /* the term hook checks the deadline at each report */
     sm.out_frq = GLPK_OUT_MS;
     sm.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
-    int lp_rc = glp_simplex(c->lp, &sm);
+    int lp_rc = c->glpk->simplex(c->lp, &sm);
     int have_mip = 0;
-    if (lp_rc == 0 && glp_get_status(c->lp) == GLP_NOFEAS) {
+    if (lp_rc == 0 && c->glpk->get_status(c->lp) == GLP_NOFEAS) {
         oc->infeasible = 1;
         oc->status = "optimal (LP relaxation infeasible below the heuristic's cost)";
-    } else if (lp_rc == 0 && glp_get_status(c->lp) == GLP_OPT) {
-        c->bound = fmax(c->bound, glp_get_obj_val(c->lp));
+    } else if (lp_rc == 0 && c->glpk->get_status(c->lp) == GLP_OPT) {
+        c->bound = fmax(c->bound, c->glpk->get_obj_val(c->lp));
         glp_iocp io;
-        glp_init_iocp(&io);
+        c->glpk->init_iocp(&io);
         io.msg_lev = GLP_MSG_ON;
         io.out_frq = GLPK_OUT_MS;
         io.cb_func = ios_callback;
@@ -1089,8 +1095,8 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         io.ps_heur = GLP_ON;
         io.ps_tm_lim = (int)fmax(1, fmin(left_ms / 5, 2e9));
         io.tm_lim = left_ms > 1 ? (int)fmin(left_ms, 2e9) : 1;
-        int mip_rc = glp_intopt(c->lp, &io);
-        int st = glp_mip_status(c->lp);
+        int mip_rc = c->glpk->intopt(c->lp, &io);
+        int st = c->glpk->mip_status(c->lp);
         have_mip = st == GLP_OPT || st == GLP_FEAS;
         oc->optimal = mip_rc == 0 && st == GLP_OPT;
         oc->infeasible = mip_rc == 0 && st == GLP_NOFEAS;
@@ -1103,7 +1109,7 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
     if (have_mip) {
         oc->sched = solution_sched(c, heur);
         if (!oc->sched) {
-            glp_free_env();
+            c->glpk->free_env();
             return zb_fail(err, "out of memory in the ILP");
         }
         solver_eval_result ev;
@@ -1111,7 +1117,7 @@ static int run_glpk(ilp_ctx *c, const sched_t *heur, double deadline, ilp_outcom
         if (solver_eval(oc->sched, &ev, NULL, &e2) == 0)
             oc->ilp_cost = ev.cost;
     }
-    glp_free_env(); /* also resets the hooks */
+    c->glpk->free_env(); /* also resets the hooks */
     return 0;
 }
 

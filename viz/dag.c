@@ -23,6 +23,9 @@
  * whole schedule's critical path wherever it passes through them (it is
  * found on every op first).  The op limit applies to the part.
  *
+ * Graphviz is loaded with dlopen on the first graph (graphviz_load.h), so
+ * the program links none of it.
+ *
  * Graphviz prints its warnings on stderr by default; they are routed into a
  * buffer while we hold the library (agseterr / agseterrf) so that the CLI
  * can keep its one-line error rule.  dot's layout is superlinear, so graphs
@@ -36,10 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cgraph.h>
-#include <gvc.h>
-
 #include "src/numfmt.h"
+#include "viz/graphviz_load.h"
 #include "viz/palette.h"
 #include "viz/times.h"
 #include "viz/view.h"
@@ -51,6 +52,10 @@
 /* Graphviz's last message while we render; Graphviz itself is not
  * thread-safe, so neither is this. */
 static char dag_gv_msg[256];
+
+/* Graphviz's entry points (graphviz_load.h), loaded by viz_dag_svg_view
+ * before anything here calls them. */
+static const zb_graphviz_api *gv;
 
 static int dag_gv_err(char *msg)
 {
@@ -301,7 +306,7 @@ static Agiddisc_t dag_id_disc = {
  * casts in one place. */
 static void dag_set(void *obj, const char *name, const char *value)
 {
-    agsafeset(obj, (char *)name, (char *)value, (char *)"");
+    gv->agsafeset(obj, (char *)name, (char *)value, (char *)"");
 }
 
 /* Barrier node C<c> j, made on first use (a view draws only the barriers
@@ -314,7 +319,7 @@ static Agnode_t *dag_barrier(const sched_t *s, Agraph_t *g, Agnode_t **barrier, 
     if (!*slot) {
         char name[48];
         snprintf(name, sizeof name, "C%d %d", c, j);
-        Agnode_t *n = *slot = agnode(g, name, 1);
+        Agnode_t *n = *slot = gv->agnode(g, name, 1);
         dag_set(n, "shape", "ellipse");
         dag_set(n, "style", "solid");
         dag_set(n, "color", VIZ_BARRIER_STROKE);
@@ -338,15 +343,15 @@ static void dag_barrier_edges(const sched_t *s, const dag_ops *o, Agraph_t *g, A
     Agnode_t *c0 = dag_barrier(s, g, barrier, 0, op.mb), *c1 = dag_barrier(s, g, barrier, 1, op.mb);
     Agedge_t *e = NULL;
     if (op.kind == OP_S) {
-        e = agedge(g, node[gi], c0, NULL, 1);
+        e = gv->agedge(g, node[gi], c0, NULL, 1);
     } else if (op.kind == OP_T) {
-        e = agedge(g, c0, node[gi], NULL, 1);
+        e = gv->agedge(g, c0, node[gi], NULL, 1);
         if (c1) {
             dag_set(e, "color", VIZ_BARRIER_STROKE);
-            e = agedge(g, node[gi], c1, NULL, 1);
+            e = gv->agedge(g, node[gi], c1, NULL, 1);
         }
     } else if ((op.kind == OP_B || op.kind == OP_BW) && op.stage == s->n_stages - 1) {
-        e = agedge(g, c1 ? c1 : c0, node[gi], NULL, 1);
+        e = gv->agedge(g, c1 ? c1 : c0, node[gi], NULL, 1);
     }
     if (e)
         dag_set(e, "color", VIZ_BARRIER_STROKE);
@@ -354,8 +359,8 @@ static void dag_barrier_edges(const sched_t *s, const dag_ops *o, Agraph_t *g, A
 
 static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, const viz_window *w)
 {
-    Agdisc_t disc = { &AgMemDisc, &dag_id_disc, &AgIoDisc };
-    Agraph_t *g = agopen((char *)"schedule", Agdirected, &disc);
+    Agdisc_t disc = { gv->AgMemDisc, &dag_id_disc, gv->AgIoDisc };
+    Agraph_t *g = gv->agopen((char *)"schedule", *gv->Agdirected, &disc);
     if (!g)
         return NULL;
     char label[768], cost[48], view[256];
@@ -381,23 +386,23 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, con
         dag_set(g, "mclimit", "0.1");
         dag_set(g, "remincross", "false");
     }
-    agattr(g, AGNODE, (char *)"shape", (char *)"box");
-    agattr(g, AGNODE, (char *)"style", (char *)"filled");
-    agattr(g, AGNODE, (char *)"fontname", (char *)"sans-serif");
-    agattr(g, AGNODE, (char *)"fontsize", (char *)"10");
-    agattr(g, AGNODE, (char *)"width", (char *)"0.3");
-    agattr(g, AGNODE, (char *)"height", (char *)"0.2");
-    agattr(g, AGNODE, (char *)"margin", (char *)"0.03,0.02");
-    agattr(g, AGNODE, (char *)"color", (char *)"#555555");
-    agattr(g, AGNODE, (char *)"penwidth", (char *)"0.5");
-    agattr(g, AGEDGE, (char *)"arrowsize", (char *)"0.5");
-    agattr(g, AGEDGE, (char *)"color", (char *)"#333333");
-    agattr(g, AGEDGE, (char *)"penwidth", (char *)"0.7");
-    agattr(g, AGEDGE, (char *)"style", (char *)"solid");
+    gv->agattr(g, AGNODE, (char *)"shape", (char *)"box");
+    gv->agattr(g, AGNODE, (char *)"style", (char *)"filled");
+    gv->agattr(g, AGNODE, (char *)"fontname", (char *)"sans-serif");
+    gv->agattr(g, AGNODE, (char *)"fontsize", (char *)"10");
+    gv->agattr(g, AGNODE, (char *)"width", (char *)"0.3");
+    gv->agattr(g, AGNODE, (char *)"height", (char *)"0.2");
+    gv->agattr(g, AGNODE, (char *)"margin", (char *)"0.03,0.02");
+    gv->agattr(g, AGNODE, (char *)"color", (char *)"#555555");
+    gv->agattr(g, AGNODE, (char *)"penwidth", (char *)"0.5");
+    gv->agattr(g, AGEDGE, (char *)"arrowsize", (char *)"0.5");
+    gv->agattr(g, AGEDGE, (char *)"color", (char *)"#333333");
+    gv->agattr(g, AGEDGE, (char *)"penwidth", (char *)"0.7");
+    gv->agattr(g, AGEDGE, (char *)"style", (char *)"solid");
 
     Agnode_t **node = calloc((size_t)(o->n ? o->n : 1), sizeof *node);
     if (!node) {
-        agclose(g);
+        gv->agclose(g);
         return NULL;
     }
     char name[64], text[160];
@@ -408,7 +413,7 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, con
         if (!any)
             continue;
         snprintf(name, sizeof name, "cluster_device%d", d);
-        Agraph_t *c = agsubg(g, name, 1);
+        Agraph_t *c = gv->agsubg(g, name, 1);
         snprintf(text, sizeof text, "device %d", d);
         dag_set(c, "label", text);
         dag_set(c, "style", "rounded,filled");
@@ -426,7 +431,7 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, con
             int chunk = vocab ? 0 : t->stage_chunk[op.stage];
             viz_color col = viz_op_color((op_kind)op.kind, chunk, t->n_chunks);
             snprintf(name, sizeof name, "%s%d_s%d", kn, op.mb, op.stage);
-            Agnode_t *n = node[gi] = agnode(c, name, 1);
+            Agnode_t *n = node[gi] = gv->agnode(c, name, 1);
             if (vocab)
                 snprintf(text, sizeof text, "%s%d", kn, op.mb);
             else if (t->n_chunks > 1)
@@ -452,7 +457,7 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, con
     Agnode_t **barrier = NULL;
     if (sched_has_vocab(s) && !(barrier = calloc(2 * (size_t)s->n_micro, sizeof *barrier))) {
         free(node);
-        agclose(g);
+        gv->agclose(g);
         return NULL;
     }
     for (long gi = 0; gi < o->n; gi++) {
@@ -466,14 +471,14 @@ static Agraph_t *dag_build(const sched_t *s, dag_ops *o, const viz_times *t, con
             sched_op pop = s->dev[o->dev[preds[k]]].ops[o->pos[preds[k]]];
             if (OP_IS_VOCAB(pop.kind) || !o->shown[preds[k]])
                 continue; /* drawn through the barrier node, or outside the view */
-            Agedge_t *e = agedge(g, node[preds[k]], node[gi], NULL, 1);
+            Agedge_t *e = gv->agedge(g, node[preds[k]], node[gi], NULL, 1);
             if (o->crit_pred[gi] == preds[k] && o->on_crit[gi]) {
                 dag_set(e, "color", "#d62728");
                 dag_set(e, "penwidth", "2.5");
             }
         }
         if (o->pos[gi] > 0 && o->shown[gi - 1]) {
-            Agedge_t *e = agedge(g, node[gi - 1], node[gi], NULL, 1);
+            Agedge_t *e = gv->agedge(g, node[gi - 1], node[gi], NULL, 1);
             dag_set(e, "style", "dashed");
             dag_set(e, "weight", "10");
             if (o->crit_pred[gi] == gi - 1 && o->on_crit[gi]) {
@@ -497,7 +502,7 @@ static GVC_t *dag_context(void)
 {
     static GVC_t *gvc;
     if (!gvc)
-        gvc = gvContext();
+        gvc = gv->gvContext();
     return gvc;
 }
 
@@ -541,21 +546,26 @@ int viz_dag_svg_view(const sched_t *s, const viz_view *v, char **svg, size_t *le
         return -1;
     }
     dag_critical(s, &o, &t);
+    if (graphviz_load(&gv, err) != 0) {
+        dag_ops_free(&o);
+        viz_times_free(&t);
+        return -1;
+    }
 
-    agerrlevel_t old_level = agseterr(AGMAX);
-    agusererrf old_fn = agseterrf(dag_gv_err);
+    agerrlevel_t old_level = gv->agseterr(AGMAX);
+    agusererrf old_fn = gv->agseterrf(dag_gv_err);
     dag_gv_msg[0] = '\0';
     int rc = -1;
     GVC_t *gvc = dag_context();
     Agraph_t *g = gvc ? dag_build(s, &o, &t, &w) : NULL;
     if (!gvc || !g) {
         zb_fail(err, "cannot set up Graphviz%s%s", dag_gv_msg[0] ? ": " : "", dag_gv_msg);
-    } else if (gvLayout(gvc, g, "dot") != 0) {
+    } else if (gv->gvLayout(gvc, g, "dot") != 0) {
         zb_fail(err, "Graphviz dot layout failed%s%s", dag_gv_msg[0] ? ": " : "", dag_gv_msg);
     } else {
         char *data = NULL;
         unsigned int n = 0;
-        if (gvRenderData(gvc, g, "svg", &data, &n) != 0 || !data) {
+        if (gv->gvRenderData(gvc, g, "svg", &data, &n) != 0 || !data) {
             zb_fail(err, "Graphviz SVG rendering failed%s%s", dag_gv_msg[0] ? ": " : "", dag_gv_msg);
         } else if (!(*svg = malloc((size_t)n + 1))) {
             zb_fail(err, "out of memory");
@@ -565,13 +575,13 @@ int viz_dag_svg_view(const sched_t *s, const viz_view *v, char **svg, size_t *le
             *len = n;
             rc = 0;
         }
-        gvFreeRenderData(data);
-        gvFreeLayout(gvc, g);
+        gv->gvFreeRenderData(data);
+        gv->gvFreeLayout(gvc, g);
     }
     if (g)
-        agclose(g);
-    agseterrf(old_fn);
-    agseterr(old_level);
+        gv->agclose(g);
+    gv->agseterrf(old_fn);
+    gv->agseterr(old_level);
     dag_ops_free(&o);
     viz_times_free(&t);
     return rc;

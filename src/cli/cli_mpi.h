@@ -3,9 +3,11 @@
  *
  * cmd_run.c loads and checks everything a rank needs (schedule, model,
  * data, flags) the same way on every rank, then hands over here.  Two
- * implementations: cmd_run_mpi.c in a build with MPI (meson feature
- * `mpi`), and cmd_run_nompi.c without it, which refuses the multi-process
- * run with one line instead of letting every rank train the same job.
+ * implementations: in a build with MPI (meson feature `mpi`),
+ * cli_mpi_module.c, which loads cmd_run_mpi.c built as the module
+ * zbsched_mpi.so (mpi_module.h), so that the program links no MPI; and
+ * cmd_run_nompi.c without it, which refuses the multi-process run with
+ * one line instead of letting every rank train the same job.
  */
 #ifndef ZB_CLI_MPI_H
 #define ZB_CLI_MPI_H
@@ -23,8 +25,11 @@ typedef struct cli_mpi_run {
     int saved_stderr;             /* this rank's stderr when cmd_run muted a non-zero rank, else -1 */
 } cli_mpi_run;
 
-/* 1 in a build with MPI, 0 without. */
-int cli_mpi_available(void);
+/* Makes the MPI code ready: in a build with MPI, loads the module
+ * zbsched_mpi.so (mpi_module.h).  Returns 0, or -1 with err set to one
+ * line: the build has no MPI, or the module is missing or fails to load.
+ * Called before cli_run_mpi, before any work. */
+int cli_mpi_load(zb_err *err);
 
 /* Runs this rank's part of the job: pipeline ranks, or the islands.  Returns the
  * exit status, having printed any error line itself (once for an error

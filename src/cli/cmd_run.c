@@ -180,11 +180,9 @@ int cmd_run(int argc, char **argv)
     }
     /* CPU ranks of mpirun / srun: pipeline ranks or islands over MPI (cli_mpi.h) */
     int mpi_ranks = !a.cuda && rk.world > 1;
-    if (mpi_ranks && !cli_mpi_available()) /* before any work; rank 0 says it */
-        return saved_stderr >= 0 ? 1
-                                 : cli_error("this zbsched was built without MPI (meson "
-                                             "-Dmpi=enabled), so every rank would train the "
-                                             "same job; run it without mpirun");
+    zb_err mpi_err = { { 0 } };
+    if (mpi_ranks && cli_mpi_load(&mpi_err) != 0) /* before any work; rank 0 says it */
+        return saved_stderr >= 0 ? 1 : cli_fail(&mpi_err);
     if (mpi_ranks && a.isl.replicas > 0 && (a.ckpt_dir || a.stop_at != a.steps))
         return saved_stderr >= 0 ? 2
                                  : cli_usage(argv[0], "--checkpoint and --stop-at with --replicas "

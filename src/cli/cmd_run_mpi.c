@@ -30,9 +30,13 @@
  *     job, which cannot otherwise leave a receive or collective that waits
  *     for this rank.
  * A rank whose replica leaves exits 0 silently after its last outer step.
+ *
+ * Built into zbsched_mpi.so, which the program loads only as an MPI rank
+ * (mpi_module.h): the program itself links no MPI library.
  */
 #include "src/cli/cli.h"
 #include "src/cli/cli_mpi.h"
+#include "src/cli/mpi_module.h"
 
 #include <math.h>
 #include <signal.h>
@@ -73,11 +77,6 @@ static int fail_rank(const run_args *a, int rank, int world, const zb_err *err)
     cli_error("rank %d of %d: %s: %s", rank, world, a->file, err->msg);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-}
-
-int cli_mpi_available(void)
-{
     return 1;
 }
 
@@ -304,8 +303,9 @@ static int run_islands_mpi(const cli_mpi_run *mr, const sched_t *s, const zb_mod
     return status;
 }
 
-int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
-                trainer_opts *o)
+/* cli_run_mpi (cli_mpi.h). */
+static int mpi_run(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
+                   trainer_opts *o)
 {
     int provided;
     /* SERIALIZED: the pipeline's worker thread sends and receives while the
@@ -344,19 +344,11 @@ int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const
 /* 1 when cli_mpi_nccl_comm initialised MPI. */
 static int nccl_mpi_started;
 
-/* An MPI launcher's variables, and not zbsched launch's. */
-static int mpi_launched(void)
+/* cli_mpi_nccl_comm (cli_mpi.h); the loader (cli_mpi_module.c) calls it
+ * only under an MPI launch. */
+static int mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
+                         zb_err *err)
 {
-    if (getenv("ZB_RANK"))
-        return 0;
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
-int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
-                      zb_err *err)
-{
-    if (!mpi_launched())
-        return 0;
     if (!cu->nccl_unique_id || !cu->comm_create_from_id)
         return zb_fail(err, "the CUDA module cannot bootstrap NCCL from an id (rebuild it)");
     int provided;
@@ -390,9 +382,18 @@ int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_
     return cu->comm_create_from_id(rk, msg + 1, comm, err) != 0 ? -1 : 1;
 }
 
-void cli_mpi_nccl_end(void)
+/* cli_mpi_nccl_end (cli_mpi.h). */
+static void mpi_nccl_end(void)
 {
     if (nccl_mpi_started)
         MPI_Finalize();
     nccl_mpi_started = 0;
+}
+
+/* The module's one exported symbol (mpi_module.h): its table. */
+__attribute__((visibility("default"))) const zb_mpi_api *zbsched_mpi_module(void)
+{
+    static zb_mpi_api api = { ZB_MPI_API_VERSION, 0, mpi_run, mpi_nccl_comm, mpi_nccl_end };
+    api.layout = zb_mpi_api_layout(); /* not a constant expression */
+    return &api;
 }

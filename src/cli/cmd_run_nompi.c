@@ -7,9 +7,10 @@
 #include "src/cli/cli_mpi.h"
 
 
-int cli_mpi_available(void)
+int cli_mpi_load(zb_err *err)
 {
-    return 0;
+    return zb_fail(err, "this zbsched was built without MPI (meson -Dmpi=enabled), so every rank "
+                   "would train the same job; run it without mpirun");
 }
 
 int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,

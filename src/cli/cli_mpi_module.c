@@ -1,0 +1,118 @@
+/*
+ * cli_mpi_module.c: cli_mpi.h in a build with MPI, by loading the module
+ * zbsched_mpi.so (mpi_module.h) and forwarding to its table.
+ *
+ * The module is loaded only when MPI is needed: `run` as one of several
+ * CPU ranks (cli_mpi_load, before any work), or `run --device cuda` under
+ * an MPI launcher (cli_mpi_nccl_comm, for the NCCL id over MPI_Bcast).
+ * Every other command, and `run` in one process, never maps MPI.
+ *
+ * The table is cached in a static once loaded, and the module is never
+ * unloaded (MPI cannot be initialised twice in a process).  A failed load
+ * is not cached.  Called from the main thread only.
+ */
+#include "src/cli/cli_mpi.h"
+#include "src/cli/mpi_module.h"
+
+#include <assert.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const zb_mpi_api *loaded; /* the module's table once a load succeeded */
+
+/* Opens path (which exists) and checks its table.  0 or -1 with err. */
+static int open_module(const char *path, zb_err *err)
+{
+    dlerror();
+    /* RTLD_GLOBAL: Open MPI dlopens its own components, which expect
+     * libmpi's symbols in the global scope. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        const char *why = dlerror();
+        return zb_fail(err, "cannot load the MPI module %s: %s", path, why ? why : "unknown error");
+    }
+    /* POSIX allows the object-to-function pointer conversion dlsym needs. */
+    void *sym = dlsym(h, ZB_MPI_MODULE_ENTRY);
+    zb_mpi_module_entry entry;
+    memcpy(&entry, &sym, sizeof entry);
+    const zb_mpi_api *api = entry ? entry() : NULL;
+    if (!api)
+        return zb_fail(err, "%s is not a zbsched MPI module (no %s)", path, ZB_MPI_MODULE_ENTRY);
+    if (api->version != ZB_MPI_API_VERSION || api->layout != zb_mpi_api_layout())
+        return zb_fail(err, "the MPI module %s is from another zbsched build (interface %u, this "
+                       "program's %u); rebuild both together", path, (unsigned)api->version,
+                       ZB_MPI_API_VERSION);
+    loaded = api;
+    return 0;
+}
+
+int cli_mpi_load(zb_err *err)
+{
+    if (loaded)
+        return 0;
+    const char *forced = getenv("ZBSCHED_MPI_MODULE");
+    if (forced && *forced) {
+        if (access(forced, F_OK) != 0)
+            return zb_fail(err, "ZBSCHED_MPI_MODULE=%s: no such file", forced);
+        return open_module(forced, err);
+    }
+    /* Beside the running program, then the install directory. */
+    char self[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    dir[0] = '\0';
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(dir, sizeof dir, "%s", self);
+        }
+    }
+    const char *places[2] = { dir[0] ? dir : NULL, ZB_MPI_MODULE_DIR };
+    for (int i = 0; i < 2; i++) {
+        if (!places[i])
+            continue;
+        int len = snprintf(path, sizeof path, "%s/%s", places[i], ZB_MPI_MODULE_FILE);
+        if (len <= 0 || (size_t)len >= sizeof path || access(path, F_OK) != 0)
+            continue;
+        return open_module(path, err);
+    }
+    return zb_fail(err, "no MPI module: %s is neither beside zbsched (%s) nor in %s; rebuild "
+                   "(meson -Dmpi=enabled) or set ZBSCHED_MPI_MODULE", ZB_MPI_MODULE_FILE,
+                   dir[0] ? dir : "unknown", ZB_MPI_MODULE_DIR);
+}
+
+int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
+                trainer_opts *o)
+{
+    assert(loaded); /* cmd_run called cli_mpi_load first */
+    return loaded->run(r, s, m, d, o);
+}
+
+/* An MPI launcher's variables, and not zbsched launch's. */
+static int mpi_launched(void)
+{
+    if (getenv("ZB_RANK"))
+        return 0;
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+int cli_mpi_nccl_comm(const zb_cuda_api *cu, const zb_rank_info *rk, struct gpu_comm **comm,
+                      zb_err *err)
+{
+    if (!mpi_launched())
+        return 0;
+    if (cli_mpi_load(err) != 0)
+        return -1;
+    return loaded->nccl_comm(cu, rk, comm, err);
+}
+
+void cli_mpi_nccl_end(void)
+{
+    if (loaded)
+        loaded->nccl_end();
+}
