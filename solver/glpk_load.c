@@ -4,6 +4,7 @@
  * release store, so that later callers read it without the lock.
  */
 #include "solver/glpk_load.h"
+#include "src/dynload.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -14,32 +15,16 @@ static zb_glpk_api table;                 /* filled once, under load_mu */
 static const zb_glpk_api *loaded;         /* &table once a load succeeded */
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* dlsym of name into *slot (a function pointer of any type); 0 or -1. */
-static int resolve(void *h, const char *name, void *slot, size_t size)
-{
-    void *sym = dlsym(h, name);
-    if (!sym)
-        return -1;
-    /* POSIX allows the object-to-function pointer conversion dlsym needs. */
-    memcpy(slot, &sym, size);
-    return 0;
-}
-
 /* Opens the library and fills `table`.  Called under load_mu. */
 static int open_glpk(zb_err *err)
 {
-    const char *forced = getenv("ZBSCHED_GLPK");
-    const char *file = forced && *forced ? forced : ZB_GLPK_SONAME;
-    dlerror();
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        return zb_fail(err, "cannot load GLPK (%s), which the ILP needs: %s; install libglpk40",
-                       file, why ? why : "unknown error");
-    }
+    const char *file;
+    void *h = zb_dl_open_library("ZBSCHED_GLPK", ZB_GLPK_SONAME, 1, "GLPK", "the ILP", "libglpk40", &file, err);
+    if (!h)
+        return -1;
     zb_glpk_api t;
 #define ZB_GLPK_RESOLVE(field)                                                          \
-    if (resolve(h, "glp_" #field, &t.field, sizeof t.field) != 0) {                     \
+    if (zb_dl_resolve(h, "glp_" #field, &t.field, sizeof t.field) != 0) {                     \
         dlclose(h);                                                                     \
         return zb_fail(err, "%s has no glp_" #field ": not GLPK 4.65 or later", file);  \
     }

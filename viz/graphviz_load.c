@@ -3,6 +3,7 @@
  * graphviz_load.h).  Single-threaded, like Graphviz itself.
  */
 #include "viz/graphviz_load.h"
+#include "src/dynload.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -11,35 +12,20 @@
 static zb_graphviz_api table;           /* filled by the first successful load */
 static const zb_graphviz_api *loaded;   /* &table once a load succeeded */
 
-/* dlsym of name into *slot (a pointer of any type); 0 or -1. */
-static int resolve(void *h, const char *name, void *slot, size_t size)
-{
-    void *sym = dlsym(h, name);
-    if (!sym)
-        return -1;
-    /* POSIX allows the object-to-function pointer conversion dlsym needs. */
-    memcpy(slot, &sym, size);
-    return 0;
-}
-
 int graphviz_load(const zb_graphviz_api **out, zb_err *err)
 {
     if (loaded) {
         *out = loaded;
         return 0;
     }
-    const char *forced = getenv("ZBSCHED_GRAPHVIZ");
-    const char *file = forced && *forced ? forced : ZB_GVC_SONAME;
-    dlerror();
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        return zb_fail(err, "cannot load Graphviz (%s), which --format dag needs: %s; install "
-                       "libgvc6", file, why ? why : "unknown error");
-    }
+    const char *file;
+    void *h = zb_dl_open_library("ZBSCHED_GRAPHVIZ", ZB_GVC_SONAME, 1, "Graphviz", "--format dag", "libgvc6",
+                                 &file, err);
+    if (!h)
+        return -1;
     zb_graphviz_api t;
 #define ZB_GV_RESOLVE(field)                                                    \
-    if (resolve(h, #field, &t.field, sizeof t.field) != 0) {                    \
+    if (zb_dl_resolve(h, #field, &t.field, sizeof t.field) != 0) {                    \
         dlclose(h);                                                             \
         return zb_fail(err, "%s has no " #field ": not Graphviz's libgvc", file); \
     }

@@ -13,9 +13,9 @@
  */
 #include "src/cli/cli_mpi.h"
 #include "src/cli/mpi_module.h"
+#include "src/dynload.h"
 
 #include <assert.h>
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,21 +24,26 @@
 
 static const zb_mpi_api *loaded; /* the module's table once a load succeeded */
 
-/* Opens path (which exists) and checks its table.  0 or -1 with err. */
-static int open_module(const char *path, zb_err *err)
+/* The module's places and how errors name it. */
+static const zb_module_place mpi_place = {
+    .what = "MPI",
+    .env = "ZBSCHED_MPI_MODULE",
+    .file = ZB_MPI_MODULE_FILE,
+    .install_dir = ZB_MPI_MODULE_DIR,
+    .rebuild = "rebuild (meson -Dmpi=enabled)",
+    .global = 1, /* Open MPI dlopens its own components, which expect libmpi's symbols global */
+};
+
+int cli_mpi_load(zb_err *err)
 {
-    dlerror();
-    /* RTLD_GLOBAL: Open MPI dlopens its own components, which expect
-     * libmpi's symbols in the global scope. */
-    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        const char *why = dlerror();
-        return zb_fail(err, "cannot load the MPI module %s: %s", path, why ? why : "unknown error");
-    }
-    /* POSIX allows the object-to-function pointer conversion dlsym needs. */
-    void *sym = dlsym(h, ZB_MPI_MODULE_ENTRY);
-    zb_mpi_module_entry entry;
-    memcpy(&entry, &sym, sizeof entry);
+    if (loaded)
+        return 0;
+    char path[PATH_MAX + 32];
+    void *h = zb_module_open(&mpi_place, path, sizeof path, err);
+    if (!h)
+        return -1;
+    zb_mpi_module_entry entry = NULL;
+    zb_dl_resolve(h, ZB_MPI_MODULE_ENTRY, &entry, sizeof entry);
     const zb_mpi_api *api = entry ? entry() : NULL;
     if (!api)
         return zb_fail(err, "%s is not a zbsched MPI module (no %s)", path, ZB_MPI_MODULE_ENTRY);
@@ -48,42 +53,6 @@ static int open_module(const char *path, zb_err *err)
                        ZB_MPI_API_VERSION);
     loaded = api;
     return 0;
-}
-
-int cli_mpi_load(zb_err *err)
-{
-    if (loaded)
-        return 0;
-    const char *forced = getenv("ZBSCHED_MPI_MODULE");
-    if (forced && *forced) {
-        if (access(forced, F_OK) != 0)
-            return zb_fail(err, "ZBSCHED_MPI_MODULE=%s: no such file", forced);
-        return open_module(forced, err);
-    }
-    /* Beside the running program, then the install directory. */
-    char self[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    dir[0] = '\0';
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(dir, sizeof dir, "%s", self);
-        }
-    }
-    const char *places[2] = { dir[0] ? dir : NULL, ZB_MPI_MODULE_DIR };
-    for (int i = 0; i < 2; i++) {
-        if (!places[i])
-            continue;
-        int len = snprintf(path, sizeof path, "%s/%s", places[i], ZB_MPI_MODULE_FILE);
-        if (len <= 0 || (size_t)len >= sizeof path || access(path, F_OK) != 0)
-            continue;
-        return open_module(path, err);
-    }
-    return zb_fail(err, "no MPI module: %s is neither beside zbsched (%s) nor in %s; rebuild "
-                   "(meson -Dmpi=enabled) or set ZBSCHED_MPI_MODULE", ZB_MPI_MODULE_FILE,
-                   dir[0] ? dir : "unknown", ZB_MPI_MODULE_DIR);
 }
 
 int cli_run_mpi(const cli_mpi_run *r, const sched_t *s, const zb_model *m, const zb_data *d,
