@@ -579,8 +579,8 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
         vshard_scatter_add(cv->head_grad, dw, d, V, sh->v0, sh->v);
         for (sh->next_t++; sh->next_t < m && sh->dw_ahead[sh->next_t]; sh->next_t++) {
             vshard_scatter_add(cv->head_grad, sh->dw_ahead[sh->next_t], d, V, sh->v0, sh->v);
-            mem_ledger_release(cv->ledger, holder(cv, shard), MEM_VOCAB, columns_bytes(cv, shard));
             free(sh->dw_ahead[sh->next_t]);
+            mem_ledger_release(cv->ledger, holder(cv, shard), MEM_VOCAB, columns_bytes(cv, shard));
             sh->dw_ahead[sh->next_t] = NULL;
         }
     } else {
