@@ -4,6 +4,17 @@
  * llama_saved_plan for a stage's saved state, backend_cpu_vocab_bytes for
  * the vocabulary passes.  Everything is computed in doubles so that absurd
  * sizes read from a file cannot overflow.
+ *
+ * footprint_devices is the prediction the memory ledger checks, class by
+ * class and device by device, so its vocabulary part replays what
+ * kernels/cpu/backend_cpu_vocab.c charges rather than bounding it: the
+ * buffers kept for the run (vocab_static) and a walk of each lane that
+ * adds and removes a cell's logits, a partial, an ahead dW and a head
+ * input where the backend takes and gives them back.  Two releases come
+ * from another thread in one process (a partial at the last stage's dx, a
+ * head input at the last T of its micro-batch); the walk puts them where
+ * the schedule's dependencies and order place them (activation_walk says
+ * where), and bench/README.md has how far the measured peaks move.
  */
 #include "runtime/footprint.h"
 
@@ -15,6 +26,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/backend_cpu_vocab.h"
+#include "kernels/cpu/vocab_shard.h"
 #include "kernels/cpu/llama.h"
 #include "runtime/split.h"
 #include "src/param_count.h"
@@ -75,6 +87,9 @@ int trainer_footprint(const zb_model *m, int n_stages, const int *layers_per_sta
     return 0;
 }
 
+/* Rows of one micro-batch, B·T. */
+#define N_ROWS(m) ((double)(m)->micro_batch * (m)->seq_len)
+
 /* The shape of s's vocabulary passes for model m (sched_has_vocab). */
 static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
 {
@@ -84,11 +99,58 @@ static zb_vocab_shape vocab_shape(const sched_t *s, const zb_model *m)
     return v;
 }
 
+/* What the ledger's walk (vocab_ledger_walk) finds on one device: the
+ * peaks of the classes that come and go during a step, and of their sum
+ * with the saved activations. */
+typedef struct ledger_peaks {
+    double vocab;   /* vocab_cells: logits, partials and ahead dWs in use */
+    double comm;    /* comm_buffers: head inputs X held */
+    double dynamic; /* activations + both of the above, at the same moment */
+} ledger_peaks;
+
+/* The vocabulary passes' buffers a CPU trainer holds on device `dev` for
+ * the whole run, by class (backend_cpu_vocab.c's charges, from the first
+ * step on): each shard's copy of the head's columns and its dW, and every
+ * cell's statistics (vocab_cells); Vocab-1's local softmax and each T's
+ * lse, and on the last stage's device dx's lse and rescale weights
+ * (workspace). */
+static void vocab_static(const sched_t *s, const zb_vocab_shape *vs, int dev, double *vocab,
+                         double *workspace)
+{
+    const double f = sizeof(float), N = (double)vs->batch * vs->seq;
+    double v = vshard_begin(dev + 1, vs->shards, vs->vocab) - vshard_begin(dev, vs->shards, vs->vocab);
+    *vocab = 2 * vs->d * v * f + vs->micro * N * (2 * f + sizeof(double));
+    *workspace = (vs->variant == SCHED_VOCAB_1 ? N * v * f : 0) + N * f;
+    if (dev == s->stage_device[s->n_stages - 1])
+        *workspace += N * (f + vs->shards * sizeof(double));
+}
+
 /* footprint_activation_peaks, with the vocabulary cells (S to T) counted
- * when with_cells. */
+ * when with_cells; with `ledger` (a vocabulary plan; [n_devices]) also the
+ * ledger's dynamic classes as backend_cpu_vocab.c charges them in one
+ * process, walked in the same lane order:
+ *
+ *   logits of shard d   + at S(d, j), − at T(d, j);
+ *   partial (d, j)      + at S(d, j) (Vocab-1) or T(d, j) (Vocab-2),
+ *                       − at dx(j), the start of the last stage's B of j:
+ *                       on the last stage's device its own B; on another
+ *                       device at its first B of j, which needs that dx
+ *                       (the latest the release can come; it comes sooner
+ *                       when dx runs before, which the ledger then shows
+ *                       as a lower peak);
+ *   ahead dW of shard d + at a T(d, j) out of micro-batch order, − when
+ *                       its turn comes (cpu_vocab_t's rule);
+ *   head input X(j)     on the last stage's device, + at the end of its F
+ *                       of j, − at the end of its own T(·, j), which in
+ *                       the generated plans is the last of j (another
+ *                       shard's T of j running later holds X longer: the
+ *                       ledger then shows more), at the latest at the
+ *                       start of its B of j under Vocab-2 (dx waits for
+ *                       every T of j).
+ */
 static int activation_walk(const sched_t *s, const zb_model *m, const int *layers_per_stage,
                            const int *recompute_stages, int with_cells, double *after_op,
-                           double *in_op, int *in_flight, zb_err *err)
+                           double *in_op, int *in_flight, ledger_peaks *ledger, zb_err *err)
 {
     int S = s->n_stages, vocab = sched_has_vocab(s);
     int *first = malloc(sizeof *first * (size_t)(S + 1));
@@ -111,7 +173,12 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
         llama_stage_free(&st);
     }
     zb_vocab_shape vs = vocab_shape(s, m);
-    int most = 0;
+    int most = 0, M = s->n_micro;
+    /* the ledger's walk: per micro-batch what this device holds of it */
+    char *has_partial = calloc((size_t)M, 1), *has_x = calloc((size_t)M, 1);
+    char *ahead = calloc((size_t)M + 1, 1);
+    if (rc == 0 && (!has_partial || !has_x || !ahead))
+        rc = zb_fail(err, "out of memory");
     for (int dev = 0; dev < s->n_devices && rc == 0; dev++) {
         const sched_lane *l = &s->dev[dev];
         double now = 0, after = 0, inside = 0;
@@ -123,6 +190,27 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
         double partial = (double)m->micro_batch * m->seq_len * m->d_model * sizeof(float);
         int v1 = s->vocab.variant == SCHED_VOCAB_1;
         int count = 0;
+        /* the ledger's walk (ledger != NULL): vocab_cells and comm_buffers
+         * in use now, their peaks, and the peak of their sum with the
+         * activations (act, without the cells) */
+        int is_last = dev == s->stage_device[S - 1], next_t = 0;
+        double logits = vocab ? N_ROWS(m) * (vshard_begin(dev + 1, vs.shards, vs.vocab)
+                                             - vshard_begin(dev, vs.shards, vs.vocab))
+                                    * sizeof(float) : 0;
+        double cols = vocab ? logits / N_ROWS(m) * m->d_model : 0;
+        double act = 0, voc = 0, com = 0;
+        ledger_peaks lp = { 0, 0, 0 };
+        if (ledger) {
+            memset(has_partial, 0, (size_t)M);
+            memset(has_x, 0, (size_t)M);
+            memset(ahead, 0, (size_t)M + 1);
+        }
+#define SAMPLE(a_) \
+    do { \
+        lp.vocab = voc > lp.vocab ? voc : lp.vocab; \
+        lp.comm = com > lp.comm ? com : lp.comm; \
+        lp.dynamic = (a_) + voc + com > lp.dynamic ? (a_) + voc + com : lp.dynamic; \
+    } while (0)
         for (int k = 0; k < l->n_ops; k++) {
             sched_op op = l->ops[k];
             const llama_saved_sizes *z = op.kind == OP_S || op.kind == OP_T ? NULL : &sz[op.stage];
@@ -133,11 +221,30 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
                 inside = now + (double)z->in_f > inside ? now + (double)z->in_f : inside;
                 now += (double)z->after_f;
                 count++;
+                SAMPLE(act + (double)z->in_f);
+                act += (double)z->after_f;
+                if (ledger && vocab && op.stage == S - 1) { /* put_x after the forward */
+                    com += partial;
+                    has_x[op.mb] = 1;
+                }
+                SAMPLE(act);
                 break;
             case OP_B:
             case OP_BW:
                 if (keeps && op.stage == S - 1)
                     now -= partial; /* dx sums the partials before B runs */
+                if (ledger && vocab && has_partial[op.mb]) {
+                    voc -= partial; /* dx(j) has summed it, by the start of this B */
+                    has_partial[op.mb] = 0;
+                }
+                if (ledger && vocab && is_last && op.stage == S - 1 && !v1 && has_x[op.mb]) {
+                    com -= partial; /* Vocab-2's dx waits for every T of j */
+                    has_x[op.mb] = 0;
+                }
+                SAMPLE(act - (double)z->after_f + (double)z->in_b);
+                act += (double)z->after_b - (double)z->after_f;
+                if (op.kind == OP_BW)
+                    act -= (double)z->after_b;
                 inside = now - (double)z->after_f + (double)z->in_b > inside
                              ? now - (double)z->after_f + (double)z->in_b : inside;
                 now += (double)z->after_b - (double)z->after_f;
@@ -148,18 +255,48 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
                 break;
             case OP_W:
                 now -= (double)z->after_b;
+                act -= (double)z->after_b;
                 count--;
                 break;
             case OP_S:
                 now += cell + (keeps && v1 ? partial : 0);
+                if (ledger) {
+                    voc += logits + (v1 ? partial : 0);
+                    has_partial[op.mb] = (char)v1;
+                }
                 break;
             case OP_T:
                 now += (keeps && !v1 ? partial : 0) - cell;
+                if (ledger) {
+                    /* inside T: its partial (Vocab-2) and an ahead dW
+                     * are taken while its logits are still held */
+                    voc += (v1 ? 0 : partial) + (op.mb != next_t ? cols : 0);
+                    has_partial[op.mb] = has_partial[op.mb] || !v1;
+                    SAMPLE(act);
+                    if (op.mb != next_t) {
+                        ahead[op.mb] = 1;
+                    } else {
+                        for (next_t++; next_t < M && ahead[next_t]; next_t++) {
+                            ahead[next_t] = 0;
+                            voc -= cols;
+                        }
+                    }
+                    voc -= logits;
+                    if (is_last && has_x[op.mb]) {
+                        com -= partial;
+                        has_x[op.mb] = 0;
+                    }
+                }
                 break;
             }
+            if (ledger)
+                SAMPLE(act);
             after = now > after ? now : after;
             most = count > most ? count : most;
         }
+#undef SAMPLE
+        if (ledger)
+            ledger[dev] = lp;
         if (after_op)
             after_op[dev] = after;
         if (in_op)
@@ -167,6 +304,9 @@ static int activation_walk(const sched_t *s, const zb_model *m, const int *layer
     }
     if (rc == 0 && in_flight)
         *in_flight = most;
+    free(has_partial);
+    free(has_x);
+    free(ahead);
     free(first);
     free(sz);
     return rc;
@@ -177,7 +317,7 @@ int footprint_activation_peaks(const sched_t *s, const zb_model *m, const int *l
                                int *in_flight, zb_err *err)
 {
     return activation_walk(s, m, layers_per_stage, recompute_stages, 1, after_op, in_op,
-                           in_flight, err);
+                           in_flight, NULL, err);
 }
 
 /* The most spare weight-gradient buffers stage `stage` holds at once: a
@@ -218,13 +358,16 @@ int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per
 {
     int S = s->n_stages, P = s->n_devices;
     memset(out, 0, sizeof *out * (size_t)P);
+    int vocab = sched_has_vocab(s);
     int *first = malloc(sizeof *first * (size_t)(S + 1));
     double *in_op = calloc((size_t)P, sizeof *in_op);
-    int rc = first && in_op ? 0 : zb_fail(err, "out of memory");
+    ledger_peaks *lp = vocab ? calloc((size_t)P, sizeof *lp) : NULL;
+    int rc = first && in_op && (lp || !vocab) ? 0 : zb_fail(err, "out of memory");
     if (rc == 0)
         rc = stage_starts(m, S, layers_per_stage, first, err);
     if (rc == 0)
-        rc = activation_walk(s, m, layers_per_stage, recompute_stages, 0, NULL, in_op, NULL, err);
+        rc = activation_walk(s, m, layers_per_stage, recompute_stages, 0, NULL, in_op, NULL, lp,
+                             err);
     const double f = sizeof(float);
     for (int i = 0; i < S && rc == 0; i++) {
         /* the stage's layout owns the head even when the vocabulary
@@ -245,6 +388,7 @@ int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per
         if (i == 0 && speculate)
             o->bytes[MEM_ROLLBACK] += n * f;
     }
+    zb_vocab_shape vs = vocab_shape(s, m);
     for (int d = 0; d < P && rc == 0; d++) {
         footprint_device *o = &out[d];
         o->bytes[MEM_ACTIVATIONS] = in_op[d];
@@ -252,11 +396,24 @@ int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per
          * on top of them */
         for (int c = 0; c < MEM_CLASSES; c++)
             o->total += o->bytes[c];
+        if (!vocab)
+            continue;
+        /* a vocabulary plan: the passes' buffers held for the run come on
+         * top too, but its cells, partials and head inputs come and go
+         * with the activations, so the device's peak is the walk's peak
+         * of their sum, not the sum of their peaks */
+        double keep_vocab, keep_ws;
+        vocab_static(s, &vs, d, &keep_vocab, &keep_ws);
+        o->bytes[MEM_VOCAB] = keep_vocab + lp[d].vocab;
+        o->bytes[MEM_COMM] = lp[d].comm;
+        o->bytes[MEM_WORKSPACE] = keep_ws;
+        o->total += keep_vocab + keep_ws + lp[d].dynamic - in_op[d];
     }
     if (rc != 0)
         memset(out, 0, sizeof *out * (size_t)P);
     free(first);
     free(in_op);
+    free(lp);
     return rc;
 }
 

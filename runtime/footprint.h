@@ -21,7 +21,9 @@
  *                the most during B, what W reads from B to W; plus each
  *                device's kernel scratch (normed input, attention, MLP);
  *   vocabulary   the vocabulary passes' buffers (the CPU backend's shards
- *                and every (shard, micro-batch) cell, kept for the run);
+ *                and every (shard, micro-batch) cell, kept for the run;
+ *                footprint_devices walks them per device as the memory
+ *                ledger charges them);
  *   messages     at worst every micro-batch's activation and gradient
  *                waiting at every stage boundary;
  *   data         the text's tokens and the step's batches.
@@ -105,8 +107,15 @@ typedef struct footprint_device {
  * priced from the code that allocates it (docs/cost-model.md, "Buffer
  * classes"): param_stage for the stage buffers, op_backward_w's rule for
  * the spare gradients, the activation walk (without the vocabulary
- * cells) for the saved state.  The vocabulary, communication and
- * workspace classes are not predicted per device (0).  0 or -1 with err. */
+ * cells) for the saved state.  For a vocabulary plan the same walk
+ * replays backend_cpu_vocab.c's charges in one process (vocab_cells: the
+ * shards' columns, dW and statistics, the cells' logits and partials, the
+ * dW of a T run ahead; comm_buffers: the head inputs X on the last
+ * stage's device; workspace: the passes' scratch), and the device's total
+ * is the walk's peak of activations, cells, partials and X together on
+ * top of what is held for the run.  Activation messages between stages
+ * and the kernels' per-thread scratch are not predicted (0): the ledger
+ * does not charge them (docs/cost-model.md says why).  0 or -1 with err. */
 int footprint_devices(const sched_t *s, const zb_model *m, const int *layers_per_stage,
                       const int *recompute_stages, int speculate, footprint_device *out,
                       zb_err *err);

@@ -360,6 +360,8 @@ typedef struct trainer_mem_device {
     double predicted_total;        /* its peak, all classes at once */
     double measured[MEM_CLASSES];  /* the ledger's peak of each class */
     double measured_total;         /* the ledger's peak of the device's total */
+    double live[MEM_CLASSES];      /* the ledger's bytes of each class held now
+                                    * (between steps: what is kept for the run) */
     double pool_bytes;             /* bytes the device's stages' saved-state pools
                                     * hold now, idle (kept for reuse) and in use:
                                     * what its activations really occupy, which

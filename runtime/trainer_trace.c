@@ -135,6 +135,7 @@ int trainer_memory_ledger(const trainer *t, trainer_mem_device *out, zb_err *err
         for (int c = 0; c < MEM_CLASSES; c++) {
             out[d].predicted[c] = fp[d].bytes[c];
             out[d].measured[c] = (double)mem_ledger_peak(l, d, (mem_class)c);
+            out[d].live[c] = (double)mem_ledger_live(l, d, (mem_class)c);
         }
         out[d].predicted_total = fp[d].total;
         out[d].measured_total = (double)mem_ledger_total_peak(l, d);

@@ -451,16 +451,6 @@ static int cpu_memory(zb_backend *be, size_t *static_bytes, size_t *peak, zb_err
     return 0;
 }
 
-void cpu_mem_charge(zb_backend *be, int dev, mem_class c, size_t bytes)
-{
-    mem_ledger_charge(((cpu_impl *)be->impl)->ledger, dev, c, bytes);
-}
-
-void cpu_mem_release(zb_backend *be, int dev, mem_class c, size_t bytes)
-{
-    mem_ledger_release(((cpu_impl *)be->impl)->ledger, dev, c, bytes);
-}
-
 static mem_ledger *cpu_ledger(zb_backend *be)
 {
     return ((cpu_impl *)be->impl)->ledger;

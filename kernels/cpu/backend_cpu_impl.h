@@ -28,12 +28,10 @@ typedef struct cpu_stage {
     size_t shard_n;            /* floats in m, v and each snapshot when sharded */
 } cpu_stage;
 
-/* The one way the backend's files charge a buffer to the memory ledger
- * (src/mem_ledger.h; docs/cost-model.md, "Buffer classes"): `bytes` of
- * class c on schedule device dev, charged when allocated and released when
- * freed (the vocabulary passes' shards and cells go to MEM_VOCAB on their
- * shard's device).  Defined in backend_cpu.c. */
-void cpu_mem_charge(zb_backend *be, int dev, mem_class c, size_t bytes);
-void cpu_mem_release(zb_backend *be, int dev, mem_class c, size_t bytes);
+/* The memory ledger (src/mem_ledger.h; docs/cost-model.md, "Buffer
+ * classes") is charged by each file with the buffers it allocates:
+ * backend_cpu.c through its cpu_impl, backend_cpu_vocab.c through the
+ * ledger the ops table's `ledger` returns (backend_cpu.c calls
+ * backend_cpu_vocab.c, so a call back would make the two a circle). */
 
 #endif

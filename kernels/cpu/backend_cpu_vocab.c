@@ -57,6 +57,7 @@
 #include "kernels/cpu/backend_cpu_impl.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vocab_shard.h"
+#include "src/mem_ledger.h"
 #include "src/sched.h"
 
 /* One shard's work on one micro-batch. */
@@ -89,22 +90,86 @@ typedef struct cv_shard {
 
 /* The backend's zb_bvocab. */
 typedef struct cpu_vocab {
+    mem_ledger *ledger;     /* the CPU backend's (its ops->ledger), charged with every
+                             * buffer below; NULL: none */
     zb_vocab_shape shape;   /* as vocab_new got it */
     int N;                  /* rows per micro-batch, B*T */
     cv_shard *shard;        /* [p] */
     cv_cell *cell;          /* [m * p] */
     float **x;              /* [m] head input of each micro-batch, [N, d]; NULL when not held */
+    int *x_dev;             /* [m] the device x[j] is charged to (put_x's) */
     int *t_left;            /* [m] T passes of the micro-batch this process has still to run */
     cv_list free_x;         /* free [N, d] head inputs (under mu) */
     cv_list free_partial;   /* free [N, d] partials (under mu) */
     pthread_mutex_t mu;     /* guards free_x, free_partial, t_left and x[] hand-overs */
     const int32_t *targets; /* [m][N] this step's targets (borrowed) */
     float *head_grad;       /* [d, V] the head's gradient (the stage's buffer) */
-    float *dx_lse;          /* [N] dx's scratch (the last stage's worker only) */
-    double **dx_weight;     /* [p] of [N] Vocab-1 rescale weights (dx's scratch) */
+    float *dx_lse;          /* [N] dx's scratch (the last stage's worker only; made by
+                             * the first dx, which knows the device to charge) */
+    double **dx_weight;     /* [p] of [N] Vocab-1 rescale weights (dx's scratch, as dx_lse) */
+    int dx_dev;             /* the device dx's scratch is charged to; -1 before the first dx */
 } cpu_vocab;
 
 #define CV(v) ((cpu_vocab *)(v))
+
+/* THE LEDGER.  Every buffer below is charged to the memory ledger
+ * (src/mem_ledger.h) while it is in use, on the device that holds it,
+ * and released when it goes back to a free list or is freed: a free
+ * list's idle buffers are not charged (as the activation pool's are not),
+ * so a class's peak is the peak in use.  The classes (docs/cost-model.md,
+ * "Buffer classes"):
+ *
+ *   vocab_cells   each shard's copy of the head's columns and its dW, a
+ *                 cell's logits (S to T) and statistics (from its first S,
+ *                 kept), its partial (S or T to dx) and the dW of a T run
+ *                 ahead of micro-batch order: on the shard's device;
+ *   comm_buffers  the head input X(j), the last stage's broadcast to the
+ *                 shards: on the device that put it, from put_x to the
+ *                 last T of j;
+ *   workspace     Vocab-1's local softmax and each T's lse (the shard's
+ *                 device), dx's lse and rescale weights (dx's device).
+ *
+ * In one process shard k is device k; across processes (shape.local >= 0)
+ * everything this process holds is its one device's.  The evaluation's
+ * buffers (cpu_vocab_eval, on the trainer's thread between steps, freed
+ * before it returns) are not charged, as the trainer's evaluation
+ * activations are not. */
+
+/* The device that holds shard k's buffers in this process. */
+static int holder(const cpu_vocab *cv, int k)
+{
+    return cv->shape.local >= 0 ? cv->shape.local : k;
+}
+
+/* Bytes of one [N, v_k] logits buffer of shard k. */
+static size_t logits_bytes(const cpu_vocab *cv, int k)
+{
+    return sizeof(float) * (size_t)cv->N * (size_t)cv->shard[k].v;
+}
+
+/* Bytes of one [N, d] head input or partial. */
+static size_t rows_bytes(const cpu_vocab *cv)
+{
+    return sizeof(float) * (size_t)cv->N * (size_t)cv->shape.d;
+}
+
+/* Bytes of one [d, v_k] copy of shard k's columns (or of their dW). */
+static size_t columns_bytes(const cpu_vocab *cv, int k)
+{
+    return sizeof(float) * (size_t)cv->shape.d * (size_t)cv->shard[k].v;
+}
+
+/* Bytes of one cell's statistics: row max, row sum (fp64), target logit. */
+static size_t stats_bytes(const cpu_vocab *cv)
+{
+    return (size_t)cv->N * (2 * sizeof(float) + sizeof(double));
+}
+
+/* Bytes of dx's scratch: lse and p rows of rescale weights. */
+static size_t dx_scratch_bytes(const cpu_vocab *cv)
+{
+    return (size_t)cv->N * (sizeof(float) + (size_t)cv->shape.shards * sizeof(double));
+}
 
 /* A buffer of n floats from list l (or a new one); NULL when out of memory. */
 static float *list_take(cv_list *l, size_t n)
@@ -148,6 +213,44 @@ static void shared_give(cpu_vocab *cv, cv_list *l, float *b)
     pthread_mutex_unlock(&cv->mu);
 }
 
+/* Shard k's logits buffer from its free list, charged to its holder
+ * (shard k's worker only); NULL when out of memory. */
+static float *logits_take(cpu_vocab *cv, int k)
+{
+    float *b = list_take(&cv->shard[k].logits, (size_t)cv->N * (size_t)cv->shard[k].v);
+    if (b)
+        mem_ledger_charge(cv->ledger, holder(cv, k), MEM_VOCAB, logits_bytes(cv, k));
+    return b;
+}
+
+/* Gives logits buffer b of shard k back (NULL is fine). */
+static void logits_give(cpu_vocab *cv, int k, float *b)
+{
+    if (!b)
+        return;
+    mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, logits_bytes(cv, k));
+    list_give(&cv->shard[k].logits, b);
+}
+
+/* A partial for a cell of shard k, charged to its holder; NULL when out
+ * of memory. */
+static float *partial_take(cpu_vocab *cv, int k)
+{
+    float *b = shared_take(cv, &cv->free_partial);
+    if (b)
+        mem_ledger_charge(cv->ledger, holder(cv, k), MEM_VOCAB, rows_bytes(cv));
+    return b;
+}
+
+/* Gives partial b of a cell of shard k back (NULL is fine). */
+static void partial_give(cpu_vocab *cv, int k, float *b)
+{
+    if (!b)
+        return;
+    mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, rows_bytes(cv));
+    shared_give(cv, &cv->free_partial, b);
+}
+
 void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
 {
     (void)be;
@@ -155,6 +258,37 @@ void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
     if (!cv)
         return;
     int p = cv->shape.shards, m = cv->shape.micro;
+    /* what is still charged goes back to the ledger first (the shards'
+     * sizes are known once cv->shard is) */
+    for (int i = 0; cv->cell && cv->shard && i < m * p; i++) {
+        int k = i % p, dev = holder(cv, k);
+        if (cv->cell[i].logits)
+            mem_ledger_release(cv->ledger, dev, MEM_VOCAB, logits_bytes(cv, k));
+        if (cv->cell[i].partial)
+            mem_ledger_release(cv->ledger, dev, MEM_VOCAB, rows_bytes(cv));
+        if (cv->cell[i].row_max)
+            mem_ledger_release(cv->ledger, dev, MEM_VOCAB, stats_bytes(cv));
+    }
+    for (int k = 0; cv->shard && k < p; k++) {
+        cv_shard *sh = &cv->shard[k];
+        int dev = holder(cv, k);
+        if (sh->w)
+            mem_ledger_release(cv->ledger, dev, MEM_VOCAB, columns_bytes(cv, k));
+        if (sh->dw)
+            mem_ledger_release(cv->ledger, dev, MEM_VOCAB, columns_bytes(cv, k));
+        if (sh->scratch)
+            mem_ledger_release(cv->ledger, dev, MEM_WORKSPACE, logits_bytes(cv, k));
+        if (sh->lse)
+            mem_ledger_release(cv->ledger, dev, MEM_WORKSPACE, sizeof(float) * (size_t)cv->N);
+        for (int j = 0; sh->dw_ahead && j < m; j++)
+            if (sh->dw_ahead[j])
+                mem_ledger_release(cv->ledger, dev, MEM_VOCAB, columns_bytes(cv, k));
+    }
+    for (int j = 0; cv->x && cv->x_dev && j < m; j++)
+        if (cv->x[j])
+            mem_ledger_release(cv->ledger, cv->x_dev[j], MEM_COMM, rows_bytes(cv));
+    if (cv->dx_dev >= 0)
+        mem_ledger_release(cv->ledger, cv->dx_dev, MEM_WORKSPACE, dx_scratch_bytes(cv));
     if (cv->cell)
         for (int i = 0; i < m * p; i++) {
             free(cv->cell[i].logits);
@@ -188,6 +322,7 @@ void cpu_vocab_free(zb_backend *be, zb_bvocab *bv)
     free(cv->dx_weight);
     free(cv->dx_lse);
     free(cv->x);
+    free(cv->x_dev);
     free(cv->t_left);
     free(cv->cell);
     free(cv->shard);
@@ -211,6 +346,8 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
     if (!cv)
         return zb_fail(err, "out of memory for the vocabulary shards");
     pthread_mutex_init(&cv->mu, NULL);
+    cv->ledger = be->ops->ledger ? be->ops->ledger(be) : NULL;
+    cv->dx_dev = -1;
     cv->shape = *shape;
     cv->N = shape->batch * shape->seq;
     int p = shape->shards, m = shape->micro;
@@ -219,15 +356,15 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
     cv->shard = calloc((size_t)p, sizeof *cv->shard);
     cv->cell = calloc((size_t)m * (size_t)p, sizeof *cv->cell);
     cv->x = calloc((size_t)m, sizeof *cv->x);
+    cv->x_dev = calloc((size_t)m, sizeof *cv->x_dev);
     cv->t_left = calloc((size_t)m, sizeof *cv->t_left);
-    cv->dx_lse = malloc(sizeof(float) * N);
     cv->dx_weight = calloc((size_t)p, sizeof *cv->dx_weight);
     /* at most every micro-batch's buffer is out at once */
     cv->free_x.buf = calloc((size_t)m, sizeof(float *));
     cv->free_partial.buf = calloc((size_t)m * (size_t)p, sizeof(float *));
     cv->free_x.cap = m;
     cv->free_partial.cap = m * p;
-    int oom = !cv->shard || !cv->cell || !cv->x || !cv->t_left || !cv->dx_lse || !cv->dx_weight
+    int oom = !cv->shard || !cv->cell || !cv->x || !cv->x_dev || !cv->t_left || !cv->dx_weight
               || !cv->free_x.buf || !cv->free_partial.buf;
     for (int k = 0; k < p && !oom; k++) {
         cv_shard *sh = &cv->shard[k];
@@ -244,9 +381,19 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
         sh->dw_ahead = calloc((size_t)m, sizeof *sh->dw_ahead);
         sh->logits.buf = here ? calloc((size_t)m, sizeof(float *)) : NULL;
         sh->logits.cap = here ? m : 0;
-        cv->dx_weight[k] = malloc(sizeof(double) * N);
+        /* charged as made, so that cpu_vocab_free's releases match
+         * whatever a failure here leaves */
+        int dev = holder(cv, k);
+        if (sh->w)
+            mem_ledger_charge(cv->ledger, dev, MEM_VOCAB, columns_bytes(cv, k));
+        if (sh->dw)
+            mem_ledger_charge(cv->ledger, dev, MEM_VOCAB, columns_bytes(cv, k));
+        if (sh->scratch)
+            mem_ledger_charge(cv->ledger, dev, MEM_WORKSPACE, logits_bytes(cv, k));
+        if (sh->lse)
+            mem_ledger_charge(cv->ledger, dev, MEM_WORKSPACE, sizeof(float) * N);
         oom = !sh->w || (v1 && here && !sh->scratch) || (here && (!sh->lse || !sh->dw))
-              || !sh->dw_ahead || (here && !sh->logits.buf) || !cv->dx_weight[k];
+              || !sh->dw_ahead || (here && !sh->logits.buf);
     }
     if (oom) {
         cpu_vocab_free(be, (zb_bvocab *)cv);
@@ -256,8 +403,9 @@ int cpu_vocab_new(zb_backend *be, const zb_vocab_shape *shape, zb_bvocab **out, 
     return 0;
 }
 
-/* Allocates a cell's statistics on first use; 0 or -1. */
-static int stats_ready(cpu_vocab *cv, cv_cell *c)
+/* Allocates the statistics of cell c (of shard k) on first use, charged
+ * to the shard's holder for as long as the cell exists; 0 or -1. */
+static int stats_ready(cpu_vocab *cv, cv_cell *c, int k)
 {
     if (c->row_max)
         return 0;
@@ -265,8 +413,10 @@ static int stats_ready(cpu_vocab *cv, cv_cell *c)
     c->row_max = malloc(sizeof(float) * N);
     c->row_sum = malloc(sizeof(double) * N);
     c->tgt = malloc(sizeof(float) * N);
-    if (c->row_max && c->row_sum && c->tgt)
+    if (c->row_max && c->row_sum && c->tgt) {
+        mem_ledger_charge(cv->ledger, holder(cv, k), MEM_VOCAB, stats_bytes(cv));
         return 0;
+    }
     free(c->row_max);
     free(c->row_sum);
     free(c->tgt);
@@ -286,12 +436,20 @@ static void release_leftovers(cpu_vocab *cv)
     for (int j = 0; j < m; j++) {
         for (int k = 0; k < p; k++) {
             cv_cell *c = &cv->cell[j * p + k];
-            if (c->logits)
+            if (c->logits) {
+                mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, logits_bytes(cv, k));
                 list_give(&cv->shard[k].logits, c->logits);
-            list_give(&cv->free_partial, c->partial);
+            }
+            if (c->partial) {
+                mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, rows_bytes(cv));
+                list_give(&cv->free_partial, c->partial);
+            }
             c->logits = c->partial = NULL;
         }
-        list_give(&cv->free_x, cv->x[j]);
+        if (cv->x[j]) {
+            mem_ledger_release(cv->ledger, cv->x_dev[j], MEM_COMM, rows_bytes(cv));
+            list_give(&cv->free_x, cv->x[j]);
+        }
         cv->x[j] = NULL;
     }
     pthread_mutex_unlock(&cv->mu);
@@ -312,6 +470,8 @@ int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
         vshard_gather(sh->w, head, d, V, sh->v0, sh->v);
         sh->next_t = 0;
         for (int j = 0; j < cv->shape.micro; j++) { /* a failed step's leftovers */
+            if (sh->dw_ahead[j])
+                mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, columns_bytes(cv, k));
             free(sh->dw_ahead[j]);
             sh->dw_ahead[j] = NULL;
         }
@@ -326,13 +486,16 @@ int cpu_vocab_begin(zb_backend *be, zb_bvocab *bv, zb_bstage *bst, size_t head_o
 int cpu_vocab_put_x(zb_backend *be, zb_bvocab *bv, int dev, int mb, const void *x, zb_err *err)
 {
     (void)be;
-    (void)dev;
     cpu_vocab *cv = CV(bv);
     assert(mb >= 0 && mb < cv->shape.micro && !cv->x[mb]);
     float *buf = shared_take(cv, &cv->free_x);
     if (!buf)
         return zb_fail(err, "out of memory for the head input of micro-batch %d", mb);
     memcpy(buf, x, sizeof(float) * (size_t)cv->N * (size_t)cv->shape.d);
+    /* the broadcast's one copy in this process: the putting device's
+     * until the last T of mb gives it back */
+    mem_ledger_charge(cv->ledger, dev, MEM_COMM, rows_bytes(cv));
+    cv->x_dev[mb] = dev;
     cv->x[mb] = buf; /* read only by S and T of mb, which wait for it */
     return 0;
 }
@@ -348,12 +511,12 @@ int cpu_vocab_s(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     cv_cell *c = &cv->cell[mb * p + shard];
     int v1 = cv->shape.variant == SCHED_VOCAB_1;
     assert(!c->logits && !c->partial);
-    c->logits = list_take(&sh->logits, (size_t)cv->N * (size_t)sh->v);
+    c->logits = logits_take(cv, shard);
     if (v1 && c->logits)
-        c->partial = shared_take(cv, &cv->free_partial);
-    if (!c->logits || (v1 && !c->partial) || stats_ready(cv, c) != 0) {
-        list_give(&sh->logits, c->logits);
-        shared_give(cv, &cv->free_partial, c->partial);
+        c->partial = partial_take(cv, shard);
+    if (!c->logits || (v1 && !c->partial) || stats_ready(cv, c, shard) != 0) {
+        logits_give(cv, shard, c->logits);
+        partial_give(cv, shard, c->partial);
         c->logits = c->partial = NULL;
         return zb_fail(err, "S of shard %d, micro-batch %d: out of memory for its logits", shard,
                        mb);
@@ -395,13 +558,14 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
     cv_cell *c = &cv->cell[mb * p + shard];
     assert(c->logits && cv->x[mb]);
     const int32_t *y = cv->targets + (size_t)mb * cv->N;
-    if (cv->shape.variant == SCHED_VOCAB_2 && !(c->partial = shared_take(cv, &cv->free_partial)))
+    if (cv->shape.variant == SCHED_VOCAB_2 && !(c->partial = partial_take(cv, shard)))
         return zb_fail(err, "T of shard %d, micro-batch %d: out of memory", shard, mb);
     float *dw = sh->dw; /* dW in micro-batch order: now if it is this one's turn, else later */
     if (mb != sh->next_t) {
         assert(mb > sh->next_t);
         if (!(dw = malloc(sizeof(float) * (size_t)d * (size_t)sh->v)))
             return zb_fail(err, "T of shard %d, micro-batch %d: out of memory", shard, mb);
+        mem_ledger_charge(cv->ledger, holder(cv, shard), MEM_VOCAB, columns_bytes(cv, shard));
     }
     combine_stats(cv, mb, sh->lse, NULL);
     /* the trainer's B passes 1/m as dloss; T has no B to hear it from,
@@ -416,17 +580,19 @@ int cpu_vocab_t(zb_backend *be, zb_bvocab *bv, int shard, int mb, zb_err *err)
         for (sh->next_t++; sh->next_t < m && sh->dw_ahead[sh->next_t]; sh->next_t++) {
             vshard_scatter_add(cv->head_grad, sh->dw_ahead[sh->next_t], d, V, sh->v0, sh->v);
             free(sh->dw_ahead[sh->next_t]);
+            mem_ledger_release(cv->ledger, holder(cv, shard), MEM_VOCAB, columns_bytes(cv, shard));
             sh->dw_ahead[sh->next_t] = NULL;
         }
     } else {
         sh->dw_ahead[mb] = dw;
     }
     /* the logit gradient is spent: its buffer goes to the shard's next S */
-    list_give(&sh->logits, c->logits);
+    logits_give(cv, shard, c->logits);
     c->logits = NULL;
     /* the last T of mb here frees its head input */
     pthread_mutex_lock(&cv->mu);
     if (--cv->t_left[mb] == 0) {
+        mem_ledger_release(cv->ledger, cv->x_dev[mb], MEM_COMM, rows_bytes(cv));
         list_give(&cv->free_x, cv->x[mb]);
         cv->x[mb] = NULL;
     }
@@ -438,11 +604,23 @@ int cpu_vocab_dx(zb_backend *be, zb_bvocab *bv, int dev, int mb, float dloss, vo
                  float *loss, zb_err *err)
 {
     (void)be;
-    (void)dev;
-    (void)err;
     cpu_vocab *cv = CV(bv);
     int p = cv->shape.shards, v1 = cv->shape.variant == SCHED_VOCAB_1;
     assert(mb >= 0 && mb < cv->shape.micro);
+    if (cv->dx_dev < 0) { /* the first dx: its scratch, on the device that sums */
+        size_t N = (size_t)cv->N;
+        if (!cv->dx_lse) /* (a retry after running out keeps what it got) */
+            cv->dx_lse = malloc(sizeof(float) * N);
+        int oom = !cv->dx_lse;
+        for (int k = 0; k < p && !oom; k++)
+            if (!cv->dx_weight[k])
+                oom = !(cv->dx_weight[k] = malloc(sizeof(double) * N));
+        if (oom)
+            return zb_fail(err, "dX of micro-batch %d: out of memory for its scratch", mb);
+        cv->dx_dev = dev;
+        mem_ledger_charge(cv->ledger, dev, MEM_WORKSPACE, dx_scratch_bytes(cv));
+    }
+    assert(dev == cv->dx_dev); /* one device sums every micro-batch's partials */
     *loss = (float)combine_stats(cv, mb, cv->dx_lse, v1 ? cv->dx_weight : NULL);
     const float *part[p], *w[p];
     for (int k = 0; k < p; k++) {
@@ -458,6 +636,7 @@ int cpu_vocab_dx(zb_backend *be, zb_bvocab *bv, int dev, int mb, float dloss, vo
     /* the barrier's sum is taken: every partial of mb is free again */
     pthread_mutex_lock(&cv->mu);
     for (int k = 0; k < p; k++) {
+        mem_ledger_release(cv->ledger, holder(cv, k), MEM_VOCAB, rows_bytes(cv));
         list_give(&cv->free_partial, cv->cell[mb * p + k].partial);
         cv->cell[mb * p + k].partial = NULL;
     }
@@ -591,7 +770,7 @@ int cpu_vocab_export(zb_backend *be, zb_bvocab *bv, zb_vocab_wire part, int shar
         return zb_fail(err, "shard %d, micro-batch %d: no partial to send", shard, mb);
     memcpy(buf, c->partial, N * (size_t)d * sizeof(float));
     /* it has left for the last stage's process, which sums it: free here */
-    shared_give(cv, &cv->free_partial, c->partial);
+    partial_give(cv, shard, c->partial);
     c->partial = NULL;
     return 0;
 }
@@ -615,7 +794,7 @@ int cpu_vocab_import(zb_backend *be, zb_bvocab *bv, zb_vocab_wire part, int shar
     assert(mb >= 0 && mb < cv->shape.micro);
     cv_cell *c = &cv->cell[mb * p + shard];
     if (part == ZB_VOCAB_WIRE_STATS) {
-        if (stats_ready(cv, c) != 0)
+        if (stats_ready(cv, c, shard) != 0)
             return zb_fail(err, "out of memory for shard %d's statistics", shard);
         const char *b = buf;
         memcpy(c->row_sum, b, N * sizeof(double));
@@ -624,7 +803,7 @@ int cpu_vocab_import(zb_backend *be, zb_bvocab *bv, zb_vocab_wire part, int shar
         return 0;
     }
     assert(!c->partial);
-    if (!(c->partial = shared_take(cv, &cv->free_partial)))
+    if (!(c->partial = partial_take(cv, shard)))
         return zb_fail(err, "out of memory for shard %d's partial", shard);
     memcpy(c->partial, buf, N * (size_t)d * sizeof(float));
     return 0;
