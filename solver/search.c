@@ -674,9 +674,10 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
     return 0;
 }
 
-/* Runs a V solver on the V placement's per-stage costs and limits. */
+/* Runs a V solver on the V placement's per-stage costs and limits; memo
+ * keeps its greedy list runs for the next variant on the same vt. */
 static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, const int *layers,
-                        const char *label, const double *limit, zb_err *err)
+                        const char *label, const double *limit, solver_greedy_memo *memo, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, label, 2, err);
     if (!c)
@@ -685,7 +686,7 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
         return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (solver_v_costs(label, vt, limit, &s, &e2) < 0)
+    if (solver_v_costs_memo(label, vt, limit, memo, &s, &e2) < 0)
         skip(c, e2.msg);
     else
         evaluate(st, cf, c, s, layers);
@@ -767,9 +768,13 @@ static int run_v_light(search_state *st, search_config *cf, double *limit, zb_er
     if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, err) < 0)
         goto out;
     static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    solver_greedy_memo memo = { 0 };
     for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-        if (run_v_solver(st, cf, vt, layers, vf[i], limit, err) < 0)
+        if (run_v_solver(st, cf, vt, layers, vf[i], limit, &memo, err) < 0) {
+            solver_greedy_memo_free(&memo);
             goto out;
+        }
+    solver_greedy_memo_free(&memo);
     rc = 0;
 out:
     free(layers);
@@ -916,9 +921,13 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, err) < 0)
             goto out;
         static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+        solver_greedy_memo memo = { 0 };
         for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, err) < 0)
+            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, &memo, err) < 0) {
+                solver_greedy_memo_free(&memo);
                 goto out;
+            }
+        solver_greedy_memo_free(&memo);
         /* The V puts the embedding and the head on device 0.  When that
          * is what overflows, the "light ends" split gives stages 0 and
          * 2p-1 no transformer layer, so device 0 holds only the two

@@ -28,6 +28,40 @@ int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err);
 
+/* What solver_greedy_list's runs on one template decided, kept so that
+ * a call with another limit that would decide alike (the V variants of
+ * one configuration differ only in their limits, often beyond what any
+ * run reaches) reuses the result instead of running again.  The limit
+ * is read in one comparison (an F's memory need against it); a limit
+ * under which every need that passed still passes and every need that
+ * was refused is still refused takes every decision alike, so all knob
+ * runs, and their best, are the same. */
+typedef struct solver_greedy_memo {
+    const sched_t *tmpl; /* the template the runs were on (borrowed; its costs must not
+                          * change while the memo is used); NULL: empty */
+    sched_t *best;       /* copy of their best schedule (owned) */
+    double cost;         /* its cost */
+    int knob_bits;       /* its knobs */
+    double *admitted;    /* [p] per device, the largest need an F was admitted with */
+    double *refused;     /* [p] per device, the smallest need an F was refused for */
+} solver_greedy_memo;
+
+/* solver_greedy_list, reusing memo's result when memo holds runs on tmpl
+ * that limit would repeat decision for decision, else running and
+ * storing them in memo (when memo is not NULL).  Same results and errors
+ * as solver_greedy_list. */
+int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
+                            double *cost, int *knob_bits, zb_err *err);
+
+/* Frees what memo holds and empties it. */
+void solver_greedy_memo_free(solver_greedy_memo *memo);
+
+/* solver_v_costs (solver.h) with its greedy list runs kept in memo
+ * across calls on the same template (the three variants of one
+ * configuration). */
+int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
+                        sched_t **out, zb_err *err);
+
 /* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
  * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and
  * costs (the same on every stage), under limit[p] per device.  Stores the

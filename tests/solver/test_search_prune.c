@@ -1,7 +1,9 @@
 /*
- * test_search_prune.c: the search's pruning by lower bounds
- * (solver/search_prune.c, docs/search.md "Pruning") changes nothing it
- * reports but the list of candidates.
+ * test_search_prune.c: the search's shortcuts change nothing it reports
+ * but the list of candidates: its pruning by lower bounds
+ * (solver/search_prune.c, docs/search.md "Pruning"), and the V solvers'
+ * greedy list runs reused across limits that decide alike
+ * (solver_greedy_memo, solver/v_shape.c; test_greedy_memo below).
  *
  * Each scenario is searched twice, pruned (the default) and exhaustive
  * (search_options.exhaustive), and the two results must agree on: the
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "solver/search.h"
+#include "solver/solver_internal.h"
 
 /* One scenario: model, GPU, GPUs, batch, memory, target, vocabulary. */
 typedef struct scenario {
@@ -186,6 +189,70 @@ START_TEST(test_nothing_fits)
 }
 END_TEST
 
+/* 1 when a and b hold the same ops in the same order on every device. */
+static int same_ops(const sched_t *a, const sched_t *b)
+{
+    if (a->n_devices != b->n_devices)
+        return 0;
+    for (int d = 0; d < a->n_devices; d++) {
+        if (a->dev[d].n_ops != b->dev[d].n_ops)
+            return 0;
+        for (int i = 0; i < a->dev[d].n_ops; i++) {
+            sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
+            if (x.kind != y.kind || x.stage != y.stage || x.mb != y.mb)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+START_TEST(test_greedy_memo)
+{
+    /* A V template with uneven stages; the three variants under a
+     * sequence of device limits (loose: every variant's own limit binds;
+     * tight: the caller's limit binds, so variants decide alike), each
+     * with one memo shared along the sequence as the search shares it,
+     * and without: the same schedules, costs and errors. */
+    int p = 4, m = 12, S = 2 * p;
+    sched_t *t = sched_new(p, m, S);
+    ck_assert_ptr_nonnull(t);
+    sched_place_v(t);
+    for (int i = 0; i < S; i++) {
+        t->cost[i] = (stage_cost){ 1.0 + 0.1 * i, 1.1 + 0.05 * i, 0.9, 2.0 + 0.2 * (i % 3), -1.2, -0.8 - 0.2 * (i % 3) };
+        t->cost[i].d_w = -(t->cost[i].d_f + t->cost[i].d_b);
+    }
+    t->t_comm = 0.05;
+    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    const double scale[] = { 1e9, 40, 14, 9, 9, 6, 40 };
+    solver_greedy_memo memo = { 0 };
+    int reused = 0;
+    for (size_t k = 0; k < sizeof scale / sizeof scale[0]; k++) {
+        double limit[4];
+        for (int d = 0; d < p; d++)
+            limit[d] = scale[k] * (1 + 0.1 * d);
+        for (int v = 0; v < 3; v++) {
+            sched_t *a = NULL, *b = NULL;
+            zb_err ea = { { 0 } }, eb = { { 0 } };
+            int had = memo.best != NULL;
+            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &a, &ea);
+            int rb = solver_v_costs(vf[v], t, limit, &b, &eb);
+            ck_assert_int_eq(ra, rb);
+            if (ra == 0) {
+                ck_assert_msg(same_ops(a, b), "%s at scale %g: the memo's schedule differs", vf[v], scale[k]);
+                reused += had;
+            } else {
+                ck_assert_str_eq(ea.msg, eb.msg);
+            }
+            sched_free(a);
+            sched_free(b);
+        }
+    }
+    ck_assert_int_gt(reused, 0);
+    solver_greedy_memo_free(&memo);
+    sched_free(t);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("search_prune");
@@ -195,6 +262,7 @@ int main(void)
     tcase_add_test(tc, test_many_depths);
     tcase_add_test(tc, test_sync_targets);
     tcase_add_test(tc, test_nothing_fits);
+    tcase_add_test(tc, test_greedy_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
