@@ -29,6 +29,15 @@
  * best plan so far is not simulated: no order could make it win.  On the
  * default job this is what beats the plain plans (docs/vocab-parallel.md).
  *
+ * Before a family is built on a config, placement_bound bounds the time
+ * (if it fits) and the peak memory of any schedule on its placement from
+ * the costs alone; a candidate whose bounds already lose to its label's
+ * best at this depth under every target that runs it is not built
+ * (search_prune.c says why per label and target: every best the search
+ * reports stays; --exhaustive builds them all).  settle() asserts each
+ * simulated candidate against its bounds.  The three V variants of one
+ * placement share their greedy list runs (solver_greedy_memo).
+ *
  * Candidates are kept in one growing array.  Only the schedules of the
  * best few survive (and those of each family's best, which the local
  * search starts from): the rest are freed as soon as they are ranked, so
