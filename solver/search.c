@@ -29,6 +29,15 @@
  * best plan so far is not simulated: no order could make it win.  On the
  * default job this is what beats the plain plans (docs/vocab-parallel.md).
  *
+ * Before a family is built on a config, placement_bound bounds the time
+ * (if it fits) and the peak memory of any schedule on its placement from
+ * the costs alone; a candidate whose bounds already lose to its label's
+ * best at this depth under every target that runs it is not built
+ * (search_prune.c says why per label and target: every best the search
+ * reports stays; --exhaustive builds them all).  settle() asserts each
+ * simulated candidate against its bounds.  The three V variants of one
+ * placement share their greedy list runs (solver_greedy_memo).
+ *
  * Candidates are kept in one growing array.  Only the schedules of the
  * best few survive (and those of each family's best, which the local
  * search starts from): the rest are freed as soon as they are ranked, so
@@ -140,6 +149,8 @@ typedef struct search_state {
     int next_seq;            /* search_candidate.seq of the next candidate */
     zb_layout layout;        /* the layout being searched (tp, sp, cp, zero, offload) */
     int n_gpus;              /* GPUs left for pipeline x data parallel: o->n_gpus / (tp * cp) */
+    search_prune prune;      /* each label's best at this depth, what lower bounds are
+                              * compared with (search_prune.c) */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -157,6 +168,9 @@ typedef struct search_config {
     sched_t *plain;      /* p stages, plain placement, costs filled; no ops */
     sched_t *vshape;     /* 2p stages, V placement, costs filled; NULL when layers are too few */
     gen_params gp;       /* uniform costs and shape for the generators */
+    double bound_ms;     /* lower bound of the time of the families about to be built on
+                          * this config if they fit (placement_bound), or 0: none */
+    double peak_bound;   /* lower bound of their peak memory (placement_bound), or 0 */
 } search_config;
 
 static search_candidate *new_candidate(search_state *st, const search_config *cf, const char *label,
@@ -365,6 +379,130 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
     return 0;
 }
 
+/* A lower bound of device d's span in any schedule on placement s (costed;
+ * any placement): its busy time, m (F+B+W) of its stages, plus the idle
+ * the pipeline's round trip forces on it.  Let s_d be d's first stage in
+ * model order.  Between the end of F(s_d, j) and the start of B(s_d, j)
+ * lies the round trip C: every later stage's F and B of micro-batch j,
+ * and t_comm at each change of device (the simulator's arrival rule).
+ * Take j the micro-batch of the first B on s_d: in that window d can run
+ * neither a B nor a W of s_d, nor F(s_d, j) itself, so it idles at least C
+ * minus the rest of its work.  Take j the micro-batch of the last F on
+ * s_d: in that window d can run no F of s_d, nor B(s_d, j) and W(s_d, j).
+ * Both windows lie within d's span.  This is the fill and drain of a
+ * pipeline with few micro-batches (m = 2 on 32 devices idles most of
+ * the span), which the busy time alone does not see. */
+static double device_span_bound(const sched_t *s, int d)
+{
+    int S = s->n_stages, m = s->n_micro, first = -1;
+    double busy = 0;
+    for (int i = 0; i < S; i++)
+        if (s->stage_device[i] == d) {
+            if (first < 0)
+                first = i;
+            busy += m * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
+        }
+    if (first < 0)
+        return 0;
+    double trip = 0;
+    for (int k = first + 1; k < S; k++)
+        trip += s->cost[k].t_f + s->cost[k].t_b + (s->stage_device[k] != s->stage_device[k - 1] ? 2 * s->t_comm : 0);
+    const stage_cost *c = &s->cost[first];
+    double head_work = busy - m * (c->t_b + c->t_w) - c->t_f; /* what d may run before its first B of s_d */
+    double tail_work = busy - m * c->t_f - c->t_b - c->t_w;   /* ... after its last F of s_d */
+    return busy + fmax(0, trip - fmin(head_work, tail_work));
+}
+
+/* A lower bound of device d's peak memory (static plus activations) in
+ * any schedule on placement s (costed).  Micro-batch 0's F on every stage
+ * of d precedes its B on d's last stage, which is its first B on d (the
+ * backward runs down the stages): at that moment d holds dF of each of
+ * its stages for it.  Every other micro-batch holds on each stage one of
+ * its partial sums (0, dF, dF+dB, dF+dB+dW), the smallest of which, when
+ * negative (never, with the cost model's deltas), is charged to all m-1. */
+static double device_peak_bound(const sched_t *s, int d)
+{
+    double act = 0, other = 0;
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stage_device[i] == d) {
+            const stage_cost *c = &s->cost[i];
+            act += c->d_f;
+            other += fmin(0, fmin(c->d_f, fmin(c->d_f + c->d_b, c->d_f + c->d_b + c->d_w)));
+        }
+    return s->mem_static[d] + fmax(0, act + (s->n_micro - 1) * other);
+}
+
+/* A lower bound of the time of any fitting schedule on placement s (costed
+ * under cf, with split layers or the rule's when NULL): the largest over
+ * devices of device_span_bound plus the data-parallel sync the device
+ * cannot hide (dp_exposed_ms, which depends on the costs only): both step
+ * rules' times hold some device's span plus its exposed sync.  With one
+ * stage per device (one_per_device) the stage bound of bound.c counts too:
+ * it adds the idle a stage's memory limit (the memory minus its static
+ * memory; a schedule over it does not fit) forces before its first B and
+ * after its last F.  Stores it in *bound_ms, and in *peak_bytes the
+ * largest over devices of device_peak_bound.  Both 0 when the parameters
+ * cannot be costed (nothing is then pruned). */
+static void placement_bound(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
+                            int one_per_device, double *bound_ms, double *peak_bytes)
+{
+    int P = s->n_devices;
+    double *params = calloc((size_t)P, sizeof *params), *limit = malloc(sizeof *limit * (size_t)P);
+    zb_err e2 = { { 0 } };
+    *bound_ms = *peak_bytes = 0;
+    if (!params || !limit || (st->dp > 1 && device_params(st, cf, layers, s, params, &e2) < 0)) {
+        free(params);
+        free(limit);
+        return;
+    }
+    assert(!one_per_device || s->n_stages == P);
+    for (int d = 0; d < P; d++)
+        limit[d] = st->o->mem_bytes - s->mem_static[d];
+    solver_problem pr = { .p = P, .m = s->n_micro, .cost = s->cost, .t_comm = s->t_comm, .limit = limit };
+    double bound = 0, peak = 0;
+    for (int d = 0; d < P; d++) {
+        double span = device_span_bound(s, d);
+        if (one_per_device)
+            span = fmax(span, solver_stage_lower_bound(&pr, d));
+        bound = fmax(bound, span + dp_exposed_ms(st, s, params, d));
+        peak = fmax(peak, device_peak_bound(s, d));
+    }
+    free(params);
+    free(limit);
+    *bound_ms = bound;
+    *peak_bytes = peak;
+}
+
+/* 1 when candidate c, just created by new_candidate on cf, need not be
+ * built: cf's bounds lose to the best of c's label under every target
+ * that runs c (search_prune_loses).  It is then taken back off the list
+ * (it was the last one) and counted in n_pruned. */
+static int pruned(search_state *st, const search_config *cf, search_candidate *c)
+{
+    if (!(cf->bound_ms > 0 || cf->peak_bound > 0) ||
+        !search_prune_loses(&st->prune, c->label, c->targets, cf->bound_ms, cf->peak_bound, st->o->mem_bytes))
+        return 0;
+    assert(c == &st->r->c[st->r->n - 1]);
+    st->r->n--;
+    st->next_seq--;
+    st->r->n_pruned++;
+    tick(st);
+    return 1;
+}
+
+/* Records evaluated candidate c among its label's bests and checks that
+ * the bound it was built under holds. */
+static void settle(search_state *st, const search_config *cf, const search_candidate *c)
+{
+    /* The bound is a lower bound of every fitting schedule's time on its
+     * placement; a fit faster than it means the bound (and what it
+     * pruned) is wrong. */
+    assert(c->status != SEARCH_FIT || !(cf->bound_ms > 0) ||
+           c->async_ms >= cf->bound_ms * (1 - 1e-9) - 1e-9);
+    assert(c->status == SEARCH_SKIPPED || c->peak_bytes >= cf->peak_bound * (1 - 1e-9));
+    search_prune_note(&st->prune, c);
+}
+
 /* Costs, validates and simulates c's schedule s (taking ownership of s),
  * then fills c's figures.  A schedule the cost model, validator or
  * simulator rejects becomes a skipped candidate with their message. */
@@ -526,6 +664,8 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
     search_candidate *c = new_candidate(st, cf, label, kind, chunks, err);
     if (!c)
         return -1;
+    if (pruned(st, cf, c))
+        return 0;
     gen_fn fn = gen_lookup(kind);
     gen_params gp = cf->gp;
     gp.chunks = chunks;
@@ -538,23 +678,28 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
         skip(c, e2.msg);
     else
         evaluate(st, cf, c, s, layers);
+    settle(st, cf, c);
     tick(st);
     return 0;
 }
 
-/* Runs a V solver on the V placement's per-stage costs and limits. */
+/* Runs a V solver on the V placement's per-stage costs and limits; memo
+ * keeps its greedy list runs for the next variant on the same vt. */
 static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, const int *layers,
-                        const char *label, const double *limit, zb_err *err)
+                        const char *label, const double *limit, solver_greedy_memo *memo, zb_err *err)
 {
     search_candidate *c = new_candidate(st, cf, label, label, 2, err);
     if (!c)
         return -1;
+    if (pruned(st, cf, c))
+        return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (solver_v_costs(label, vt, limit, &s, &e2) < 0)
+    if (solver_v_costs_memo(label, vt, limit, memo, &s, &e2) < 0)
         skip(c, e2.msg);
     else
         evaluate(st, cf, c, s, layers);
+    settle(st, cf, c);
     tick(st);
     return 0;
 }
@@ -566,6 +711,8 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     search_candidate *c = new_candidate(st, cf, label, family, 1, err);
     if (!c)
         return -1;
+    if (!ilp && pruned(st, cf, c))
+        return 0;
     solver_problem pr = { .p = st->pp, .m = cf->m, .cost = cf->plain->cost,
                           .t_comm = cf->plain->t_comm, .limit = limit };
     sched_t *s = NULL;
@@ -576,6 +723,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
         skip(c, e2.msg);
     else
         evaluate(st, cf, c, s, NULL);
+    settle(st, cf, c);
     tick(st);
     return 0;
 }
@@ -623,12 +771,19 @@ static int run_v_light(search_state *st, search_config *cf, double *limit, zb_er
     for (int d = 0; d < p; d++)
         if (limit[d] < 0)
             limit[d] = 0;
+    cf->bound_ms = cf->peak_bound = 0;
+    if (!st->o->exhaustive && !st->o->ilp)
+        placement_bound(st, cf, layers, vt, 0, &cf->bound_ms, &cf->peak_bound);
     if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, err) < 0)
         goto out;
     static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    solver_greedy_memo memo = { 0 };
     for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-        if (run_v_solver(st, cf, vt, layers, vf[i], limit, err) < 0)
+        if (run_v_solver(st, cf, vt, layers, vf[i], limit, &memo, err) < 0) {
+            solver_greedy_memo_free(&memo);
             goto out;
+        }
+    solver_greedy_memo_free(&memo);
     rc = 0;
 out:
     free(layers);
@@ -657,7 +812,16 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     if (!limit)
         return zb_fail(err, "out of memory");
     int rc = -1;
+    /* Lower bounds of each placement's families (placement_bound), which
+     * skip the candidates that cannot beat their label's best; none with
+     * the ILP, which refines the runners-up too. */
+    int prune_on = !o->exhaustive && !o->ilp;
+    double plain_ms = 0, plain_peak = 0;
+    if (prune_on)
+        placement_bound(st, cf, NULL, cf->plain, 1, &plain_ms, &plain_peak);
 
+    cf->bound_ms = plain_ms;
+    cf->peak_bound = plain_peak;
     if (run_gen(st, cf, "1f1b", "1f1b", 1, NULL, err) < 0)
         goto out;
     int vmax = search_max_chunks(&cf->model, p);
@@ -676,16 +840,12 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     int izb = !mlp_all && !megatron_only && gen_lookup(INTERLEAVED_ZB_KIND) != NULL;
     for (int v = 2; v <= vmax; v++) {
         char label[40];
-        snprintf(label, sizeof label, "interleaved v=%d", v);
-        if (run_gen(st, cf, label, "interleaved", v, NULL, err) < 0)
-            goto out;
-        if (izb) {
-            /* Its own memory rule, then its memory-limited variant at the
-             * largest limit that fits (memory minus each device's static
-             * memory on the interleaved placement, in the deltas' bytes). */
-            snprintf(label, sizeof label, "interleaved-zb v=%d", v);
-            if (run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, err) < 0)
-                goto out;
+        /* The interleaved placement's costs: the families' bound, and the
+         * memory-limited variant's limit (memory minus each device's
+         * static memory on this placement, in the deltas' bytes). */
+        int ok = 0;
+        cf->bound_ms = cf->peak_bound = 0;
+        if (izb || prune_on) {
             sched_t *it = sched_new(p, cf->m, v * p);
             zb_err e2 = { { 0 } };
             if (!it) {
@@ -693,8 +853,21 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
                 goto out;
             }
             sched_place_interleaved(it);
-            int ok = cost_sched(st, cf, NULL, it, &e2) == 0 && headroom(o, it, limit) > 0;
+            ok = cost_sched(st, cf, NULL, it, &e2) == 0;
+            if (ok && prune_on)
+                placement_bound(st, cf, NULL, it, 0, &cf->bound_ms, &cf->peak_bound);
+            ok = ok && headroom(o, it, limit) > 0;
             sched_free(it);
+        }
+        snprintf(label, sizeof label, "interleaved v=%d", v);
+        if (run_gen(st, cf, label, "interleaved", v, NULL, err) < 0)
+            goto out;
+        if (izb) {
+            /* Its own memory rule, then its memory-limited variant at the
+             * largest limit that fits. */
+            snprintf(label, sizeof label, "interleaved-zb v=%d", v);
+            if (run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, err) < 0)
+                goto out;
             snprintf(label, sizeof label, "interleaved-zb v=%d max", v);
             if (ok && run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, limit, err) < 0)
                 goto out;
@@ -704,6 +877,8 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         rc = 0;
         goto out;
     }
+    cf->bound_ms = plain_ms;
+    cf->peak_bound = plain_peak;
     if (run_gen(st, cf, "zb-h1", "zb-h1", 1, NULL, err) < 0 ||
         run_gen(st, cf, "zb-h2", "zb-h2", 1, NULL, err) < 0)
         goto out;
@@ -749,12 +924,19 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         for (int d = 0; d < p; d++)
             if (limit[d] < 0)
                 limit[d] = 0;
+        cf->bound_ms = cf->peak_bound = 0;
+        if (prune_on)
+            placement_bound(st, cf, NULL, cf->vshape, 0, &cf->bound_ms, &cf->peak_bound);
         if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, err) < 0)
             goto out;
         static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+        solver_greedy_memo memo = { 0 };
         for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, err) < 0)
+            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, &memo, err) < 0) {
+                solver_greedy_memo_free(&memo);
                 goto out;
+            }
+        solver_greedy_memo_free(&memo);
         /* The V puts the embedding and the head on device 0.  When that
          * is what overflows, the "light ends" split gives stages 0 and
          * 2p-1 no transformer layer, so device 0 holds only the two
@@ -764,15 +946,9 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     }
     rc = 0;
 out:
+    cf->bound_ms = cf->peak_bound = 0;
     free(limit);
     return rc;
-}
-
-/* Bucketing by log keeps the comparison transitive (see
- * SEARCH_TIME_RESOLUTION in search.h for why times are bucketed). */
-static long time_bucket(double ms)
-{
-    return ms > 0 ? (long)floor(log(ms) / log(SEARCH_TIME_RESOLUTION)) : 0;
 }
 
 /* Ranking of a and b with times ta and tb: fits by time (to
@@ -784,7 +960,7 @@ static int cmp_times(const search_candidate *a, const search_candidate *b, doubl
     if (a->status != b->status)
         return a->status < b->status ? -1 : 1;
     if (a->status == SEARCH_FIT) {
-        long ba = time_bucket(ta), bb = time_bucket(tb);
+        long ba = search_time_bucket(ta), bb = search_time_bucket(tb);
         if (ba != bb)
             return ba < bb ? -1 : 1;
         /* Equally fast, the plan that keeps its activations on the GPU
@@ -1762,6 +1938,7 @@ static int vocab_depth(search_state *st, zb_err *err)
 static int run_depth(search_state *st, zb_err *err)
 {
     const search_options *o = st->o;
+    search_prune_clear(&st->prune); /* label bests are per depth and layout */
     int sizes[32];
     int batch = o->global_batch / st->dp;
     int n_sizes = micro_batch_sizes(o, batch, sizes, 32);

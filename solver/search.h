@@ -82,6 +82,11 @@ typedef struct search_options {
                                 * depth with the output layer and embedding split over the
                                 * devices, Vocab-1 and Vocab-2 */
     int ilp;                   /* 1: also run the ILP on the best few plain-placement configs */
+    int exhaustive;            /* 1: build and simulate every candidate; 0 (default): skip
+                                * those whose lower bound already loses to their label's
+                                * best at their depth under every target that runs them
+                                * (solver/search_prune.c; same winner and label bests,
+                                * fewer rows).  With ilp set nothing is pruned either */
     int ilp_top;               /* how many configs the ILP refines (default 3) */
     double ilp_time_limit;     /* seconds per ILP run (default 10) */
     /* Progress: called after each candidate with done and an estimate of the
@@ -185,6 +190,9 @@ typedef struct search_result {
                                * nothing fits */
     double bound_vocab_ms;    /* the same with vocabulary parallelism (even split, every
                                * device's S and T passes); 0 when not searched */
+    int n_pruned;             /* candidates not built: their lower bound lost to their
+                               * label's best at their depth under every target that runs
+                               * them (search_options.exhaustive) */
     int vocab_pruned;         /* vocabulary-parallel versions not simulated: their busiest
                                * device's compute alone reached the best plan's time */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest

@@ -28,6 +28,40 @@ int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err);
 
+/* What solver_greedy_list's runs on one template decided, kept so that
+ * a call with another limit that would decide alike (the V variants of
+ * one configuration differ only in their limits, often beyond what any
+ * run reaches) reuses the result instead of running again.  The limit
+ * is read in one comparison (an F's memory need against it); a limit
+ * under which every need that passed still passes and every need that
+ * was refused is still refused takes every decision alike, so all knob
+ * runs, and their best, are the same. */
+typedef struct solver_greedy_memo {
+    const sched_t *tmpl; /* the template the runs were on (borrowed; its costs must not
+                          * change while the memo is used); NULL: empty */
+    sched_t *best;       /* copy of their best schedule (owned) */
+    double cost;         /* its cost */
+    int knob_bits;       /* its knobs */
+    double *admitted;    /* [p] per device, the largest need an F was admitted with */
+    double *refused;     /* [p] per device, the smallest need an F was refused for */
+} solver_greedy_memo;
+
+/* solver_greedy_list, reusing memo's result when memo holds runs on tmpl
+ * that limit would repeat decision for decision, else running and
+ * storing them in memo (when memo is not NULL).  Same results and errors
+ * as solver_greedy_list. */
+int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
+                            double *cost, int *knob_bits, zb_err *err);
+
+/* Frees what memo holds and empties it. */
+void solver_greedy_memo_free(solver_greedy_memo *memo);
+
+/* solver_v_costs (solver.h) with its greedy list runs kept in memo
+ * across calls on the same template (the three variants of one
+ * configuration). */
+int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
+                        sched_t **out, zb_err *err);
+
 /* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
  * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and
  * costs (the same on every stage), under limit[p] per device.  Stores the
@@ -56,5 +90,54 @@ int search_rc_level(const sched_t *s, int i, int rc_devices, int rc_stages, int 
  * pipeline devices per node (0: all), the runtime reserve (none on a CPU
  * device). */
 void search_cost_options(const search_options *o, cost_split split, int dp, int devices_per_node, cost_options *c);
+
+/* --- pruning the search's candidates (search_prune.c) --- */
+
+/* The ranking's time bucket of ms: times in one bucket (within
+ * SEARCH_TIME_RESOLUTION) tie; log-spaced, so the comparison is
+ * transitive. */
+long search_time_bucket(double ms);
+
+/* Labels of one depth the pruning table holds (a depth builds about 35). */
+#define SEARCH_PRUNE_LABELS 64
+
+/* One label's best fit so far at the depth being searched. */
+typedef struct search_prune_slot {
+    char label[40];                    /* the candidates' label ("zb-auto max") */
+    double best_ms[SEARCH_N_TARGETS];  /* per target that can run one of them, the
+                                        * fastest time under its step rule (async_ms
+                                        * or sync_ms); INFINITY: none fits yet */
+    double oom_peak[SEARCH_N_TARGETS]; /* per target, the smallest peak of those that
+                                        * exceed the limit; INFINITY: none yet */
+} search_prune_slot;
+
+/* Each label's best of the depth being searched, what a candidate's lower
+ * bound is compared with before it is built. */
+typedef struct search_prune {
+    int n;                                       /* slots in use */
+    search_prune_slot slot[SEARCH_PRUNE_LABELS]; /* [n], in the order first seen */
+} search_prune;
+
+/* Forgets every label (a new depth or layout starts). */
+void search_prune_clear(search_prune *p);
+
+/* Records candidate c (simulated; its status, label, targets, async_ms,
+ * sync_ms and peak_bytes set): when it fits, each target in c->targets
+ * keeps the smaller of its best and c's time under its rule; when it
+ * exceeds the limit, the smaller of its smallest peak and c's.  Labels
+ * beyond the table's size are not recorded (they are then never
+ * pruned). */
+void search_prune_note(search_prune *p, const search_candidate *c);
+
+/* 1 when a candidate of label that the targets in mask targets can run,
+ * whose time cannot be below bound_ms if it fits and whose peak cannot be
+ * below peak_bytes, would rank behind that label's best under every one
+ * of those targets' rules, so building it changes no label's best: for
+ * each target, the label has a fit and the bound is in a later time
+ * bucket than its best, or the peak bound exceeds mem_limit (it cannot
+ * fit) and the label has a fit or an OOM of a smaller peak.  0 otherwise
+ * (a bound that is not positive proves nothing). */
+int search_prune_loses(search_prune *p, const char *label, unsigned targets, double bound_ms, double peak_bytes,
+                       double mem_limit);
 
 #endif

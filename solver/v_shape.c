@@ -75,6 +75,9 @@ typedef struct v_run {
     double *mem;          /* [p] activation memory held */
     int *resv;            /* [p] micro-batches between their two F's here */
     sched_t *out;         /* the lists being built */
+    double *admitted;     /* [p] largest memory need an F passed the limit with, over
+                           * every run so far (solver_greedy_memo) */
+    double *refused;      /* [p] smallest need the limit refused an F for */
 } v_run;
 
 static double *at(const v_run *r, double *tab, int s, int j)
@@ -113,6 +116,13 @@ typedef struct v_choice {
     int stage;   /* its stage */
 } v_choice;
 
+/* The largest need limit admits (a rounding tolerance for fractional
+ * deltas). */
+static double greedy_cap(double limit)
+{
+    return limit + 1e-9 * fmax(1, fabs(limit));
+}
+
 static v_choice choose(const v_run *r, int d, const v_knobs *k)
 {
     const sched_t *t = r->tmpl;
@@ -147,10 +157,14 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
          * with reserve_all, for those of the others in between). */
         double need = x == 0 && n_st == 2 ? r->mem[d] + df0 + df1 * (k->reserve_all ? r->resv[d] + 1 : 1)
                                           : r->mem[d] + t->cost[s].d_f;
-        if (need > r->limit[d] + 1e-9 * fmax(1, fabs(r->limit[d]))) {
+        /* The only place the limit is read: what it admitted and refused
+         * tells which other limits would take every decision alike. */
+        if (need > greedy_cap(r->limit[d])) {
+            r->refused[d] = fmin(r->refused[d], need);
             blocked = 1;
             continue;
         }
+        r->admitted[d] = fmax(r->admitted[d], need);
         if (rt <= now)
             return (v_choice){ now, OP_F, s };
         next_arrival = fmin(next_arrival, rt);
@@ -253,10 +267,46 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
     return 0;
 }
 
+void solver_greedy_memo_free(solver_greedy_memo *memo)
+{
+    sched_free(memo->best);
+    free(memo->admitted);
+    free(memo->refused);
+    memset(memo, 0, sizeof *memo);
+}
+
+/* 1 when memo holds tmpl's runs and limit takes each of their decisions
+ * as the limit they ran under did. */
+static int memo_covers(const solver_greedy_memo *memo, const sched_t *tmpl, const double *limit)
+{
+    if (!memo || memo->tmpl != tmpl || !memo->best)
+        return 0;
+    for (int d = 0; d < tmpl->n_devices; d++) {
+        double cap = greedy_cap(limit[d]);
+        if (!(memo->admitted[d] <= cap) || memo->refused[d] <= cap)
+            return 0;
+    }
+    return 1;
+}
+
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err)
 {
+    return solver_greedy_list_memo(tmpl, limit, NULL, out, cost, knob_bits, err);
+}
+
+int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
+                            double *cost, int *knob_bits, zb_err *err)
+{
     int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
+    if (memo_covers(memo, tmpl, limit)) {
+        *out = sched_clone(memo->best);
+        if (!*out)
+            return zb_fail(err, "out of memory in the list scheduler");
+        *cost = memo->cost;
+        *knob_bits = memo->knob_bits;
+        return 0;
+    }
     v_run r = { .tmpl = tmpl, .limit = limit };
     long cells = (long)S * m;
     int rc = -1, n_knobs = S == 2 * p ? 8 : 2;
@@ -270,9 +320,16 @@ int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, 
     r.t_dev = malloc(sizeof(double) * (size_t)p);
     r.mem = malloc(sizeof(double) * (size_t)p);
     r.resv = malloc(sizeof(int) * (size_t)p);
-    if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv) {
+    r.admitted = malloc(sizeof(double) * (size_t)p);
+    r.refused = malloc(sizeof(double) * (size_t)p);
+    if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv || !r.admitted ||
+        !r.refused) {
         zb_fail(err, "out of memory in the list scheduler");
         goto out;
+    }
+    for (int d = 0; d < p; d++) {
+        r.admitted[d] = -INFINITY;
+        r.refused[d] = INFINITY;
     }
     for (int kk = 0; kk < n_knobs; kk++) {
         v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = (kk >> 2) & 1 };
@@ -296,12 +353,29 @@ int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, 
         }
         r.out = NULL;
     }
+    if (memo && best) {
+        /* Keep these runs for the next limit: a copy of the result and
+         * the needs the limit decided on. */
+        sched_t *copy = sched_clone(best);
+        if (copy) {
+            solver_greedy_memo_free(memo);
+            memo->tmpl = tmpl;
+            memo->best = copy;
+            memo->cost = best_cost;
+            memo->knob_bits = *knob_bits;
+            memo->admitted = r.admitted;
+            memo->refused = r.refused;
+            r.admitted = r.refused = NULL;
+        }
+    }
     *out = best;
     *cost = best_cost;
     best = NULL;
     rc = 0;
 out:
     sched_free(best);
+    free(r.admitted);
+    free(r.refused);
     free(r.end_f);
     free(r.end_b);
     free(r.nf);
@@ -499,6 +573,12 @@ static int recost_fits(const sched_t *tmpl, sched_t *s, const double *limit, dou
 
 int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_limit, sched_t **out, zb_err *err)
 {
+    return solver_v_costs_memo(variant, tmpl, mem_limit, NULL, out, err);
+}
+
+int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
+                        sched_t **out, zb_err *err)
+{
     static const char *const names[] = { "v-min", "v-half", "v-zb" };
     int vi = -1;
     for (int i = 0; i < 3; i++)
@@ -547,7 +627,7 @@ int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_l
     double best_cost = INFINITY;
     const char *method = "V-shape greedy on per-stage costs";
     int bits = 0;
-    if (solver_greedy_list(tmpl, limit, &best, &best_cost, &bits, err) != 0)
+    if (solver_greedy_list_memo(tmpl, limit, memo, &best, &best_cost, &bits, err) != 0)
         goto out;
     {
         double c;

@@ -81,6 +81,7 @@ static void usage(FILE *out)
         "                        collectives exposed (default: SP and overlap on)\n"
         "  --max-micro-batch N   largest micro-batch size tried (default 64)\n"
         "  --ilp                 also run the ILP on the best 3 configurations\n"
+        "  --exhaustive          build every candidate, also those bounds show cannot win\n"
         "  --ilp-top N           configurations the ILP refines (default 3)\n"
         "  --ilp-time S          seconds per ILP run (default 10)\n"
         "  -o, --output FILE     best schedule file (default " DEFAULT_OUTPUT "; '-' = stdout)\n"
@@ -95,7 +96,7 @@ static void usage(FILE *out)
 enum {
     OPT_GPUS = 1000, OPT_GLOBAL_BATCH, OPT_PROFILE, OPT_RECOMPUTE, OPT_NO_FLASH, OPT_SPLIT, OPT_STAGES,
     OPT_NODES, OPT_LOSS, OPT_ZERO1, OPT_MAX_MB, OPT_ILP, OPT_ILP_TOP, OPT_ILP_TIME, OPT_SVG, OPT_JSON, OPT_TOP,
-    OPT_VOCAB, OPT_TARGET, OPT_LAYOUT,
+    OPT_VOCAB, OPT_TARGET, OPT_LAYOUT, OPT_EXHAUSTIVE,
 };
 
 /* What the flags say beyond the search options. */
@@ -193,6 +194,7 @@ static int search_option(int ch, const char *arg, search_options *o, search_cli 
         return 0;
     case OPT_NO_FLASH: o->flash_attention = 0; return 0;
     case OPT_ILP: o->ilp = 1; return 0;
+    case OPT_EXHAUSTIVE: o->exhaustive = 1; return 0;
     case OPT_PROFILE: x->profile_path = arg; return 0;
     case 'o': x->output = arg; return 0;
     case OPT_SVG: x->svg = arg; return 0;
@@ -226,6 +228,7 @@ static int parse(int argc, char **argv, search_options *o, search_cli *x, cli_jo
         { "no-sp", no_argument, NULL, OPT_LAYOUT }, { "no-tp-overlap", no_argument, NULL, OPT_LAYOUT },
         { "max-micro-batch", required_argument, NULL, OPT_MAX_MB },
         { "ilp", no_argument, NULL, OPT_ILP },
+        { "exhaustive", no_argument, NULL, OPT_EXHAUSTIVE },
         { "ilp-top", required_argument, NULL, OPT_ILP_TOP },
         { "ilp-time", required_argument, NULL, OPT_ILP_TIME },
         { "output", required_argument, NULL, 'o' },

@@ -156,7 +156,11 @@ void search_print_table(const search_options *o, const search_result *r, const s
            r->n_fit == 1 ? "fits" : "fit", n_oom, n_oom == 1 ? "exceeds" : "exceed", n_skip);
     if (o->target != SEARCH_TARGET_ZBSCHED)
         printf(", %d %s cannot run", n_unsup, search_target_name(o->target));
-    printf("%s\n", verbose || !(n_oom + n_skip + n_unsup) ? "" : " (-v lists them)");
+    printf("%s", verbose || !(n_oom + n_skip + n_unsup) ? "" : " (-v lists them)");
+    /* Not built at all, so not listed even with -v (docs/search.md, "Pruning"). */
+    if (r->n_pruned > 0)
+        printf("; %d more not built, their bounds behind their label's best", r->n_pruned);
+    printf("\n");
     if (r->n_fit > 0 && rows > 0) {
         if (search_target_sync(o->target))
             printf("time = first start to the last device's end (+ its exposed data-parallel sync): %s\n"

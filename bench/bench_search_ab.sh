@@ -1,0 +1,57 @@
+#!/bin/bash
+# bench_search_ab.sh: issue 27's search-time table, before and after, at
+# the same load: every preset x {8, 64, 512, 1024} GPUs (global batch 2 x
+# GPUs, --mem 80G) is searched by OLD and then at once by NEW, so that
+# both see the machine as it is at that moment.  Prints user+sys CPU
+# seconds of each ("over N" past the CPU limit, ulimit -t) and whether
+# the two plan files are byte-identical (same: the same winner with the
+# same figures; both-none: nothing fits for either, and the two
+# nothing-fits lines are compared instead; DIFF otherwise).
+# Usage: bench/bench_search_ab.sh OLD NEW [TARGET] [TIMEOUT_S] [KEEP_DIR]
+# With KEEP_DIR, each job's plans and tables stay there
+# (old|new-MODEL-GPUS.json/.out).  Run from the repository root.
+set -u
+old=$1
+new=$2
+target=${3:-zbsched}
+limit=${4:-30}
+keep=${5:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -n "$keep" ] && mkdir -p "$keep"
+# run NAME ZBSCHED MODEL GPUS: one search; leaves NAME.{t,json,out,err} in $tmp
+run() {
+    rm -f "$tmp/$1.json"
+    (ulimit -t "$limit"; /usr/bin/time -f '%U %S' -o "$tmp/$1.t" "$2" search --mem 80G --model "$3" \
+        --gpus "$4" --global-batch $(($4 * 2)) --target "$target" -q -o "$tmp/$1.json" \
+        > "$tmp/$1.out" 2> "$tmp/$1.err")
+}
+cpu() {
+    if grep -q 'Command terminated by signal' "$tmp/$1.t" 2>/dev/null; then echo "over $limit"; return; fi
+    awk 'END { printf "%.2f", $1 + $2 }' "$tmp/$1.t"
+}
+printf '%-16s %5s %9s %9s  %s\n' model gpus old_cpu_s new_cpu_s plan
+for model in 1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b intellect-1-10b llama3-405b; do
+    for gpus in 8 64 512 1024; do
+        run old "$old" "$model" "$gpus"
+        run new "$new" "$model" "$gpus"
+        if [ -f "$tmp/old.json" ] && [ -f "$tmp/new.json" ]; then
+            cmp -s "$tmp/old.json" "$tmp/new.json" && same=same || same=DIFF
+        elif [ ! -f "$tmp/old.json" ] && [ ! -f "$tmp/new.json" ]; then
+            if grep -q 'nothing fits' "$tmp/old.err" && cmp -s "$tmp/old.err" "$tmp/new.err"; then
+                same="both-none (same line)"
+            else
+                same="no plan from either"
+            fi
+        else
+            same="DIFF (one has no plan)"
+        fi
+        printf '%-16s %5d %9s %9s  %s\n' "$model" "$gpus" "$(cpu old)" "$(cpu new)" "$same"
+        if [ -n "$keep" ]; then
+            for k in old new; do
+                cp "$tmp/$k.out" "$keep/$k-$model-$gpus.out"
+                [ -f "$tmp/$k.json" ] && cp "$tmp/$k.json" "$keep/$k-$model-$gpus.json"
+            done
+        fi
+    done
+done

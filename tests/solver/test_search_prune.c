@@ -1,0 +1,272 @@
+/*
+ * test_search_prune.c: the search's shortcuts change nothing it reports
+ * but the list of candidates: its pruning by lower bounds
+ * (solver/search_prune.c, docs/search.md "Pruning"), and the V solvers'
+ * greedy list runs reused across limits that decide alike
+ * (solver_greedy_memo, solver/v_shape.c; test_greedy_memo below).
+ *
+ * Each scenario is searched twice, pruned (the default) and exhaustive
+ * (search_options.exhaustive), and the two results must agree on: the
+ * winner (label, depth, micro-batch, recompute, time, peak, split), each
+ * target's best, the best fit (or, when nothing of it fits, the smallest
+ * peak) of every label at every depth, the why block row by row, and the
+ * vocabulary-parallel versions that were not simulated.  Every candidate
+ * the pruned search built must also be in the exhaustive list with the
+ * same figures, and the counts must add up (built + pruned = exhaustive).
+ * The scenarios are picked so that pruning happens: by time (fits behind
+ * their label's best) and by memory (candidates whose static memory plus
+ * one micro-batch already exceeds the limit), over several depths and
+ * targets; a bound that is too high (one that is not a lower bound) makes
+ * the best of some label differ, and these checks fail.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "solver/search.h"
+#include "solver/solver_internal.h"
+
+/* One scenario: model, GPU, GPUs, batch, memory, target, vocabulary. */
+typedef struct scenario {
+    const char *model, *gpu; /* presets */
+    int gpus, batch;         /* --gpus, --global-batch */
+    double mem;              /* --mem, bytes */
+    search_target target;    /* --target */
+    int vocab;               /* SEARCH_VOCAB_* */
+    int max_mb;              /* --max-micro-batch */
+} scenario;
+
+static search_options options(const scenario *s, int exhaustive)
+{
+    search_options o;
+    search_options_default(&o);
+    zb_err err = { { 0 } };
+    ck_assert_msg(model_preset(s->model, &o.model, &err) == 0, "%s", err.msg);
+    ck_assert_msg(gpu_preset(s->gpu, &o.gpu, &err) == 0, "%s", err.msg);
+    o.n_gpus = s->gpus;
+    o.global_batch = s->batch;
+    o.mem_bytes = s->mem;
+    o.target = s->target;
+    o.vocab = s->vocab;
+    o.max_micro_batch = s->max_mb;
+    o.exhaustive = exhaustive;
+    return o;
+}
+
+/* 1 when a and b are the same plan with the same figures. */
+static int same_plan(const search_candidate *a, const search_candidate *b)
+{
+    return a->status == b->status && !strcmp(a->label, b->label) && a->pp == b->pp && a->dp == b->dp &&
+           a->micro_batch == b->micro_batch && a->rc_devices == b->rc_devices && a->rc_stages == b->rc_stages &&
+           a->rc_mlp_stages == b->rc_mlp_stages && a->split == b->split && a->split_tuned == b->split_tuned &&
+           a->vocab == b->vocab && a->time_ms == b->time_ms && a->peak_bytes == b->peak_bytes &&
+           a->sync_ms == b->sync_ms && a->async_ms == b->async_ms;
+}
+
+static void describe(const search_candidate *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s pp=%d b=%d rc=%d/%d/%d split=%d%s status=%d %.6f ms %.0f B", c->label, c->pp,
+             c->micro_batch, c->rc_devices, c->rc_stages, c->rc_mlp_stages, (int)c->split,
+             c->split_tuned ? "*" : "", (int)c->status, c->time_ms, c->peak_bytes);
+}
+
+/* The first candidate of (pp, label) in r's ranked order with a status
+ * other than skipped: its best fit, or its smallest peak. */
+static const search_candidate *label_best(const search_result *r, int pp, const char *label)
+{
+    for (int i = 0; i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (c->pp == pp && !strcmp(c->label, label) && (c->status == SEARCH_FIT || c->status == SEARCH_OOM))
+            return c;
+    }
+    return NULL;
+}
+
+/* Runs s both ways and compares; returns the pruned count. */
+static int compare(const scenario *s)
+{
+    search_options op = options(s, 0), oe = options(s, 1);
+    search_result rp, re;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&op, &rp, &err) == 0, "%s", err.msg);
+    ck_assert_msg(search_run(&oe, &re, &err) == 0, "%s", err.msg);
+    char a[256], b[256];
+    ck_assert_int_eq(re.n_pruned, 0);
+    ck_assert_msg(rp.n + rp.n_pruned == re.n, "%s: %d built + %d pruned != %d", s->model, rp.n, rp.n_pruned, re.n);
+    ck_assert_int_eq(rp.n_fit > 0, re.n_fit > 0);
+    if (re.n_fit > 0) {
+        describe(&rp.c[0], a, sizeof a);
+        describe(&re.c[0], b, sizeof b);
+        ck_assert_msg(same_plan(&rp.c[0], &re.c[0]), "%s: winner %s, exhaustive %s", s->model, a, b);
+    }
+    /* Each target's best. */
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        describe(&rp.best[t], a, sizeof a);
+        describe(&re.best[t], b, sizeof b);
+        ck_assert_msg(rp.best[t].status == SEARCH_SKIPPED ? re.best[t].status == SEARCH_SKIPPED
+                                                           : same_plan(&rp.best[t], &re.best[t]),
+                      "%s: target %d best %s, exhaustive %s", s->model, t, a, b);
+    }
+    /* Every label's best at every depth, and every built candidate. */
+    for (int i = 0; i < re.n; i++) {
+        const search_candidate *c = &re.c[i];
+        const search_candidate *want = label_best(&re, c->pp, c->label), *got = label_best(&rp, c->pp, c->label);
+        if (!want)
+            continue;
+        describe(want, b, sizeof b);
+        ck_assert_msg(got != NULL, "%s: no %s at pp=%d (exhaustive: %s)", s->model, c->label, c->pp, b);
+        describe(got, a, sizeof a);
+        ck_assert_msg(same_plan(got, want), "%s: label best %s, exhaustive %s", s->model, a, b);
+    }
+    for (int i = 0; i < rp.n; i++) {
+        int found = 0;
+        for (int j = 0; j < re.n && !found; j++)
+            found = same_plan(&rp.c[i], &re.c[j]);
+        describe(&rp.c[i], a, sizeof a);
+        ck_assert_msg(found, "%s: %s is not in the exhaustive list", s->model, a);
+    }
+    ck_assert_int_eq(rp.vocab_pruned, re.vocab_pruned);
+    /* The why block, row by row. */
+    if (re.n_fit > 0) {
+        search_why_block *wp = malloc(sizeof *wp), *we = malloc(sizeof *we);
+        ck_assert(wp && we);
+        search_why_build(&op, &rp, wp);
+        search_why_build(&oe, &re, we);
+        ck_assert_str_eq(wp->head, we->head);
+        ck_assert_int_eq(wp->n, we->n);
+        for (int k = 0; k < we->n; k++) {
+            ck_assert_str_eq(wp->row[k].label, we->row[k].label);
+            ck_assert_str_eq(wp->row[k].text, we->row[k].text);
+            ck_assert(wp->row[k].ms == we->row[k].ms);
+        }
+        free(wp);
+        free(we);
+    }
+    int pruned = rp.n_pruned;
+    search_result_free(&rp);
+    search_result_free(&re);
+    return pruned;
+}
+
+START_TEST(test_default_job)
+{
+    /* zbsched search --mem 40G: Llama-3 8B on 8 H100s, vocabulary
+     * parallelism searched; most candidates exceed the limit. */
+    scenario s = { "llama3-8b", "H100-80G", 8, 64, 40e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 64 };
+    ck_assert_int_gt(compare(&s), 100);
+}
+END_TEST
+
+START_TEST(test_many_depths)
+{
+    /* The paper's 1.5B on 32 A100s with room to spare: pruning by time
+     * over depths 1 to 32, data-parallel sync in the bounds. */
+    scenario s = { "1.5B", "A100-80G", 32, 64, 80e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 8 };
+    ck_assert_int_gt(compare(&s), 100);
+}
+END_TEST
+
+START_TEST(test_sync_targets)
+{
+    /* Megatron's and torchtitan's bests are kept under their own (sync)
+     * rule, also where zbsched's best is another plan. */
+    scenario m = { "6.2B", "A100-80G", 16, 32, 60e9, SEARCH_TARGET_MEGATRON, SEARCH_VOCAB_PLAIN, 4 };
+    ck_assert_int_gt(compare(&m), 10);
+    scenario t = { "6.2B", "A100-80G", 16, 32, 60e9, SEARCH_TARGET_TORCHTITAN, SEARCH_VOCAB_PLAIN, 4 };
+    ck_assert_int_gt(compare(&t), 10);
+}
+END_TEST
+
+START_TEST(test_nothing_fits)
+{
+    /* Nothing fits at any depth: only the memory bound prunes, and the
+     * smallest peak of every label (what the split search starts from
+     * and the nothing-fits line names) stays. */
+    scenario s = { "14.6B", "A100-40G", 8, 16, 20e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_PLAIN, 16 };
+    ck_assert_int_gt(compare(&s), 10);
+}
+END_TEST
+
+/* 1 when a and b hold the same ops in the same order on every device. */
+static int same_ops(const sched_t *a, const sched_t *b)
+{
+    if (a->n_devices != b->n_devices)
+        return 0;
+    for (int d = 0; d < a->n_devices; d++) {
+        if (a->dev[d].n_ops != b->dev[d].n_ops)
+            return 0;
+        for (int i = 0; i < a->dev[d].n_ops; i++) {
+            sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
+            if (x.kind != y.kind || x.stage != y.stage || x.mb != y.mb)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+START_TEST(test_greedy_memo)
+{
+    /* A V template with uneven stages; the three variants under a
+     * sequence of device limits (loose: every variant's own limit binds;
+     * tight: the caller's limit binds, so variants decide alike), each
+     * with one memo shared along the sequence as the search shares it,
+     * and without: the same schedules, costs and errors. */
+    int p = 4, m = 12, S = 2 * p;
+    sched_t *t = sched_new(p, m, S);
+    ck_assert_ptr_nonnull(t);
+    sched_place_v(t);
+    for (int i = 0; i < S; i++) {
+        t->cost[i] = (stage_cost){ 1.0 + 0.1 * i, 1.1 + 0.05 * i, 0.9, 2.0 + 0.2 * (i % 3), -1.2, -0.8 - 0.2 * (i % 3) };
+        t->cost[i].d_w = -(t->cost[i].d_f + t->cost[i].d_b);
+    }
+    t->t_comm = 0.05;
+    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    const double scale[] = { 1e9, 40, 14, 9, 9, 6, 40 };
+    solver_greedy_memo memo = { 0 };
+    int reused = 0;
+    for (size_t k = 0; k < sizeof scale / sizeof scale[0]; k++) {
+        double limit[4];
+        for (int d = 0; d < p; d++)
+            limit[d] = scale[k] * (1 + 0.1 * d);
+        for (int v = 0; v < 3; v++) {
+            sched_t *a = NULL, *b = NULL;
+            zb_err ea = { { 0 } }, eb = { { 0 } };
+            int had = memo.best != NULL;
+            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &a, &ea);
+            int rb = solver_v_costs(vf[v], t, limit, &b, &eb);
+            ck_assert_int_eq(ra, rb);
+            if (ra == 0) {
+                ck_assert_msg(same_ops(a, b), "%s at scale %g: the memo's schedule differs", vf[v], scale[k]);
+                reused += had;
+            } else {
+                ck_assert_str_eq(ea.msg, eb.msg);
+            }
+            sched_free(a);
+            sched_free(b);
+        }
+    }
+    ck_assert_int_gt(reused, 0);
+    solver_greedy_memo_free(&memo);
+    sched_free(t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("search_prune");
+    TCase *tc = tcase_create("search_prune");
+    tcase_set_timeout(tc, 300); /* each test runs its searches twice, once exhaustive */
+    tcase_add_test(tc, test_default_job);
+    tcase_add_test(tc, test_many_depths);
+    tcase_add_test(tc, test_sync_targets);
+    tcase_add_test(tc, test_nothing_fits);
+    tcase_add_test(tc, test_greedy_memo);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
