@@ -60,7 +60,7 @@ static const zb_model model_presets[] = {
  * nvidia-smi (rocm-smi for AMD) reports it (MiB * 2^20); link = bandwidth
  * per direction between two GPUs of one node (A100: bandwidth and latency
  * fitted to the zero-bubble paper's measured T_comm, Table 9); F/B and W
- * efficiency for A100 fitted as below, the others assumed; HBM
+ * efficiency for A100 and H100-80G fitted as below, the others assumed; HBM
  * bandwidth from the datasheets; GPUs per NVLink domain and inter-node
  * bandwidth per GPU (docs/cost-model.md has each source).
  * The last two figures price layouts (docs/cost-model.md, "Layouts"): the
@@ -74,8 +74,10 @@ static const zb_model model_presets[] = {
  *
  * Calibration against Megatron-LM's measured runs (issue 27,
  * bench/bench_calibration.c on bench/calibration/megatron_runs.csv:
- * Korthikanti et al. 2022 Table 3, Narayanan et al. 2021 Table 1, layouts
- * fixed).  What is fitted and what is datasheet:
+ * Korthikanti et al. 2022 Table 3, Narayanan et al. 2021 Table 1; and on
+ * bench/calibration/megatron_h100_runs.csv; layouts fixed).  The presets
+ * keep the efficiencies as fitted (tests/solver/test_calibration.c checks
+ * that they equal a fresh fit).  What is fitted and what is datasheet:
  * - A100 F/B efficiency 0.672: FITTED (golden-section search over the
  *   summed squared log error) on five of Narayanan's rows; the other nine
  *   rows are held out and every row is within 7.1%.  It prices the GEMMs
@@ -86,10 +88,19 @@ static const zb_model model_presets[] = {
  *   T_W (W has no memory-bound term, so the new term leaves it as it was).
  * - hbm_bw of every preset: DATASHEET (A100 80 GB 2.039 TB/s, 40 GB 1.555,
  *   H100 SXM 3.35, ...); the memory-bound term has no fitted constant.
- * - Hopper (and the presets that take H100's efficiencies) F/B 0.61:
- *   ASSUMED, the former assumed 0.50 scaled by A100's refit (0.672/0.55),
- *   since no measured Hopper run is in the calibration set; W 0.71 stays
- *   assumed as it was.
+ * - H100-80G F/B efficiency 0.445: FITTED (the same golden-section
+ *   search) on two rows of the Megatron-LM README's Megatron-Core r0.8.0
+ *   H100 weak-scaling table (bench/calibration/megatron_h100_runs.csv:
+ *   7.1B tp2 and 32B tp8, pp 1); the held-out 16B row is within 5.5%.
+ *   The table's pp > 1 rows are reported, not scored (their interleaving
+ *   is unpublished), as is 1.7B at tp 1 (bench/README.md has why).
+ *   W 0.517: F/B times A100's measured W over F/B (0.78/0.672), since no
+ *   Hopper measurement splits W from F and B.  Both price the runs'
+ *   GEMMs as they ran, sharing SMs with --tp-comm-overlap's collectives,
+ *   on parts assumed 700 W SXM; that may be why they sit below what a
+ *   lone bf16 GEMM reaches on an H100 (not measured here).  The other
+ *   presets that take H100's efficiencies (H100-94G, H200, H20, L40S,
+ *   MI300X) take these, ASSUMED for them.
  * A100-40G keeps A100-80G's efficiencies (same chip). */
 static const zb_gpu gpu_presets[] = {
     { "A100-80G", 312e12, 81920.0 * 1048576.0, 80e9, 250e-6, 0.672, 0.78, 2.039e12, 8, 25e9, 0, 0, 230e9, 25e9 },
@@ -98,33 +109,33 @@ static const zb_gpu gpu_presets[] = {
      * and NVLink as A100-80G, so its calibrated link, latency and
      * efficiencies are kept; 8 per HGX node, 200 Gb/s HDR per GPU. */
     { "A100-40G", 312e12, 40960.0 * 1048576.0, 80e9, 250e-6, 0.672, 0.78, 1.555e12, 8, 25e9, 0, 0, 230e9, 25e9 },
-    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.61, 0.71, 3.35e12, 8, 50e9, 0, 0, 370e9, 50e9 },
+    { "H100-80G", 989e12, 81559.0 * 1048576.0, 450e9, 10e-6, 0.445, 0.517, 3.35e12, 8, 50e9, 0, 0, 370e9, 50e9 },
     /* H100 NVL (PCIe card, 94 GB) datasheet: bf16 1,671 TFLOP/s with
      * sparsity = 835.5 dense, 3.9 TB/s HBM3, NVLink bridge 600 GB/s (300
      * each way) between the 2 GPUs of a bridged pair; nvidia-smi:
      * 95830 MiB.  The NVLink domain is the pair (gpus_per_node 2); beyond
      * it PCIe Gen5 x16 (64 GB/s each way) or a 400 Gb/s NIC per GPU
      * (50 GB/s), the lower taken.  Efficiencies as H100-80G (assumed). */
-    { "H100-94G", 835.5e12, 95830.0 * 1048576.0, 300e9, 10e-6, 0.61, 0.71, 3.9e12, 2, 50e9, 0, 0, 0, 50e9 },
-    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.61, 0.71, 4.8e12, 8, 50e9, 0, 0, 370e9, 50e9 },
+    { "H100-94G", 835.5e12, 95830.0 * 1048576.0, 300e9, 10e-6, 0.445, 0.517, 3.9e12, 2, 50e9, 0, 0, 0, 50e9 },
+    { "H200-141G", 989e12, 143771.0 * 1048576.0, 450e9, 10e-6, 0.445, 0.517, 4.8e12, 8, 50e9, 0, 0, 370e9, 50e9 },
     /* H20 (HGX H20, NVIDIA's product brief as partners publish it): bf16
      * 148 TFLOP/s dense, 96 GB HBM3 at 4.0 TB/s, NVLink 4 900 GB/s (450
      * each way), 8 per HGX board; nvidia-smi: 97871 MiB.  Efficiencies
      * and 400 Gb/s per GPU between nodes as H100-80G (assumed). */
-    { "H20", 148e12, 97871.0 * 1048576.0, 450e9, 10e-6, 0.61, 0.71, 4.0e12, 8, 50e9, 0, 0, 370e9, 50e9 },
+    { "H20", 148e12, 97871.0 * 1048576.0, 450e9, 10e-6, 0.445, 0.517, 4.0e12, 8, 50e9, 0, 0, 370e9, 50e9 },
     /* L40S datasheet: bf16 362.05 TFLOP/s dense (733 with sparsity), 48 GB
      * GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16, 64 GB/s (32 each way);
      * nvidia-smi: 46068 MiB.  8 per PCIe server; 200 Gb/s per GPU between
      * nodes and H100-80G's efficiencies (the nearest preset: fourth-
      * generation tensor cores, as Hopper's), both assumed. */
-    { "L40S", 362.05e12, 46068.0 * 1048576.0, 32e9, 10e-6, 0.61, 0.71, 0.864e12, 8, 25e9, 0, 0, 0, 25e9 },
+    { "L40S", 362.05e12, 46068.0 * 1048576.0, 32e9, 10e-6, 0.445, 0.517, 0.864e12, 8, 25e9, 0, 0, 0, 25e9 },
     /* AMD Instinct MI300X datasheet: bf16 1,307.4 TFLOP/s dense, 192 GB
      * HBM3 at 5.3 TB/s, 7 Infinity Fabric links of 128 GB/s (64 each way)
      * on an 8-GPU fully connected platform: one link joins two GPUs, so
      * 64 GB/s between pipeline neighbours; rocm-smi: 206141652992 bytes.
      * 400 Gb/s per GPU between nodes and H100-80G's efficiencies and
      * latency (assumed). */
-    { "MI300X", 1307.4e12, 206141652992.0, 64e9, 10e-6, 0.61, 0.71, 5.3e12, 8, 50e9, 0, 0, 0, 50e9 },
+    { "MI300X", 1307.4e12, 206141652992.0, 64e9, 10e-6, 0.445, 0.517, 5.3e12, 8, 50e9, 0, 0, 0, 50e9 },
 };
 
 #define N_MODEL_PRESETS (int)(sizeof model_presets / sizeof model_presets[0])

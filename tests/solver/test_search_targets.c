@@ -116,8 +116,10 @@ END_TEST
  * issue 25 the head's and embedding's state is priced whole where the
  * runtime keeps it (stage 0 and the last stage), so vocabulary parallelism
  * moves their compute but no longer their memory: the winner is the plain
- * zb-auto max at pp=8 with recompute on devices 0-3 (7574.2 ms, 1.307x the
- * baseline since issue 27's calibration, 8503.1 ms and 1.304x before it;
+ * zb-auto max at pp=8 with recompute on devices 0-3 (10195.3 ms, 1.313x
+ * the baseline since H100's efficiencies were fitted on Megatron-Core's
+ * runs; 7574.2 ms and 1.307x with the assumed 0.61 of issue 27's first
+ * calibration, 8503.1 ms and 1.304x before it;
  * before issue 25, with the head and embedding priced as shards,
  * interleaved v=4 +vocab-1 at 8090.5 ms, 1.370x).  The winner fits 40 GB;
  * the best vocabulary-parallel plan (interleaved v=8 +vocab-1 at pp=4 x
