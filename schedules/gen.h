@@ -95,6 +95,13 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                              sched_t **out, zb_err *err);
 
+/* gen_vocab_insert_with, but every device's next candidate is chosen
+ * afresh at every step and compared with the one the walk kept; fails
+ * (-1, err) if one differs.  O(p) times slower: for the tests of the
+ * walk's candidate cache. */
+int gen_vocab_insert_checked(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                             sched_t **out, zb_err *err);
+
 /* Looks a handcrafted kind up by name ("gpipe", "1f1b", "interleaved",
  * "zb-h1", "zb-h2", "zb-v", "interleaved-zb"); NULL when unknown. */
 gen_fn gen_lookup(const char *kind);

@@ -41,11 +41,18 @@
  * deadlock-free whenever the base schedule is; gen_vocab_insert still
  * validates its output.
  *
- * Cost: O(p) per committed op (each step scans all devices), and
- * gen_vocab_insert places six times (three lookaheads, hold on and off).
- * Measured (bench/bench_vocab.c, 2-core VM, CPU time): one placement into
- * 1F1B takes 0.6 ms at p=8, m=64 (2,048 ops out) and 0.49 s at p=64,
- * m=1024 (262,144 ops); all six take 3.3 ms and 2.5 s.
+ * Cost: each step takes the earliest of the devices' candidates, O(p)
+ * comparisons, but recomputes only the candidates a commit can change
+ * (cand_dirty): the committing device's, the devices of the stages next
+ * to the committed base op (whose inputs it produces), and every device's
+ * when the last stage's F (every S waits for it) or a barrier completes.
+ * Choosing for every device at every step was 60% of a 405B search's
+ * time (p = 64).  gen_vocab_insert places six times (three lookaheads,
+ * hold on and off).  gen_vocab_insert_checked re-chooses every device at
+ * every step and fails if a kept candidate differs, for the tests.
+ * Measured before the cache (bench/bench_vocab.c, 2-core VM, CPU time):
+ * one placement into 1F1B took 0.6 ms at p=8, m=64 (2,048 ops out) and
+ * 0.49 s at p=64, m=1024 (262,144 ops); all six took 3.3 ms and 2.5 s.
  */
 #include "schedules/gen.h"
 
@@ -81,17 +88,20 @@ typedef struct vwalk {
     int *next_s;         /* [p] next micro-batch whose S the device runs */
     int *next_t;         /* [p] next micro-batch whose T the device runs */
     double *free_at;     /* [p] time the device finishes its last committed op */
+    struct vcand *cand;  /* [p] each device's candidate as choose last gave it */
+    uint8_t *cand_dirty; /* [p] 1: cand[d] may be stale (a commit changed what choose reads) */
 } vwalk;
 
 /* A device's candidate for its next slot. */
-typedef struct vcand {
+typedef struct vcand vcand;
+struct vcand {
     int kind;     /* op_kind, or -1 when the device can start nothing yet */
     int index;    /* lane index of a base op, -1 for a pass */
     int stage;    /* stage of a base op; shard (= device) of a pass */
     int mb;       /* micro-batch */
     double start; /* when it would start */
     int rank;     /* tie rank: lower wins at equal start */
-} vcand;
+};
 
 static double arrive(const vwalk *w, double end, int from_dev, int to_dev)
 {
@@ -308,6 +318,8 @@ static void vwalk_free(vwalk *w)
     free(w->next_s);
     free(w->next_t);
     free(w->free_at);
+    free(w->cand);
+    free(w->cand_dirty);
 }
 
 /* A copy of base's header (placement, costs, memory, meta) with empty
@@ -356,9 +368,43 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
     return 0;
 }
 
-/* One placement with the given lookahead; base is valid and plain. */
+/* Marks the candidates that committing c on device d may have changed:
+ * choose(w, e) reads e's own lane state, the ends of the base ops next to
+ * e's ops (F of the stage before, B of the stage after, its own F and B),
+ * the last stage's F ends (every S waits for them) and the barriers'
+ * ends.  So d's own, the neighbours of c's stage, and everyone's when c
+ * is a last-stage F or completes a barrier. */
+static void mark_dirty(vwalk *w, int d, vcand c)
+{
+    const sched_t *s = w->base;
+    int all = 0;
+    w->cand_dirty[d] = 1;
+    if (OP_IS_VOCAB(c.kind)) {
+        int k = c.kind == OP_S ? 0 : 1;
+        all = w->count[k][c.mb] == w->p; /* its barrier just completed */
+    } else if (c.kind == OP_F) {
+        all = c.stage == w->S - 1;
+        if (c.stage + 1 < w->S)
+            w->cand_dirty[s->stage_device[c.stage + 1]] = 1;
+    } else if (c.kind == OP_B || c.kind == OP_BW) {
+        if (c.stage > 0)
+            w->cand_dirty[s->stage_device[c.stage - 1]] = 1;
+    }
+    if (all)
+        memset(w->cand_dirty, 1, (size_t)w->p);
+}
+
+static int same_cand(vcand a, vcand b)
+{
+    return a.kind == b.kind && a.index == b.index && a.stage == b.stage && a.mb == b.mb &&
+           (a.start == b.start || (isnan(a.start) && isnan(b.start))) && a.rank == b.rank;
+}
+
+/* One placement with the given lookahead; base is valid and plain.  With
+ * check, every device's candidate is chosen afresh at every step and must
+ * equal the kept one (the cache's invariant; for the tests). */
 static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                        int validate_out, sched_t **out, zb_err *err)
+                        int validate_out, int check, sched_t **out, zb_err *err)
 {
     vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
                 .lookahead = lookahead, .hold = hold };
@@ -378,6 +424,8 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.ahead = calloc(p, sizeof(int));
     w.next_f = calloc(p, sizeof(int));
     w.taken = calloc(p, sizeof *w.taken);
+    w.cand = calloc(p, sizeof *w.cand);
+    w.cand_dirty = malloc(p);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
         if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1))) {
@@ -386,7 +434,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.next_f || !w.taken) {
+        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -396,12 +444,21 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         w.f_end[i] = w.b_end[i] = NAN;
     for (size_t j = 0; j < m; j++)
         w.c_end[0][j] = w.c_end[1][j] = NAN;
+    memset(w.cand_dirty, 1, p);
     long total = sched_op_count(base) + 2L * w.p * w.m;
     for (long done = 0; done < total; done++) {
         int best_d = -1;
         vcand best = { .kind = -1 };
         for (int d = 0; d < w.p; d++) {
-            vcand c = choose(&w, d);
+            if (w.cand_dirty[d]) {
+                w.cand[d] = choose(&w, d);
+                w.cand_dirty[d] = 0;
+            } else if (check && !same_cand(w.cand[d], choose(&w, d))) {
+                zb_fail(err, "vocabulary parallelism: device %d's kept candidate is stale after %ld ops",
+                        d, done);
+                goto out;
+            }
+            vcand c = w.cand[d];
             if (c.kind >= 0 && (best_d < 0 || c.start < best.start)) {
                 best = c;
                 best_d = d;
@@ -415,6 +472,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
             zb_fail(err, "out of memory inserting vocabulary passes");
             goto out;
         }
+        mark_dirty(&w, best_d, best);
     }
     if (validate_out && sched_validate(w.out, err) != 0) {
         zb_wrap(err, "vocabulary parallelism: placement gave an invalid schedule: ");
@@ -457,14 +515,14 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
     if (insert_checks(base, v, err) != 0)
         return -1;
-    return insert_ahead(base, v, lookahead, hold != 0, 1, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 1, 0, out, err);
 }
 
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                              sched_t **out, zb_err *err)
 {
     assert(lookahead >= 0 && lookahead <= GEN_VOCAB_MAX_LOOKAHEAD && !sched_has_vocab(base));
-    return insert_ahead(base, v, lookahead, hold != 0, 0, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 0, 0, out, err);
 }
 
 int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
@@ -480,7 +538,7 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         int k = q / 2, hold = q % 2;
         sched_t *s = NULL;
-        if (insert_ahead(base, v, k, hold, 0, &s, err) != 0) {
+        if (insert_ahead(base, v, k, hold, 0, 0, &s, err) != 0) {
             sched_free(best);
             return -1;
         }
@@ -507,4 +565,17 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
     }
     *out = best;
     return 0;
+}
+
+int gen_vocab_insert_checked(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                             sched_t **out, zb_err *err)
+{
+    if (gen_vocab_check(v, err) != 0)
+        return -1;
+    if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
+        return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
+                       GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
+    if (insert_checks(base, v, err) != 0)
+        return -1;
+    return insert_ahead(base, v, lookahead, hold != 0, 1, 1, out, err);
 }

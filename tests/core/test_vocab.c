@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +255,66 @@ START_TEST(torch_csv_refuses)
 }
 END_TEST
 
+/* The placement walk keeps each device's candidate until a commit may
+ * have changed it (gen_vocab.c, mark_dirty).  gen_vocab_insert_checked
+ * chooses every device afresh at every step and fails on a stale kept
+ * candidate; over every kind, variant, lookahead and hold, several depths
+ * and micro-batch counts, and uneven per-stage costs (so that ties and
+ * orders vary), no step may find one, and the output must be the one
+ * gen_vocab_insert_with gives. */
+START_TEST(insert_cache_exact)
+{
+    static const char *const kinds[] = { "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "gpipe" };
+    static const int depths[] = { 2, 3, 4, 8 };
+    uint64_t rng = 12345;
+    int placements = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t di = 0; di < sizeof depths / sizeof depths[0]; di++)
+            for (int variant = 1; variant <= 2; variant++) {
+                int p = depths[di];
+                gen_params gp;
+                gen_params_default(&gp);
+                gp.stages = p;
+                gp.microbatches = 2 * p + (k == 1 ? 0 : 1); /* interleaved needs m a multiple of p */
+                gp.t_comm = 0.03 * (double)(di + 1);
+                gp.chunks = k == 1 || k == 4 ? 2 : 1;
+                sched_t *base = NULL;
+                zb_err err = { "" };
+                ck_assert_msg(gen_lookup(kinds[k])(&gp, &base, &err) == 0, "%s: %s", kinds[k], err.msg);
+                for (int st = 0; st < base->n_stages; st++) { /* uneven stages */
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    double u = (double)(rng >> 11) / 9007199254740992.0;
+                    base->cost[st].t_f = 0.6 + u;
+                    base->cost[st].t_b = 1.1 + 0.7 * u;
+                    base->cost[st].t_w = 0.4 + 0.5 * (1 - u);
+                }
+                sched_vocab vp = { .variant = variant, .t_s = 0.35, .t_t = 0.45, .d_s = 1, .d_t = -1,
+                                   .t_c0 = 0.08, .t_c1 = 0.12 };
+                for (int look = 0; look <= GEN_VOCAB_MAX_LOOKAHEAD; look++)
+                    for (int hold = 0; hold <= 1; hold++) {
+                        sched_t *a = NULL, *b = NULL;
+                        ck_assert_msg(gen_vocab_insert_checked(base, &vp, look, hold, &a, &err) == 0,
+                                      "%s p=%d v%d look %d hold %d: %s", kinds[k], p, variant, look, hold,
+                                      err.msg);
+                        ck_assert_msg(gen_vocab_insert_with(base, &vp, look, hold, &b, &err) == 0, "%s",
+                                      err.msg);
+                        for (int d = 0; d < p; d++) {
+                            ck_assert_int_eq(a->dev[d].n_ops, b->dev[d].n_ops);
+                            for (int i = 0; i < a->dev[d].n_ops; i++) {
+                                sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
+                                ck_assert(x.kind == y.kind && x.stage == y.stage && x.mb == y.mb);
+                            }
+                        }
+                        sched_free(a);
+                        sched_free(b);
+                        placements++;
+                    }
+                sched_free(base);
+            }
+    ck_assert_int_eq(placements, 6 * 4 * 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1) * 2);
+}
+END_TEST
+
 /* Every handcrafted kind, both variants: the result validates, keeps the
  * order of each device's forwards and of its other ops, and holds one S and one T per device and
  * micro-batch. */
@@ -360,6 +421,7 @@ int main(void)
     tcase_add_test(tc, simulator_barriers_by_hand);
     tcase_add_test(tc, torch_csv_refuses);
     tcase_add_test(tc, insert_every_kind);
+    tcase_add_test(tc, insert_cache_exact);
     tcase_add_test(tc, insert_refuses);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
