@@ -505,8 +505,11 @@ static int insert_checks(const sched_t *base, const sched_vocab *v, zb_err *err)
     return 0;
 }
 
-int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                          sched_t **out, zb_err *err)
+/* gen_vocab_insert_with and gen_vocab_insert_checked: the arguments
+ * checked (v first, so that its error wins over the lookahead's), then
+ * one placement, validated; check_cache as insert_ahead's check. */
+static int insert_with_checks(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                              int check_cache, sched_t **out, zb_err *err)
 {
     if (gen_vocab_check(v, err) != 0)
         return -1;
@@ -515,7 +518,13 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
     if (insert_checks(base, v, err) != 0)
         return -1;
-    return insert_ahead(base, v, lookahead, hold != 0, 1, 0, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, out, err);
+}
+
+int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
+                          sched_t **out, zb_err *err)
+{
+    return insert_with_checks(base, v, lookahead, hold, 0, out, err);
 }
 
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
@@ -570,12 +579,5 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
 int gen_vocab_insert_checked(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                              sched_t **out, zb_err *err)
 {
-    if (gen_vocab_check(v, err) != 0)
-        return -1;
-    if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
-        return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
-                       GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
-    if (insert_checks(base, v, err) != 0)
-        return -1;
-    return insert_ahead(base, v, lookahead, hold != 0, 1, 1, out, err);
+    return insert_with_checks(base, v, lookahead, hold, 1, out, err);
 }
