@@ -76,23 +76,17 @@ static int report_at(const char *path, const char *gpu_name, int fit, double eff
         return 0;
 
     /* Korthikanti et al. 2022 Table 4: one 22B layer, ms. */
-    static const struct { const char *name; int sp, rc; double f, b; } t4[] = {
-        { "no recompute", 0, COST_RC_NONE, 7.7, 11.9 },
-        { "sequence parallel", 1, COST_RC_NONE, 7.2, 11.8 },
-        { "full recompute", 0, COST_RC_FULL, 7.7, 19.5 },
-        { "selective", 0, COST_RC_ATTN, 7.7, 13.2 },
-        { "selective + SP", 1, COST_RC_ATTN, 7.2, 13.1 },
-    };
+    const calib_layer_row *t4 = calib_korthikanti_table4;
     printf("\n22B layer (Korthikanti Table 4)  forward pred/meas     backward (B+W) pred/meas    both\n");
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < CALIB_TABLE4_ROWS; i++) {
         double f, b;
         if (calib_22b_layer(&g, t4[i].sp, t4[i].rc, &f, &b, &err) < 0) {
             fprintf(stderr, "bench_calibration: %s\n", err.msg);
             return 1;
         }
-        printf("%-32s %5.2f / %4.1f %+5.1f%%   %5.2f / %4.1f %+5.1f%%   %+5.1f%%\n", t4[i].name, f, t4[i].f,
-               100 * (f / t4[i].f - 1), b, t4[i].b, 100 * (b / t4[i].b - 1),
-               100 * ((f + b) / (t4[i].f + t4[i].b) - 1));
+        printf("%-32s %5.2f / %4.1f %+5.1f%%   %5.2f / %4.1f %+5.1f%%   %+5.1f%%\n", t4[i].name, f, t4[i].f_ms,
+               100 * (f / t4[i].f_ms - 1), b, t4[i].b_ms, 100 * (b / t4[i].b_ms - 1),
+               100 * ((f + b) / (t4[i].f_ms + t4[i].b_ms) - 1));
     }
     return 0;
 }

@@ -239,3 +239,12 @@ double calib_fit(const calib_row *rows, int n, const zb_gpu *base, double w_rati
     }
     return (a + b) / 2;
 }
+
+const calib_layer_row calib_korthikanti_table4[CALIB_TABLE4_ROWS] = {
+    { "no recompute", 0, COST_RC_NONE, 7.7, 11.9 },
+    { "sequence parallel", 1, COST_RC_NONE, 7.2, 11.8 },
+    { "full recompute", 0, COST_RC_FULL, 7.7, 19.5 },
+    { "selective", 0, COST_RC_ATTN, 7.7, 13.2 },
+    { "selective + SP", 1, COST_RC_ATTN, 7.2, 13.1 },
+};
+

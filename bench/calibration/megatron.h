@@ -88,6 +88,20 @@ double calib_error(const calib_row *r, const zb_gpu *g, double *pred, double *me
  * Returns 0, or -1 with a message in err. */
 int calib_22b_layer(const zb_gpu *g, int sp, int rc, double *f_ms, double *b_ms, zb_err *err);
 
+/* Korthikanti et al. 2022 Table 4: one 22B layer's measured forward and
+ * backward milliseconds in five settings, the reference calib_22b_layer
+ * is compared with (bench_calibration prints it, test_calibration holds
+ * it within 5%). */
+typedef struct calib_layer_row {
+    const char *name; /* the setting, as the paper names it */
+    int sp;           /* 1: sequence parallelism */
+    int rc;           /* recompute level (COST_RC_*) */
+    double f_ms;      /* measured forward */
+    double b_ms;      /* measured backward (B + W) */
+} calib_layer_row;
+#define CALIB_TABLE4_ROWS 5
+extern const calib_layer_row calib_korthikanti_table4[CALIB_TABLE4_ROWS];
+
 /* A100's measured W over F/B efficiency (0.78 / 0.672: the zero-bubble
  * paper's Table 9 T_W over the fitted F/B).  No H100 measurement splits
  * W from F and B, so the H100 fit moves W with F/B in this ratio rather

@@ -132,20 +132,14 @@ END_TEST
 
 START_TEST(korthikanti_table4_layer)
 {
-    static const struct { const char *name; int sp, rc; double f, b; } t4[] = {
-        { "no recompute", 0, COST_RC_NONE, 7.7, 11.9 },
-        { "sequence parallel", 1, COST_RC_NONE, 7.2, 11.8 },
-        { "full recompute", 0, COST_RC_FULL, 7.7, 19.5 },
-        { "selective", 0, COST_RC_ATTN, 7.7, 13.2 },
-        { "selective + SP", 1, COST_RC_ATTN, 7.2, 13.1 },
-    };
+    const calib_layer_row *t4 = calib_korthikanti_table4;
     zb_gpu g = a100();
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < CALIB_TABLE4_ROWS; i++) {
         double f, b;
         zb_err err = { { 0 } };
         ck_assert_msg(calib_22b_layer(&g, t4[i].sp, t4[i].rc, &f, &b, &err) == 0, "%s", err.msg);
-        ck_assert_msg(fabs(f / t4[i].f - 1) <= 0.05, "%s: forward %.2f ms vs %.1f", t4[i].name, f, t4[i].f);
-        ck_assert_msg(fabs(b / t4[i].b - 1) <= 0.05, "%s: backward %.2f ms vs %.1f", t4[i].name, b, t4[i].b);
+        ck_assert_msg(fabs(f / t4[i].f_ms - 1) <= 0.05, "%s: forward %.2f ms vs %.1f", t4[i].name, f, t4[i].f_ms);
+        ck_assert_msg(fabs(b / t4[i].b_ms - 1) <= 0.05, "%s: backward %.2f ms vs %.1f", t4[i].name, b, t4[i].b_ms);
     }
 }
 END_TEST
