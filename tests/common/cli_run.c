@@ -6,6 +6,8 @@
  */
 #include "tests/common/cli_run.h"
 
+#include "src/sched_io.h"
+
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -139,26 +141,11 @@ void cli_scratch_free(const char *dir)
 
 char *cli_slurp(const char *dir, const char *name)
 {
-    char path[512];
+    char path[512], *text;
+    size_t len;
+    zb_err err = { { 0 } };
     int n = snprintf(path, sizeof path, "%s/%s", dir, name);
     ck_assert(n > 0 && (size_t)n < sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    ck_assert_ptr_nonnull(buf);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - 1 - len, f)) > 0) {
-        len += got;
-        if (cap - 1 - len == 0) {
-            char *grown = realloc(buf, cap * 2);
-            ck_assert_ptr_nonnull(grown);
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    ck_assert_msg(!ferror(f), "cannot read %s", path);
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
+    ck_assert_msg(zb_read_file(path, &text, &len, &err) == 0, "%s", err.msg);
+    return text;
 }
