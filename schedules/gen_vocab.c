@@ -41,14 +41,16 @@
  * deadlock-free whenever the base schedule is; gen_vocab_insert still
  * validates its output.
  *
- * Cost: each step takes the earliest of the devices' candidates, O(p)
- * comparisons, but recomputes only the candidates a commit can change
- * (cand_dirty): the committing device's, the devices of the stages next
- * to the committed base op (whose inputs it produces), and every device's
- * when the last stage's F (every S waits for it) or a barrier completes.
- * Choosing for every device at every step was 60% of a 405B search's
- * time (p = 64).  gen_vocab_insert places six times (three lookaheads,
- * hold on and off).  gen_vocab_insert_checked re-chooses every device at
+ * Cost: each step takes the earliest of the devices' candidates and
+ * recomputes only the candidates a commit can change (cand_dirty): the
+ * committing device's, the devices of the stages next to the committed
+ * base op (whose inputs it produces), and every device's when the last
+ * stage's F (every S waits for it) or a barrier completes, a few times
+ * per micro-batch.  Choosing for every device at every step was 60% of a
+ * 405B search's time (p = 64); scanning the p kept candidates for the
+ * earliest was then a quarter of it (p = 128), so they sit in a heap
+ * ordered as the scan picked (src/dev_heap.h): O(log p) a step.
+ * gen_vocab_insert places six times (three lookaheads, hold on and off).  gen_vocab_insert_checked re-chooses every device at
  * every step and fails if a kept candidate differs, for the tests.
  * Measured before the cache (bench/bench_vocab.c, 2-core VM, CPU time):
  * one placement into 1F1B took 0.6 ms at p=8, m=64 (2,048 ops out) and
@@ -62,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/dev_heap.h"
 #include "src/sim.h"
 #include "src/validate.h"
 
@@ -90,6 +93,9 @@ typedef struct vwalk {
     double *free_at;     /* [p] time the device finishes its last committed op */
     struct vcand *cand;  /* [p] each device's candidate as choose last gave it */
     uint8_t *cand_dirty; /* [p] 1: cand[d] may be stale (a commit changed what choose reads) */
+    int *dirty;          /* [p] the devices whose cand_dirty is 1, in the order marked */
+    int n_dirty;         /* entries of dirty in use */
+    dev_heap next;       /* the devices with a candidate (kind >= 0) by its start */
 } vwalk;
 
 /* A device's candidate for its next slot. */
@@ -320,6 +326,8 @@ static void vwalk_free(vwalk *w)
     free(w->free_at);
     free(w->cand);
     free(w->cand_dirty);
+    free(w->dirty);
+    dev_heap_free(&w->next);
 }
 
 /* A copy of base's header (placement, costs, memory, meta) with empty
@@ -374,24 +382,32 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
  * the last stage's F ends (every S waits for them) and the barriers'
  * ends.  So d's own, the neighbours of c's stage, and everyone's when c
  * is a last-stage F or completes a barrier. */
+static void set_dirty(vwalk *w, int d)
+{
+    if (!w->cand_dirty[d]) {
+        w->cand_dirty[d] = 1;
+        w->dirty[w->n_dirty++] = d;
+    }
+}
+
 static void mark_dirty(vwalk *w, int d, vcand c)
 {
     const sched_t *s = w->base;
     int all = 0;
-    w->cand_dirty[d] = 1;
+    set_dirty(w, d);
     if (OP_IS_VOCAB(c.kind)) {
         int k = c.kind == OP_S ? 0 : 1;
         all = w->count[k][c.mb] == w->p; /* its barrier just completed */
     } else if (c.kind == OP_F) {
         all = c.stage == w->S - 1;
         if (c.stage + 1 < w->S)
-            w->cand_dirty[s->stage_device[c.stage + 1]] = 1;
+            set_dirty(w, s->stage_device[c.stage + 1]);
     } else if (c.kind == OP_B || c.kind == OP_BW) {
         if (c.stage > 0)
-            w->cand_dirty[s->stage_device[c.stage - 1]] = 1;
+            set_dirty(w, s->stage_device[c.stage - 1]);
     }
-    if (all)
-        memset(w->cand_dirty, 1, (size_t)w->p);
+    for (int e = 0; all && e < w->p; e++)
+        set_dirty(w, e);
 }
 
 static int same_cand(vcand a, vcand b)
@@ -425,7 +441,9 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.next_f = calloc(p, sizeof(int));
     w.taken = calloc(p, sizeof *w.taken);
     w.cand = calloc(p, sizeof *w.cand);
-    w.cand_dirty = malloc(p);
+    w.cand_dirty = calloc(p, 1);
+    w.dirty = malloc(p * sizeof(int));
+    int heap_failed = dev_heap_init(&w.next, w.p);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
         if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1))) {
@@ -434,7 +452,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty) {
+        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || heap_failed) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -444,26 +462,27 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         w.f_end[i] = w.b_end[i] = NAN;
     for (size_t j = 0; j < m; j++)
         w.c_end[0][j] = w.c_end[1][j] = NAN;
-    memset(w.cand_dirty, 1, p);
+    for (int d = 0; d < w.p; d++)
+        set_dirty(&w, d);
     long total = sched_op_count(base) + 2L * w.p * w.m;
     for (long done = 0; done < total; done++) {
-        int best_d = -1;
-        vcand best = { .kind = -1 };
-        for (int d = 0; d < w.p; d++) {
-            if (w.cand_dirty[d]) {
-                w.cand[d] = choose(&w, d);
-                w.cand_dirty[d] = 0;
-            } else if (check && !same_cand(w.cand[d], choose(&w, d))) {
+        for (int d = 0; check && d < w.p; d++)
+            if (!w.cand_dirty[d] && !same_cand(w.cand[d], choose(&w, d))) {
                 zb_fail(err, "vocabulary parallelism: device %d's kept candidate is stale after %ld ops",
                         d, done);
                 goto out;
             }
-            vcand c = w.cand[d];
-            if (c.kind >= 0 && (best_d < 0 || c.start < best.start)) {
-                best = c;
-                best_d = d;
-            }
+        while (w.n_dirty > 0) {
+            int d = w.dirty[--w.n_dirty];
+            w.cand[d] = choose(&w, d);
+            w.cand_dirty[d] = 0;
+            if (w.cand[d].kind >= 0)
+                dev_heap_set(&w.next, d, w.cand[d].start);
+            else
+                dev_heap_remove(&w.next, d);
         }
+        int best_d = dev_heap_top(&w.next);
+        vcand best = best_d >= 0 ? w.cand[best_d] : (vcand){ .kind = -1 };
         if (best_d < 0) {
             zb_fail(err, "vocabulary parallelism: placement stuck after %ld of %ld ops", done, total);
             goto out;

@@ -151,6 +151,9 @@ typedef struct search_state {
     int n_gpus;              /* GPUs left for pipeline x data parallel: o->n_gpus / (tp * cp) */
     search_prune prune;      /* each label's best at this depth, what lower bounds are
                               * compared with (search_prune.c) */
+    v_pattern_cache *patterns; /* the V-Min and V-Half patterns laid out so far, by shape */
+    double static_floor;     /* at this depth, no plan's fullest device holds less static
+                              * memory (cost_static_floor) */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -391,8 +394,19 @@ static int measure(const search_state *st, search_config *cf, const int *layers,
  * s_d: in that window d can run no F of s_d, nor B(s_d, j) and W(s_d, j).
  * Both windows lie within d's span.  This is the fill and drain of a
  * pipeline with few micro-batches (m = 2 on 32 devices idles most of
- * the span), which the busy time alone does not see. */
-static double device_span_bound(const sched_t *s, int d)
+ * the span), which the busy time alone does not see.
+ *
+ * Memory bounds it too, for a schedule whose activations on d stay
+ * within act_limit (INFINITY: none): F(s, j) on d holds its activations
+ * at least from its end until B(s, j) may start, s's round trip later,
+ * and d never holds more than act_limit, all within its span; so the
+ * span is at least the sum over d's stages of m dF times the round trip,
+ * over act_limit (Little's law: at most act_limit / dF micro-batches in
+ * flight on a stage, each for a round trip).  This is what starves a deep
+ * pipeline whose memory admits few micro-batches (Llama-3 70B on 32
+ * H100s: a middle device's bound rises well above its work), which the
+ * windows do not see. */
+static double device_span_bound(const sched_t *s, int d, double act_limit)
 {
     int S = s->n_stages, m = s->n_micro, first = -1;
     double busy = 0;
@@ -410,7 +424,19 @@ static double device_span_bound(const sched_t *s, int d)
     const stage_cost *c = &s->cost[first];
     double head_work = busy - m * (c->t_b + c->t_w) - c->t_f; /* what d may run before its first B of s_d */
     double tail_work = busy - m * c->t_f - c->t_b - c->t_w;   /* ... after its last F of s_d */
-    return busy + fmax(0, trip - fmin(head_work, tail_work));
+    double idle = fmax(0, trip - fmin(head_work, tail_work));
+    double span = busy + idle;
+    if (isfinite(act_limit) && act_limit > 0) {
+        double area = 0, after = 0; /* after: the round trip of stage k, built from the last stage down */
+        for (int k = S - 1; k >= first; k--) {
+            if (s->stage_device[k] == d && s->cost[k].d_f > 0)
+                area += m * s->cost[k].d_f * after;
+            after += s->cost[k].t_f + s->cost[k].t_b +
+                     (k > 0 && s->stage_device[k] != s->stage_device[k - 1] ? 2 * s->t_comm : 0);
+        }
+        span = fmax(span, area / act_limit);
+    }
+    return span;
 }
 
 /* A lower bound of device d's peak memory (static plus activations) in
@@ -440,9 +466,10 @@ static double device_peak_bound(const sched_t *s, int d)
  * stage per device (one_per_device) the stage bound of bound.c counts too:
  * it adds the idle a stage's memory limit (the memory minus its static
  * memory; a schedule over it does not fit) forces before its first B and
- * after its last F.  Stores it in *bound_ms, and in *peak_bytes the
- * largest over devices of device_peak_bound.  Both 0 when the parameters
- * cannot be costed (nothing is then pruned). */
+ * after its last F; device_span_bound's memory terms read the same limit.
+ * Stores it in *bound_ms, and in *peak_bytes the largest over devices of
+ * device_peak_bound.  Both 0 when the parameters cannot be costed
+ * (nothing is then pruned). */
 static void placement_bound(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
                             int one_per_device, double *bound_ms, double *peak_bytes)
 {
@@ -461,7 +488,7 @@ static void placement_bound(const search_state *st, search_config *cf, const int
     solver_problem pr = { .p = P, .m = s->n_micro, .cost = s->cost, .t_comm = s->t_comm, .limit = limit };
     double bound = 0, peak = 0;
     for (int d = 0; d < P; d++) {
-        double span = device_span_bound(s, d);
+        double span = device_span_bound(s, d, limit[d]);
         if (one_per_device)
             span = fmax(span, solver_stage_lower_bound(&pr, d));
         bound = fmax(bound, span + dp_exposed_ms(st, s, params, d));
@@ -500,6 +527,9 @@ static void settle(search_state *st, const search_config *cf, const search_candi
     assert(c->status != SEARCH_FIT || !(cf->bound_ms > 0) ||
            c->async_ms >= cf->bound_ms * (1 - 1e-9) - 1e-9);
     assert(c->status == SEARCH_SKIPPED || c->peak_bytes >= cf->peak_bound * (1 - 1e-9));
+    /* And every plan's peak holds the depth's static floor, else the
+     * depths it skipped could have fitted. */
+    assert(c->status == SEARCH_SKIPPED || c->peak_bytes >= st->static_floor * (1 - 1e-9));
     search_prune_note(&st->prune, c);
 }
 
@@ -695,7 +725,7 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
         return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (solver_v_costs_memo(label, vt, limit, memo, &s, &e2) < 0)
+    if (solver_v_costs_memo(label, vt, limit, memo, st->patterns, &s, &e2) < 0)
         skip(c, e2.msg);
     else
         evaluate(st, cf, c, s, layers);
@@ -1935,6 +1965,45 @@ static int vocab_depth(search_state *st, zb_err *err)
 }
 
 /* Every config of pipeline depth st->pp. */
+/* Whether the depth being searched can hold the model at all: when its
+ * static floor (cost_static_floor: the layers' weights, gradients and
+ * optimizer state spread evenly, and the reserve) exceeds the limit, no
+ * plan of any family, split, recompute or micro-batch fits there, so
+ * none is built (a 405B model on 512 GPUs: every depth up to 32, half
+ * the search's time; --exhaustive builds them).  The depth is then one
+ * skipped candidate carrying the floor, for the why block and the
+ * "nothing fits" line.  Sets
+ * st->static_floor; returns 1 when the depth fits, 0 when it was
+ * skipped, -1 with err. */
+static int depth_holds_static(search_state *st, int b, zb_err *err)
+{
+    const search_options *o = st->o;
+    cost_options co;
+    cost_options_for(o, st, o->split, &co);
+    zb_model m = o->model;
+    m.micro_batch = b;
+    if (cost_static_floor(&m, &o->gpu, &co, st->pp, &st->static_floor, err) < 0)
+        return -1;
+    if (!(st->static_floor > o->mem_bytes) || o->exhaustive)
+        return 1;
+    search_config cf = { .b = b, .m = o->global_batch / st->dp / b };
+    cf.copt.split = o->split;
+    search_candidate *c = new_candidate(st, &cf, "(every plan)", "none", 1, err);
+    if (!c)
+        return -1;
+    char need[32], lim[32];
+    zb_size_format(st->static_floor, need, sizeof need);
+    zb_size_format(o->mem_bytes, lim, sizeof lim);
+    char why[200];
+    snprintf(why, sizeof why, "pp=%d x dp=%d: the weights, gradients and optimizer state alone take at least "
+             "%s per device > limit %s; no plan of this depth was built", st->pp, st->dp, need, lim);
+    skip(c, why);
+    c->static_floor = 1;
+    c->static_bytes = st->static_floor;
+    tick(st);
+    return 0;
+}
+
 static int run_depth(search_state *st, zb_err *err)
 {
     const search_options *o = st->o;
@@ -1943,6 +2012,12 @@ static int run_depth(search_state *st, zb_err *err)
     int batch = o->global_batch / st->dp;
     int n_sizes = micro_batch_sizes(o, batch, sizes, 32);
     int p = st->pp;
+    st->static_floor = 0;
+    if (n_sizes > 0) {
+        int holds = depth_holds_static(st, sizes[0], err);
+        if (holds <= 0)
+            return holds;
+    }
     int rc_list[4], n_rc = 0;
     if (o->recompute <= 0)
         rc_list[n_rc++] = 0;
@@ -2330,13 +2405,14 @@ static int run_layout(search_state *st, int *deepest, zb_err *err)
     return 0;
 }
 
-int search_run(const search_options *o, search_result *r, zb_err *err)
+/* search_run with the caches its candidates share (search_state). */
+static int search_run_with(const search_options *o, search_result *r, v_pattern_cache *patterns, zb_err *err)
 {
     memset(r, 0, sizeof *r);
     r->min_peak_index = -1;
     if (check_options(o, err) < 0)
         return -1;
-    search_state st = { .o = o, .r = r };
+    search_state st = { .o = o, .r = r, .patterns = patterns };
     zb_layout layouts[SEARCH_MAX_LAYOUTS];
     int n_layouts = search_layouts(o, layouts, SEARCH_MAX_LAYOUTS, err);
     if (n_layouts < 0)
@@ -2464,6 +2540,14 @@ int search_run(const search_options *o, search_result *r, zb_err *err)
         }
     }
     return 0;
+}
+
+int search_run(const search_options *o, search_result *r, zb_err *err)
+{
+    v_pattern_cache patterns = { 0 };
+    int rc = search_run_with(o, r, &patterns, err);
+    v_pattern_cache_free(&patterns);
+    return rc;
 }
 
 void search_explain(const search_candidate *c, search_why *w)

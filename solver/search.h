@@ -173,6 +173,10 @@ typedef struct search_candidate {
     unsigned targets;      /* bit t set when target t can run this plan (search_target_mask) */
     int seq;               /* creation order: the last key of every ranking, so that a
                             * target's best is the same whatever the list's order */
+    int static_floor;      /* 1: skipped, and stands for its whole depth (pp, dp, layout),
+                            * none of whose plans was built: static_bytes, a lower bound of
+                            * every plan's static memory there (cost_static_floor), alone
+                            * exceeds the limit */
     sched_t *sched;        /* the schedule with costs, for the best few; else NULL; owned */
 } search_candidate;
 

@@ -262,6 +262,22 @@ static void depth_rows(const search_options *o, const search_result *r, search_w
                     c->label, c->micro_batch);
         }
     }
+    /* The depths not built: their static memory alone is over the limit
+     * (the list holds them in creation order, shallowest first; deepest
+     * first reads as the smallest need first, as the rows above). */
+    for (int i = r->n - 1; i >= 0; i--) {
+        const search_candidate *c = &r->c[i];
+        if (!c->static_floor || !search_layout_same(&c->layout, &win->layout))
+            continue;
+        if (!shown++)
+            add_row(w, SEARCH_WHY_HEADING, 0, "other pipeline depths:", -1, "%s", "");
+        char label[48], need[32];
+        snprintf(label, sizeof label, "pp=%d x dp=%d", c->pp, c->dp);
+        zb_size_format(c->static_bytes, need, sizeof need);
+        add_row(w, SEARCH_WHY_ROW, 1, label, -1,
+                "nothing fits; the weights, gradients and optimizer state alone take at least %s a %s "
+                "(not built)", need, search_device_noun(&o->gpu, 1));
+    }
 }
 
 /* One row per target other than the searched one: its best plan and its

@@ -19,6 +19,29 @@ int solver_problem_from_params(const gen_params *gp, solver_problem *pr, stage_c
  * memory against any limit. */
 int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
 
+/* Patterns already laid out, by shape.  The pattern's order depends only
+ * on p, m and the variant (its squeeze runs on unit costs), while a
+ * search asks for it on every configuration of a depth (each micro-batch
+ * size, recompute setting and split): laying it out was a sixth of a
+ * 405B search's time.  A few shapes are kept, the oldest replaced. */
+#define V_PATTERN_CACHE 16
+typedef struct v_pattern_cache {
+    int n;    /* entries in use */
+    int next; /* entry the next new shape replaces once all are in use */
+    struct {
+        int p, m, half; /* the shape */
+        sched_t *s;     /* v_pattern_sched's result for it (owned) */
+    } e[V_PATTERN_CACHE];
+} v_pattern_cache;
+
+/* v_pattern_sched through cache (NULL: none): the same schedule, taken
+ * from cache when it holds the shape (then given tmpl's costs), else laid
+ * out and kept there.  0, or -1 on out of memory. */
+int v_pattern_sched_cached(v_pattern_cache *cache, const sched_t *tmpl, int half, sched_t **out);
+
+/* Frees what cache holds and empties it. */
+void v_pattern_cache_free(v_pattern_cache *cache);
+
 /* The greedy list scheduler of v_shape.c on tmpl's placement (a V pair or
  * one stage per device) and costs, under limit[p] per device: runs its knob
  * settings (8 for V, 2 otherwise) and stores the fastest schedule in *out
@@ -58,9 +81,10 @@ void solver_greedy_memo_free(solver_greedy_memo *memo);
 
 /* solver_v_costs (solver.h) with its greedy list runs kept in memo
  * across calls on the same template (the three variants of one
- * configuration). */
+ * configuration) and its V patterns in patterns across templates (both
+ * may be NULL). */
 int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
-                        sched_t **out, zb_err *err);
+                        v_pattern_cache *patterns, sched_t **out, zb_err *err);
 
 /* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
  * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and

@@ -343,3 +343,60 @@ fail:
     sched_free(s);
     return -1;
 }
+
+int v_pattern_sched_cached(v_pattern_cache *cache, const sched_t *tmpl, int half, sched_t **out)
+{
+    int p = tmpl->n_devices, m = tmpl->n_micro;
+    half = half != 0;
+    if (!cache)
+        return v_pattern_sched(tmpl, half, out);
+    for (int i = 0; i < cache->n; i++)
+        if (cache->e[i].p == p && cache->e[i].m == m && cache->e[i].half == half) {
+            /* The lanes are the shape's; the header is tmpl's, as
+             * v_pattern_sched would have cloned it. */
+            const sched_t *kept = cache->e[i].s;
+            assert(kept->n_stages == tmpl->n_stages);
+            sched_t *s = sched_clone(tmpl);
+            if (!s)
+                return -1;
+            for (int d = 0; d < p; d++) {
+                s->dev[d].n_ops = 0;
+                for (int k = 0; k < kept->dev[d].n_ops; k++) {
+                    sched_op op = kept->dev[d].ops[k];
+                    if (sched_push(s, d, (op_kind)op.kind, op.stage, op.mb) != 0) {
+                        sched_free(s);
+                        return -1;
+                    }
+                }
+            }
+            *out = s;
+            return 0;
+        }
+    sched_t *s = NULL;
+    if (v_pattern_sched(tmpl, half, &s) != 0)
+        return -1;
+    sched_t *copy = sched_clone(s);
+    if (copy) { /* without room to keep it, the next call lays it out again */
+        int i;
+        if (cache->n < V_PATTERN_CACHE) {
+            i = cache->n++;
+        } else {
+            i = cache->next;
+            cache->next = (i + 1) % V_PATTERN_CACHE;
+            sched_free(cache->e[i].s);
+        }
+        cache->e[i].p = p;
+        cache->e[i].m = m;
+        cache->e[i].half = half;
+        cache->e[i].s = copy;
+    }
+    *out = s;
+    return 0;
+}
+
+void v_pattern_cache_free(v_pattern_cache *cache)
+{
+    for (int i = 0; i < cache->n; i++)
+        sched_free(cache->e[i].s);
+    memset(cache, 0, sizeof *cache);
+}

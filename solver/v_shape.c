@@ -37,9 +37,10 @@
  * (W filling, chunk preference for F, reservation) give eight runs (two
  * with one stage per device).
  *
- * Workload: p up to 32, m up to a few hundred; each step picks the
- * earliest of p cached device choices, so a run is O(ops * p) comparisons,
- * tens of milliseconds at p=32, m=256 (bench/bench_heuristic.c).
+ * Workload: p up to 64, m up to a few hundred; each step takes the
+ * earliest of p cached device choices from a heap (src/dev_heap.h) and
+ * chooses again for at most two devices, so a run is O(ops log p),
+ * milliseconds at p=32, m=256 (bench/bench_heuristic.c).
  */
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
@@ -51,8 +52,17 @@
 
 #include <cjson/cJSON.h>
 
+#include "src/dev_heap.h"
+
 /* The variants' limits, in whole-model micro-batches (2 chunk F's). */
 typedef enum v_variant { V_MIN = 0, V_HALF = 1, V_ZB = 2 } v_variant;
+static const char *const v_names[] = { "v-min", "v-half", "v-zb" }; /* by v_variant */
+
+/* The variant's limit in whole-model micro-batches on p devices. */
+static int v_micro_batches(int vi, int p)
+{
+    return vi == V_ZB ? p : vi == V_HALF ? (p + 2) / 2 : (p + 4) / 3;
+}
 
 /* Knobs of one greedy run. */
 typedef struct v_knobs {
@@ -187,6 +197,18 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     return c;
 }
 
+/* Stores device d's choice c and its place among the devices that act
+ * next: by start, the lowest device among equal starts (what a scan with
+ * a strict "<" picked); a device with nothing to do (INFINITY) is out. */
+static void set_choice(v_choice *ch, dev_heap *next, int d, v_choice c)
+{
+    ch[d] = c;
+    if (c.when < INFINITY)
+        dev_heap_set(next, d, c.when);
+    else
+        dev_heap_remove(next, d);
+}
+
 /* One greedy run; returns 0 or -1 (out of memory; err set). */
 static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
 {
@@ -207,27 +229,25 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
      * for it is produced: choose() reads only its own state and its
      * producers' end times. */
     v_choice *ch = malloc(sizeof *ch * (size_t)p);
-    if (!ch)
+    dev_heap next; /* the devices with something to do (when < INFINITY), earliest first */
+    if (!ch || dev_heap_init(&next, p) != 0) {
+        free(ch);
         return zb_fail(err, "out of memory building a V schedule");
+    }
     for (int d = 0; d < p; d++)
-        ch[d] = choose(r, d, k);
+        set_choice(ch, &next, d, choose(r, d, k));
     long left = 3L * S * m;
     while (left > 0) {
-        int best_d = -1;
-        v_choice best = { INFINITY, -1, -1 };
-        for (int d = 0; d < p; d++) {
-            if (ch[d].when < best.when) {
-                best = ch[d];
-                best_d = d;
-            }
-        }
+        int best_d = dev_heap_top(&next);
         if (best_d < 0) {
             free(ch);
+            dev_heap_free(&next);
             return zb_fail(err, "V schedule stuck with %ld ops left (bug)", left);
         }
+        v_choice best = ch[best_d];
         if (best.kind < 0) {
             r->t_dev[best_d] = best.when; /* idle until the input arrives */
-            ch[best_d] = choose(r, best_d, k);
+            set_choice(ch, &next, best_d, choose(r, best_d, k));
             continue;
         }
         int s = best.stage, d = best_d, j;
@@ -253,17 +273,19 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
         r->t_dev[d] = end;
         if (sched_push(r->out, d, (op_kind)best.kind, s, j) != 0) {
             free(ch);
+            dev_heap_free(&next);
             return zb_fail(err, "out of memory building a V schedule");
         }
         left--;
-        ch[d] = choose(r, d, k);
+        set_choice(ch, &next, d, choose(r, d, k));
         /* The consumer of this op's output may now have a new choice. */
         if (best.kind == OP_F && s + 1 < S)
-            ch[t->stage_device[s + 1]] = choose(r, t->stage_device[s + 1], k);
+            set_choice(ch, &next, t->stage_device[s + 1], choose(r, t->stage_device[s + 1], k));
         if (best.kind == OP_B && s > 0)
-            ch[t->stage_device[s - 1]] = choose(r, t->stage_device[s - 1], k);
+            set_choice(ch, &next, t->stage_device[s - 1], choose(r, t->stage_device[s - 1], k));
     }
     free(ch);
+    dev_heap_free(&next);
     return 0;
 }
 
@@ -389,21 +411,20 @@ out:
 
 static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_err *err)
 {
-    static const char *const names[] = { "v-min", "v-half", "v-zb" };
     int p = gp->stages, m = gp->microbatches;
     if (p < 1 || m < 1)
-        return zb_fail(err, "%s needs at least 1 device and 1 micro-batch (got p=%d, m=%d)", names[variant], p, m);
+        return zb_fail(err, "%s needs at least 1 device and 1 micro-batch (got p=%d, m=%d)", v_names[variant], p, m);
     if (gp->chunks != 1 && gp->chunks != 2)
-        return zb_fail(err, "%s places 2 chunks per device in a V (got %d chunks)", names[variant], gp->chunks);
+        return zb_fail(err, "%s places 2 chunks per device in a V (got %d chunks)", v_names[variant], gp->chunks);
     if (!(gp->t_f > 0 && gp->t_b > 0 && gp->t_w > 0) || !isfinite(gp->t_f + gp->t_b + gp->t_w)
         || !(gp->t_comm >= 0) || !isfinite(gp->t_comm))
-        return zb_fail(err, "%s: F, B, W times must be finite and > 0, T_comm >= 0", names[variant]);
+        return zb_fail(err, "%s: F, B, W times must be finite and > 0, T_comm >= 0", v_names[variant]);
     if (!(gp->m_f > 0) || !(gp->m_b <= 0) || !(gp->m_w <= 0) || !isfinite(gp->m_f + gp->m_b + gp->m_w)
         || fabs(gp->m_f + gp->m_b + gp->m_w) > 1e-9 * gp->m_f)
         return zb_fail(err, "%s: memory deltas need dF > 0, dB <= 0, dW <= 0 and dF + dB + dW = 0 (got %g, %g, %g)",
-                       names[variant], gp->m_f, gp->m_b, gp->m_w);
+                       v_names[variant], gp->m_f, gp->m_b, gp->m_w);
     /* Whole-model micro-batches of activations, 2 chunk F's each. */
-    int mbs = variant == V_ZB ? p : variant == V_HALF ? (p + 2) / 2 : (p + 4) / 3;
+    int mbs = v_micro_batches(variant, p);
     double own = 2.0 * mbs * gp->m_f;
     if (gp->mem_limit)
         for (int d = 0; d < p; d++)
@@ -418,7 +439,7 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
     int rc = -1;
     if (!tmpl || !limit)
         goto oom;
-    snprintf(tmpl->name, sizeof tmpl->name, "%s", names[variant]);
+    snprintf(tmpl->name, sizeof tmpl->name, "%s", v_names[variant]);
     sched_place_v(tmpl);
     sched_set_costs(tmpl, gp->t_f, gp->t_b, gp->t_w, gp->t_comm);
     sched_set_mem(tmpl, gp->m_f, gp->m_b, gp->m_w);
@@ -450,7 +471,7 @@ static int v_solve(const gen_params *gp, v_variant variant, sched_t **out, zb_er
                 hv = NULL;
                 best_cost = ev.cost;
                 used_handcrafted = 1;
-                snprintf(best->name, sizeof best->name, "%s", names[variant]);
+                snprintf(best->name, sizeof best->name, "%s", v_names[variant]);
                 cJSON_Delete(best->meta);
                 best->meta = NULL;
                 free(best->mem_limit);
@@ -571,34 +592,60 @@ static int recost_fits(const sched_t *tmpl, sched_t *s, const double *limit, dou
     return fits ? 0 : 1;
 }
 
+/* What one whole-model micro-batch holds at most on device d of V
+ * template tmpl: each of its two stages' activations at their largest
+ * (after F, or after B when recompute makes dB positive). */
+static double v_one(const sched_t *tmpl, int d)
+{
+    const stage_cost *a = &tmpl->cost[d], *b = &tmpl->cost[tmpl->n_stages - 1 - d];
+    return fmax(a->d_f, a->d_f + a->d_b) + fmax(b->d_f, b->d_f + b->d_b);
+}
+
+/* limit[d]: the variant's micro-batches of device d's two stages, capped
+ * by mem_limit[d] when given; fails when mem_limit leaves less than one. */
+static int v_limits(int vi, const sched_t *tmpl, const double *mem_limit, double *limit, zb_err *err)
+{
+    int p = tmpl->n_devices, mbs = v_micro_batches(vi, p);
+    for (int d = 0; d < p; d++) {
+        double one = v_one(tmpl, d);
+        limit[d] = mbs * one;
+        if (mem_limit) {
+            if (!(mem_limit[d] >= one))
+                return zb_fail(err, "device %d: memory limit %g is below one micro-batch's activation on its two stages (%g)",
+                               d, mem_limit[d], one);
+            limit[d] = fmin(limit[d], mem_limit[d]);
+        }
+    }
+    return 0;
+}
+
 int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_limit, sched_t **out, zb_err *err)
 {
-    return solver_v_costs_memo(variant, tmpl, mem_limit, NULL, out, err);
+    return solver_v_costs_memo(variant, tmpl, mem_limit, NULL, NULL, out, err);
 }
 
 int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
-                        sched_t **out, zb_err *err)
+                        v_pattern_cache *patterns, sched_t **out, zb_err *err)
 {
-    static const char *const names[] = { "v-min", "v-half", "v-zb" };
     int vi = -1;
     for (int i = 0; i < 3; i++)
-        if (!strcmp(variant, names[i]))
+        if (!strcmp(variant, v_names[i]))
             vi = i;
     if (vi < 0)
         return zb_fail(err, "unknown V variant '%s' (v-min, v-half, v-zb)", variant);
     int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
     if (p < 1 || m < 1 || S != 2 * p)
-        return zb_fail(err, "%s needs a V placement of 2p stages (got p=%d, %d stages)", names[vi], p, S);
+        return zb_fail(err, "%s needs a V placement of 2p stages (got p=%d, %d stages)", v_names[vi], p, S);
     for (int d = 0; d < p; d++)
         if (tmpl->stage_device[d] != d || tmpl->stage_device[S - 1 - d] != d)
-            return zb_fail(err, "%s needs the V placement (device d holds stages d and 2p-1-d)", names[vi]);
+            return zb_fail(err, "%s needs the V placement (device d holds stages d and 2p-1-d)", v_names[vi]);
     for (int i = 0; i < S; i++) {
         const stage_cost *c = &tmpl->cost[i];
         if (!(c->t_f >= 0 && c->t_b >= 0 && c->t_w >= 0) || !isfinite(c->t_f + c->t_b + c->t_w) || !(c->d_f > 0)
             || !isfinite(c->d_f + c->d_b + c->d_w))
-            return zb_fail(err, "%s: stage %d needs F, B, W times >= 0 and dF > 0", names[vi], i);
+            return zb_fail(err, "%s: stage %d needs F, B, W times >= 0 and dF > 0", v_names[vi], i);
     }
-    int mbs = vi == V_ZB ? p : vi == V_HALF ? (p + 2) / 2 : (p + 4) / 3;
+    int mbs = v_micro_batches(vi, p);
     double *limit = malloc(sizeof(double) * (size_t)p);
     double *ulimit = malloc(sizeof(double) * (size_t)p);
     sched_t *utmpl = sched_new(p, m, S), *best = NULL, *cand = NULL;
@@ -607,23 +654,12 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
         zb_fail(err, "out of memory building a V schedule");
         goto out;
     }
-    /* Per device: mbs whole-model micro-batches of its own two stages. */
-    for (int d = 0; d < p; d++) {
-        const stage_cost *a = &tmpl->cost[d], *b = &tmpl->cost[S - 1 - d];
-        double one = fmax(a->d_f, a->d_f + a->d_b) + fmax(b->d_f, b->d_f + b->d_b);
-        limit[d] = mbs * one;
-        if (mem_limit) {
-            if (!(mem_limit[d] >= one)) {
-                zb_fail(err, "device %d: memory limit %g is below one micro-batch's activation on its two stages (%g)",
-                        d, mem_limit[d], one);
-                goto out;
-            }
-            limit[d] = fmin(limit[d], mem_limit[d]);
-        }
-        /* The same limit in uniform units (one chunk F = 1) for the
-         * orders built from uniform costs. */
-        ulimit[d] = 2.0 * limit[d] / one;
-    }
+    if (v_limits(vi, tmpl, mem_limit, limit, err) < 0)
+        goto out;
+    /* The same limit in uniform units (one chunk F = 1) for the orders
+     * built from uniform costs. */
+    for (int d = 0; d < p; d++)
+        ulimit[d] = 2.0 * limit[d] / v_one(tmpl, d);
     double best_cost = INFINITY;
     const char *method = "V-shape greedy on per-stage costs";
     int bits = 0;
@@ -676,7 +712,7 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
                 cand = NULL;
             how = "the ZB authors' adaptive V-ZB order re-costed per stage";
         } else if (which == 2 && vi != V_ZB) {
-            if (v_pattern_sched(utmpl, vi == V_HALF, &cand) != 0)
+            if (v_pattern_sched_cached(patterns, utmpl, vi == V_HALF, &cand) != 0)
                 cand = NULL;
             how = "the paper's stable V pattern re-costed per stage";
         }
@@ -694,10 +730,10 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
         cand = NULL;
     }
     if (!isfinite(best_cost)) {
-        zb_fail(err, "%s: no V order fits the per-device limits", names[vi]);
+        zb_fail(err, "%s: no V order fits the per-device limits", v_names[vi]);
         goto out;
     }
-    snprintf(best->name, sizeof best->name, "%s", names[vi]);
+    snprintf(best->name, sizeof best->name, "%s", v_names[vi]);
     cJSON_Delete(best->meta);
     best->meta = cJSON_CreateObject();
     cJSON *o = best->meta ? cJSON_AddObjectToObject(best->meta, "solver") : NULL;

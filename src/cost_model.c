@@ -283,6 +283,30 @@ int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, s
     return 0;
 }
 
+int cost_static_floor(const zb_model *m, const zb_gpu *g, const cost_options *o, int p, double *bytes,
+                      zb_err *err)
+{
+    if (p < 1)
+        return zb_fail(err, "static memory floor: %d devices", p);
+    /* One stage holds every layer: its static state is the layers' (the
+     * split only moves it between devices) plus the embedding and head. */
+    cost_options one = *o;
+    one.layers = NULL;
+    one.recompute = 0;
+    one.recompute_stage = NULL;
+    cost_stage st;
+    cost_part layer, emb, head;
+    if (cost_stages(m, g, &one, 1, 1, &st, err) < 0 || cost_parts(m, g, &one, &layer, &emb, &head, err) < 0)
+        return -1;
+    double bpp = cost_bytes_per_param(m, &one);
+    double layers = fmax(0, st.static_bytes - (emb.params + head.params) * bpp);
+    double reserve = o->reserve_bytes;
+    if (o->profile && o->profile->reserve_bytes >= 0)
+        reserve = o->profile->reserve_bytes;
+    *bytes = layers / p + reserve;
+    return 0;
+}
+
 double cost_model_flops(const zb_model *m, const cost_options *o)
 {
     cost_options plain = *o;

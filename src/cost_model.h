@@ -65,6 +65,18 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
  * time_unit "ms" and mem_unit "bytes".  Returns 0 or -1 with err set. */
 int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, sched_t *s, zb_err *err);
 
+/* A lower bound of the largest static memory (cost_fill_sched's
+ * mem_static, with or without vocabulary parallelism) over the devices of
+ * any placement of model m on p devices under o, whatever its split,
+ * recompute and micro-batch: the transformer layers' state (weights,
+ * gradients, optimizer; ZeRO as o says) and p runtime reserves, spread
+ * evenly over the p devices.  The embedding's and head's state (which
+ * vocabulary parallelism may shard) and the transients are left out, so
+ * that no placement holds less.  When it exceeds the memory limit,
+ * nothing on p devices fits.  Stores it in *bytes; 0, or -1 with err. */
+int cost_static_floor(const zb_model *m, const zb_gpu *g, const cost_options *o, int p, double *bytes,
+                      zb_err *err);
+
 /* Useful FLOPs (F+B+W, no recompute) of one micro-batch through the whole
  * model; MFU = m * this / (iteration time * devices * peak). */
 double cost_model_flops(const zb_model *m, const cost_options *o);

@@ -8,6 +8,7 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,21 @@ static int run_search(const search_options *o, search_result *r, int quiet, zb_e
 /* The one line on stderr when nothing fits; returns 1. */
 static int nothing_fits(const search_options *o, const search_result *r)
 {
+    /* No plan was simulated: say what the static memory alone needs at
+     * the depth that needs least, when depths were left out for it. */
+    const search_candidate *floor = NULL;
+    for (int i = 0; i < r->n && r->min_peak_index < 0; i++)
+        if (r->c[i].static_floor && (!floor || r->c[i].static_bytes < floor->static_bytes))
+            floor = &r->c[i];
+    if (floor) {
+        char lim[32], need[32];
+        zb_size_format(o->mem_bytes, lim, sizeof lim);
+        zb_size_format(floor->static_bytes, need, sizeof need);
+        return cli_error("nothing fits in %s per %s: the weights, gradients and optimizer state alone take at "
+                         "least %s a %s at pp=%d x dp=%d, before any activation: use more %s, or --mem well over "
+                         "%.0fG", lim, o->gpu.cpu ? "device" : "GPU", need, o->gpu.cpu ? "device" : "GPU",
+                         floor->pp, floor->dp, search_device_noun(&o->gpu, 2), ceil(floor->static_bytes / 1e9));
+    }
     if (r->min_peak_index < 0)
         return cli_error("nothing %s can run could be built (-v or --json says why)", search_target_name(o->target));
     const search_candidate *c = &r->c[r->min_peak_index];

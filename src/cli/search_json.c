@@ -196,6 +196,20 @@ static void depths_json(const search_result *r, cJSON *depths)
         if (c->status == SEARCH_FIT)
             cJSON_AddNumberToObject(d, "tokens_per_s_per_gpu", c->tokens_per_s);
     }
+    /* Depths not built: their static memory alone exceeds the limit. */
+    for (int i = 0; depths && i < r->n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (!c->static_floor)
+            continue;
+        cJSON *d = cJSON_CreateObject();
+        if (!d)
+            break;
+        cJSON_AddItemToArray(depths, d);
+        cJSON_AddNumberToObject(d, "pipeline_parallel", c->pp);
+        cJSON_AddNumberToObject(d, "data_parallel", c->dp);
+        cJSON_AddBoolToObject(d, "fits", 0);
+        cJSON_AddNumberToObject(d, "static_floor_bytes", c->static_bytes);
+    }
 }
 
 int search_print_json(const search_options *o, const search_result *r)

@@ -145,11 +145,12 @@ void search_print_table(const search_options *o, const search_result *r, const s
         print_ranked(o, r, rows);
     if (r->n_fit > rows && rows >= 0)
         printf("... %d more that fit (--top N shows more)\n", r->n_fit - (rows > 0 ? rows : 0));
-    int n_oom = 0, n_skip = 0, n_unsup = 0;
+    int n_oom = 0, n_skip = 0, n_unsup = 0, n_static = 0;
     for (int i = r->n_fit; i < r->n; i++) {
         search_status s = r->c[i].status;
         n_oom += s == SEARCH_OOM;
-        n_skip += s == SEARCH_SKIPPED;
+        n_static += r->c[i].static_floor;
+        n_skip += s == SEARCH_SKIPPED && !r->c[i].static_floor;
         n_unsup += s == SEARCH_UNSUPPORTED;
     }
     printf("%d %s %s, %d %s the limit, %d could not be built", r->n_fit, r->n_fit == 1 ? "candidate" : "candidates",
@@ -157,6 +158,9 @@ void search_print_table(const search_options *o, const search_result *r, const s
     if (o->target != SEARCH_TARGET_ZBSCHED)
         printf(", %d %s cannot run", n_unsup, search_target_name(o->target));
     printf("%s", verbose || !(n_oom + n_skip + n_unsup) ? "" : " (-v lists them)");
+    if (n_static > 0)
+        printf("; %d %s not built, the static memory alone over the limit", n_static,
+               n_static == 1 ? "depth" : "depths");
     /* Not built at all, so not listed even with -v (docs/search.md, "Pruning"). */
     if (r->n_pruned > 0)
         printf("; %d more not built, their bounds behind their label's best", r->n_pruned);

@@ -136,13 +136,27 @@ END_TEST
 
 START_TEST(test_nothing_fits)
 {
+    /* 1 GB: the static memory alone is over the limit at every depth
+     * (8 devices), so nothing is built and the depth carries its floor. */
     search_options o = scenario(1e9);
     search_result r;
     zb_err err = { { 0 } };
     ck_assert_int_eq(search_run(&o, &r, &err), 0);
     ck_assert_int_eq(r.n_fit, 0);
+    ck_assert_int_eq(r.min_peak_index, -1);
+    ck_assert_int_eq(r.n, 1);
+    ck_assert(r.c[0].static_floor && r.c[0].status == SEARCH_SKIPPED && r.c[0].pp == 8);
+    ck_assert(r.c[0].static_bytes > o.mem_bytes);
+    double floor = r.c[0].static_bytes;
+    search_result_free(&r);
+
+    /* Just over the floor: the static memory fits, the activations do
+     * not; the smallest peak is named, and holds the floor. */
+    o.mem_bytes = floor * 1.01;
+    ck_assert_int_eq(search_run(&o, &r, &err), 0);
+    ck_assert_int_eq(r.n_fit, 0);
     ck_assert_int_ge(r.min_peak_index, 0);
-    ck_assert(r.min_peak_bytes > 1e9);
+    ck_assert(r.min_peak_bytes >= floor);
     for (int i = 0; i < r.n; i++)
         if (r.c[i].status != SEARCH_SKIPPED)
             ck_assert(r.c[i].peak_bytes >= r.min_peak_bytes);
@@ -332,10 +346,17 @@ START_TEST(test_cli)
     unlink(path);
 
     /* Nothing fits: exit 1, one line naming the smallest memory, no file. */
-    snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 --max-micro-batch 2 --split balanced -o %s", path);
+    snprintf(args, sizeof args, "--mem 6G --model 1.5B --gpu A100-80G --global-batch 48 --max-micro-batch 2 --split balanced -o %s", path);
     ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
     cli_assert_one_line(errb, "nothing fits");
     ck_assert_msg(strstr(errb, "smallest peak"), "%s", errb);
+    cli_assert_no_file(path);
+    /* ... or, when the static memory alone is over the limit at every
+     * depth, what it takes at the deepest. */
+    snprintf(args, sizeof args, "--mem 1G --model 1.5B --gpu A100-80G --global-batch 48 --max-micro-batch 2 --split balanced -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 1);
+    cli_assert_one_line(errb, "nothing fits");
+    ck_assert_msg(strstr(errb, "optimizer state alone take at least") && strstr(errb, "pp=8 x dp=1"), "%s", errb);
     cli_assert_no_file(path);
 
     /* JSON lists every candidate with its status. */

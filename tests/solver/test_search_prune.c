@@ -14,10 +14,13 @@
  * the pruned search built must also be in the exhaustive list with the
  * same figures, and the counts must add up (built + pruned = exhaustive).
  * The scenarios are picked so that pruning happens: by time (fits behind
- * their label's best) and by memory (candidates whose static memory plus
- * one micro-batch already exceeds the limit), over several depths and
- * targets; a bound that is too high (one that is not a lower bound) makes
- * the best of some label differ, and these checks fail.
+ * their label's best), by memory (candidates whose static memory plus
+ * one micro-batch already exceeds the limit) and whole depths whose
+ * static memory alone does (cost_static_floor: every plan the exhaustive
+ * search builds there must exceed the limit and hold at least the
+ * floor), over several depths and targets; a bound that is too high (one
+ * that is not a lower bound) makes the best of some label differ, and
+ * these checks fail.
  */
 #include <check.h>
 #include <math.h>
@@ -84,7 +87,30 @@ static const search_candidate *label_best(const search_result *r, int pp, const 
     return NULL;
 }
 
-/* Runs s both ways and compares; returns the pruned count. */
+/* The depth pp (of layout l) that r left out for its static memory
+ * (search_candidate.static_floor), or NULL when r searched it. */
+static const search_candidate *floor_of(const search_result *r, int pp, const zb_layout *l)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->c[i].static_floor && r->c[i].pp == pp && search_layout_same(&r->c[i].layout, l))
+            return &r->c[i];
+    return NULL;
+}
+
+/* 1 when why row label names a depth r left out for its static memory. */
+static int floor_row(const search_result *r, const char *label)
+{
+    for (int i = 0; i < r->n; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "pp=%d x dp=%d", r->c[i].pp, r->c[i].dp);
+        if (r->c[i].static_floor && !strcmp(label, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* Runs s both ways and compares; returns the pruned count (candidates and
+ * depths left out). */
 static int compare(const scenario *s)
 {
     search_options op = options(s, 0), oe = options(s, 1);
@@ -94,7 +120,25 @@ static int compare(const scenario *s)
     ck_assert_msg(search_run(&oe, &re, &err) == 0, "%s", err.msg);
     char a[256], b[256];
     ck_assert_int_eq(re.n_pruned, 0);
-    ck_assert_msg(rp.n + rp.n_pruned == re.n, "%s: %d built + %d pruned != %d", s->model, rp.n, rp.n_pruned, re.n);
+    /* A depth left out for its static memory: everything the exhaustive
+     * search built there exceeds the limit and holds at least the floor
+     * (so no fit and no smallest peak was lost). */
+    int floor_n = 0, floor_depths = 0;
+    for (int i = 0; i < rp.n; i++)
+        floor_depths += rp.c[i].static_floor;
+    for (int i = 0; i < re.n; i++) {
+        const search_candidate *c = &re.c[i], *f = floor_of(&rp, c->pp, &c->layout);
+        ck_assert(!c->static_floor);
+        if (!f)
+            continue;
+        floor_n++;
+        describe(c, b, sizeof b);
+        ck_assert_msg(c->status != SEARCH_FIT, "%s: %s fits at a depth left out", s->model, b);
+        ck_assert_msg(c->status != SEARCH_OOM || c->peak_bytes >= f->static_bytes,
+                      "%s: %s peaks under the depth's static floor %.0f B", s->model, b, f->static_bytes);
+    }
+    ck_assert_msg(rp.n - floor_depths + rp.n_pruned + floor_n == re.n, "%s: %d built + %d pruned + %d left out "
+                  "with %d depths != %d", s->model, rp.n, rp.n_pruned, floor_n, floor_depths, re.n);
     ck_assert_int_eq(rp.n_fit > 0, re.n_fit > 0);
     if (re.n_fit > 0) {
         describe(&rp.c[0], a, sizeof a);
@@ -113,7 +157,7 @@ static int compare(const scenario *s)
     for (int i = 0; i < re.n; i++) {
         const search_candidate *c = &re.c[i];
         const search_candidate *want = label_best(&re, c->pp, c->label), *got = label_best(&rp, c->pp, c->label);
-        if (!want)
+        if (!want || floor_of(&rp, c->pp, &c->layout))
             continue;
         describe(want, b, sizeof b);
         ck_assert_msg(got != NULL, "%s: no %s at pp=%d (exhaustive: %s)", s->model, c->label, c->pp, b);
@@ -121,6 +165,8 @@ static int compare(const scenario *s)
         ck_assert_msg(same_plan(got, want), "%s: label best %s, exhaustive %s", s->model, a, b);
     }
     for (int i = 0; i < rp.n; i++) {
+        if (rp.c[i].static_floor)
+            continue;
         int found = 0;
         for (int j = 0; j < re.n && !found; j++)
             found = same_plan(&rp.c[i], &re.c[j]);
@@ -135,16 +181,28 @@ static int compare(const scenario *s)
         search_why_build(&op, &rp, wp);
         search_why_build(&oe, &re, we);
         ck_assert_str_eq(wp->head, we->head);
-        ck_assert_int_eq(wp->n, we->n);
-        for (int k = 0; k < we->n; k++) {
-            ck_assert_str_eq(wp->row[k].label, we->row[k].label);
-            ck_assert_str_eq(wp->row[k].text, we->row[k].text);
-            ck_assert(wp->row[k].ms == we->row[k].ms);
+        /* Rows of the depths left out differ (a static floor against a
+         * smallest peak); the others match in order. */
+        int kp = 0, ke = 0;
+        for (;;) {
+            while (kp < wp->n && floor_row(&rp, wp->row[kp].label))
+                kp++;
+            while (ke < we->n && floor_row(&rp, we->row[ke].label))
+                ke++;
+            if (kp == wp->n || ke == we->n)
+                break;
+            ck_assert_str_eq(wp->row[kp].label, we->row[ke].label);
+            ck_assert_str_eq(wp->row[kp].text, we->row[ke].text);
+            ck_assert(wp->row[kp].ms == we->row[ke].ms);
+            kp++;
+            ke++;
         }
+        ck_assert_int_eq(kp, wp->n);
+        ck_assert_int_eq(ke, we->n);
         free(wp);
         free(we);
     }
-    int pruned = rp.n_pruned;
+    int pruned = rp.n_pruned + floor_n;
     search_result_free(&rp);
     search_result_free(&re);
     return pruned;
@@ -183,9 +241,35 @@ START_TEST(test_nothing_fits)
 {
     /* Nothing fits at any depth: only the memory bound prunes, and the
      * smallest peak of every label (what the split search starts from
-     * and the nothing-fits line names) stays. */
-    scenario s = { "14.6B", "A100-40G", 8, 16, 20e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_PLAIN, 16 };
+     * and the nothing-fits line names) stays.  36 GB: the static memory
+     * fits at pp=8 (35 GB), the activations do not; shallower depths
+     * are left out for their static memory alone. */
+    scenario s = { "14.6B", "A100-40G", 8, 16, 36e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_PLAIN, 16 };
     ck_assert_int_gt(compare(&s), 10);
+}
+END_TEST
+
+START_TEST(test_static_floor)
+{
+    /* 6.2B on 16 A100-40G with 20 GB: at pp=1 and 2 the weights,
+     * gradients and optimizer state alone exceed the limit, so those
+     * depths are not built; pp=4 to 16 are searched as before. */
+    scenario s = { "6.2B", "A100-40G", 16, 32, 20e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 4 };
+    search_options o = options(&s, 0);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    int left_out = 0;
+    for (int i = 0; i < r.n; i++)
+        if (r.c[i].static_floor) {
+            ck_assert_int_le(r.c[i].pp, 2);
+            ck_assert(r.c[i].static_bytes > s.mem);
+            left_out++;
+        }
+    ck_assert_int_eq(left_out, 2);
+    ck_assert_int_gt(r.n_fit, 0);
+    search_result_free(&r);
+    ck_assert_int_gt(compare(&s), 100);
 }
 END_TEST
 
@@ -225,8 +309,14 @@ START_TEST(test_greedy_memo)
     static const char *const vf[] = { "v-min", "v-half", "v-zb" };
     const double scale[] = { 1e9, 40, 14, 9, 9, 6, 40 };
     solver_greedy_memo memo = { 0 };
+    v_pattern_cache patterns = { 0 };
     int reused = 0;
     for (size_t k = 0; k < sizeof scale / sizeof scale[0]; k++) {
+        /* Every other round on other costs: the kept patterns are the
+         * shape's whatever the costs they were first laid out for. */
+        for (int i = 0; i < S; i++)
+            t->cost[i].t_f = (k % 2 ? 2.0 : 1.0) + 0.1 * i;
+        solver_greedy_memo_free(&memo); /* the template's costs changed */
         double limit[4];
         for (int d = 0; d < p; d++)
             limit[d] = scale[k] * (1 + 0.1 * d);
@@ -234,7 +324,7 @@ START_TEST(test_greedy_memo)
             sched_t *a = NULL, *b = NULL;
             zb_err ea = { { 0 } }, eb = { { 0 } };
             int had = memo.best != NULL;
-            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &a, &ea);
+            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &patterns, &a, &ea);
             int rb = solver_v_costs(vf[v], t, limit, &b, &eb);
             ck_assert_int_eq(ra, rb);
             if (ra == 0) {
@@ -248,7 +338,9 @@ START_TEST(test_greedy_memo)
         }
     }
     ck_assert_int_gt(reused, 0);
+    ck_assert_int_eq(patterns.n, 2); /* one shape, V-Min's and V-Half's */
     solver_greedy_memo_free(&memo);
+    v_pattern_cache_free(&patterns);
     sched_free(t);
 }
 END_TEST
@@ -262,6 +354,7 @@ int main(void)
     tcase_add_test(tc, test_many_depths);
     tcase_add_test(tc, test_sync_targets);
     tcase_add_test(tc, test_nothing_fits);
+    tcase_add_test(tc, test_static_floor);
     tcase_add_test(tc, test_greedy_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
