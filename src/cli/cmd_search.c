@@ -8,7 +8,6 @@
 #include "src/cli/cli.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,44 +302,6 @@ static int run_search(const search_options *o, search_result *r, int quiet, zb_e
     return rc;
 }
 
-/* The one line on stderr when nothing fits; returns 1. */
-static int nothing_fits(const search_options *o, const search_result *r)
-{
-    /* No plan was simulated: say what the static memory alone needs at
-     * the depth that needs least, when depths were left out for it. */
-    const search_candidate *floor = NULL;
-    for (int i = 0; i < r->n && r->min_peak_index < 0; i++)
-        if (r->c[i].static_floor && (!floor || r->c[i].static_bytes < floor->static_bytes))
-            floor = &r->c[i];
-    if (floor) {
-        char lim[32], need[32];
-        zb_size_format(o->mem_bytes, lim, sizeof lim);
-        zb_size_format(floor->static_bytes, need, sizeof need);
-        return cli_error("nothing fits in %s per %s: the weights, gradients and optimizer state alone take at "
-                         "least %s a %s at pp=%d x dp=%d, before any activation: use more %s, or --mem well over "
-                         "%.0fG", lim, o->gpu.cpu ? "device" : "GPU", need, o->gpu.cpu ? "device" : "GPU",
-                         floor->pp, floor->dp, search_device_noun(&o->gpu, 2), ceil(floor->static_bytes / 1e9));
-    }
-    if (r->min_peak_index < 0)
-        return cli_error("nothing %s can run could be built (-v or --json says why)", search_target_name(o->target));
-    const search_candidate *c = &r->c[r->min_peak_index];
-    char lim[32], peak[32], rcb[32], other[96] = "";
-    zb_size_format(o->mem_bytes, lim, sizeof lim);
-    zb_size_format(r->min_peak_bytes, peak, sizeof peak);
-    /* Another engine's plan may fit where this one's do not. */
-    const search_candidate *fit = NULL;
-    for (int t = 0; t < SEARCH_N_TARGETS; t++)
-        if (t != (int)o->target && r->best[t].status == SEARCH_FIT && (!fit || r->best[t].time_ms < fit->time_ms))
-            fit = &r->best[t];
-    if (fit)
-        snprintf(other, sizeof other, ", or --target %s, whose %s fits",
-                 search_target_name((search_target)(fit - r->best)), fit->label);
-    return cli_error("nothing fits in %s per %s; the smallest peak is %s (%s, b=%d, recompute %s): "
-                     "use --mem %.0fG or more, or more %s%s", lim, o->gpu.cpu ? "device" : "GPU", peak, c->label,
-                     c->micro_batch, search_rc_text(c, rcb, sizeof rcb), r->min_peak_bytes / 1e9 + 0.5,
-                     search_device_noun(&o->gpu, 2), other);
-}
-
 int cmd_search(int argc, char **argv)
 {
     search_options o;
@@ -385,7 +346,7 @@ int cmd_search(int argc, char **argv)
         search_print_table(&o, &r, &ctx, (int)x.rows, x.verbose);
     int status = 0;
     if (r.n_fit == 0) {
-        status = nothing_fits(&o, &r);
+        status = search_print_nothing_fits(&o, &r);
     } else {
         search_candidate *best = &r.c[0];
         if (search_annotate(&o, best, &err) < 0 || sched_save_file(best->sched, x.output, &err) < 0 ||

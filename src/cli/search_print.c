@@ -11,10 +11,12 @@
  */
 #include "src/cli/search_print.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "solver/search_runs_on.h"
+#include "src/cli/cli.h"
 #include "src/cli/cli_table.h"
 #include "src/size.h"
 
@@ -267,4 +269,41 @@ void search_print_runs_on(const search_options *o, const search_result *r)
                search_rc_text(c, rcb, sizeof rcb), c->time_ms,
                r->c[0].time_ms > 0 ? 100.0 * (c->time_ms / r->c[0].time_ms - 1.0) : 0.0);
     }
+}
+
+int search_print_nothing_fits(const search_options *o, const search_result *r)
+{
+    /* No plan was simulated: say what the static memory alone needs at
+     * the depth that needs least, when depths were left out for it. */
+    const search_candidate *floor = NULL;
+    for (int i = 0; i < r->n && r->min_peak_index < 0; i++)
+        if (r->c[i].static_floor && (!floor || r->c[i].static_bytes < floor->static_bytes))
+            floor = &r->c[i];
+    if (floor) {
+        char lim[32], need[32];
+        zb_size_format(o->mem_bytes, lim, sizeof lim);
+        zb_size_format(floor->static_bytes, need, sizeof need);
+        return cli_error("nothing fits in %s per %s: the weights, gradients and optimizer state alone take at "
+                         "least %s a %s at pp=%d x dp=%d, before any activation: use more %s, or --mem well over "
+                         "%.0fG", lim, o->gpu.cpu ? "device" : "GPU", need, o->gpu.cpu ? "device" : "GPU",
+                         floor->pp, floor->dp, search_device_noun(&o->gpu, 2), ceil(floor->static_bytes / 1e9));
+    }
+    if (r->min_peak_index < 0)
+        return cli_error("nothing %s can run could be built (-v or --json says why)", search_target_name(o->target));
+    const search_candidate *c = &r->c[r->min_peak_index];
+    char lim[32], peak[32], rcb[32], other[96] = "";
+    zb_size_format(o->mem_bytes, lim, sizeof lim);
+    zb_size_format(r->min_peak_bytes, peak, sizeof peak);
+    /* Another engine's plan may fit where this one's do not. */
+    const search_candidate *fit = NULL;
+    for (int t = 0; t < SEARCH_N_TARGETS; t++)
+        if (t != (int)o->target && r->best[t].status == SEARCH_FIT && (!fit || r->best[t].time_ms < fit->time_ms))
+            fit = &r->best[t];
+    if (fit)
+        snprintf(other, sizeof other, ", or --target %s, whose %s fits",
+                 search_target_name((search_target)(fit - r->best)), fit->label);
+    return cli_error("nothing fits in %s per %s; the smallest peak is %s (%s, b=%d, recompute %s): "
+                     "use --mem %.0fG or more, or more %s%s", lim, o->gpu.cpu ? "device" : "GPU", peak, c->label,
+                     c->micro_batch, search_rc_text(c, rcb, sizeof rcb), r->min_peak_bytes / 1e9 + 0.5,
+                     search_device_noun(&o->gpu, 2), other);
 }

@@ -1,7 +1,7 @@
 /*
  * search_print.h: the human output of `zbsched search` (the header line,
  * the ranked table, the why block, the dropped candidates and the line on
- * the written plan) and its JSON (search_json.c).  The search itself and
+ * the written plan, the nothing-fits line) and its JSON (search_json.c).  The search itself and
  * the content of the why block are solver/search.h's; these only format.
  */
 #ifndef ZB_CLI_SEARCH_PRINT_H
@@ -23,6 +23,12 @@ void search_print_table(const search_options *o, const search_result *r, const s
  * peak memory per device and where its memory layers went. */
 void search_print_best(const search_options *o, const search_candidate *best, const char *output,
                        const char *svg);
+
+/* The one line on stderr when nothing fits: the smallest simulated peak
+ * and the --mem that fits it (and another target whose plan fits), or,
+ * when every depth was left out for its static memory, what that alone
+ * takes.  Returns 1 (the command's exit status). */
+int search_print_nothing_fits(const search_options *o, const search_result *r);
 
 /* For each of zbsched's paths (cpu, cuda, mpi) that cannot run the
  * winner r->c[0], one line on stdout: what the path lacks, and the best
