@@ -1,8 +1,9 @@
 /*
  * search_print.h: the human output of `zbsched search` (the header line,
- * the ranked table, the why block, the dropped candidates and the line on
- * the written plan, the nothing-fits line) and its JSON (search_json.c).  The search itself and
- * the content of the why block are solver/search.h's; these only format.
+ * the ranked table, the why block, the dropped candidates, the line on
+ * the written plan and the nothing-fits line) and its JSON
+ * (search_json.c).  The search itself and the content of the why block
+ * are solver/search.h's; these only format.
  */
 #ifndef ZB_CLI_SEARCH_PRINT_H
 #define ZB_CLI_SEARCH_PRINT_H
