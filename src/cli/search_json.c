@@ -171,18 +171,21 @@ static void targets_best_json(const search_result *r, cJSON *targets)
     }
 }
 
-/* Per pipeline depth: its best fit (time) or its smallest peak. */
+/* Per pipeline depth: its best fit (time) or its smallest peak, or, for
+ * a depth not built, the static floor that alone exceeds the limit. */
 static void depths_json(const search_result *r, cJSON *depths)
 {
     for (int i = 0; depths && i < r->n; i++) {
         const search_candidate *c = &r->c[i];
-        if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
-            continue;
-        int first = 1;
-        for (int k = 0; k < i && first; k++)
-            first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp;
-        if (!first)
-            continue;
+        if (!c->static_floor) {
+            if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
+                continue;
+            int first = 1;
+            for (int k = 0; k < i && first; k++)
+                first = (r->c[k].status != SEARCH_FIT && r->c[k].status != SEARCH_OOM) || r->c[k].pp != c->pp;
+            if (!first)
+                continue;
+        }
         cJSON *d = cJSON_CreateObject();
         if (!d)
             break;
@@ -190,25 +193,15 @@ static void depths_json(const search_result *r, cJSON *depths)
         cJSON_AddNumberToObject(d, "pipeline_parallel", c->pp);
         cJSON_AddNumberToObject(d, "data_parallel", c->dp);
         cJSON_AddBoolToObject(d, "fits", c->status == SEARCH_FIT);
+        if (c->static_floor) {
+            cJSON_AddNumberToObject(d, "static_floor_bytes", c->static_bytes);
+            continue;
+        }
         cJSON_AddStringToObject(d, "schedule", c->label);
         cJSON_AddNumberToObject(d, c->status == SEARCH_FIT ? "time_ms" : "min_peak_bytes",
                                 c->status == SEARCH_FIT ? c->time_ms : c->peak_bytes);
         if (c->status == SEARCH_FIT)
             cJSON_AddNumberToObject(d, "tokens_per_s_per_gpu", c->tokens_per_s);
-    }
-    /* Depths not built: their static memory alone exceeds the limit. */
-    for (int i = 0; depths && i < r->n; i++) {
-        const search_candidate *c = &r->c[i];
-        if (!c->static_floor)
-            continue;
-        cJSON *d = cJSON_CreateObject();
-        if (!d)
-            break;
-        cJSON_AddItemToArray(depths, d);
-        cJSON_AddNumberToObject(d, "pipeline_parallel", c->pp);
-        cJSON_AddNumberToObject(d, "data_parallel", c->dp);
-        cJSON_AddBoolToObject(d, "fits", 0);
-        cJSON_AddNumberToObject(d, "static_floor_bytes", c->static_bytes);
     }
 }
 

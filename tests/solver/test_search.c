@@ -369,6 +369,28 @@ START_TEST(test_cli)
     cJSON_Delete(j);
     unlink(path);
 
+    /* A depth left out for its static memory is in --json's depths with
+     * the floor that alone exceeds the limit (8 GB: pp=1 and 2). */
+    snprintf(args, sizeof args, "--mem 8G --model 1.5B --gpu A100-80G --gpus 8 --global-batch 48 "
+             "--max-micro-batch 2 --split balanced --json -o %s", path);
+    ck_assert_int_eq(run_cli(args, out, sizeof out, errb, sizeof errb), 0);
+    j = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(j);
+    int floors = 0;
+    cJSON *dep;
+    cJSON_ArrayForEach(dep, cJSON_GetObjectItem(j, "depths"))
+    {
+        cJSON *fl = cJSON_GetObjectItem(dep, "static_floor_bytes");
+        if (!fl)
+            continue;
+        floors++;
+        ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(dep, "fits")) && fl->valuedouble > 8e9);
+        ck_assert_int_le(cJSON_GetObjectItem(dep, "pipeline_parallel")->valueint, 2);
+    }
+    ck_assert_int_eq(floors, 2);
+    cJSON_Delete(j);
+    unlink(path);
+
     /* The JSON has the baseline and the why figures; every candidate its
      * speed-up; a fused loss and nodes are accepted. */
     snprintf(args, sizeof args, "--mem 40G --model 1.5B --gpu A100-80G --gpus 8 --nodes 2 --loss fused "

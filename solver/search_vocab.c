@@ -1,0 +1,507 @@
+/*
+ * search_vocab.c: the vocabulary-parallel versions of a depth's plans
+ * (docs/vocab-parallel.md; search.h).
+ *
+ * Each label's best of the depth gets Vocab-1 and Vocab-2 versions: the
+ * same op order, the layers split evenly, the head and embedding sharded
+ * over the devices and the S/T passes placed by gen_vocab_insert.  Their
+ * recompute is searched again, by device and, for interleaved and V
+ * plans, by stage (the first q virtual stages in model order, whose
+ * activations wait the longest, the last of them at the MLP level).  A
+ * version whose busiest device's compute alone reaches the best plan so
+ * far is not simulated: no order could make it win.  On the default job
+ * this is what beats the plain plans.
+ *
+ * Workload: two versions of a few dozen sources per depth, each a few
+ * placements of the passes (three lookaheads, hold on and off) per
+ * recompute setting tried.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "solver/search_state.h"
+#include "src/cost_model.h"
+#include "src/cost_vocab.h"
+#include "src/sim.h"
+
+/* The busiest device's compute of s, priced by cost_vocab_fill_sched and
+ * without passes yet: its stages' F+B+W and one S and T per micro-batch,
+ * ms. */
+static double vocab_busiest_ms(const sched_t *s)
+{
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        double busy = s->n_micro * (s->vocab.t_s + s->vocab.t_t);
+        for (int i = 0; i < s->n_stages; i++)
+            if (s->stage_device[i] == d)
+                busy += s->n_micro * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
+        most = fmax(most, busy);
+    }
+    return most;
+}
+
+/* zb-auto plans its order for the memory it is given; the plain plan's
+ * order spent every byte the head and embedding no longer use, and none on
+ * the passes.  So a zb-auto plan is planned again on the vocabulary
+ * layout's own stage costs, with the largest limit that leaves room for
+ * two logits shards (the passes' bound per device), and its order replaces
+ * s's lanes.  s is priced by cost_vocab_fill_sched. */
+static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
+{
+    int p = s->n_devices;
+    double *limit = malloc(sizeof *limit * (size_t)p);
+    if (!limit)
+        return zb_fail(err, "out of memory");
+    for (int d = 0; d < p; d++)
+        limit[d] = fmax(0, st->o->mem_bytes - s->mem_static[d] - 2 * s->vocab.d_s);
+    solver_problem pr = { .p = p, .m = s->n_micro, .cost = s->cost, .t_comm = s->t_comm, .limit = limit };
+    sched_t *ns = NULL;
+    int rc = solver_zb_auto_costs(&pr, &ns, NULL, err);
+    free(limit);
+    if (rc < 0)
+        return -1;
+    if (ns->n_devices != p) {
+        sched_free(ns);
+        return zb_fail(err, "zb-auto returned %d devices for %d", ns->n_devices, p);
+    }
+    sched_lane *tmp = s->dev; /* take its lanes, keep s's header */
+    s->dev = ns->dev;
+    ns->dev = tmp;
+    sched_free(ns);
+    return 0;
+}
+
+/* Builds, costs and measures the vocabulary-parallel version of src's
+ * schedule under config cf into the zeroed candidate c (layers split
+ * evenly: the head no longer weighs on the last stage).  On success c owns
+ * its layers and schedule; failures leave c skipped with the reason. */
+static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
+                       search_candidate *c)
+{
+    int pruned = 0;
+    int S = src->n_stages;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src->sched), *v = NULL;
+    zb_err e2 = { { 0 } };
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
+    vo.variant = variant;
+    c->vocab = variant;
+    c->n_stages = S;
+    if (!layers || !s) {
+        search_skip(c, "out of memory");
+        goto out;
+    }
+    if (cost_layer_split_balanced(cf->model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        search_cost_sched(st, cf, layers, s, &e2) < 0) {
+        search_skip(c, e2.msg);
+        goto out;
+    }
+    cost_options co = cf->copt; /* as cost_sched left it: this schedule's recompute */
+    co.layers = layers;
+    if (cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+        search_skip(c, e2.msg);
+        goto out;
+    }
+    if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
+        search_skip(c, e2.msg);
+        goto out;
+    }
+    /* No schedule beats its busiest device's compute (its stages and
+     * every micro-batch's S and T).  When that alone reaches the best plan
+     * found so far, placing and simulating the passes cannot change the
+     * answer, and more recompute only adds work. */
+    double busiest = vocab_busiest_ms(s);
+    if (busiest >= st->vocab_beat) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot beat the best plan: its busiest device computes %.1f ms >= %.1f ms",
+                 busiest, st->vocab_beat);
+        search_skip(c, why);
+        pruned = 1;
+        goto out;
+    }
+    sched_vocab pv = s->vocab;
+    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    /* Each lookahead (forwards run ahead of a waiting backward) holds
+     * more micro-batches, with and without the hold rule: keep the
+     * fastest that fits, else the smallest. */
+    search_candidate keep = *c;
+    for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+        sched_t *vk = NULL;
+        search_candidate trial = *c;
+        /* the first placement checks base and pv; the others trust them */
+        if ((q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
+                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &e2)) < 0 ||
+            search_measure(st, cf, layers, &trial, vk, &e2) < 0) {
+            sched_free(vk);
+            sched_free(v);
+            search_skip(c, e2.msg);
+            goto out;
+        }
+        int better = !v || (trial.status == SEARCH_FIT && (keep.status != SEARCH_FIT ||
+                                                           trial.time_ms * SEARCH_TIME_RESOLUTION < keep.time_ms)) ||
+                     (trial.status != SEARCH_FIT && keep.status != SEARCH_FIT &&
+                      trial.peak_bytes < keep.peak_bytes);
+        if (better) {
+            sched_free(v);
+            v = vk;
+            keep = trial;
+        } else {
+            sched_free(vk);
+        }
+    }
+    *c = keep;
+    c->layers = layers;
+    layers = NULL;
+    c->sched = v;
+    v = NULL;
+out:
+    free(layers);
+    sched_free(s);
+    sched_free(v);
+    return pruned;
+}
+
+/* Whether the vocabulary-parallel version of src with the first q stages
+ * recomputing (the last j of them at the MLP level only) is likely to fit: its plan without passes (src's order,
+ * even split, shards) simulated, its peak plus two logits shards (what
+ * the passes hold at most per device, docs/vocab-parallel.md) within the
+ * limit.  Returns 1 or 0, or -1 when it cannot be priced. */
+static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, int j,
+                            zb_err *err)
+{
+    int S = src->n_stages, ok = -1;
+    search_config cf;
+    int *layers = malloc(sizeof *layers * (size_t)S);
+    sched_t *s = sched_clone(src->sched);
+    zb_err e2 = { { 0 } };
+    if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0 || !layers || !s) {
+        if (!layers || !s)
+            zb_fail(err, "out of memory");
+        goto out;
+    }
+    cf.rc_first_stages = q;
+    cf.rc_mlp_stages = j;
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
+    vo.variant = variant;
+    cost_options co;
+    sim_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
+        search_cost_sched(st, &cf, layers, s, &e2) < 0) {
+        ok = 0; /* does not apply: treated as not fitting */
+        goto out;
+    }
+    co = cf.copt;
+    co.layers = layers;
+    double held = 0; /* the passes' memory: the plan is simulated without them */
+    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) == 0) {
+        held = 2 * s->vocab.d_s;
+        sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    }
+    if (held == 0 || sim_run(s, &sr, &e2) < 0) {
+        sim_result_free(&sr);
+        ok = 0;
+        goto out;
+    }
+    ok = 1;
+    for (int d = 0; d < s->n_devices; d++)
+        if (s->mem_static[d] + sr.dev[d].peak_mem + held > st->o->mem_bytes)
+            ok = 0;
+    sim_result_free(&sr);
+out:
+    search_config_free(&cf);
+    free(layers);
+    sched_free(s);
+    return ok;
+}
+
+/* The MLP-level refinement of a by-stage recompute result *best (first q
+ * stages in full): a recomputed layer costs its device a whole forward,
+ * while the MLP level reruns three of its matmuls (about three quarters
+ * of F on Llama-3 8B) and keeps the attention half's activations.  The
+ * most of the last stages of the prefix (up to one round of pp) that may
+ * drop to the MLP level and still fit is found by bisection on the plan
+ * without passes (shared by the two variants, as the q bisection is); the
+ * plan with passes is built there and one step lower (the time is not
+ * monotone in j: each step moves one device's chunk, and the order's
+ * bubble shifts with it), and the fastest that fits replaces *best when
+ * it beats it. */
+static int vocab_stage_mlp(search_state *st, const search_candidate *src, int variant,
+                           search_candidate *best, zb_err *err)
+{
+    int q = best->rc_stages, lo = 0, hi = q < st->pp ? q : st->pp;
+    /* Moving a stage from full to MLP-level recompute removes
+     * (B_full − B_mlp) per layer and micro-batch from its device; with
+     * the pass order fixed no start moves later and no end earlier by
+     * more than the compute removed, so a plan cannot gain more than all
+     * of it.  When even that leaves it at or above the time to beat (the
+     * V family here: twice the winner's time), it is not refined. */
+    search_config pc;
+    if (search_config_init(st, &pc, src->micro_batch, 0, src->split, err) < 0) {
+        search_config_free(&pc);
+        return -1;
+    }
+    cost_part lf, lm, e2, h2;
+    cost_options one = pc.copt;
+    one.recompute_stage = NULL;
+    one.recompute = COST_RC_FULL;
+    int priced = cost_parts(&pc.model, &st->o->gpu, &one, &lf, &e2, &h2, NULL) == 0;
+    one.recompute = COST_RC_MLP;
+    priced = priced && cost_parts(&pc.model, &st->o->gpu, &one, &lm, &e2, &h2, NULL) == 0;
+    double per_layer_ms = priced ? (lf.t_b - lm.t_b) * 1e3 : INFINITY;
+    double layers = (double)pc.model.n_layers / src->n_stages;
+    double removed = hi * ceil(layers) * pc.m * per_layer_ms;
+    search_config_free(&pc);
+    if (best->time_ms - removed >= st->vocab_beat)
+        return 0;
+    if (st->stage_mlp >= 0 && q == st->stage_q)
+        lo = hi = st->stage_mlp;
+    while (lo < hi) { /* largest j that fits */
+        int mid = (lo + hi + 1) / 2, f = vocab_stage_fits(st, src, variant, q, mid, err);
+        if (f < 0)
+            return -1;
+        if (f)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (q == st->stage_q)
+        st->stage_mlp = lo;
+    for (int j = lo; j > 0 && j >= lo - 1; j--) {
+        search_config cf;
+        if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+            search_config_free(&cf);
+            return -1;
+        }
+        cf.rc_first_stages = q;
+        cf.rc_mlp_stages = j;
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        (void)vocab_build(st, &cf, src, variant, &trial);
+        search_config_free(&cf);
+        trial.rc_devices = 0;
+        trial.rc_stages = q;
+        trial.rc_mlp_stages = j;
+        int take = trial.status == SEARCH_FIT && trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms;
+        if (take) {
+            sched_free(best->sched);
+            free(best->layers);
+            *best = trial;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+    }
+    return 0;
+}
+
+/* The by-stage recompute search of vocab_candidate: replaces *best (a
+ * by-device result) when a version with the first q stages recomputing
+ * fits and is faster. */
+static int vocab_stage_rc(search_state *st, int src_index, const search_candidate *src, int variant,
+                          search_candidate *best, zb_err *err)
+{
+    int S = src->n_stages, lo = 0, hi = S;
+    if (st->stage_q_src == src_index)
+        lo = hi = st->stage_q;
+    while (lo < hi) { /* smallest q whose plan without passes fits */
+        int mid = (lo + hi) / 2, f = vocab_stage_fits(st, src, variant, mid, 0, err);
+        if (f < 0)
+            return -1;
+        if (f)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (st->stage_q_src != src_index || st->stage_q != lo)
+        st->stage_mlp = -1;
+    st->stage_q_src = src_index;
+    st->stage_q = lo;
+    for (int q = lo; q < S && q <= lo + 3; q++) {
+        search_config cf;
+        if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+            search_config_free(&cf);
+            return -1;
+        }
+        cf.rc_first_stages = q;
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        int pruned = vocab_build(st, &cf, src, variant, &trial);
+        search_config_free(&cf);
+        trial.rc_devices = 0;
+        trial.rc_stages = q;
+        int take = trial.status == SEARCH_FIT &&
+                   (best->status != SEARCH_FIT || trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms);
+        if (take) {
+            sched_free(best->sched);
+            free(best->layers);
+            *best = trial;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (pruned || trial.status == SEARCH_FIT)
+            break; /* more recompute only adds work */
+    }
+    if (best->status == SEARCH_FIT && best->rc_stages > 0 && best->rc_mlp_stages == 0)
+        return vocab_stage_mlp(st, src, variant, best, err);
+    return 0;
+}
+
+/* The vocabulary-parallel version of candidate src (its op order kept),
+ * appended as "<label> +vocab-N".  The passes and the even split move
+ * memory between devices, so src's recompute setting may no longer fit:
+ * recompute on the first k devices is tried from src's k towards all of
+ * them, halving the distance each time (k, (k+p)/2, ..., p), and the first
+ * that fits (the fastest of those, as recompute only adds time) is kept,
+ * or the last that did not. */
+static int vocab_candidate(search_state *st, int src_index, int variant, zb_err *err)
+{
+    search_candidate src = st->r->c[src_index]; /* copy: the array may move */
+    search_candidate best;
+    memset(&best, 0, sizeof best);
+    best.status = SEARCH_SKIPPED;
+    search_config keep_cf;
+    memset(&keep_cf, 0, sizeof keep_cf);
+    /* k, then halfway to all, ...: a few settings, not every k.  With
+     * --recompute off or on (o->recompute 0 or 1) the source's setting is
+     * the only one: the user fixed it. */
+    int k_last = st->o->recompute >= 0 ? src.rc_devices : st->pp;
+    for (int k = src.rc_devices; k <= k_last; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
+        search_config cf;
+        if (search_config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
+            search_config_free(&cf);
+            sched_free(best.sched);
+            free(best.layers);
+            return -1;
+        }
+        search_candidate trial;
+        memset(&trial, 0, sizeof trial);
+        trial.peak_device = -1;
+        int pruned = vocab_build(st, &cf, &src, variant, &trial);
+        search_config_free(&cf);
+        if (pruned) {
+            st->r->vocab_pruned++;
+            if (best.status == SEARCH_SKIPPED) { /* nothing better built: keep the reason */
+                sched_free(best.sched);
+                free(best.layers);
+                best = trial;
+                best.rc_devices = k;
+            } else {
+                sched_free(trial.sched);
+                free(trial.layers);
+            }
+            break; /* more recompute only adds work */
+        }
+        if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
+            sched_free(best.sched);
+            free(best.layers);
+            best = trial;
+            best.rc_devices = k;
+        } else {
+            sched_free(trial.sched);
+            free(trial.layers);
+        }
+        if (best.status == SEARCH_FIT)
+            break;
+    }
+    /* Interleaved and V plans: recompute by stage instead of by device.
+     * Their later chunks hold activations briefly (the last chunk's B
+     * follows its F after a short round trip), so leaving only those
+     * without recompute balances the devices at a fraction of the
+     * memory.  The fewest recomputed stages (first q in model order) that
+     * fit is found by bisection on the plan without passes (its peak plus
+     * the two logits shards a device may hold), then the passes are
+     * placed at q and up to three more until one fits. */
+    if (st->o->recompute < 0 && src.n_stages > st->pp && src.sched
+        && vocab_stage_rc(st, src_index, &src, variant, &best, err) < 0) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    search_config cf;
+    if (search_config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {
+        search_config_free(&cf);
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    cf.rc_first_stages = best.rc_stages;
+    cf.rc_mlp_stages = best.rc_mlp_stages;
+    char label[40];
+    snprintf(label, sizeof label, "%.28s +vocab-%d", src.label, variant);
+    search_candidate *c = search_new_candidate(st, &cf, label, src.family, src.chunks, err);
+    search_config_free(&cf);
+    if (!c) {
+        sched_free(best.sched);
+        free(best.layers);
+        return -1;
+    }
+    search_candidate base = *c; /* identity fields from new_candidate */
+    *c = best;
+    memcpy(c->label, base.label, sizeof c->label);
+    memcpy(c->family, base.family, sizeof c->family);
+    c->chunks = base.chunks;
+    c->micro_batch = base.micro_batch;
+    c->n_micro = base.n_micro;
+    c->rc_devices = base.rc_devices;
+    c->rc_stages = base.rc_stages;
+    c->rc_mlp_stages = base.rc_mlp_stages;
+    c->recompute = base.recompute;
+    c->pp = base.pp;
+    c->dp = base.dp;
+    c->layout = base.layout;
+    c->split = base.split;
+    c->split_tuned = 0;
+    c->seq = base.seq;
+    c->targets = search_target_mask(c);
+    search_tick(st);
+    return 0;
+}
+
+/* Each label's best candidate of depth st->pp (as the split search picks
+ * them, its tuned versions included), in both variants. */
+int search_vocab_depth(search_state *st, zb_err *err)
+{
+    search_result *r = st->r;
+    if (search_rank(r) < 0)
+        return zb_fail(err, "out of memory");
+    int n = r->n, n_pick = 0;
+    int *pick = malloc(sizeof *pick * (size_t)(n ? n : 1));
+    if (!pick)
+        return zb_fail(err, "out of memory");
+    /* The best fit that may win so far (fits sort first, fastest first). */
+    st->vocab_beat = INFINITY;
+    st->stage_q_src = -1;
+    st->stage_mlp = -1;
+    for (int i = 0; i < r->n_fit; i++)
+        if (st->o->vocab != SEARCH_VOCAB_PARALLEL || r->c[i].vocab) {
+            /* one resolution up: a time that close ties, and ties go to the lower peak */
+            st->vocab_beat = r->c[i].time_ms * SEARCH_TIME_RESOLUTION;
+            break;
+        }
+    for (int i = 0; i < n; i++) {
+        const search_candidate *c = &r->c[i];
+        if (!search_of_depth(st, c) || c->status == SEARCH_SKIPPED || !c->sched || c->vocab)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n_pick && !dup; k++)
+            dup = !strcmp(r->c[pick[k]].label, c->label);
+        if (!dup)
+            pick[n_pick++] = i;
+    }
+    int rc = 0;
+    for (int k = 0; k < n_pick && rc == 0; k++)
+        for (int variant = 1; variant <= 2 && rc == 0; variant++)
+            rc = vocab_candidate(st, pick[k], variant, err);
+    free(pick);
+    return rc;
+}
