@@ -70,8 +70,8 @@ typedef struct search_config {
 extern const search_target search_sync_targets[SEARCH_N_SYNC_TARGETS];
 
 /* Appends a candidate of st's depth and layout for cf, with its label,
- * family and chunks, to the list (identity fields set, status fit until
- * evaluated).  NULL with err on out of memory. */
+ * family and chunks, to the list: its identity fields set, its figures
+ * zero until it is measured or skipped.  NULL with err on out of memory. */
 search_candidate *search_new_candidate(search_state *st, const search_config *cf, const char *label,
                                        const char *family, int chunks, zb_err *err);
 
