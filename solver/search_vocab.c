@@ -221,6 +221,41 @@ out:
     return ok;
 }
 
+/* The version of src with the first q virtual stages recomputing, the
+ * last j of them at the MLP level only: built, and made *best when it
+ * fits and *best does not or is slower.  Returns 1 when more recompute
+ * cannot help (it fits, or its busiest device alone already loses), 0
+ * when it may, -1 with err. */
+static int vocab_stage_try(search_state *st, const search_candidate *src, int variant, int q, int j,
+                           search_candidate *best, zb_err *err)
+{
+    search_config cf;
+    if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
+        search_config_free(&cf);
+        return -1;
+    }
+    cf.rc_first_stages = q;
+    cf.rc_mlp_stages = j;
+    search_candidate trial;
+    memset(&trial, 0, sizeof trial);
+    trial.peak_device = -1;
+    int pruned = vocab_build(st, &cf, src, variant, &trial);
+    search_config_free(&cf);
+    trial.rc_devices = 0;
+    trial.rc_stages = q;
+    trial.rc_mlp_stages = j;
+    int fits = trial.status == SEARCH_FIT;
+    if (fits && (best->status != SEARCH_FIT || trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms)) {
+        sched_free(best->sched);
+        free(best->layers);
+        *best = trial;
+    } else {
+        sched_free(trial.sched);
+        free(trial.layers);
+    }
+    return pruned || fits;
+}
+
 /* The MLP-level refinement of a by-stage recompute result *best (first q
  * stages in full): a recomputed layer costs its device a whole forward,
  * while the MLP level reruns three of its matmuls (about three quarters
@@ -273,32 +308,9 @@ static int vocab_stage_mlp(search_state *st, const search_candidate *src, int va
     }
     if (q == st->stage_q)
         st->stage_mlp = lo;
-    for (int j = lo; j > 0 && j >= lo - 1; j--) {
-        search_config cf;
-        if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
-            search_config_free(&cf);
+    for (int j = lo; j > 0 && j >= lo - 1; j--)
+        if (vocab_stage_try(st, src, variant, q, j, best, err) < 0)
             return -1;
-        }
-        cf.rc_first_stages = q;
-        cf.rc_mlp_stages = j;
-        search_candidate trial;
-        memset(&trial, 0, sizeof trial);
-        trial.peak_device = -1;
-        (void)vocab_build(st, &cf, src, variant, &trial);
-        search_config_free(&cf);
-        trial.rc_devices = 0;
-        trial.rc_stages = q;
-        trial.rc_mlp_stages = j;
-        int take = trial.status == SEARCH_FIT && trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms;
-        if (take) {
-            sched_free(best->sched);
-            free(best->layers);
-            *best = trial;
-        } else {
-            sched_free(trial.sched);
-            free(trial.layers);
-        }
-    }
     return 0;
 }
 
@@ -325,30 +337,10 @@ static int vocab_stage_rc(search_state *st, int src_index, const search_candidat
     st->stage_q_src = src_index;
     st->stage_q = lo;
     for (int q = lo; q < S && q <= lo + 3; q++) {
-        search_config cf;
-        if (search_config_init(st, &cf, src->micro_batch, 0, src->split, err) < 0) {
-            search_config_free(&cf);
+        int r = vocab_stage_try(st, src, variant, q, 0, best, err);
+        if (r < 0)
             return -1;
-        }
-        cf.rc_first_stages = q;
-        search_candidate trial;
-        memset(&trial, 0, sizeof trial);
-        trial.peak_device = -1;
-        int pruned = vocab_build(st, &cf, src, variant, &trial);
-        search_config_free(&cf);
-        trial.rc_devices = 0;
-        trial.rc_stages = q;
-        int take = trial.status == SEARCH_FIT &&
-                   (best->status != SEARCH_FIT || trial.time_ms * SEARCH_TIME_RESOLUTION < best->time_ms);
-        if (take) {
-            sched_free(best->sched);
-            free(best->layers);
-            *best = trial;
-        } else {
-            sched_free(trial.sched);
-            free(trial.layers);
-        }
-        if (pruned || trial.status == SEARCH_FIT)
+        if (r > 0)
             break; /* more recompute only adds work */
     }
     if (best->status == SEARCH_FIT && best->rc_stages > 0 && best->rc_mlp_stages == 0)
