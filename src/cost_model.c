@@ -223,6 +223,11 @@ int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n
     return 0;
 }
 
+double cost_reserve_bytes(const cost_options *o)
+{
+    return o->profile && o->profile->reserve_bytes >= 0 ? o->profile->reserve_bytes : o->reserve_bytes;
+}
+
 int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, sched_t *s, zb_err *err)
 {
     int S = s->n_stages;
@@ -260,9 +265,7 @@ int cost_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options *o, s
         if (st[i].transient > trans[d])
             trans[d] = st[i].transient;
     }
-    double reserve = o->reserve_bytes;
-    if (o->profile && o->profile->reserve_bytes >= 0)
-        reserve = o->profile->reserve_bytes;
+    double reserve = cost_reserve_bytes(o);
     if (!s->mem_static) {
         s->mem_static = malloc(sizeof *s->mem_static * (size_t)s->n_devices);
         if (!s->mem_static) {
@@ -300,9 +303,7 @@ int cost_static_floor(const zb_model *m, const zb_gpu *g, const cost_options *o,
         return -1;
     double bpp = cost_bytes_per_param(m, &one);
     double layers = fmax(0, st.static_bytes - (emb.params + head.params) * bpp);
-    double reserve = o->reserve_bytes;
-    if (o->profile && o->profile->reserve_bytes >= 0)
-        reserve = o->profile->reserve_bytes;
+    double reserve = cost_reserve_bytes(o);
     *bytes = layers / p + reserve;
     return 0;
 }

@@ -53,6 +53,10 @@ int cost_split_layers(const zb_model *m, const zb_gpu *g, const cost_options *o,
 int cost_stages(const zb_model *m, const zb_gpu *g, const cost_options *o, int n_stages,
                 int first_last_same_device, cost_stage *stage, zb_err *err);
 
+/* The runtime reserve per device under o: the measured profile's when it
+ * has one, else o->reserve_bytes. */
+double cost_reserve_bytes(const cost_options *o);
+
 /* Sets s's per-stage costs (ms) and memory deltas (bytes: dF = m_b,
  * dB = m_w - m_b, dW = -m_w), and mem_static per device.  Transfers are
  * blocking (Megatron's P2P, the zero-bubble runtime): each F whose next

@@ -227,9 +227,7 @@ int cost_vocab_fill_sched(const zb_model *m, const zb_gpu *g, const cost_options
         trans[d] = fmax(trans[d], st[i].transient);
     }
     double shard_static = vo->whole_state ? 0 : cv.head_static + cv.emb_static;
-    double reserve = o->reserve_bytes;
-    if (o->profile && o->profile->reserve_bytes >= 0)
-        reserve = o->profile->reserve_bytes;
+    double reserve = cost_reserve_bytes(o);
     for (int d = 0; d < p; d++)
         s->mem_static[d] = stat[d] + shard_static + fmax(trans[d], shard_trans) + reserve;
     sched_set_vocab(s, vo->variant == 2 ? SCHED_VOCAB_2 : SCHED_VOCAB_1, cv.t_s * 1e3, cv.t_t * 1e3,
