@@ -292,6 +292,60 @@ static void evaluate(search_state *st, search_config *cf, search_candidate *c, s
     c->sched = s;
 }
 
+/* The memo key of candidate c's build on cf: placement pl (costed; NULL:
+ * none known, no memo), the limits it plans under (p of them, or NULL)
+ * and a generator's parameters (NULL for a solver). */
+static search_build_key build_key(const search_config *cf, const search_candidate *c, const sched_t *pl,
+                                  const double *limit, const gen_params *gp)
+{
+    return (search_build_key){ .label = c->label, .chunks = c->chunks, .b = cf->b, .m = cf->m,
+                               .rc_devices = cf->rc_devices, .rc_stages = cf->rc_first_stages,
+                               .rc_mlp = cf->rc_mlp_stages, .placement = pl,
+                               .n_limit = limit && pl ? pl->n_devices : 0, .limit = limit, .gp = gp };
+}
+
+/* 1 when this depth already built a candidate with key k: c, just created
+ * by new_candidate, takes its figures and a copy of its layers (no
+ * schedule: search_memo.c says why none is needed), and is settled and
+ * counted.  --exhaustive builds every candidate, so that the tests can
+ * compare the twins with their own builds. */
+static int memo_hit(search_state *st, const search_config *cf, search_candidate *c, const search_build_key *k,
+                    int split_tuned)
+{
+    if (!k->placement || st->o->exhaustive)
+        return 0;
+    const search_candidate *f = search_memo_find(st->memo, k);
+    if (!f)
+        return 0;
+    int *layers = NULL;
+    if (f->layers) {
+        layers = malloc(sizeof *layers * (size_t)f->n_stages);
+        if (!layers)
+            return 0; /* built instead */
+        memcpy(layers, f->layers, sizeof *layers * (size_t)f->n_stages);
+    }
+    int seq = c->seq;
+    cost_split split = c->split;
+    *c = *f;
+    c->seq = seq;
+    c->split = split;
+    c->split_tuned = f->n_stages > 0 && split_tuned; /* as evaluate sets it, when the build got that far */
+    c->layers = layers;
+    c->sched = NULL;
+    st->r->n_reused++;
+    settle(st, cf, c);
+    search_tick(st);
+    return 1;
+}
+
+/* Keeps built candidate c under key k for its twins (nothing when memory
+ * runs out: they are then built). */
+static void memo_keep(search_state *st, const search_build_key *k, const search_candidate *c)
+{
+    if (k->placement && !st->o->exhaustive)
+        search_memo_add(st->memo, k, c);
+}
+
 /* 1 when st searches a layout beyond PP x DP for Megatron-LM: only its
  * families (1F1B, interleaved 1F1B) and global recompute settings are
  * built (torchtitan, the other engine that runs such layouts, is not the
@@ -301,17 +355,19 @@ static int megatron_layout(const search_state *st)
     return layout_is_extended(&st->layout) && st->o->target == SEARCH_TARGET_MEGATRON;
 }
 
-/* Runs one generator-built family (layers: an explicit split, or NULL). */
+/* Runs one generator-built family on placement pl (costed under cf with
+ * layers, an explicit split, or the rule's when NULL; pl NULL when not
+ * costed: no memo). */
 static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
-                         int chunks, double *limit, const int *layers, zb_err *err);
+                         int chunks, double *limit, const int *layers, const sched_t *pl, zb_err *err);
 static int run_gen(search_state *st, search_config *cf, const char *label, const char *kind,
-                   int chunks, double *limit, zb_err *err)
+                   int chunks, double *limit, const sched_t *pl, zb_err *err)
 {
-    return run_gen_split(st, cf, label, kind, chunks, limit, NULL, err);
+    return run_gen_split(st, cf, label, kind, chunks, limit, NULL, pl, err);
 }
 
 static int run_gen_split(search_state *st, search_config *cf, const char *label, const char *kind,
-                         int chunks, double *limit, const int *layers, zb_err *err)
+                         int chunks, double *limit, const int *layers, const sched_t *pl, zb_err *err)
 {
     search_candidate *c = search_new_candidate(st, cf, label, kind, chunks, err);
     if (!c)
@@ -322,6 +378,9 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
     gen_params gp = cf->gp;
     gp.chunks = chunks;
     gp.mem_limit = limit;
+    search_build_key key = build_key(cf, c, pl, limit, &gp);
+    if (memo_hit(st, cf, c, &key, layers != NULL))
+        return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
     if (!fn)
@@ -331,6 +390,7 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
     else
         evaluate(st, cf, c, s, layers);
     settle(st, cf, c);
+    memo_keep(st, &key, c);
     search_tick(st);
     return 0;
 }
@@ -345,6 +405,9 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
         return -1;
     if (pruned(st, cf, c))
         return 0;
+    search_build_key key = build_key(cf, c, vt, limit, NULL);
+    if (memo_hit(st, cf, c, &key, layers != NULL))
+        return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
     if (solver_v_costs_memo(label, vt, limit, memo, st->patterns, &s, &e2) < 0)
@@ -352,6 +415,7 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
     else
         evaluate(st, cf, c, s, layers);
     settle(st, cf, c);
+    memo_keep(st, &key, c);
     search_tick(st);
     return 0;
 }
@@ -365,6 +429,9 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
         return -1;
     if (!ilp && pruned(st, cf, c))
         return 0;
+    search_build_key key = build_key(cf, c, ilp ? NULL : cf->plain, limit, NULL);
+    if (memo_hit(st, cf, c, &key, 0))
+        return 0;
     solver_problem pr = { .p = st->pp, .m = cf->m, .cost = cf->plain->cost,
                           .t_comm = cf->plain->t_comm, .limit = limit };
     sched_t *s = NULL;
@@ -376,6 +443,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     else
         evaluate(st, cf, c, s, NULL);
     settle(st, cf, c);
+    memo_keep(st, &key, c);
     search_tick(st);
     return 0;
 }
@@ -426,7 +494,7 @@ static int run_v_light(search_state *st, search_config *cf, double *limit, zb_er
     cf->bound_ms = cf->peak_bound = 0;
     if (!st->o->exhaustive && !st->o->ilp)
         placement_bound(st, cf, layers, vt, 0, &cf->bound_ms, &cf->peak_bound);
-    if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, err) < 0)
+    if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, vt, err) < 0)
         goto out;
     static const char *const vf[] = { "v-min", "v-half", "v-zb" };
     solver_greedy_memo memo = { 0 };
@@ -474,7 +542,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
 
     cf->bound_ms = plain_ms;
     cf->peak_bound = plain_peak;
-    if (run_gen(st, cf, "1f1b", "1f1b", 1, NULL, err) < 0)
+    if (run_gen(st, cf, "1f1b", "1f1b", 1, NULL, cf->plain, err) < 0)
         goto out;
     int vmax = search_max_chunks(&cf->model, p);
     while (vmax > 1 && 3.0 * p * vmax * cf->m > SEARCH_MAX_OPS)
@@ -495,35 +563,36 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         /* The interleaved placement's costs: the families' bound, and the
          * memory-limited variant's limit (memory minus each device's
          * static memory on this placement, in the deltas' bytes). */
-        int ok = 0;
+        int ok = 0, costed = 0;
+        sched_t *it = NULL; /* the placement, costed (the memo's key), or NULL */
         cf->bound_ms = cf->peak_bound = 0;
         if (izb || prune_on) {
-            sched_t *it = sched_new(p, cf->m, v * p);
+            it = sched_new(p, cf->m, v * p);
             zb_err e2 = { { 0 } };
             if (!it) {
                 zb_fail(err, "out of memory");
                 goto out;
             }
             sched_place_interleaved(it);
-            ok = search_cost_sched(st, cf, NULL, it, &e2) == 0;
+            ok = costed = search_cost_sched(st, cf, NULL, it, &e2) == 0;
             if (ok && prune_on)
                 placement_bound(st, cf, NULL, it, 0, &cf->bound_ms, &cf->peak_bound);
             ok = ok && headroom(o, it, limit) > 0;
-            sched_free(it);
         }
+        const sched_t *pl = costed ? it : NULL;
         snprintf(label, sizeof label, "interleaved v=%d", v);
-        if (run_gen(st, cf, label, "interleaved", v, NULL, err) < 0)
-            goto out;
-        if (izb) {
+        int failed = run_gen(st, cf, label, "interleaved", v, NULL, pl, err) < 0;
+        if (izb && !failed) {
             /* Its own memory rule, then its memory-limited variant at the
              * largest limit that fits. */
             snprintf(label, sizeof label, "interleaved-zb v=%d", v);
-            if (run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, err) < 0)
-                goto out;
+            failed = run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, NULL, pl, err) < 0;
             snprintf(label, sizeof label, "interleaved-zb v=%d max", v);
-            if (ok && run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, limit, err) < 0)
-                goto out;
+            failed = failed || (ok && run_gen(st, cf, label, INTERLEAVED_ZB_KIND, v, limit, pl, err) < 0);
         }
+        sched_free(it);
+        if (failed)
+            goto out;
     }
     if (p == 1 || mlp_all || megatron_only) { /* one device: every family is the same sequence */
         rc = 0;
@@ -531,8 +600,8 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     }
     cf->bound_ms = plain_ms;
     cf->peak_bound = plain_peak;
-    if (run_gen(st, cf, "zb-h1", "zb-h1", 1, NULL, err) < 0 ||
-        run_gen(st, cf, "zb-h2", "zb-h2", 1, NULL, err) < 0)
+    if (run_gen(st, cf, "zb-h1", "zb-h1", 1, NULL, cf->plain, err) < 0 ||
+        run_gen(st, cf, "zb-h2", "zb-h2", 1, NULL, cf->plain, err) < 0)
         goto out;
 
     double room = headroom(o, cf->plain, limit);
@@ -579,7 +648,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         cf->bound_ms = cf->peak_bound = 0;
         if (prune_on)
             placement_bound(st, cf, NULL, cf->vshape, 0, &cf->bound_ms, &cf->peak_bound);
-        if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, err) < 0)
+        if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, cf->vshape, err) < 0)
             goto out;
         static const char *const vf[] = { "v-min", "v-half", "v-zb" };
         solver_greedy_memo memo = { 0 };
@@ -766,6 +835,7 @@ static int run_depth(search_state *st, zb_err *err)
 {
     const search_options *o = st->o;
     search_prune_clear(&st->prune); /* label bests are per depth and layout */
+    search_memo_clear(st->memo);     /* and so are the builds */
     int sizes[32];
     int batch = o->global_batch / st->dp;
     int n_sizes = micro_batch_sizes(o, batch, sizes, 32);
@@ -1164,13 +1234,14 @@ static int run_layout(search_state *st, int *deepest, zb_err *err)
 }
 
 /* search_run with the caches its candidates share (search_state). */
-static int search_run_with(const search_options *o, search_result *r, v_pattern_cache *patterns, zb_err *err)
+static int search_run_with(const search_options *o, search_result *r, v_pattern_cache *patterns,
+                           search_memo *memo, zb_err *err)
 {
     memset(r, 0, sizeof *r);
     r->min_peak_index = -1;
     if (check_options(o, err) < 0)
         return -1;
-    search_state st = { .o = o, .r = r, .patterns = patterns };
+    search_state st = { .o = o, .r = r, .patterns = patterns, .memo = memo };
     zb_layout layouts[SEARCH_MAX_LAYOUTS];
     int n_layouts = search_layouts(o, layouts, SEARCH_MAX_LAYOUTS, err);
     if (n_layouts < 0)
@@ -1303,8 +1374,10 @@ static int search_run_with(const search_options *o, search_result *r, v_pattern_
 int search_run(const search_options *o, search_result *r, zb_err *err)
 {
     v_pattern_cache patterns = { 0 };
-    int rc = search_run_with(o, r, &patterns, err);
+    search_memo memo = { 0 };
+    int rc = search_run_with(o, r, &patterns, &memo, err);
     v_pattern_cache_free(&patterns);
+    search_memo_free(&memo);
     return rc;
 }
 

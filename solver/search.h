@@ -197,6 +197,9 @@ typedef struct search_result {
     int n_pruned;             /* candidates not built: their lower bound lost to their
                                * label's best at their depth under every target that runs
                                * them (search_options.exhaustive) */
+    int n_reused;             /* listed candidates not built again: an earlier one of their
+                               * depth had the same build (another split rule giving the
+                               * same layers), whose figures they took (search_memo.c) */
     int vocab_pruned;         /* vocabulary-parallel versions not simulated: their busiest
                                * device's compute alone reached the best plan's time */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest

@@ -171,6 +171,27 @@ int search_device_params(const search_state *st, search_config *cf, const int *l
     return 0;
 }
 
+double search_busiest_ms(const sched_t *s)
+{
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        double busy = sched_has_vocab(s) ? s->n_micro * (s->vocab.t_s + s->vocab.t_t) : 0;
+        for (int i = 0; i < s->n_stages; i++)
+            if (s->stage_device[i] == d)
+                busy += s->n_micro * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
+        most = fmax(most, busy);
+    }
+    return most;
+}
+
+double search_plan_peak(const sched_t *s)
+{
+    double peak = 0;
+    for (int d = 0; d < s->n_devices; d++)
+        peak = fmax(peak, s->mem_static[d] + sched_lane_peak(s, d));
+    return peak;
+}
+
 /* Simulates s (already costed) and fills c's figures; 0 or -1 with err. */
 int search_measure(const search_state *st, search_config *cf, const int *layers, search_candidate *c,
                    const sched_t *s, zb_err *err)

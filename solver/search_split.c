@@ -10,8 +10,13 @@
  * synchronous target's (torchtitan, Megatron-LM), as each may answer for
  * its target.  A tuned plan is a new candidate, marked split_tuned.
  *
- * Workload: a few dozen sources per depth, at most 60 simulations each
- * from a fit and 400 from a plan over the limit.
+ * Workload: a few dozen sources per depth, at most 60 moves tried each
+ * from a fit and 400 from a plan over the limit.  A move is costed, and
+ * its peak read off the op order (search_plan_peak); it is simulated only
+ * when its time decides: a move to a fit from a plan over the limit, or,
+ * both fitting, one whose busiest device's compute leaves it room to be a
+ * time bucket faster.  So a plan over the limit walks towards fitting
+ * without simulations.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -72,9 +77,19 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                 cur[to]++;
                 zb_err e2 = { { 0 } };
                 evals++;
-                if (search_cost_sched(st, &cf, cur, s, &e2) < 0 || search_measure(st, &cf, cur, &trial, s, &e2) < 0)
+                if (search_cost_sched(st, &cf, cur, s, &e2) < 0)
                     continue;
-                double ex = fmax(0, trial.peak_bytes - o->mem_bytes), t = sync ? trial.sync_ms : trial.async_ms;
+                /* The order fixes the peak; the time is simulated only
+                 * when it decides: both fit, and the busiest device's
+                 * compute (no order runs faster) leaves room to gain. */
+                double ex = fmax(0, search_plan_peak(s) - o->mem_bytes), t = NAN;
+                if (ex == 0 && best_ex == 0 && search_busiest_ms(s) * SEARCH_TIME_RESOLUTION >= best_t)
+                    continue;
+                if (ex == 0 || !better(ex, INFINITY, best_ex, best_t)) {
+                    if (ex > 0 || search_measure(st, &cf, cur, &trial, s, &e2) < 0)
+                        continue;
+                    t = sync ? trial.sync_ms : trial.async_ms;
+                }
                 if (better(ex, t, best_ex, best_t)) {
                     memcpy(best, cur, sizeof *best * (size_t)S);
                     best_ex = ex;

@@ -17,6 +17,45 @@
 #include "solver/search.h"
 #include "solver/solver_internal.h"
 
+/* What one build of a candidate reads besides its identity (search_memo.c):
+ * two candidates of a depth with equal keys have equal plans and figures.
+ * The placement's costs stand for its layers: a stage's costs grow with
+ * its layers, so equal costs on one shape are equal layers. */
+typedef struct search_build_key {
+    const char *label;        /* the family's label ("zb-h1", "v-min", ...) */
+    int chunks, b, m;         /* virtual stages per device, micro-batch size, count */
+    int rc_devices, rc_stages, rc_mlp; /* the configuration's recompute setting */
+    const sched_t *placement; /* the plan's placement, costed: stage costs, static memory,
+                               * link time */
+    int n_limit;              /* entries of limit; 0: the build reads none */
+    const double *limit;      /* [n_limit] memory limits the family plans under */
+    const gen_params *gp;     /* a generator's uniform parameters, or NULL (a solver) */
+} search_build_key;
+
+typedef struct search_memo_entry search_memo_entry;
+
+/* The builds of the depth being searched, by key (search_memo.c). */
+typedef struct search_memo {
+    search_memo_entry *e; /* [n] in the order added */
+    int n, cap;           /* entries used, allocated */
+    int *slot;            /* [n_slots] open-addressed table of indices into e, -1 empty */
+    int n_slots;          /* a power of two, at least twice n */
+} search_memo;
+
+/* Forgets every build (a new depth or layout); keeps the storage. */
+void search_memo_clear(search_memo *m);
+
+/* Frees what m holds and zeroes it. */
+void search_memo_free(search_memo *m);
+
+/* The figures of an earlier build with key k (layers owned by the memo,
+ * schedule NULL), or NULL. */
+const search_candidate *search_memo_find(const search_memo *m, const search_build_key *k);
+
+/* Keeps candidate c's figures under key k (k's arrays copied).  0, or -1
+ * on out of memory (m unchanged). */
+int search_memo_add(search_memo *m, const search_build_key *k, const search_candidate *c);
+
 typedef struct search_state {
     const search_options *o; /* the caller's options */
     search_result *r;        /* growing candidate list */
@@ -41,6 +80,7 @@ typedef struct search_state {
     v_pattern_cache *patterns; /* the V-Min and V-Half patterns laid out so far, by shape */
     double static_floor;     /* at this depth, no plan's fullest device holds less static
                               * memory (cost_static_floor) */
+    search_memo *memo;       /* this depth's builds by key: twins are not built again */
 } search_state;
 
 /* One config: the model at micro-batch b, the cost options, the costs of
@@ -83,6 +123,16 @@ void search_skip(search_candidate *c, const char *why);
 
 /* Costs s under cf's options (with split layers, or the rule's when NULL). */
 int search_cost_sched(const search_state *st, search_config *cf, const int *layers, sched_t *s, zb_err *err);
+
+/* The busiest device's compute of s (costed): its stages' F+B+W and, with
+ * vocabulary parallelism, one S and T pass, for every micro-batch, ms.  No
+ * order runs faster: a lower bound of its time under every step rule. */
+double search_busiest_ms(const sched_t *s);
+
+/* The peak search_measure would report for s (costed): static memory plus
+ * the lane's activation peak on the fullest device, which the op order
+ * alone fixes (sched_lane_peak), so no simulation is needed. */
+double search_plan_peak(const sched_t *s);
 
 /* Simulates s (already costed) and fills c's figures; 0 or -1 with err. */
 int search_measure(const search_state *st, search_config *cf, const int *layers, search_candidate *c,

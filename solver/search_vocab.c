@@ -14,8 +14,11 @@
  *
  * Workload: two versions of a few dozen sources per depth, each a few
  * placements of the passes (three lookaheads, hold on and off) per
- * recompute setting tried.
+ * recompute setting tried; a setting that is not the last tried and whose
+ * plan without passes is already over the limit (vocab_oom_floor) is not
+ * placed: on llama3-405b over 1,024 GPUs that was 4 of its 15 s.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,23 +27,6 @@
 #include "solver/search_state.h"
 #include "src/cost_model.h"
 #include "src/cost_vocab.h"
-#include "src/sim.h"
-
-/* The busiest device's compute of s, priced by cost_vocab_fill_sched and
- * without passes yet: its stages' F+B+W and one S and T per micro-batch,
- * ms. */
-static double vocab_busiest_ms(const sched_t *s)
-{
-    double most = 0;
-    for (int d = 0; d < s->n_devices; d++) {
-        double busy = s->n_micro * (s->vocab.t_s + s->vocab.t_t);
-        for (int i = 0; i < s->n_stages; i++)
-            if (s->stage_device[i] == d)
-                busy += s->n_micro * (s->cost[i].t_f + s->cost[i].t_b + s->cost[i].t_w);
-        most = fmax(most, busy);
-    }
-    return most;
-}
 
 /* zb-auto plans its order for the memory it is given; the plain plan's
  * order spent every byte the head and embedding no longer use, and none on
@@ -73,12 +59,40 @@ static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
     return 0;
 }
 
+/* The largest static + activation memory of s's devices, s being a
+ * vocabulary version's plan before its passes are placed, when that
+ * proves every placement of the passes over the limit; else 0.  The
+ * placement keeps each lane's base ops in order but may run a forward
+ * ahead of a waiting backward; forwards only take memory, and a device
+ * has run no more T passes than S passes at any point, so when an S takes
+ * at least what its T gives back, every prefix of the placed lane holds at
+ * least what the matching prefix of the plain lane holds (the lane peak is
+ * the order's, sched_lane_peak). */
+static double vocab_oom_floor(const search_state *st, const sched_t *s, const sched_vocab *pv)
+{
+    if (!(pv->d_s >= 0 && pv->d_s + pv->d_t >= 0))
+        return 0;
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        for (int i = 0; i < s->n_stages; i++)
+            if (s->stage_device[i] == d && s->cost[i].d_f < 0)
+                return 0; /* a forward that frees memory: the argument fails */
+        most = fmax(most, s->mem_static[d] + sched_lane_peak(s, d));
+    }
+    return most > st->o->mem_bytes ? most : 0;
+}
+
 /* Builds, costs and measures the vocabulary-parallel version of src's
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
- * its layers and schedule; failures leave c skipped with the reason. */
+ * its layers and schedule; failures leave c skipped with the reason.
+ * Returns 1 when the version cannot beat the best plan (c skipped), 2
+ * when discard_oom is set and its plan without passes already proves it
+ * over the limit (vocab_oom_floor): c is then marked over the limit with
+ * that floor as its peak, and nothing is placed or simulated, for callers
+ * that drop a version over the limit; else 0. */
 static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
-                       search_candidate *c)
+                       int discard_oom, search_candidate *c)
 {
     int pruned = 0;
     int S = src->n_stages;
@@ -114,7 +128,7 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
      * every micro-batch's S and T).  When that alone reaches the best plan
      * found so far, placing and simulating the passes cannot change the
      * answer, and more recompute only adds work. */
-    double busiest = vocab_busiest_ms(s);
+    double busiest = search_busiest_ms(s); /* priced by cost_vocab_fill_sched, passes not placed yet */
     if (busiest >= st->vocab_beat) {
         char why[160];
         snprintf(why, sizeof why, "cannot beat the best plan: its busiest device computes %.1f ms >= %.1f ms",
@@ -125,6 +139,15 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     }
     sched_vocab pv = s->vocab;
     sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    /* --exhaustive places them anyway, and checks the floor below. */
+    double floor_bytes = vocab_oom_floor(st, s, &pv);
+    if (floor_bytes > 0 && discard_oom && !st->o->exhaustive) {
+        c->status = SEARCH_OOM;
+        c->peak_bytes = floor_bytes;
+        snprintf(c->note, sizeof c->note, "over the limit before its passes are placed");
+        pruned = 2;
+        goto out;
+    }
     /* Each lookahead (forwards run ahead of a waiting backward) holds
      * more micro-batches, with and without the hold rule: keep the
      * fastest that fits, else the smallest. */
@@ -153,6 +176,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
             sched_free(vk);
         }
     }
+    /* The floor is a lower bound of every placement's peak. */
+    assert(!(floor_bytes > 0) || (keep.status != SEARCH_FIT && keep.peak_bytes >= floor_bytes * (1 - 1e-9)));
     *c = keep;
     c->layers = layers;
     layers = NULL;
@@ -167,7 +192,7 @@ out:
 
 /* Whether the vocabulary-parallel version of src with the first q stages
  * recomputing (the last j of them at the MLP level only) is likely to fit: its plan without passes (src's order,
- * even split, shards) simulated, its peak plus two logits shards (what
+ * even split, shards), its peak plus two logits shards (what
  * the passes hold at most per device, docs/vocab-parallel.md) within the
  * limit.  Returns 1 or 0, or -1 when it cannot be priced. */
 static int vocab_stage_fits(search_state *st, const search_candidate *src, int variant, int q, int j,
@@ -190,8 +215,6 @@ static int vocab_stage_fits(search_state *st, const search_candidate *src, int v
     vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
     vo.variant = variant;
     cost_options co;
-    sim_result sr;
-    memset(&sr, 0, sizeof sr);
     if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
         search_cost_sched(st, &cf, layers, s, &e2) < 0) {
         ok = 0; /* does not apply: treated as not fitting */
@@ -204,16 +227,14 @@ static int vocab_stage_fits(search_state *st, const search_candidate *src, int v
         held = 2 * s->vocab.d_s;
         sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
     }
-    if (held == 0 || sim_run(s, &sr, &e2) < 0) {
-        sim_result_free(&sr);
+    if (held == 0) {
         ok = 0;
         goto out;
     }
-    ok = 1;
-    for (int d = 0; d < s->n_devices; d++)
-        if (s->mem_static[d] + sr.dev[d].peak_mem + held > st->o->mem_bytes)
+    ok = 1; /* the peak is the order's: no need to simulate times */
+    for (int d = 0; d < s->n_devices && ok; d++)
+        if (s->mem_static[d] + sched_lane_peak(s, d) + held > st->o->mem_bytes)
             ok = 0;
-    sim_result_free(&sr);
 out:
     search_config_free(&cf);
     free(layers);
@@ -239,7 +260,7 @@ static int vocab_stage_try(search_state *st, const search_candidate *src, int va
     search_candidate trial;
     memset(&trial, 0, sizeof trial);
     trial.peak_device = -1;
-    int pruned = vocab_build(st, &cf, src, variant, &trial);
+    int pruned = vocab_build(st, &cf, src, variant, 1, &trial) == 1;
     search_config_free(&cf);
     trial.rc_devices = 0;
     trial.rc_stages = q;
@@ -367,7 +388,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
      * --recompute off or on (o->recompute 0 or 1) the source's setting is
      * the only one: the user fixed it. */
     int k_last = st->o->recompute >= 0 ? src.rc_devices : st->pp;
-    for (int k = src.rc_devices; k <= k_last; k += (st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1) {
+    for (int k = src.rc_devices, next; k <= k_last; k = next) {
+        next = k + ((st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1);
         search_config cf;
         if (search_config_init(st, &cf, src.micro_batch, k, src.split, err) < 0) {
             search_config_free(&cf);
@@ -378,7 +400,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         search_candidate trial;
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
-        int pruned = vocab_build(st, &cf, &src, variant, &trial);
+        /* a setting over the limit is reported only when it is the last */
+        int pruned = vocab_build(st, &cf, &src, variant, next <= k_last, &trial) == 1;
         search_config_free(&cf);
         if (pruned) {
             st->r->vocab_pruned++;
@@ -418,6 +441,22 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         sched_free(best.sched);
         free(best.layers);
         return -1;
+    }
+    /* The version reported over the limit was proven so without its
+     * passes (a later setting was then cut short): built now, so that it
+     * shows its own peak. */
+    if (best.status == SEARCH_OOM && !best.sched) {
+        search_config cf;
+        int rk = best.rc_devices;
+        if (search_config_init(st, &cf, src.micro_batch, rk, src.split, err) < 0) {
+            search_config_free(&cf);
+            return -1;
+        }
+        memset(&best, 0, sizeof best);
+        best.peak_device = -1;
+        vocab_build(st, &cf, &src, variant, 0, &best);
+        search_config_free(&cf);
+        best.rc_devices = rk;
     }
     search_config cf;
     if (search_config_init(st, &cf, src.micro_batch, best.rc_devices, src.split, err) < 0) {

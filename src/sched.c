@@ -250,6 +250,19 @@ double sched_op_mem(const sched_t *s, sched_op op)
     return 0;
 }
 
+double sched_lane_peak(const sched_t *s, int d)
+{
+    assert(d >= 0 && d < s->n_devices);
+    const sched_lane *l = &s->dev[d];
+    double mem = 0, peak = 0;
+    for (int i = 0; i < l->n_ops; i++) {
+        mem += sched_op_mem(s, l->ops[i]);
+        if (mem > peak)
+            peak = mem;
+    }
+    return peak;
+}
+
 long sched_op_count(const sched_t *s)
 {
     long n = 0;

@@ -159,6 +159,12 @@ int sched_has_vocab(const sched_t *s);
 double sched_op_time(const sched_t *s, sched_op op);
 double sched_op_mem(const sched_t *s, sched_op op);
 
+/* Device d's activation peak: the largest running sum of its ops' memory
+ * deltas in lane order (>= 0), what sim_run reports as its peak_mem.  The
+ * order alone fixes it, not the times, so a plan's memory is known before
+ * it is simulated. */
+double sched_lane_peak(const sched_t *s, int d);
+
 /* Total ops over all devices. */
 long sched_op_count(const sched_t *s);
 

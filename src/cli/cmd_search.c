@@ -40,7 +40,7 @@ static void usage(FILE *out)
         "  --target T            zbsched (default), torch, torchtitan or megatron: the\n"
         "                        engine the plan is for; only what it runs is ranked\n"
         "  --model M             preset or JSON file (default llama3-8b); presets:\n"
-        "                        1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b\n"
+        "                        1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b llama3-405b\n"
         "                        intellect-1-10b tiny tiny-mem shakespeare-char\n"
         "  --seq-len N           tokens per sequence (default: the model's)\n"
         "  --micro-batch N       try only this micro-batch size (default: search)\n"

@@ -227,6 +227,7 @@ int search_print_json(const search_options *o, const search_result *r)
     if (r->min_peak_index >= 0)
         cJSON_AddNumberToObject(root, "min_peak_bytes", r->min_peak_bytes);
     cJSON_AddNumberToObject(root, "n_pruned", r->n_pruned);
+    cJSON_AddNumberToObject(root, "n_reused", r->n_reused);
     cJSON *base = candidate_json(&r->baseline);
     if (base)
         cJSON_AddItemToObject(root, "baseline", base);

@@ -12,7 +12,9 @@
  * peak) of every label at every depth, the why block row by row, and the
  * vocabulary-parallel versions that were not simulated.  Every candidate
  * the pruned search built must also be in the exhaustive list with the
- * same figures, and the counts must add up (built + pruned = exhaustive).
+ * same figures (also those that took the figures of a twin built under
+ * the other split rule, search_memo.c, which exhaustive search builds
+ * again), and the counts must add up (built + pruned = exhaustive).
  * The scenarios are picked so that pruning happens: by time (fits behind
  * their label's best), by memory (candidates whose static memory plus
  * one micro-batch already exceeds the limit) and whole depths whose
@@ -110,8 +112,10 @@ static int floor_row(const search_result *r, const char *label)
 }
 
 /* Runs s both ways and compares; returns the pruned count (candidates and
- * depths left out). */
-static int compare(const scenario *s)
+ * depths left out), and in *reused (when not NULL) how many listed
+ * candidates took an earlier build's figures (search_memo.c; exhaustive
+ * search builds each, so they are checked against their own builds). */
+static int compare_reused(const scenario *s, int *reused)
 {
     search_options op = options(s, 0), oe = options(s, 1);
     search_result rp, re;
@@ -203,9 +207,17 @@ static int compare(const scenario *s)
         free(we);
     }
     int pruned = rp.n_pruned + floor_n;
+    ck_assert_int_eq(re.n_reused, 0);
+    if (reused)
+        *reused = rp.n_reused;
     search_result_free(&rp);
     search_result_free(&re);
     return pruned;
+}
+
+static int compare(const scenario *s)
+{
+    return compare_reused(s, NULL);
 }
 
 START_TEST(test_default_job)
@@ -246,6 +258,18 @@ START_TEST(test_nothing_fits)
      * are left out for their static memory alone. */
     scenario s = { "14.6B", "A100-40G", 8, 16, 36e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_PLAIN, 16 };
     ck_assert_int_gt(compare(&s), 10);
+}
+END_TEST
+
+START_TEST(test_twins)
+{
+    /* 6.2B on 16 A100-80G: at pp=16 both split rules give most
+     * placements the same layers, so many candidates take the figures of
+     * their twin under the other rule; each must equal its own build. */
+    scenario s = { "6.2B", "A100-80G", 16, 32, 60e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 4 };
+    int reused = 0;
+    ck_assert_int_gt(compare_reused(&s, &reused), 10);
+    ck_assert_int_gt(reused, 20);
 }
 END_TEST
 
@@ -355,6 +379,7 @@ int main(void)
     tcase_add_test(tc, test_sync_targets);
     tcase_add_test(tc, test_nothing_fits);
     tcase_add_test(tc, test_static_floor);
+    tcase_add_test(tc, test_twins);
     tcase_add_test(tc, test_greedy_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
