@@ -96,6 +96,7 @@ typedef struct vwalk {
     int *dirty;          /* [p] the devices whose cand_dirty is 1, in the order marked */
     int n_dirty;         /* entries of dirty in use */
     dev_heap next;       /* the devices with a candidate (kind >= 0) by its start */
+    double *keys;        /* [p] scratch: every device's key when the heap is rebuilt */
 } vwalk;
 
 /* A device's candidate for its next slot. */
@@ -327,6 +328,7 @@ static void vwalk_free(vwalk *w)
     free(w->cand);
     free(w->cand_dirty);
     free(w->dirty);
+    free(w->keys);
     dev_heap_free(&w->next);
 }
 
@@ -443,6 +445,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.cand = calloc(p, sizeof *w.cand);
     w.cand_dirty = calloc(p, 1);
     w.dirty = malloc(p * sizeof(int));
+    w.keys = malloc(p * sizeof(double));
     int heap_failed = dev_heap_init(&w.next, w.p);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
@@ -452,7 +455,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || heap_failed) {
+        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || !w.keys || heap_failed) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -472,14 +475,24 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
                         d, done);
                 goto out;
             }
+        /* Most devices changed (a last-stage F or a barrier every S or
+         * T waited on): the heap is rebuilt, O(p), not updated p times. */
+        int bulk = w.n_dirty > w.p / 4;
         while (w.n_dirty > 0) {
             int d = w.dirty[--w.n_dirty];
             w.cand[d] = choose(&w, d);
             w.cand_dirty[d] = 0;
+            if (bulk)
+                continue;
             if (w.cand[d].kind >= 0)
                 dev_heap_set(&w.next, d, w.cand[d].start);
             else
                 dev_heap_remove(&w.next, d);
+        }
+        if (bulk) {
+            for (int d = 0; d < w.p; d++)
+                w.keys[d] = w.cand[d].kind >= 0 ? w.cand[d].start : NAN;
+            dev_heap_assign(&w.next, w.keys);
         }
         int best_d = dev_heap_top(&w.next);
         vcand best = best_d >= 0 ? w.cand[best_d] : (vcand){ .kind = -1 };

@@ -157,8 +157,20 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         search_candidate trial = *c;
         /* the first placement checks base and pv; the others trust them */
         if ((q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
-                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &e2)) < 0 ||
-            search_measure(st, cf, layers, &trial, vk, &e2) < 0) {
+                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &e2)) < 0) {
+            sched_free(v);
+            search_skip(c, e2.msg);
+            goto out;
+        }
+        /* A placement over the limit is kept only for a smaller peak
+         * while nothing fits, and its peak is the order's: the others
+         * are not simulated. */
+        double peak = search_plan_peak(vk);
+        if (v && peak > st->o->mem_bytes && (keep.status == SEARCH_FIT || peak >= keep.peak_bytes)) {
+            sched_free(vk);
+            continue;
+        }
+        if (search_measure(st, cf, layers, &trial, vk, &e2) < 0) {
             sched_free(vk);
             sched_free(v);
             search_skip(c, e2.msg);

@@ -50,13 +50,10 @@ static void swap(dev_heap *h, int i, int j)
     h->at[a] = j;
 }
 
-/* Restores the order around index i after its key changed. */
-static void fix(dev_heap *h, int i)
+/* Moves the device at index i down below every child it does not go
+ * before. */
+static void sift_down(dev_heap *h, int i)
 {
-    while (i > 0 && before(h, h->heap[i], h->heap[(i - 1) / 2])) {
-        swap(h, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
     for (;;) {
         int l = 2 * i + 1, r = l + 1, m = i;
         if (l < h->n && before(h, h->heap[l], h->heap[m]))
@@ -70,6 +67,16 @@ static void fix(dev_heap *h, int i)
     }
 }
 
+/* Restores the order around index i after its key changed. */
+static void fix(dev_heap *h, int i)
+{
+    while (i > 0 && before(h, h->heap[i], h->heap[(i - 1) / 2])) {
+        swap(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    sift_down(h, i);
+}
+
 void dev_heap_set(dev_heap *h, int d, double key)
 {
     assert(d >= 0 && d < h->cap && !isnan(key));
@@ -81,6 +88,21 @@ void dev_heap_set(dev_heap *h, int d, double key)
         h->at[d] = i;
     }
     fix(h, i);
+}
+
+void dev_heap_assign(dev_heap *h, const double *key)
+{
+    h->n = 0;
+    for (int d = 0; d < h->cap; d++) {
+        h->at[d] = -1;
+        if (!isnan(key[d])) {
+            h->key[d] = key[d];
+            h->heap[h->n] = d;
+            h->at[d] = h->n++;
+        }
+    }
+    for (int i = h->n / 2 - 1; i >= 0; i--)
+        sift_down(h, i); /* bottom-up: both subtrees of i are heaps already */
 }
 
 void dev_heap_remove(dev_heap *h, int d)

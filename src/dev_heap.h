@@ -36,6 +36,12 @@ void dev_heap_free(dev_heap *h);
  * when it is in already.  key must not be NaN. */
 void dev_heap_set(dev_heap *h, int d, double key);
 
+/* Makes the heap hold exactly the devices d whose key[d] is not NaN, with
+ * those keys: O(cap), for when most devices' keys changed at once (a
+ * barrier every device waited on), where cap dev_heap_set calls would
+ * take O(cap log cap). */
+void dev_heap_assign(dev_heap *h, const double *key);
+
 /* Takes device d out of the heap; nothing when it is not in it. */
 void dev_heap_remove(dev_heap *h, int d);
 

@@ -2,8 +2,8 @@
  * test_dev_heap.c: the list schedulers' heap of devices (src/dev_heap.h)
  * picks what their scan picked: the smallest key, the lowest device among
  * equal keys, devices out of the heap never.  Random keys drawn from a few
- * values (many ties), random updates and removals, against a scan after
- * every change.
+ * values (many ties), random updates, removals and whole reassignments
+ * (dev_heap_assign), against a scan after every change.
  */
 #include <check.h>
 #include <math.h>
@@ -32,7 +32,16 @@ START_TEST(test_matches_scan)
         ck_assert_int_eq(dev_heap_top(&h), -1);
         for (int step = 0; step < 4000; step++) {
             int d = rand() % n;
-            if (rand() % 4 == 0) {
+            if (rand() % 50 == 0) {
+                /* every key at once, some devices out (NaN) */
+                double all[130];
+                for (int e = 0; e < n; e++) {
+                    in[e] = rand() % 5 != 0;
+                    key[e] = (double)(rand() % 9) * 0.5;
+                    all[e] = in[e] ? key[e] : NAN;
+                }
+                dev_heap_assign(&h, all);
+            } else if (rand() % 4 == 0) {
                 dev_heap_remove(&h, d);
                 in[d] = 0;
             } else {
