@@ -116,7 +116,7 @@ static double arrive(const vwalk *w, double end, int from_dev, int to_dev)
 }
 
 /* When the inputs of base op `op` on device d arrive.  Only meaningful
- * once they are all committed (fmax would skip a NAN): base_ready_strict
+ * once they are all committed (sched_later takes no NAN): base_ready_strict
  * checks that first. */
 static double base_ready(const vwalk *w, sched_op op, int d)
 {
@@ -132,9 +132,9 @@ static double base_ready(const vwalk *w, sched_op op, int d)
     case OP_BW:
         t = w->f_end[cell];
         if (op.stage < w->S - 1)
-            t = fmax(t, arrive(w, w->b_end[cell + w->m], s->stage_device[op.stage + 1], d));
+            t = sched_later(t, arrive(w, w->b_end[cell + w->m], s->stage_device[op.stage + 1], d));
         else /* the last stage's gradient comes through a barrier */
-            t = fmax(t, w->c_end[w->out->vocab.variant == SCHED_VOCAB_2 ? 1 : 0][op.mb]);
+            t = sched_later(t, w->c_end[w->out->vocab.variant == SCHED_VOCAB_2 ? 1 : 0][op.mb]);
         break;
     case OP_W:
         t = w->b_end[cell];
@@ -190,7 +190,7 @@ static vcand choose(const vwalk *w, int d)
      * waits for T of j (the paper runs T of j-1 right before S of j). */
     if (js < w->m && js - jt < 2 && !isnan(w->f_end[(long)(w->S - 1) * w->m + js])) {
         double r = arrive(w, w->f_end[(long)(w->S - 1) * w->m + js], last_dev, d);
-        c[n++] = (vcand){ OP_S, -1, d, js, fmax(f, r), 0 };
+        c[n++] = (vcand){ OP_S, -1, d, js, sched_later(f, r), 0 };
     }
     int base_left = w->pos[d] < s->dev[d].n_ops;
     double base_start = NAN;
@@ -198,7 +198,7 @@ static vcand choose(const vwalk *w, int d)
         sched_op op = s->dev[d].ops[w->pos[d]];
         double r = base_ready_strict(w, op, d);
         if (!isnan(r)) {
-            base_start = fmax(f, r);
+            base_start = sched_later(f, r);
             c[n++] = (vcand){ op.kind, w->pos[d], op.stage, op.mb, base_start, 2 };
         }
         /* The paper's extra warm-up: while the next backward waits (for a
@@ -209,13 +209,13 @@ static vcand choose(const vwalk *w, int d)
             if (i < s->dev[d].n_ops) {
                 sched_op fo = s->dev[d].ops[i];
                 double rf = base_ready_strict(w, fo, d);
-                if (!isnan(rf) && (isnan(base_start) || fmax(f, rf) < base_start))
-                    c[n++] = (vcand){ OP_F, i, fo.stage, fo.mb, fmax(f, rf), 2 };
+                if (!isnan(rf) && (isnan(base_start) || sched_later(f, rf) < base_start))
+                    c[n++] = (vcand){ OP_F, i, fo.stage, fo.mb, sched_later(f, rf), 2 };
             }
         }
     }
     if (jt < js && !isnan(w->c_end[0][jt])) {
-        double st = fmax(f, w->c_end[0][jt]);
+        double st = sched_later(f, w->c_end[0][jt]);
         int rank = 3;
         if (v->variant == SCHED_VOCAB_2) {
             rank = 1; /* C1 gates the last stage: T is urgent */
@@ -281,7 +281,7 @@ static int commit(vwalk *w, int d, vcand c)
             w->next_s[d]++;
         else
             w->next_t[d]++;
-        w->last[k][c.mb] = fmax(w->last[k][c.mb], end);
+        w->last[k][c.mb] = sched_later(w->last[k][c.mb], end);
         if (++w->count[k][c.mb] == w->p)
             w->c_end[k][c.mb] = w->last[k][c.mb] + (k == 0 ? v->t_c0 : v->t_c1);
         return 0;

@@ -66,25 +66,25 @@ int solver_eval(const sched_t *s, solver_eval_result *r, double *dev_peak, zb_er
                     double e = end_f[slot(s, op.stage - 1, op.mb)];
                     ok = !isnan(e);
                     if (ok)
-                        ready = fmax(ready, e + (s->stage_device[op.stage - 1] != d ? s->t_comm : 0));
+                        ready = sched_later(ready, e + (s->stage_device[op.stage - 1] != d ? s->t_comm : 0));
                 }
                 if (ok && (op.kind == OP_B || op.kind == OP_BW)) {
                     double e = end_f[slot(s, op.stage, op.mb)];
                     ok = !isnan(e);
                     if (ok)
-                        ready = fmax(ready, e);
+                        ready = sched_later(ready, e);
                     if (ok && op.stage + 1 < s->n_stages) {
                         e = end_b[slot(s, op.stage + 1, op.mb)];
                         ok = !isnan(e);
                         if (ok)
-                            ready = fmax(ready, e + (s->stage_device[op.stage + 1] != d ? s->t_comm : 0));
+                            ready = sched_later(ready, e + (s->stage_device[op.stage + 1] != d ? s->t_comm : 0));
                     }
                 }
                 if (ok && op.kind == OP_W) {
                     double e = end_b[slot(s, op.stage, op.mb)];
                     ok = !isnan(e);
                     if (ok)
-                        ready = fmax(ready, e);
+                        ready = sched_later(ready, e);
                 }
                 if (!ok)
                     break;

@@ -116,7 +116,7 @@ static double ready_time(const v_run *r, int kind, int s, int j)
         double eb = *at(r, r->end_b, s + 1, j);
         if (isnan(eb))
             return NAN;
-        e = fmax(e, eb + (t->stage_device[s + 1] != d ? t->t_comm : 0));
+        e = sched_later(e, eb + (t->stage_device[s + 1] != d ? t->t_comm : 0));
     }
     return e;
 }

@@ -83,12 +83,6 @@ typedef struct zb_run {
                                * 1: prioritize_b, 2: no_bubble_greedy) */
 } zb_run;
 
-/* fmax without the NaN handling that keeps it out of line (no NaN here). */
-static inline double max2(double a, double b)
-{
-    return a > b ? a : b;
-}
-
 static double op_cost(const solver_problem *pr, int kind, int stage)
 {
     const stage_cost *c = &pr->cost[stage];
@@ -126,9 +120,9 @@ static void put(zb_run *r, int stage, int kind)
     double t = r->stage_end[stage] + cost;
     double no_bubble = t;
     if (stage > 0 && kind == OP_F)
-        t = max2(t, *endp(r, OP_F, stage - 1, mb) + pr->t_comm + cost);
+        t = sched_later(t, *endp(r, OP_F, stage - 1, mb) + pr->t_comm + cost);
     if (stage < pr->p - 1 && kind == OP_B)
-        t = max2(t, *endp(r, OP_B, stage + 1, mb) + pr->t_comm + cost);
+        t = sched_later(t, *endp(r, OP_B, stage + 1, mb) + pr->t_comm + cost);
     if (r->n_done[OP_F][stage] > 0) {
         r->stage_bubble[stage] += t - no_bubble;
         if (r->stage_bubble[stage] > r->max_bubble)
@@ -210,7 +204,7 @@ static double span_lower_bound(zb_run *r)
         double start = *endp(r, OP_F, j, 0) - c->t_f;
         double rest = (pr->m - r->n_done[OP_F][j]) * c->t_f + (pr->m - r->n_done[OP_B][j]) * c->t_b
                       + (pr->m - r->n_done[OP_W][j]) * c->t_w;
-        lb = max2(lb, r->stage_end[j] - start + rest);
+        lb = sched_later(lb, r->stage_end[j] - start + rest);
     }
     return lb;
 }
@@ -432,7 +426,7 @@ static int fallback_sched(const solver_problem *pr, sched_t **out, double *cost,
     for (int r = 0; r < p && ok; r++) {
         const stage_cost *c = &pr->cost[r];
         /* k activations plus a B's transient rise must fit */
-        int k = pr->limit ? (int)floor((limit_of(pr, r) - max2(0, c->d_b)) / c->d_f + 1e-9) : m;
+        int k = pr->limit ? (int)floor((limit_of(pr, r) - sched_later(0, c->d_b)) / c->d_f + 1e-9) : m;
         int w = p - 1 - r;
         if (k - 1 < w)
             w = k - 1;

@@ -212,44 +212,6 @@ int sched_has_vocab(const sched_t *s)
     return s->vocab.variant != SCHED_VOCAB_NONE;
 }
 
-double sched_op_time(const sched_t *s, sched_op op)
-{
-    if (op.kind == OP_S)
-        return s->vocab.t_s;
-    if (op.kind == OP_T)
-        return s->vocab.t_t;
-    const stage_cost *c = &s->cost[op.stage];
-    switch ((op_kind)op.kind) {
-    case OP_F: return c->t_f;
-    case OP_B: return c->t_b;
-    case OP_W: return c->t_w;
-    case OP_BW: return c->t_b + c->t_w;
-    case OP_S:
-    case OP_T: break; /* handled above */
-    }
-    assert(0 && "bad op kind");
-    return 0;
-}
-
-double sched_op_mem(const sched_t *s, sched_op op)
-{
-    if (op.kind == OP_S)
-        return s->vocab.d_s;
-    if (op.kind == OP_T)
-        return s->vocab.d_t;
-    const stage_cost *c = &s->cost[op.stage];
-    switch ((op_kind)op.kind) {
-    case OP_F: return c->d_f;
-    case OP_B: return c->d_b;
-    case OP_W: return c->d_w;
-    case OP_BW: return c->d_b + c->d_w;
-    case OP_S:
-    case OP_T: break; /* handled above */
-    }
-    assert(0 && "bad op kind");
-    return 0;
-}
-
 double sched_lane_peak(const sched_t *s, int d)
 {
     assert(d >= 0 && d < s->n_devices);

@@ -27,6 +27,8 @@
 #ifndef ZB_SCHED_H
 #define ZB_SCHED_H
 
+#include <assert.h>
+
 #include <stdint.h>
 #include <stddef.h>
 
@@ -154,10 +156,55 @@ void sched_set_vocab(sched_t *s, sched_vocab_variant variant, double t_s, double
 /* Whether s uses vocabulary parallelism (its variant is not NONE). */
 int sched_has_vocab(const sched_t *s);
 
+/* The later of two finite times.  fmax is a libm call at -O2 (its NaN
+ * rule stops the compiler from using one instruction); the simulator and
+ * the ASAP replay take it several times per op, and their times are
+ * finite (sched_validate checks the costs). */
+static inline double sched_later(double a, double b)
+{
+    return a > b ? a : b;
+}
+
 /* Time and memory delta of one op on its stage (BW = B + W; S and T from
- * s->vocab). */
-double sched_op_time(const sched_t *s, sched_op op);
-double sched_op_mem(const sched_t *s, sched_op op);
+ * s->vocab).  Inline: the simulator and the list schedulers call them for
+ * every op of every candidate a search builds. */
+static inline double sched_op_time(const sched_t *s, sched_op op)
+{
+    if (op.kind == OP_S)
+        return s->vocab.t_s;
+    if (op.kind == OP_T)
+        return s->vocab.t_t;
+    const stage_cost *c = &s->cost[op.stage];
+    switch ((op_kind)op.kind) {
+    case OP_F: return c->t_f;
+    case OP_B: return c->t_b;
+    case OP_W: return c->t_w;
+    case OP_BW: return c->t_b + c->t_w;
+    case OP_S:
+    case OP_T: break; /* handled above */
+    }
+    assert(0 && "bad op kind");
+    return 0;
+}
+
+static inline double sched_op_mem(const sched_t *s, sched_op op)
+{
+    if (op.kind == OP_S)
+        return s->vocab.d_s;
+    if (op.kind == OP_T)
+        return s->vocab.d_t;
+    const stage_cost *c = &s->cost[op.stage];
+    switch ((op_kind)op.kind) {
+    case OP_F: return c->d_f;
+    case OP_B: return c->d_b;
+    case OP_W: return c->d_w;
+    case OP_BW: return c->d_b + c->d_w;
+    case OP_S:
+    case OP_T: break; /* handled above */
+    }
+    assert(0 && "bad op kind");
+    return 0;
+}
 
 /* Device d's activation peak: the largest running sum of its ops' memory
  * deltas in lane order (>= 0), what sim_run reports as its peak_mem.  The

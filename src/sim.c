@@ -108,11 +108,11 @@ static int inputs_ready(const sim_walk *w, sched_op op, double *ready)
     case OP_BW:
         if (!(w->done[cell] & DONE_F))
             return 0;
-        t = fmax(t, w->f_end[cell]);
+        t = sched_later(t, w->f_end[cell]);
         if (op.stage < s->n_stages - 1) {
             if (!(w->done[next] & DONE_B))
                 return 0;
-            t = fmax(t, arrival(s, w->b_end[next], op.stage + 1, op.stage));
+            t = sched_later(t, arrival(s, w->b_end[next], op.stage + 1, op.stage));
         }
         break;
     case OP_W:
@@ -150,14 +150,14 @@ static long advance(sim_walk *w, int d)
         if (!inputs_ready(w, op, &ready))
             break;
         double free_at = i > 0 ? rd->end[i - 1] : 0;
-        double t0 = fmax(free_at, ready), t1 = t0 + sched_op_time(s, op);
+        double t0 = sched_later(free_at, ready), t1 = t0 + sched_op_time(s, op);
         rd->start[i] = t0;
         rd->end[i] = t1;
         long cell = (long)op.stage * s->n_micro + op.mb;
         if (OP_IS_VOCAB(op.kind)) {
             int *count = op.kind == OP_S ? w->s_count : w->t_count;
             double *last = op.kind == OP_S ? w->s_last : w->t_last;
-            last[op.mb] = fmax(last[op.mb], t1);
+            last[op.mb] = sched_later(last[op.mb], t1);
             if (++count[op.mb] == s->n_devices) {
                 /* The barrier is complete: all-reduce after the last pass. */
                 int c = op.kind == OP_S ? 0 : 1;
