@@ -7,6 +7,10 @@
 # the two plan files are byte-identical (same: the same winner with the
 # same figures; both-none: nothing fits for either, and the two
 # nothing-fits lines are compared instead; DIFF otherwise).
+# With JSON=1 in the environment each job is also searched once more by
+# both with --json (not timed) and the candidate lists compared, the
+# "n_reused" count (how many took a twin's figures) left out: the column
+# "list" says same or DIFF (needs python3).
 # Usage: bench/bench_search_ab.sh OLD NEW [TARGET] [TIMEOUT_S] [KEEP_DIR]
 # With KEEP_DIR, each job's plans and tables stay there
 # (old|new-MODEL-GPUS.json/.out).  Run from the repository root.
@@ -25,6 +29,13 @@ run() {
     (ulimit -t "$limit"; /usr/bin/time -f '%U %S' -o "$tmp/$1.t" "$2" search --mem 80G --model "$3" \
         --gpus "$4" --global-batch $(($4 * 2)) --target "$target" -q -o "$tmp/$1.json" \
         > "$tmp/$1.out" 2> "$tmp/$1.err")
+}
+# list NAME ZBSCHED MODEL GPUS: the job's --json, n_reused dropped, in NAME.list
+list() {
+    (ulimit -t "$limit"; "$2" search --mem 80G --model "$3" --gpus "$4" --global-batch $(($4 * 2)) \
+        --target "$target" -q -o "$tmp/$1.listplan.json" --json 2>/dev/null) |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("n_reused",None); print(json.dumps(d,sort_keys=True))' \
+        > "$tmp/$1.list" 2>/dev/null
 }
 cpu() {
     if grep -q 'Command terminated by signal' "$tmp/$1.t" 2>/dev/null; then echo "over $limit"; return; fi
@@ -45,6 +56,11 @@ for model in 1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b intellect-1-10b llama3-4
             fi
         else
             same="DIFF (one has no plan)"
+        fi
+        if [ "${JSON:-0}" = 1 ]; then
+            list old "$old" "$model" "$gpus"
+            list new "$new" "$model" "$gpus"
+            cmp -s "$tmp/old.list" "$tmp/new.list" && same="$same, list same" || same="$same, list DIFF"
         fi
         printf '%-16s %5d %9s %9s  %s\n' "$model" "$gpus" "$(cpu old)" "$(cpu new)" "$same"
         if [ -n "$keep" ]; then
