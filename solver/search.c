@@ -332,6 +332,7 @@ static int memo_hit(search_state *st, const search_config *cf, search_candidate 
     c->split_tuned = f->n_stages > 0 && split_tuned; /* as evaluate sets it, when the build got that far */
     c->layers = layers;
     c->sched = NULL;
+    c->targets = search_target_mask(c);
     st->r->n_reused++;
     settle(st, cf, c);
     search_tick(st);
