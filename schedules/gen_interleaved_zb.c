@@ -29,13 +29,14 @@
  * gen_params.mem_limit is set and PyTorch's order does not fit, the
  * generator tries capped warm-ups (min(w, c) on every device, never below
  * (v-1)q, where the first backward's own forward sits) and shorter W
- * hold-backs (min(d, h)), simulates the orders, and keeps the fastest that
- * fits (ties to the lower peak).  A cap touches only the devices above it,
+ * hold-backs (min(d, h)), simulates the orders that fit (an order's peak
+ * is its lanes', no simulation needed), and keeps the fastest that fits
+ * (ties to the lower peak).  A cap touches only the devices above it,
  * which keeps the later devices' interleaving intact.  Since neither knob
  * raises a peak when lowered, each hold-back's best cap is found by
  * bisection.  Without a limit the order is exactly PyTorch's.  Workload:
  * 3*v*p*m ops per order, O(p log(vq + p)) orders in the limited variant, each
- * simulated in linear time.
+ * validated and, when it fits, simulated in linear time.
  */
 #include "schedules/gen_common.h"
 
@@ -43,6 +44,7 @@
 #include "src/validate.h"
 
 #include <assert.h>
+#include <math.h>
 
 #include <stdlib.h>
 
@@ -130,37 +132,44 @@ static sched_t *izb_build(const sched_t *base, int v, int q, izb_knobs k)
     return s;
 }
 
-/* True when every device's simulated peak stays within its limit. */
-static int izb_fits(const sim_result *r, const double *limit)
-{
-    for (int d = 0; d < r->n_devices; d++)
-        if (r->dev[d].peak_mem > limit[d] + 1e-9)
-            return 0;
-    return 1;
-}
-
-/* Builds the order for knobs k and simulates it.  Returns 1 when it is
- * valid and fits limit (*out holds it, with its cost and peak), 0 when it
- * is valid but does not fit (*out holds it too), -1 when it deadlocks
- * (*out NULL), -2 when memory runs out. */
+/* Builds the order for knobs k and, when it fits, simulates it.  Returns
+ * 1 when it is valid and fits limit (*out holds it, with its cost and
+ * peak), 0 when it is valid but does not fit (*out holds it too, with its
+ * peak; its cost is not simulated, as no caller reads it), -1 when it
+ * deadlocks (*out NULL), -2 when memory runs out.  A device's peak is its
+ * lane's (sched_lane_peak): the order fixes it, so an order over the limit
+ * (most of a bisection's probes) needs no simulation. */
 static int izb_eval(const sched_t *base, int v, int q, izb_knobs k, const double *limit,
                     sched_t **out, double *cost, double *peak)
 {
     *out = izb_build(base, v, q, k);
     if (!*out)
         return -2;
+    if (sched_validate(*out, NULL) != 0) {
+        sched_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    int fits = 1;
+    *peak = 0;
+    for (int d = 0; d < (*out)->n_devices; d++) {
+        double pk = sched_lane_peak(*out, d);
+        *peak = pk > *peak ? pk : *peak;
+        fits &= !(pk > limit[d] + 1e-9);
+    }
+    *cost = NAN;
+    if (!fits)
+        return 0;
     sim_result r = { 0 };
-    if (sched_validate(*out, NULL) != 0 || sim_run(*out, &r, NULL) != 0) {
+    if (sim_run(*out, &r, NULL) != 0) {
         sim_result_free(&r);
         sched_free(*out);
         *out = NULL;
         return -1;
     }
     *cost = r.cost;
-    *peak = r.peak_mem;
-    int fits = izb_fits(&r, limit);
     sim_result_free(&r);
-    return fits;
+    return 1;
 }
 
 int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
