@@ -572,26 +572,26 @@ int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err)
 }
 
 /* Copies tmpl's per-stage costs and t_comm onto s (same shape and
- * placement), then evaluates it; returns 0 and fills *cost when every
- * device's peak stays within limit, 1 when it does not fit, -1 on error. */
+ * placement); returns 1 when some device's peak exceeds its limit, else
+ * evaluates it (when cost is not NULL) and returns 0 with *cost, or -1 on
+ * error.  The peaks are the lanes' (the order fixes them), so an order
+ * over the limit is not replayed: no caller reads its cost. */
 static int recost_fits(const sched_t *tmpl, sched_t *s, const double *limit, double *cost)
 {
     int p = tmpl->n_devices;
     memcpy(s->cost, tmpl->cost, sizeof *s->cost * (size_t)tmpl->n_stages);
     s->t_comm = tmpl->t_comm;
-    double *peaks = malloc(sizeof(double) * (size_t)p);
+    for (int d = 0; d < p; d++)
+        if (!(sched_lane_peak(s, d) <= limit[d] + 1e-9 * fmax(1, fabs(limit[d]))))
+            return 1;
+    if (!cost)
+        return 0;
     solver_eval_result ev;
     zb_err e2;
-    if (!peaks || solver_eval(s, &ev, peaks, &e2) != 0) {
-        free(peaks);
+    if (solver_eval(s, &ev, NULL, &e2) != 0)
         return -1;
-    }
-    int fits = 1;
-    for (int d = 0; d < p; d++)
-        fits &= peaks[d] <= limit[d] + 1e-9 * fmax(1, fabs(limit[d]));
-    free(peaks);
     *cost = ev.cost;
-    return fits ? 0 : 1;
+    return 0;
 }
 
 /* What one whole-model micro-batch holds at most on device d of V
@@ -667,16 +667,9 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
     int bits = 0;
     if (solver_greedy_list_memo(tmpl, limit, memo, &best, &best_cost, &bits, err) != 0)
         goto out;
-    {
-        double c;
-        int fit = recost_fits(tmpl, best, limit, &c);
-        if (fit < 0) {
-            zb_fail(err, "out of memory building a V schedule");
-            goto out;
-        }
-        if (fit > 0)
-            best_cost = INFINITY; /* recompute's positive dB may overshoot */
-    }
+    /* The greedy's own cost stands; only its peaks are checked. */
+    if (recost_fits(tmpl, best, limit, NULL) > 0)
+        best_cost = INFINITY; /* recompute's positive dB may overshoot */
     /* Orders from uniform costs (mean times, unit memory), re-costed with
      * the real per-stage figures and kept when they fit and are faster. */
     double tf = 0, tb = 0, tw = 0;
