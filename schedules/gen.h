@@ -91,9 +91,12 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
  * one gen_vocab_insert_with call on them succeeded.  The result is valid
  * by construction (the walk commits each op once, after what it waits
  * for) and is not validated again: that validation was a sixth of the
- * default search's time. */
+ * default search's time.  When cost is not NULL it gets the placement's
+ * largest per-device span, what sim_run would report as its cost (the
+ * walk times every op as the simulator does), so that a caller can tell
+ * a placement that cannot win without simulating it. */
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                             sched_t **out, zb_err *err);
+                             sched_t **out, double *cost, zb_err *err);
 
 /* gen_vocab_insert_with, but every device's next candidate is chosen
  * afresh at every step and compared with the one the walk kept; fails

@@ -97,6 +97,7 @@ typedef struct vwalk {
     int n_dirty;         /* entries of dirty in use */
     dev_heap next;       /* the devices with a candidate (kind >= 0) by its start */
     double *keys;        /* [p] scratch: every device's key when the heap is rebuilt */
+    double *first;       /* [p] start of the device's first committed op, NAN before */
 } vwalk;
 
 /* A device's candidate for its next slot. */
@@ -274,6 +275,8 @@ static int commit(vwalk *w, int d, vcand c)
     double end = c.start + sched_op_time(w->out, op);
     if (sched_push(w->out, d, (op_kind)c.kind, c.stage, c.mb) != 0)
         return -1;
+    if (isnan(w->first[d]))
+        w->first[d] = c.start;
     w->free_at[d] = end;
     if (OP_IS_VOCAB(c.kind)) {
         int k = c.kind == OP_S ? 0 : 1;
@@ -329,6 +332,7 @@ static void vwalk_free(vwalk *w)
     free(w->cand_dirty);
     free(w->dirty);
     free(w->keys);
+    free(w->first);
     dev_heap_free(&w->next);
 }
 
@@ -420,9 +424,12 @@ static int same_cand(vcand a, vcand b)
 
 /* One placement with the given lookahead; base is valid and plain.  With
  * check, every device's candidate is chosen afresh at every step and must
- * equal the kept one (the cache's invariant; for the tests). */
+ * equal the kept one (the cache's invariant; for the tests).  When cost
+ * is not NULL it gets the placement's largest per-device span: the walk
+ * starts every op where the simulator would (as soon as its device is
+ * free and its inputs have arrived), so this is sim_run's cost. */
 static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                        int validate_out, int check, sched_t **out, zb_err *err)
+                        int validate_out, int check, sched_t **out, double *cost, zb_err *err)
 {
     vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
                 .lookahead = lookahead, .hold = hold };
@@ -446,6 +453,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.cand_dirty = calloc(p, 1);
     w.dirty = malloc(p * sizeof(int));
     w.keys = malloc(p * sizeof(double));
+    w.first = malloc(p * sizeof(double));
     int heap_failed = dev_heap_init(&w.next, w.p);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
@@ -455,7 +463,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || !w.keys || heap_failed) {
+        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || !w.keys || !w.first || heap_failed) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -465,6 +473,8 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         w.f_end[i] = w.b_end[i] = NAN;
     for (size_t j = 0; j < m; j++)
         w.c_end[0][j] = w.c_end[1][j] = NAN;
+    for (int d = 0; d < w.p; d++)
+        w.first[d] = NAN;
     for (int d = 0; d < w.p; d++)
         set_dirty(&w, d);
     long total = sched_op_count(base) + 2L * w.p * w.m;
@@ -510,6 +520,12 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         zb_wrap(err, "vocabulary parallelism: placement gave an invalid schedule: ");
         goto out;
     }
+    if (cost) {
+        *cost = 0;
+        for (int d = 0; d < w.p; d++)
+            if (!isnan(w.first[d]) && w.free_at[d] - w.first[d] > *cost)
+                *cost = w.free_at[d] - w.first[d];
+    }
     *out = w.out;
     w.out = NULL;
     rc = 0;
@@ -550,7 +566,7 @@ static int insert_with_checks(const sched_t *base, const sched_vocab *v, int loo
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
     if (insert_checks(base, v, err) != 0)
         return -1;
-    return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, out, NULL, err);
 }
 
 int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
@@ -560,10 +576,10 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
 }
 
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                             sched_t **out, zb_err *err)
+                             sched_t **out, double *cost, zb_err *err)
 {
     assert(lookahead >= 0 && lookahead <= GEN_VOCAB_MAX_LOOKAHEAD && !sched_has_vocab(base));
-    return insert_ahead(base, v, lookahead, hold != 0, 0, 0, out, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 0, 0, out, cost, err);
 }
 
 int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
@@ -579,7 +595,7 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         int k = q / 2, hold = q % 2;
         sched_t *s = NULL;
-        if (insert_ahead(base, v, k, hold, 0, 0, &s, err) != 0) {
+        if (insert_ahead(base, v, k, hold, 0, 0, &s, NULL, err) != 0) {
             sched_free(best);
             return -1;
         }

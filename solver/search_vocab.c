@@ -156,17 +156,22 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         sched_t *vk = NULL;
         search_candidate trial = *c;
         /* the first placement checks base and pv; the others trust them */
+        double walk_cost = NAN;
         if ((q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
-                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &e2)) < 0) {
+                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &walk_cost, &e2)) < 0) {
             sched_free(v);
             search_skip(c, e2.msg);
             goto out;
         }
-        /* A placement over the limit is kept only for a smaller peak
-         * while nothing fits, and its peak is the order's: the others
-         * are not simulated. */
+        /* Not simulated when it cannot be kept: a placement over the
+         * limit is kept only for a smaller peak while nothing fits (its
+         * peak is the order's), and one that fits only for a faster time,
+         * which its largest span (the walk's cost) already rules out when
+         * that alone is a time bucket behind. */
         double peak = search_plan_peak(vk);
-        if (v && peak > st->o->mem_bytes && (keep.status == SEARCH_FIT || peak >= keep.peak_bytes)) {
+        int over = peak > st->o->mem_bytes;
+        if (v && ((over && (keep.status == SEARCH_FIT || peak >= keep.peak_bytes)) ||
+                  (!over && keep.status == SEARCH_FIT && walk_cost * SEARCH_TIME_RESOLUTION >= keep.time_ms))) {
             sched_free(vk);
             continue;
         }
@@ -176,6 +181,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
             search_skip(c, e2.msg);
             goto out;
         }
+        /* The walk times its ops as the simulator does. */
+        assert(isnan(walk_cost) || fabs(trial.cost_ms - walk_cost) <= 1e-9 * fmax(1, walk_cost));
         int better = !v || (trial.status == SEARCH_FIT && (keep.status != SEARCH_FIT ||
                                                            trial.time_ms * SEARCH_TIME_RESOLUTION < keep.time_ms)) ||
                      (trial.status != SEARCH_FIT && keep.status != SEARCH_FIT &&
