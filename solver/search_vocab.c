@@ -86,13 +86,14 @@ static double vocab_oom_floor(const search_state *st, const sched_t *s, const sc
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
  * its layers and schedule; failures leave c skipped with the reason.
- * Returns 1 when the version cannot beat the best plan (c skipped), 2
+ * Returns 1 when its busiest device's compute alone reaches beat (the
+ * time it must stay under: the best plan's, or the caller's), c skipped; 2
  * when discard_oom is set and its plan without passes already proves it
  * over the limit (vocab_oom_floor): c is then marked over the limit with
  * that floor as its peak, and nothing is placed or simulated, for callers
  * that drop a version over the limit; else 0. */
 static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
-                       int discard_oom, search_candidate *c)
+                       int discard_oom, double beat, search_candidate *c)
 {
     int pruned = 0;
     int S = src->n_stages;
@@ -129,10 +130,10 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
      * found so far, placing and simulating the passes cannot change the
      * answer, and more recompute only adds work. */
     double busiest = search_busiest_ms(s); /* priced by cost_vocab_fill_sched, passes not placed yet */
-    if (busiest >= st->vocab_beat) {
+    if (busiest >= beat) {
         char why[160];
         snprintf(why, sizeof why, "cannot beat the best plan: its busiest device computes %.1f ms >= %.1f ms",
-                 busiest, st->vocab_beat);
+                 busiest, beat);
         search_skip(c, why);
         pruned = 1;
         goto out;
@@ -264,8 +265,8 @@ out:
 /* The version of src with the first q virtual stages recomputing, the
  * last j of them at the MLP level only: built, and made *best when it
  * fits and *best does not or is slower.  Returns 1 when more recompute
- * cannot help (it fits, or its busiest device alone already loses), 0
- * when it may, -1 with err. */
+ * cannot help (it fits, or its busiest device alone already loses to the
+ * best plan or to *best), 0 when it may, -1 with err. */
 static int vocab_stage_try(search_state *st, const search_candidate *src, int variant, int q, int j,
                            search_candidate *best, zb_err *err)
 {
@@ -279,7 +280,12 @@ static int vocab_stage_try(search_state *st, const search_candidate *src, int va
     search_candidate trial;
     memset(&trial, 0, sizeof trial);
     trial.peak_device = -1;
-    int pruned = vocab_build(st, &cf, src, variant, 1, &trial) == 1;
+    /* A trial is kept only when it fits and is a time bucket faster than
+     * *best: its busiest device must leave room for that too. */
+    double beat = st->vocab_beat;
+    if (best->status == SEARCH_FIT)
+        beat = fmin(beat, best->time_ms / SEARCH_TIME_RESOLUTION);
+    int pruned = vocab_build(st, &cf, src, variant, 1, beat, &trial) == 1;
     search_config_free(&cf);
     trial.rc_devices = 0;
     trial.rc_stages = q;
@@ -420,7 +426,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
         /* a setting over the limit is reported only when it is the last */
-        int pruned = vocab_build(st, &cf, &src, variant, next <= k_last, &trial) == 1;
+        int pruned = vocab_build(st, &cf, &src, variant, next <= k_last, st->vocab_beat, &trial) == 1;
         search_config_free(&cf);
         if (pruned) {
             st->r->vocab_pruned++;
@@ -473,7 +479,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         }
         memset(&best, 0, sizeof best);
         best.peak_device = -1;
-        vocab_build(st, &cf, &src, variant, 0, &best);
+        vocab_build(st, &cf, &src, variant, 0, st->vocab_beat, &best);
         search_config_free(&cf);
         best.rc_devices = rk;
     }
