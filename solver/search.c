@@ -982,17 +982,9 @@ static int work_bounds(search_state *st, int p, int b, zb_err *err)
         int *layers = malloc(sizeof *layers * (size_t)p);
         sched_t *v = sched_clone(pl);
         zb_err e2 = { { 0 } };
-        cost_vocab_options vo;
-        cost_vocab_options_default(&vo);
-        vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
-    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
-        cost_options co = cf.copt;
-        co.layers = layers;
         if (!layers || !v) {
             rc = zb_fail(err, "out of memory");
-        } else if (cost_layer_split_balanced(cf.model.n_layers, p, 0, 0, layers, &e2) == 0 &&
-                   search_cost_sched(st, &cf, layers, v, &e2) == 0 &&
-                   cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, v, NULL, &e2) == 0) {
+        } else if (search_vocab_price(st, &cf, 1, v, layers, &e2) == 0) {
             total = (double)p * v->n_micro * (v->vocab.t_s + v->vocab.t_t);
             for (int i = 0; i < v->n_stages; i++)
                 total += v->n_micro * (v->cost[i].t_f + v->cost[i].t_b + v->cost[i].t_w);

@@ -183,6 +183,15 @@ int search_rank(search_result *r);
  * stages.  0, or -1 with err. */
 int search_tune_depth(search_state *st, zb_err *err);
 
+/* Prices s (a clone of a plain plan of depth st->pp, with its op order)
+ * as its vocabulary-parallel version under cf (search_vocab.c): the
+ * layers split evenly into layers[s->n_stages], the stages costed, the
+ * head and embedding sharded over the devices with Vocab-variant passes,
+ * the state zbsched's runtime holds.  0, or -1 with err when the layout
+ * does not apply. */
+int search_vocab_price(const search_state *st, search_config *cf, int variant, sched_t *s, int *layers,
+                       zb_err *err);
+
 /* The vocabulary-parallel versions of each label's best of depth st->pp
  * (search_vocab.c), in both variants.  0, or -1 with err. */
 int search_vocab_depth(search_state *st, zb_err *err);

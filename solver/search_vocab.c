@@ -59,6 +59,21 @@ static int vocab_replan(const search_state *st, sched_t *s, zb_err *err)
     return 0;
 }
 
+int search_vocab_price(const search_state *st, search_config *cf, int variant, sched_t *s, int *layers,
+                       zb_err *err)
+{
+    cost_vocab_options vo;
+    cost_vocab_options_default(&vo);
+    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
+    vo.variant = variant;
+    if (cost_layer_split_balanced(cf->model.n_layers, s->n_stages, 0, 0, layers, err) < 0 ||
+        search_cost_sched(st, cf, layers, s, err) < 0)
+        return -1;
+    cost_options co = cf->copt; /* as cost_sched left it: this schedule's recompute */
+    co.layers = layers;
+    return cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, err);
+}
+
 /* The largest static + activation memory of s's devices, s being a
  * vocabulary version's plan before its passes are placed, when that
  * proves every placement of the passes over the limit; else 0.  The
@@ -72,13 +87,10 @@ static double vocab_oom_floor(const search_state *st, const sched_t *s, const sc
 {
     if (!(pv->d_s >= 0 && pv->d_s + pv->d_t >= 0))
         return 0;
-    double most = 0;
-    for (int d = 0; d < s->n_devices; d++) {
-        for (int i = 0; i < s->n_stages; i++)
-            if (s->stage_device[i] == d && s->cost[i].d_f < 0)
-                return 0; /* a forward that frees memory: the argument fails */
-        most = fmax(most, s->mem_static[d] + sched_lane_peak(s, d));
-    }
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->cost[i].d_f < 0)
+            return 0; /* a forward that frees memory: the argument fails */
+    double most = search_plan_peak(s);
     return most > st->o->mem_bytes ? most : 0;
 }
 
@@ -100,24 +112,13 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     int *layers = malloc(sizeof *layers * (size_t)S);
     sched_t *s = sched_clone(src->sched), *v = NULL;
     zb_err e2 = { { 0 } };
-    cost_vocab_options vo;
-    cost_vocab_options_default(&vo);
-    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
-    vo.variant = variant;
     c->vocab = variant;
     c->n_stages = S;
     if (!layers || !s) {
         search_skip(c, "out of memory");
         goto out;
     }
-    if (cost_layer_split_balanced(cf->model.n_layers, S, 0, 0, layers, &e2) < 0 ||
-        search_cost_sched(st, cf, layers, s, &e2) < 0) {
-        search_skip(c, e2.msg);
-        goto out;
-    }
-    cost_options co = cf->copt; /* as cost_sched left it: this schedule's recompute */
-    co.layers = layers;
-    if (cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, &e2) < 0) {
+    if (search_vocab_price(st, cf, variant, s, layers, &e2) < 0) {
         search_skip(c, e2.msg);
         goto out;
     }
@@ -230,31 +231,14 @@ static int vocab_stage_fits(search_state *st, const search_candidate *src, int v
     }
     cf.rc_first_stages = q;
     cf.rc_mlp_stages = j;
-    cost_vocab_options vo;
-    cost_vocab_options_default(&vo);
-    vo.whole_state = 1; /* what zbsched's runtime holds (issue 25) */
-    vo.variant = variant;
-    cost_options co;
-    if (cost_layer_split_balanced(cf.model.n_layers, S, 0, 0, layers, &e2) < 0 ||
-        search_cost_sched(st, &cf, layers, s, &e2) < 0) {
+    if (search_vocab_price(st, &cf, variant, s, layers, &e2) < 0) {
         ok = 0; /* does not apply: treated as not fitting */
         goto out;
     }
-    co = cf.copt;
-    co.layers = layers;
-    double held = 0; /* the passes' memory: the plan is simulated without them */
-    if (cost_vocab_fill_sched(&cf.model, &st->o->gpu, &co, &vo, s, NULL, &e2) == 0) {
-        held = 2 * s->vocab.d_s;
-        sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
-    }
-    if (held == 0) {
-        ok = 0;
-        goto out;
-    }
-    ok = 1; /* the peak is the order's: no need to simulate times */
-    for (int d = 0; d < s->n_devices && ok; d++)
-        if (s->mem_static[d] + sched_lane_peak(s, d) + held > st->o->mem_bytes)
-            ok = 0;
+    double held = 2 * s->vocab.d_s; /* the passes' memory: the plan is measured without them */
+    sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    /* the peak is the order's: no need to simulate times */
+    ok = held != 0 && search_plan_peak(s) + held <= st->o->mem_bytes;
 out:
     search_config_free(&cf);
     free(layers);
@@ -428,19 +412,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         /* a setting over the limit is reported only when it is the last */
         int pruned = vocab_build(st, &cf, &src, variant, next <= k_last, st->vocab_beat, &trial) == 1;
         search_config_free(&cf);
-        if (pruned) {
-            st->r->vocab_pruned++;
-            if (best.status == SEARCH_SKIPPED) { /* nothing better built: keep the reason */
-                sched_free(best.sched);
-                free(best.layers);
-                best = trial;
-                best.rc_devices = k;
-            } else {
-                sched_free(trial.sched);
-                free(trial.layers);
-            }
-            break; /* more recompute only adds work */
-        }
+        /* A skipped trial (a pruned one among them) is kept only while
+         * nothing better was built: it keeps the reason. */
         if (best.status == SEARCH_SKIPPED || trial.status != SEARCH_SKIPPED) {
             sched_free(best.sched);
             free(best.layers);
@@ -449,6 +422,10 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         } else {
             sched_free(trial.sched);
             free(trial.layers);
+        }
+        if (pruned) {
+            st->r->vocab_pruned++;
+            break; /* more recompute only adds work */
         }
         if (best.status == SEARCH_FIT)
             break;
