@@ -94,6 +94,11 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
  * (the authors' code would assert: small m, tight limit) or out of memory. */
 int v_adaptive_sched(const sched_t *tmpl, const double *limit, sched_t **out, double *cost, zb_err *err);
 
+/* 1 when every device's activation peak in s (its lane's, sched_lane_peak:
+ * the order fixes it) stays within limit[d], with the list schedulers'
+ * rounding tolerance (v_shape.c); else 0.  No simulation. */
+int solver_lanes_fit(const sched_t *s, const double *limit);
+
 /* A lower bound on stage s's span in any schedule of pr (bound.c): the
  * stage's busy time plus the idle its memory limit forces before its first
  * B and after its last F.  Valid for one stage per device. */

@@ -571,6 +571,14 @@ int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err)
     return v_solve(p, V_ZB, out, err);
 }
 
+int solver_lanes_fit(const sched_t *s, const double *limit)
+{
+    for (int d = 0; d < s->n_devices; d++)
+        if (sched_lane_peak(s, d) > greedy_cap(limit[d]))
+            return 0;
+    return 1;
+}
+
 /* Copies tmpl's per-stage costs and t_comm onto s (same shape and
  * placement); returns 1 when some device's peak exceeds its limit, else
  * evaluates it (when cost is not NULL) and returns 0 with *cost, or -1 on
@@ -578,12 +586,10 @@ int solver_v_zb(const gen_params *p, sched_t **out, zb_err *err)
  * over the limit is not replayed: no caller reads its cost. */
 static int recost_fits(const sched_t *tmpl, sched_t *s, const double *limit, double *cost)
 {
-    int p = tmpl->n_devices;
     memcpy(s->cost, tmpl->cost, sizeof *s->cost * (size_t)tmpl->n_stages);
     s->t_comm = tmpl->t_comm;
-    for (int d = 0; d < p; d++)
-        if (!(sched_lane_peak(s, d) <= limit[d] + 1e-9 * fmax(1, fabs(limit[d]))))
-            return 1;
+    if (!solver_lanes_fit(s, limit))
+        return 1;
     if (!cost)
         return 0;
     solver_eval_result ev;

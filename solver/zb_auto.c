@@ -478,10 +478,8 @@ static int greedy_candidate(const solver_problem *pr, sched_t **alt, double *alt
         goto out; /* no candidate; not an error for zb-auto */
     if (!(g_cost < *alt_cost))
         goto out;
-    /* Its peaks are its lanes' (the order fixes them): no replay. */
-    for (int d = 0; d < pr->p; d++)
-        if (sched_lane_peak(g, d) > pr->limit[d] + 1e-9 * fmax(1, fabs(pr->limit[d])))
-            goto out;
+    if (!solver_lanes_fit(g, pr->limit)) /* its peaks are its lanes': no replay */
+        goto out;
     g->mem_limit = malloc(sizeof(double) * (size_t)pr->p);
     g->meta = cJSON_CreateObject();
     cJSON *sol = g->meta ? cJSON_AddObjectToObject(g->meta, "solver") : NULL;
