@@ -85,6 +85,19 @@ int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookah
 int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                           sched_t **out, zb_err *err);
 
+/* When to give a placement up (gen_vocab_insert_trusted): a caller that
+ * keeps a placement only when it beats one it already has need not see
+ * the rest of one that provably cannot.  The walk commits every device's
+ * ops in lane order, so each lane's memory peak so far is final, and a
+ * device's span is at least what it has spanned so far plus the work it
+ * has left; the walk stops as soon as either says so. */
+typedef struct gen_vocab_stop {
+    double peak_over;  /* stop once some device's static memory (mem_static, 0 when
+                        * none) plus its lane's peak so far exceeds this (INFINITY: never) */
+    double span_scale; /* stop once a lower bound of the largest span times span_scale */
+    double span_reach; /* reaches span_reach (INFINITY: never) */
+} gen_vocab_stop;
+
 /* gen_vocab_insert_with without its checks, for a caller that places
  * several variants of one base (the search tries every lookahead and
  * hold): base and v must have passed gen_vocab_insert_with's checks, i.e.
@@ -94,9 +107,11 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
  * default search's time.  When cost is not NULL it gets the placement's
  * largest per-device span, what sim_run would report as its cost (the
  * walk times every op as the simulator does), so that a caller can tell
- * a placement that cannot win without simulating it. */
+ * a placement that cannot win without simulating it.  With stop (NULL:
+ * none) it returns 1, with *out NULL, as soon as the placement meets
+ * stop's rule; else 0, or -1 with err. */
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                             sched_t **out, double *cost, zb_err *err);
+                             const gen_vocab_stop *stop, sched_t **out, double *cost, zb_err *err);
 
 /* gen_vocab_insert_with, but every device's next candidate is chosen
  * afresh at every step and compared with the one the walk kept; fails

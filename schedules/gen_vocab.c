@@ -51,7 +51,11 @@
  * earliest was then a quarter of it (p = 128), so they sit in a heap
  * ordered as the scan picked (src/dev_heap.h): O(log p) a step.
  * gen_vocab_insert places six times (three lookaheads, hold on and off).  gen_vocab_insert_checked re-chooses every device at
- * every step and fails if a kept candidate differs, for the tests.
+ * every step and fails if a kept candidate differs, for the tests.  The
+ * search keeps a placement only when it beats the one it already has;
+ * with a gen_vocab_stop the walk gives up as soon as its lanes' peaks or
+ * a device's span so far plus its work left prove it cannot (stop_met):
+ * an over-limit placement shows it at the end of its warm-up.
  * Measured before the cache (bench/bench_vocab.c, 2-core VM, CPU time):
  * one placement into 1F1B took 0.6 ms at p=8, m=64 (2,048 ops out) and
  * 0.49 s at p=64, m=1024 (262,144 ops); all six took 3.3 ms and 2.5 s.
@@ -98,6 +102,11 @@ typedef struct vwalk {
     dev_heap next;       /* the devices with a candidate (kind >= 0) by its start */
     double *keys;        /* [p] scratch: every device's key when the heap is rebuilt */
     double *first;       /* [p] start of the device's first committed op, NAN before */
+    const gen_vocab_stop *stop; /* when to give up (NULL: never); the three below only with it */
+    double *mem;         /* [p] the device's lane memory after its committed ops */
+    double *peak;        /* [p] the largest mem so far: final, as lanes only grow at the end */
+    double *work_left;   /* [p] run time of the device's ops not committed yet */
+    double span_bound;   /* largest lower bound of a device's span seen (for the assert) */
 } vwalk;
 
 /* A device's candidate for its next slot. */
@@ -266,7 +275,27 @@ static void next_f_advance(vwalk *w, int d)
     w->next_f[d] = i < lane->n_ops ? i : lane->n_ops;
 }
 
-/* Commits candidate c on device d. */
+/* 1 when committing op, ending at end on device d, meets w's stop rule:
+ * its lane's peak goes over, or its span so far plus its work left
+ * reaches the span to beat (less a rounding margin: the final span adds
+ * the same times in another order). */
+static int stop_met(vwalk *w, int d, sched_op op, double end)
+{
+    const gen_vocab_stop *st = w->stop;
+    double dur = sched_op_time(w->out, op);
+    w->mem[d] += sched_op_mem(w->out, op);
+    if (w->mem[d] > w->peak[d])
+        w->peak[d] = w->mem[d];
+    w->work_left[d] -= dur;
+    double span = ((end - w->first[d]) + fmax(0, w->work_left[d])) * (1 - 1e-9);
+    if (span > w->span_bound)
+        w->span_bound = span;
+    double fixed = w->out->mem_static ? w->out->mem_static[d] : 0;
+    return fixed + w->peak[d] > st->peak_over || span * st->span_scale >= st->span_reach;
+}
+
+/* Commits candidate c on device d: 0, 1 when w's stop rule is met, -1
+ * out of memory. */
 static int commit(vwalk *w, int d, vcand c)
 {
     const sched_t *s = w->base;
@@ -278,6 +307,8 @@ static int commit(vwalk *w, int d, vcand c)
     if (isnan(w->first[d]))
         w->first[d] = c.start;
     w->free_at[d] = end;
+    if (w->stop && stop_met(w, d, op, end))
+        return 1;
     if (OP_IS_VOCAB(c.kind)) {
         int k = c.kind == OP_S ? 0 : 1;
         if (k == 0)
@@ -333,6 +364,9 @@ static void vwalk_free(vwalk *w)
     free(w->dirty);
     free(w->keys);
     free(w->first);
+    free(w->mem);
+    free(w->peak);
+    free(w->work_left);
     dev_heap_free(&w->next);
 }
 
@@ -429,10 +463,11 @@ static int same_cand(vcand a, vcand b)
  * starts every op where the simulator would (as soon as its device is
  * free and its inputs have arrived), so this is sim_run's cost. */
 static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                        int validate_out, int check, sched_t **out, double *cost, zb_err *err)
+                        int validate_out, int check, const gen_vocab_stop *stop, sched_t **out, double *cost,
+                        zb_err *err)
 {
     vwalk w = { .base = base, .p = base->n_devices, .m = base->n_micro, .S = base->n_stages,
-                .lookahead = lookahead, .hold = hold };
+                .lookahead = lookahead, .hold = hold, .stop = stop };
     size_t cells = (size_t)w.S * (size_t)w.m, m = (size_t)w.m, p = (size_t)w.p;
     w.out = empty_like(base, v);
     w.f_end = malloc(cells * sizeof(double));
@@ -454,6 +489,11 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     w.dirty = malloc(p * sizeof(int));
     w.keys = malloc(p * sizeof(double));
     w.first = malloc(p * sizeof(double));
+    if (stop) {
+        w.mem = calloc(p, sizeof(double));
+        w.peak = calloc(p, sizeof(double));
+        w.work_left = malloc(p * sizeof(double));
+    }
     int heap_failed = dev_heap_init(&w.next, w.p);
     int rc = -1;
     for (int d = 0; w.taken && d < w.p; d++)
@@ -463,7 +503,8 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
     if (!w.out || !w.f_end || !w.b_end || !w.c_end[0] || !w.c_end[1] || !w.last[0] ||
         !w.last[1] || !w.count[0] || !w.count[1] || !w.pos || !w.next_s || !w.next_t || !w.free_at ||
-        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || !w.keys || !w.first || heap_failed) {
+        !w.ahead || !w.next_f || !w.taken || !w.cand || !w.cand_dirty || !w.dirty || !w.keys || !w.first || heap_failed ||
+        (stop && (!w.mem || !w.peak || !w.work_left))) {
         zb_fail(err, "out of memory inserting vocabulary passes");
         goto out;
     }
@@ -475,6 +516,16 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         w.c_end[0][j] = w.c_end[1][j] = NAN;
     for (int d = 0; d < w.p; d++)
         w.first[d] = NAN;
+    /* Every device runs its lane's ops and one S and T per micro-batch. */
+    for (int d = 0; stop && d < w.p; d++) {
+        const sched_lane *lane = &base->dev[d];
+        double work = 0;
+        for (int i = 0; i < lane->n_ops; i++)
+            work += sched_op_time(w.out, lane->ops[i]);
+        for (int j = 0; j < w.m; j++)
+            work += sched_op_time(w.out, (sched_op){ OP_S, d, j }) + sched_op_time(w.out, (sched_op){ OP_T, d, j });
+        w.work_left[d] = work;
+    }
     for (int d = 0; d < w.p; d++)
         set_dirty(&w, d);
     long total = sched_op_count(base) + 2L * w.p * w.m;
@@ -510,7 +561,12 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
             zb_fail(err, "vocabulary parallelism: placement stuck after %ld of %ld ops", done, total);
             goto out;
         }
-        if (commit(&w, best_d, best) != 0) {
+        int done_rc = commit(&w, best_d, best);
+        if (done_rc > 0) {
+            rc = 1; /* stopped: no placement */
+            goto out;
+        }
+        if (done_rc < 0) {
             zb_fail(err, "out of memory inserting vocabulary passes");
             goto out;
         }
@@ -525,6 +581,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         for (int d = 0; d < w.p; d++)
             if (!isnan(w.first[d]) && w.free_at[d] - w.first[d] > *cost)
                 *cost = w.free_at[d] - w.first[d];
+        assert(!stop || *cost >= w.span_bound); /* what the stop rule read is a lower bound */
     }
     *out = w.out;
     w.out = NULL;
@@ -566,7 +623,7 @@ static int insert_with_checks(const sched_t *base, const sched_vocab *v, int loo
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
     if (insert_checks(base, v, err) != 0)
         return -1;
-    return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, out, NULL, err);
+    return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, NULL, out, NULL, err);
 }
 
 int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
@@ -576,10 +633,11 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
 }
 
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
-                             sched_t **out, double *cost, zb_err *err)
+                             const gen_vocab_stop *stop, sched_t **out, double *cost, zb_err *err)
 {
     assert(lookahead >= 0 && lookahead <= GEN_VOCAB_MAX_LOOKAHEAD && !sched_has_vocab(base));
-    return insert_ahead(base, v, lookahead, hold != 0, 0, 0, out, cost, err);
+    *out = NULL;
+    return insert_ahead(base, v, lookahead, hold != 0, 0, 0, stop, out, cost, err);
 }
 
 int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, zb_err *err)
@@ -595,7 +653,7 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         int k = q / 2, hold = q % 2;
         sched_t *s = NULL;
-        if (insert_ahead(base, v, k, hold, 0, 0, &s, NULL, err) != 0) {
+        if (insert_ahead(base, v, k, hold, 0, 0, NULL, &s, NULL, err) != 0) {
             sched_free(best);
             return -1;
         }

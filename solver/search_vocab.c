@@ -159,12 +159,25 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         search_candidate trial = *c;
         /* the first placement checks base and pv; the others trust them */
         double walk_cost = NAN;
-        if ((q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
-                    : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &vk, &walk_cost, &e2)) < 0) {
+        /* Once one is kept, a placement is kept only when it beats it
+         * (below): the walk gives up on one that provably cannot, over
+         * the limit (or, while nothing fits, not under the kept peak) or
+         * a time bucket behind, as soon as it is. */
+        gen_vocab_stop stop = { INFINITY, 1, INFINITY };
+        if (v && keep.status == SEARCH_FIT)
+            stop = (gen_vocab_stop){ st->o->mem_bytes, SEARCH_TIME_RESOLUTION, keep.time_ms };
+        else if (v)
+            stop.peak_over = nextafter(keep.peak_bytes, -INFINITY);
+        int placed = q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
+                            : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, st->o->exhaustive ? NULL : &stop, &vk,
+                                                       &walk_cost, &e2);
+        if (placed < 0) {
             sched_free(v);
             search_skip(c, e2.msg);
             goto out;
         }
+        if (placed > 0)
+            continue; /* given up: it could not have been kept */
         /* Not simulated when it cannot be kept: a placement over the
          * limit is kept only for a smaller peak while nothing fits (its
          * peak is the order's), and one that fits only for a faster time,

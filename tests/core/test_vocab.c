@@ -315,6 +315,78 @@ START_TEST(insert_cache_exact)
 }
 END_TEST
 
+/* 1 when a and b hold the same ops in the same lane orders. */
+static int same_lanes(const sched_t *a, const sched_t *b)
+{
+    if (a->n_devices != b->n_devices)
+        return 0;
+    for (int d = 0; d < a->n_devices; d++) {
+        if (a->dev[d].n_ops != b->dev[d].n_ops)
+            return 0;
+        for (int i = 0; i < a->dev[d].n_ops; i++) {
+            sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
+            if (x.kind != y.kind || x.stage != y.stage || x.mb != y.mb)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* The walk's stop rule (gen_vocab_stop) gives up exactly on the
+ * placements that meet it: each placement is made whole, then again with
+ * a peak or a span to beat just past its own (it must come out the same,
+ * lane for lane and cost for cost) and just short of it (it must stop),
+ * on several kinds, depths and devices' static memory. */
+START_TEST(insert_stop_exact)
+{
+    static const char *const kinds[] = { "1f1b", "interleaved", "zb-h2", "zb-v" };
+    int stopped = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int p = 2; p <= 8; p *= 2)
+            for (int variant = 1; variant <= 2; variant++) {
+                gen_params gp;
+                gen_params_default(&gp);
+                gp.stages = p;
+                gp.microbatches = 2 * p;
+                gp.t_comm = 0.05;
+                gp.chunks = k == 1 || k == 3 ? 2 : 1;
+                sched_t *base = NULL;
+                zb_err err = { "" };
+                ck_assert_msg(gen_lookup(kinds[k])(&gp, &base, &err) == 0, "%s: %s", kinds[k], err.msg);
+                base->mem_static = malloc(sizeof(double) * (size_t)p);
+                ck_assert_ptr_nonnull(base->mem_static);
+                for (int d = 0; d < p; d++)
+                    base->mem_static[d] = 3.0 * ((d * 7) % p); /* uneven: the peak is not the lanes' alone */
+                for (int st = 0; st < base->n_stages; st++)
+                    base->cost[st].t_b = 1.2 + 0.1 * (st % 3);
+                sched_vocab vp = { .variant = variant, .t_s = 0.35, .t_t = 0.45, .d_s = 1, .d_t = -1,
+                                   .t_c0 = 0.08, .t_c1 = 0.12 };
+                for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
+                    sched_t *whole = NULL, *s = NULL;
+                    double cost = NAN, c2 = NAN, peak = 0;
+                    ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, NULL, &whole, &cost, &err), 0);
+                    for (int d = 0; d < p; d++)
+                        peak = fmax(peak, base->mem_static[d] + sched_lane_peak(whole, d));
+                    const gen_vocab_stop pass[2] = { { peak, 1, INFINITY }, { INFINITY, 2, 2 * cost * (1 + 1e-6) } };
+                    const gen_vocab_stop stop[2] = { { nextafter(peak, 0), 1, INFINITY },
+                                                     { INFINITY, 2, 2 * cost * (1 - 1e-6) } };
+                    for (int r = 0; r < 2; r++) {
+                        ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &pass[r], &s, &c2, &err), 0);
+                        ck_assert_msg(same_lanes(s, whole) && c2 == cost, "%s p=%d v%d q=%d rule %d: changed",
+                                      kinds[k], p, variant, q, r);
+                        sched_free(s);
+                        ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &stop[r], &s, &c2, &err), 1);
+                        ck_assert_ptr_null(s);
+                        stopped++;
+                    }
+                    sched_free(whole);
+                }
+                sched_free(base);
+            }
+    ck_assert_int_eq(stopped, 4 * 3 * 2 * 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1) * 2);
+}
+END_TEST
+
 /* Every handcrafted kind, both variants: the result validates, keeps the
  * order of each device's forwards and of its other ops, and holds one S and one T per device and
  * micro-batch. */
@@ -422,6 +494,7 @@ int main(void)
     tcase_add_test(tc, torch_csv_refuses);
     tcase_add_test(tc, insert_every_kind);
     tcase_add_test(tc, insert_cache_exact);
+    tcase_add_test(tc, insert_stop_exact);
     tcase_add_test(tc, insert_refuses);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
