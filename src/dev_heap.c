@@ -16,8 +16,7 @@ int dev_heap_init(dev_heap *h, int cap)
     size_t n = cap > 0 ? (size_t)cap : 1;
     h->heap = malloc(n * sizeof *h->heap);
     h->at = malloc(n * sizeof *h->at);
-    h->key = malloc(n * sizeof *h->key);
-    if (!h->heap || !h->at || !h->key) {
+    if (!h->heap || !h->at) {
         dev_heap_free(h);
         return -1;
     }
@@ -31,63 +30,62 @@ void dev_heap_free(dev_heap *h)
 {
     free(h->heap);
     free(h->at);
-    free(h->key);
     memset(h, 0, sizeof *h);
 }
 
-/* 1 when device a goes before device b: the smaller key, then the lower id. */
-static int before(const dev_heap *h, int a, int b)
+/* 1 when entry a goes before entry b: the smaller key, then the lower
+ * device. */
+static inline int before(dev_heap_entry a, dev_heap_entry b)
 {
-    return h->key[a] < h->key[b] || (h->key[a] == h->key[b] && a < b);
+    return a.key < b.key || (a.key == b.key && a.dev < b.dev);
 }
 
-static void swap(dev_heap *h, int i, int j)
+/* Puts e at index i and records where its device is. */
+static inline void place(dev_heap *h, int i, dev_heap_entry e)
 {
-    int a = h->heap[i], b = h->heap[j];
-    h->heap[i] = b;
-    h->heap[j] = a;
-    h->at[b] = i;
-    h->at[a] = j;
+    h->heap[i] = e;
+    h->at[e.dev] = i;
 }
 
-/* Moves the device at index i down below every child it does not go
- * before. */
-static void sift_down(dev_heap *h, int i)
+/* Moves e, bound for index i, down below every child it does not go
+ * before (children move up into the hole), and places it. */
+static void sift_down(dev_heap *h, int i, dev_heap_entry e)
 {
     for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && before(h, h->heap[l], h->heap[m]))
-            m = l;
-        if (r < h->n && before(h, h->heap[r], h->heap[m]))
-            m = r;
-        if (m == i)
-            return;
-        swap(h, i, m);
-        i = m;
+        int l = 2 * i + 1;
+        if (l >= h->n)
+            break;
+        int c = l + 1 < h->n && before(h->heap[l + 1], h->heap[l]) ? l + 1 : l;
+        if (!before(h->heap[c], e))
+            break;
+        place(h, i, h->heap[c]);
+        i = c;
     }
+    place(h, i, e);
 }
 
-/* Restores the order around index i after its key changed. */
-static void fix(dev_heap *h, int i)
+/* Restores the order around index i, whose entry is e (its key just
+ * changed, or it just arrived). */
+static void fix(dev_heap *h, int i, dev_heap_entry e)
 {
-    while (i > 0 && before(h, h->heap[i], h->heap[(i - 1) / 2])) {
-        swap(h, i, (i - 1) / 2);
-        i = (i - 1) / 2;
+    if (i > 0 && before(e, h->heap[(i - 1) / 2])) {
+        do {
+            place(h, i, h->heap[(i - 1) / 2]);
+            i = (i - 1) / 2;
+        } while (i > 0 && before(e, h->heap[(i - 1) / 2]));
+        place(h, i, e);
+        return;
     }
-    sift_down(h, i);
+    sift_down(h, i, e);
 }
 
 void dev_heap_set(dev_heap *h, int d, double key)
 {
     assert(d >= 0 && d < h->cap && !isnan(key));
-    h->key[d] = key;
     int i = h->at[d];
-    if (i < 0) {
+    if (i < 0)
         i = h->n++;
-        h->heap[i] = d;
-        h->at[d] = i;
-    }
-    fix(h, i);
+    fix(h, i, (dev_heap_entry){ key, d });
 }
 
 void dev_heap_assign(dev_heap *h, const double *key)
@@ -95,14 +93,11 @@ void dev_heap_assign(dev_heap *h, const double *key)
     h->n = 0;
     for (int d = 0; d < h->cap; d++) {
         h->at[d] = -1;
-        if (!isnan(key[d])) {
-            h->key[d] = key[d];
-            h->heap[h->n] = d;
-            h->at[d] = h->n++;
-        }
+        if (!isnan(key[d]))
+            place(h, h->n++, (dev_heap_entry){ key[d], d });
     }
     for (int i = h->n / 2 - 1; i >= 0; i--)
-        sift_down(h, i); /* bottom-up: both subtrees of i are heaps already */
+        sift_down(h, i, h->heap[i]); /* bottom-up: both subtrees of i are heaps already */
 }
 
 void dev_heap_remove(dev_heap *h, int d)
@@ -115,7 +110,5 @@ void dev_heap_remove(dev_heap *h, int d)
     int last = --h->n;
     if (i == last)
         return;
-    h->heap[i] = h->heap[last];
-    h->at[h->heap[i]] = i;
-    fix(h, i);
+    fix(h, i, h->heap[last]);
 }
