@@ -98,10 +98,15 @@ typedef struct gen_vocab_stop {
     double span_reach; /* reaches span_reach (INFINITY: never) */
 } gen_vocab_stop;
 
+/* gen_vocab_insert_with's checks of base and v alone (v in range, base
+ * valid and without passes): 0, or -1 with err.  A caller that passes
+ * them may place with gen_vocab_insert_trusted. */
+int gen_vocab_insert_check(const sched_t *base, const sched_vocab *v, zb_err *err);
+
 /* gen_vocab_insert_with without its checks, for a caller that places
  * several variants of one base (the search tries every lookahead and
- * hold): base and v must have passed gen_vocab_insert_with's checks, i.e.
- * one gen_vocab_insert_with call on them succeeded.  The result is valid
+ * hold): base and v must have passed gen_vocab_insert_check (or one
+ * gen_vocab_insert_with call on them succeeded).  The result is valid
  * by construction (the walk commits each op once, after what it waits
  * for) and is not validated again: that validation was a sixth of the
  * default search's time.  When cost is not NULL it gets the placement's

@@ -598,8 +598,7 @@ int gen_vocab_insert_ahead(const sched_t *base, const sched_vocab *v, int lookah
     return gen_vocab_insert_with(base, v, lookahead, 0, out, err);
 }
 
-/* gen_vocab_insert_with's checks of everything but the lookahead. */
-static int insert_checks(const sched_t *base, const sched_vocab *v, zb_err *err)
+int gen_vocab_insert_check(const sched_t *base, const sched_vocab *v, zb_err *err)
 {
     if (gen_vocab_check(v, err) != 0)
         return -1;
@@ -621,7 +620,7 @@ static int insert_with_checks(const sched_t *base, const sched_vocab *v, int loo
     if (lookahead < 0 || lookahead > GEN_VOCAB_MAX_LOOKAHEAD)
         return zb_fail(err, "vocabulary parallelism: lookahead must be 0..%d, got %d",
                        GEN_VOCAB_MAX_LOOKAHEAD, lookahead);
-    if (insert_checks(base, v, err) != 0)
+    if (gen_vocab_insert_check(base, v, err) != 0)
         return -1;
     return insert_ahead(base, v, lookahead, hold != 0, 1, check_cache, NULL, out, NULL, err);
 }
@@ -648,7 +647,7 @@ int gen_vocab_insert(const sched_t *base, const sched_vocab *v, sched_t **out, z
      * validated (the validations were a sixth of the default search's
      * time): every placement is valid by construction, as the walk
      * commits each op once and only after what it waits for. */
-    if (insert_checks(base, v, err) != 0)
+    if (gen_vocab_insert_check(base, v, err) != 0)
         return -1;
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         int k = q / 2, hold = q % 2;

@@ -27,6 +27,7 @@
 #include "solver/search_state.h"
 #include "src/cost_model.h"
 #include "src/cost_vocab.h"
+#include "src/validate.h"
 
 /* zb-auto plans its order for the memory it is given; the plain plan's
  * order spent every byte the head and embedding no longer use, and none on
@@ -103,7 +104,9 @@ static double vocab_oom_floor(const search_state *st, const sched_t *s, const sc
  * when discard_oom is set and its plan without passes already proves it
  * over the limit (vocab_oom_floor): c is then marked over the limit with
  * that floor as its peak, and nothing is placed or simulated, for callers
- * that drop a version over the limit; else 0. */
+ * that drop a version over the limit (each placement is then given up as
+ * soon as it goes over; when all six do, c is marked over the limit the
+ * same way, with no schedule, and 2 returned); else 0. */
 static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
                        int discard_oom, double beat, search_candidate *c)
 {
@@ -141,6 +144,10 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     }
     sched_vocab pv = s->vocab;
     sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
+    if (gen_vocab_insert_check(s, &pv, &e2) < 0) { /* once: the placements trust them */
+        search_skip(c, e2.msg);
+        goto out;
+    }
     /* --exhaustive places them anyway, and checks the floor below. */
     double floor_bytes = vocab_oom_floor(st, s, &pv);
     if (floor_bytes > 0 && discard_oom && !st->o->exhaustive) {
@@ -157,20 +164,21 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     for (int q = 0; q < 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1); q++) {
         sched_t *vk = NULL;
         search_candidate trial = *c;
-        /* the first placement checks base and pv; the others trust them */
         double walk_cost = NAN;
         /* Once one is kept, a placement is kept only when it beats it
          * (below): the walk gives up on one that provably cannot, over
          * the limit (or, while nothing fits, not under the kept peak) or
-         * a time bucket behind, as soon as it is. */
+         * a time bucket behind, as soon as it is.  A caller that drops a
+         * version over the limit needs no placement over it at all. */
         gen_vocab_stop stop = { INFINITY, 1, INFINITY };
         if (v && keep.status == SEARCH_FIT)
             stop = (gen_vocab_stop){ st->o->mem_bytes, SEARCH_TIME_RESOLUTION, keep.time_ms };
+        else if (discard_oom)
+            stop.peak_over = st->o->mem_bytes;
         else if (v)
             stop.peak_over = nextafter(keep.peak_bytes, -INFINITY);
-        int placed = q == 0 ? gen_vocab_insert_with(s, &pv, q / 2, q % 2, &vk, &e2)
-                            : gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, st->o->exhaustive ? NULL : &stop, &vk,
-                                                       &walk_cost, &e2);
+        int placed = gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, st->o->exhaustive ? NULL : &stop, &vk,
+                                              &walk_cost, &e2);
         if (placed < 0) {
             sched_free(v);
             search_skip(c, e2.msg);
@@ -209,6 +217,22 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         } else {
             sched_free(vk);
         }
+    }
+    if (!v) { /* every placement went over the limit: discard_oom's caller drops it */
+        assert(discard_oom && !st->o->exhaustive);
+        c->status = SEARCH_OOM;
+        c->peak_bytes = nextafter(st->o->mem_bytes, INFINITY);
+        snprintf(c->note, sizeof c->note, "over the limit in every placement of its passes");
+        pruned = 2;
+        goto out;
+    }
+    /* Placed without checks (each is valid by construction, as the walk
+     * commits every op once and after what it waits for): the one kept is
+     * validated. */
+    if (sched_validate(v, &e2) < 0) {
+        zb_wrap(&e2, "vocabulary parallelism: placement gave an invalid schedule: ");
+        search_skip(c, e2.msg);
+        goto out;
     }
     /* The floor is a lower bound of every placement's peak. */
     assert(!(floor_bytes > 0) || (keep.status != SEARCH_FIT && keep.peak_bytes >= floor_bytes * (1 - 1e-9)));
