@@ -51,6 +51,14 @@ void v_pattern_cache_free(v_pattern_cache *cache);
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err);
 
+/* One knob setting of solver_greedy_list (bits as *knob_bits there),
+ * run whole: its schedule in *out (caller frees) and its cost, what
+ * solver_eval reports for it, in *cost.  solver_greedy_list gives up a
+ * setting once it cannot beat the best before it; this one is how the
+ * tests check that it only gives up on losers.  0, or -1 with err. */
+int solver_greedy_list_knob(const sched_t *tmpl, const double *limit, int knob_bits, sched_t **out, double *cost,
+                            zb_err *err);
+
 /* What solver_greedy_list's runs on one template decided, kept so that
  * a call with another limit that would decide alike (the V variants of
  * one configuration differ only in their limits, often beyond what any

@@ -37,6 +37,10 @@
  * (W filling, chunk preference for F, reservation) give eight runs (two
  * with one stage per device).
  *
+ * Each run is timed as solver_eval times it (ASAP), op by op as it is
+ * committed, and given up as soon as a device's span so far plus its
+ * work left reaches the best run's cost: it could not replace it.
+ *
  * Workload: p up to 64, m up to a few hundred; each step takes the
  * earliest of p cached device choices from a heap (src/dev_heap.h) and
  * chooses again for at most two devices, so a run is O(ops log p).
@@ -90,6 +94,17 @@ typedef struct v_run {
     double *admitted;     /* [p] largest memory need an F passed the limit with, over
                            * every run so far (solver_greedy_memo) */
     double *refused;      /* [p] smallest need the limit refused an F for */
+    /* The run's lists timed as solver_eval times them (ASAP, each op as
+     * soon as its device and inputs are ready), op by op as they are
+     * committed: an op's inputs are committed before it, so its ASAP
+     * times are final at once, and a run needs no replay. */
+    double *asap_f;       /* [S][m] ASAP end of F(s,j) */
+    double *asap_b;       /* [S][m] ASAP end of B(s,j) */
+    double *asap_free;    /* [p] ASAP end of the device's last op */
+    double *asap_first;   /* [p] ASAP start of its first op, NAN before */
+    double *work_left;    /* [p] run time of its ops not committed yet */
+    double give_up;       /* stop once a device's ASAP span so far plus its work left
+                           * reaches this (the best run's cost; INFINITY: never) */
 } v_run;
 
 static double *at(const v_run *r, double *tab, int s, int j)
@@ -211,7 +226,39 @@ static void set_choice(v_choice *ch, dev_heap *next, int d, v_choice c)
         dev_heap_remove(next, d);
 }
 
-/* One greedy run; returns 0 or -1 (out of memory; err set). */
+/* Times op, just committed on device d, as solver_eval would (the same
+ * comparisons in the same order, so the same doubles); returns 1 when
+ * the run can no longer beat r->give_up: a device's span is at least
+ * its span so far plus its work left (less a rounding margin). */
+static int asap_commit(v_run *r, int d, sched_op op)
+{
+    const sched_t *t = r->tmpl;
+    double ready = r->asap_free[d];
+    if (op.kind == OP_F && op.stage > 0)
+        ready = sched_later(ready, *at(r, r->asap_f, op.stage - 1, op.mb) +
+                                       (t->stage_device[op.stage - 1] != d ? t->t_comm : 0));
+    if (op.kind == OP_B) {
+        ready = sched_later(ready, *at(r, r->asap_f, op.stage, op.mb));
+        if (op.stage + 1 < t->n_stages)
+            ready = sched_later(ready, *at(r, r->asap_b, op.stage + 1, op.mb) +
+                                           (t->stage_device[op.stage + 1] != d ? t->t_comm : 0));
+    }
+    if (op.kind == OP_W)
+        ready = sched_later(ready, *at(r, r->asap_b, op.stage, op.mb));
+    double dur = sched_op_time(t, op), end = ready + dur;
+    if (isnan(r->asap_first[d]))
+        r->asap_first[d] = ready;
+    r->asap_free[d] = end;
+    if (op.kind == OP_F)
+        *at(r, r->asap_f, op.stage, op.mb) = end;
+    else if (op.kind == OP_B)
+        *at(r, r->asap_b, op.stage, op.mb) = end;
+    r->work_left[d] -= dur;
+    return ((end - r->asap_first[d]) + fmax(0, r->work_left[d])) * (1 - 1e-9) >= r->give_up;
+}
+
+/* One greedy run; returns 0, 1 when it was given up (it cannot beat
+ * r->give_up; nothing of it is kept), or -1 (out of memory; err set). */
 static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
 {
     const sched_t *t = r->tmpl;
@@ -224,8 +271,14 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
     memset(r->t_dev, 0, sizeof(double) * (size_t)p);
     memset(r->mem, 0, sizeof(double) * (size_t)p);
     memset(r->resv, 0, sizeof(int) * (size_t)p);
-    for (int d = 0; d < p; d++)
+    for (int d = 0; d < p; d++) {
         r->out->dev[d].n_ops = 0;
+        r->asap_free[d] = 0;
+        r->asap_first[d] = NAN;
+        r->work_left[d] = 0;
+    }
+    for (int i = 0; i < S; i++)
+        r->work_left[t->stage_device[i]] += m * (t->cost[i].t_f + t->cost[i].t_b + t->cost[i].t_w);
 
     /* Each device's next action, recomputed only when it acts or an input
      * for it is produced: choose() reads only its own state and its
@@ -279,6 +332,11 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
             return zb_fail(err, "out of memory building a V schedule");
         }
         left--;
+        if (asap_commit(r, d, (sched_op){ (uint8_t)best.kind, s, j })) {
+            free(ch);
+            dev_heap_free(&next);
+            return 1;
+        }
         set_choice(ch, &next, d, choose(r, d, k));
         /* The consumer of this op's output may now have a new choice. */
         if (best.kind == OP_F && s + 1 < S)
@@ -313,6 +371,9 @@ static int memo_covers(const solver_greedy_memo *memo, const sched_t *tmpl, cons
     return 1;
 }
 
+static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, solver_greedy_memo *memo,
+                       sched_t **out, double *cost, int *knob_bits, zb_err *err);
+
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err)
 {
@@ -322,7 +383,6 @@ int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, 
 int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
                             double *cost, int *knob_bits, zb_err *err)
 {
-    int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
     if (memo_covers(memo, tmpl, limit)) {
         *out = sched_clone(memo->best);
         if (!*out)
@@ -331,6 +391,25 @@ int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_gre
         *knob_bits = memo->knob_bits;
         return 0;
     }
+    return greedy_runs(tmpl, limit, -1, memo, out, cost, knob_bits, err);
+}
+
+int solver_greedy_list_knob(const sched_t *tmpl, const double *limit, int knob_bits, sched_t **out, double *cost,
+                            zb_err *err)
+{
+    int bits = 0;
+    if (knob_bits < 0 || knob_bits >= (tmpl->n_stages == 2 * tmpl->n_devices ? 8 : 2))
+        return zb_fail(err, "list scheduler: no knob setting %d", knob_bits);
+    return greedy_runs(tmpl, limit, knob_bits, NULL, out, cost, &bits, err);
+}
+
+/* solver_greedy_list_memo's runs: every knob setting (only_knob < 0),
+ * each given up once it cannot beat the best before it, or only_knob's,
+ * run whole; memo as there (NULL: none). */
+static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, solver_greedy_memo *memo,
+                       sched_t **out, double *cost, int *knob_bits, zb_err *err)
+{
+    int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
     v_run r = { .tmpl = tmpl, .limit = limit };
     long cells = (long)S * m;
     int rc = -1, n_knobs = S == 2 * p ? 8 : 2;
@@ -346,8 +425,13 @@ int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_gre
     r.resv = malloc(sizeof(int) * (size_t)p);
     r.admitted = malloc(sizeof(double) * (size_t)p);
     r.refused = malloc(sizeof(double) * (size_t)p);
+    r.asap_f = malloc(sizeof(double) * (size_t)cells);
+    r.asap_b = malloc(sizeof(double) * (size_t)cells);
+    r.asap_free = malloc(sizeof(double) * (size_t)p);
+    r.asap_first = malloc(sizeof(double) * (size_t)p);
+    r.work_left = malloc(sizeof(double) * (size_t)p);
     if (!r.end_f || !r.end_b || !r.nf || !r.nb || !r.nw || !r.t_dev || !r.mem || !r.resv || !r.admitted ||
-        !r.refused) {
+        !r.refused || !r.asap_f || !r.asap_b || !r.asap_free || !r.asap_first || !r.work_left) {
         zb_fail(err, "out of memory in the list scheduler");
         goto out;
     }
@@ -355,22 +439,33 @@ int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_gre
         r.admitted[d] = -INFINITY;
         r.refused[d] = INFINITY;
     }
-    for (int kk = 0; kk < n_knobs; kk++) {
+    for (int kk = only_knob < 0 ? 0 : only_knob; kk < (only_knob < 0 ? n_knobs : only_knob + 1); kk++) {
         v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = (kk >> 2) & 1 };
         r.out = sched_clone(tmpl);
         if (!r.out) {
             zb_fail(err, "out of memory in the list scheduler");
             goto out;
         }
-        solver_eval_result ev;
-        if (v_run_once(&r, &k, err) != 0 || solver_eval(r.out, &ev, NULL, err) != 0) {
+        /* A run that cannot beat the best so far is given up; under
+         * another limit the memo covers, it would take the same decisions
+         * up to the same point and be given up there too. */
+        r.give_up = only_knob < 0 ? best_cost : INFINITY;
+        int run = v_run_once(&r, &k, err);
+        if (run < 0) {
             sched_free(r.out);
             goto out;
         }
-        if (ev.cost < best_cost) {
+        double cost = INFINITY; /* solver_eval's: the largest ASAP span */
+        if (run == 0) {
+            cost = 0;
+            for (int d = 0; d < p; d++)
+                if (!isnan(r.asap_first[d]))
+                    cost = fmax(cost, r.asap_free[d] - r.asap_first[d]);
+        }
+        if (cost < best_cost) {
             sched_free(best);
             best = r.out;
-            best_cost = ev.cost;
+            best_cost = cost;
             *knob_bits = kk;
         } else {
             sched_free(r.out);
@@ -408,6 +503,11 @@ out:
     free(r.t_dev);
     free(r.mem);
     free(r.resv);
+    free(r.asap_f);
+    free(r.asap_b);
+    free(r.asap_free);
+    free(r.asap_first);
+    free(r.work_left);
     return rc;
 }
 

@@ -7,8 +7,10 @@
  * the variant's own; a limit below one micro-batch's activation is an
  * error.  Cases up to p=16, m=48: well under a second.
  */
+#include <stdint.h>
 #include <string.h>
 
+#include "solver/solver_internal.h"
 #include "tests/solver/solver_check.h"
 
 typedef int (*v_fn)(const gen_params *, sched_t **, zb_err *);
@@ -137,6 +139,66 @@ START_TEST(caller_limit)
 }
 END_TEST
 
+/* The list scheduler gives a knob setting up once it cannot beat the best
+ * setting before it, and reports the cost it timed op by op: every
+ * setting run whole (solver_greedy_list_knob) must cost what the
+ * evaluator says, the best of them what solver_greedy_list reports, and
+ * the first to reach it be the knobs it names.  V and one stage per
+ * device, uneven stages, limits from tight to none. */
+START_TEST(greedy_gives_up_only_losers)
+{
+    uint64_t rng = 99;
+    int cases = 0;
+    for (int vshape = 0; vshape <= 1; vshape++)
+        for (int p = 3; p <= 8; p += 5)
+            for (double frac = 0.34; frac <= 1.0; frac += 0.33) {
+                int m = 3 * p, S = vshape ? 2 * p : p;
+                sched_t *tmpl = sched_new(p, m, S);
+                ck_assert_ptr_nonnull(tmpl);
+                if (vshape)
+                    sched_place_v(tmpl);
+                else
+                    sched_place_interleaved(tmpl);
+                for (int i = 0; i < S; i++) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    double u = (double)(rng >> 11) / 9007199254740992.0;
+                    tmpl->cost[i] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
+                                                  -0.4 * (1 + u) };
+                }
+                tmpl->t_comm = 0.05;
+                double limit[8];
+                for (int d = 0; d < p; d++)
+                    limit[d] = frac * m * (vshape ? 4 : 2) + 4; /* room for a few to all micro-batches */
+                sched_t *best = NULL;
+                double cost = NAN;
+                int bits = -1;
+                zb_err err = { { 0 } };
+                ck_assert_msg(solver_greedy_list(tmpl, limit, &best, &cost, &bits, &err) == 0, "%s", err.msg);
+                double least = INFINITY;
+                int first = -1;
+                for (int k = 0; k < (vshape ? 8 : 2); k++) {
+                    sched_t *s = NULL;
+                    double c = NAN;
+                    ck_assert_msg(solver_greedy_list_knob(tmpl, limit, k, &s, &c, &err) == 0, "%s", err.msg);
+                    solver_eval_result ev;
+                    ck_assert_msg(solver_eval(s, &ev, NULL, &err) == 0, "%s", err.msg);
+                    ck_assert_msg(ev.cost == c, "p=%d knobs %d: timed %.17g, evaluated %.17g", p, k, c, ev.cost);
+                    if (c < least) {
+                        least = c;
+                        first = k;
+                    }
+                    sched_free(s);
+                }
+                ck_assert_msg(cost == least && bits == first, "p=%d v=%d: best %.17g (knobs %d), whole runs %.17g (%d)",
+                              p, vshape, cost, bits, least, first);
+                sched_free(best);
+                sched_free(tmpl);
+                cases++;
+            }
+    ck_assert_int_eq(cases, 2 * 2 * 3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("vshape");
@@ -146,6 +208,7 @@ int main(void)
     tcase_add_test(tc, vzb_zero_bubble);
     tcase_add_test(tc, beats_1f1b_unit);
     tcase_add_test(tc, caller_limit);
+    tcase_add_test(tc, greedy_gives_up_only_losers);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
