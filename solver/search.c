@@ -282,9 +282,18 @@ static void evaluate(search_state *st, search_config *cf, search_candidate *c, s
     cost_options co = cf->copt;
     co.layers = layers;
     c->split_tuned = layers != NULL;
-    if (!c->layers || search_cost_sched(st, cf, layers, s, &e2) < 0 ||
-        cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) < 0 ||
-        sched_validate(s, &e2) < 0 || search_measure(st, cf, layers, c, s, &e2) < 0) {
+    int built = c->layers && search_cost_sched(st, cf, layers, s, &e2) == 0 &&
+                cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) == 0 &&
+                sched_validate_static(s, &e2) == 0;
+    /* The simulation finds a deadlock itself; the validator's walk runs
+     * only then, to name the stuck ops. */
+    if (built && search_measure(st, cf, layers, c, s, &e2) < 0) {
+        zb_err e3 = { { 0 } };
+        if (sched_validate(s, &e3) < 0)
+            e2 = e3;
+        built = 0;
+    }
+    if (!built) {
         search_skip(c, e2.msg[0] ? e2.msg : "out of memory");
         sched_free(s);
         return;

@@ -228,8 +228,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     }
     /* Placed without checks (each is valid by construction, as the walk
      * commits every op once and after what it waits for): the one kept is
-     * validated. */
-    if (sched_validate(v, &e2) < 0) {
+     * validated, all but the walk the simulation that measured it made. */
+    if (sched_validate_static(v, &e2) < 0) {
         zb_wrap(&e2, "vocabulary parallelism: placement gave an invalid schedule: ");
         search_skip(c, e2.msg);
         goto out;
