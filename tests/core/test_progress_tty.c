@@ -121,8 +121,10 @@ START_TEST(search_names_the_configuration_the_ilp_refines)
 {
     const char *exe = getenv("ZBSCHED");
     static char buf[1 << 20];
-    char *argv[] = { (char *)exe, "search", "--mem", "40G", "--ilp", "--ilp-top", "1",
-                     "--ilp-time", "1.5", "-o", (char *)path("best.json"), NULL };
+    /* 16 GPUs: the default job's whole search (0.4 s) can end before
+     * the status line's half-second delay; this one takes seconds. */
+    char *argv[] = { (char *)exe, "search", "--mem", "40G", "--gpus", "16", "--global-batch", "128", "--ilp",
+                     "--ilp-top", "1", "--ilp-time", "1.5", "-o", (char *)path("best.json"), NULL };
     ck_assert_int_eq(run_pty(argv, NULL, buf, sizeof buf), 0);
     ck_assert_msg(strstr(buf, "\rsearch ") != NULL && strstr(buf, " candidates; ilp 1/1 on pp=") != NULL,
                   "no search status naming the ILP's configuration: [...%s]", tail(buf));
