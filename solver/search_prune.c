@@ -35,6 +35,11 @@
  * gives.  What changes is the list: pruned candidates are counted
  * (search_result.n_pruned), not listed.
  *
+ * search.c asks twice: before a candidate is built, with its placement's
+ * bounds, and after, before it is simulated, with its order's own peak
+ * (pruned_by_peak): a plan over the limit behind its label's best needs
+ * no simulation either.
+ *
  * The table is per depth and small (a few dozen labels): a fixed array
  * searched linearly, no allocation, nothing to free on the search's
  * error paths.  A label that does not fit in it is simply never pruned.

@@ -165,7 +165,7 @@ void search_print_table(const search_options *o, const search_result *r, const s
                n_static == 1 ? "depth" : "depths");
     /* Not built at all, so not listed even with -v (docs/search.md, "Pruning"). */
     if (r->n_pruned > 0)
-        printf("; %d more not built, their bounds behind their label's best", r->n_pruned);
+        printf("; %d more not built or not simulated, their bounds or peaks behind their label's best", r->n_pruned);
     printf("\n");
     if (r->n_fit > 0 && rows > 0) {
         if (search_target_sync(o->target))
