@@ -10,7 +10,9 @@
 # With JSON=1 in the environment each job is also searched once more by
 # both with --json (not timed) and the candidate lists compared, the
 # "n_reused" count (how many took a twin's figures) left out: the column
-# "list" says same or DIFF (needs python3).
+# "list" says same, "pruned N over-limit" (NEW lists OLD's candidates but
+# N plans over the limit that lose to their label's best, and counts them
+# as pruned: bench/search_list_diff.py) or DIFF (needs python3).
 # Usage: bench/bench_search_ab.sh OLD NEW [TARGET] [TIMEOUT_S] [KEEP_DIR]
 # With KEEP_DIR, each job's plans and tables stay there
 # (old|new-MODEL-GPUS.json/.out).  Run from the repository root.
@@ -60,7 +62,7 @@ for model in 1.5B 6.2B 14.6B 28.3B llama3-8b llama3-70b intellect-1-10b llama3-4
         if [ "${JSON:-0}" = 1 ]; then
             list old "$old" "$model" "$gpus"
             list new "$new" "$model" "$gpus"
-            cmp -s "$tmp/old.list" "$tmp/new.list" && same="$same, list same" || same="$same, list DIFF"
+            same="$same, list $(python3 "$(dirname "$0")/search_list_diff.py" "$tmp/old.list" "$tmp/new.list" 2>/dev/null || echo DIFF)"
         fi
         printf '%-16s %5d %9s %9s  %s\n' "$model" "$gpus" "$(cpu old)" "$(cpu new)" "$same"
         if [ -n "$keep" ]; then

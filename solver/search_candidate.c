@@ -469,6 +469,9 @@ const search_target search_sync_targets[SEARCH_N_SYNC_TARGETS] = { SEARCH_TARGET
 typedef struct label_slot {
     int pp;                     /* pipeline depth */
     const char *label;          /* borrowed from a candidate */
+    int tuned;                  /* 1: the label's split_tuned candidates, which the
+                                 * split search does not start from; 0: the others,
+                                 * whose bests it starts from and must find kept */
     int fit, oom;               /* first fit, first OOM in list order */
     int sync_best[SEARCH_N_SYNC_TARGETS]; /* best of search_sync_targets[k] */
 } label_slot;
@@ -486,15 +489,17 @@ static unsigned label_hash(int pp, const char *label)
     return h;
 }
 
-static label_slot *label_find(label_table *t, int pp, const char *label)
+static label_slot *label_find(label_table *t, int pp, const char *label, int tuned)
 {
-    unsigned i = label_hash(pp, label) & (unsigned)(t->cap - 1);
-    while (t->slot[i].label && (t->slot[i].pp != pp || strcmp(t->slot[i].label, label) != 0))
+    unsigned i = (label_hash(pp, label) ^ (unsigned)tuned) & (unsigned)(t->cap - 1);
+    while (t->slot[i].label &&
+           (t->slot[i].pp != pp || t->slot[i].tuned != tuned || strcmp(t->slot[i].label, label) != 0))
         i = (i + 1) & (unsigned)(t->cap - 1);
     label_slot *s = &t->slot[i];
     if (!s->label) {
         s->pp = pp;
         s->label = label;
+        s->tuned = tuned;
         s->fit = s->oom = -1;
         for (int k = 0; k < SEARCH_N_SYNC_TARGETS; k++)
             s->sync_best[k] = -1;
@@ -517,7 +522,7 @@ static int label_table_build(const search_result *r, label_table *t)
         const search_candidate *c = &r->c[i];
         if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
             continue;
-        label_slot *s = label_find(t, c->pp, c->label);
+        label_slot *s = label_find(t, c->pp, c->label, c->split_tuned != 0);
         if (c->status == SEARCH_FIT && s->fit < 0)
             s->fit = i;
         if (c->status == SEARCH_OOM && s->oom < 0)
@@ -534,7 +539,12 @@ static int label_table_build(const search_result *r, label_table *t)
  * schedule except those of the first SEARCH_KEEP fits, of the
  * smallest-peak candidate and of each label's bests (its first fit and
  * first OOM, and each sync target's best), which the split search starts
- * from and which may end as a target's answer. */
+ * from and which may end as a target's answer.  The bests are kept twice
+ * over, among the label's split-tuned candidates and among the others:
+ * the split search starts only from the latter, and with the best
+ * untuned fit's schedule freed it fell back on the label's smallest peak
+ * over the limit, a source that pruning (a plan over the limit behind a
+ * fit is not built) may take away. */
 int search_rank(search_result *r)
 {
     if (sort_candidates(r->c, r->n) < 0)

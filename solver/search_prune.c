@@ -18,6 +18,11 @@
  * rule, and its smallest peak over the limit, and says whether the
  * bounds already lose to them.
  *
+ * Only candidates the split search may start from are noted (not the
+ * split-tuned ones): the bests a candidate is pruned against are then
+ * bests among the split search's sources too, so a pruned candidate is
+ * never the plan it would have tuned.
+ *
  * Why per label and per target, and not against the best plan overall:
  * everything the search reports beyond its winner is made of label
  * bests.  The split search tunes each label's best (zbsched's rule, and
@@ -78,7 +83,10 @@ static search_prune_slot *find_slot(search_prune *p, const char *label, int crea
 
 void search_prune_note(search_prune *p, const search_candidate *c)
 {
-    if (c->status != SEARCH_FIT && c->status != SEARCH_OOM)
+    /* A split-tuned plan (the V light-ends split) is no source of the
+     * split search: a label whose only fits are such plans is tuned from
+     * its smallest peak over the limit, which must then not be pruned. */
+    if ((c->status != SEARCH_FIT && c->status != SEARCH_OOM) || c->split_tuned)
         return;
     search_prune_slot *s = find_slot(p, c->label, 1);
     if (!s)

@@ -267,6 +267,21 @@ START_TEST(test_nothing_fits)
 }
 END_TEST
 
+START_TEST(test_split_sources)
+{
+    /* INTELLECT-1 10B on 64 H100s: at pp=16 zb-v's fastest plans are
+     * light-ends splits, which the split search does not start from; it
+     * starts from the best plain-split plan, which must keep its schedule
+     * and must not be pruned against the light-ends plans.  Before both
+     * held, it fell back on whatever plan of the label still had a
+     * schedule, one over the limit here, and the pruned and exhaustive
+     * searches tuned different plans (2,752 built + 4,567 pruned against
+     * 7,318). */
+    scenario s = { "intellect-1-10b", "H100-80G", 64, 128, 80e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 64 };
+    ck_assert_int_gt(compare(&s), 1000);
+}
+END_TEST
+
 START_TEST(test_twins)
 {
     /* 6.2B on 16 A100-80G: at pp=16 both split rules give most
@@ -386,6 +401,7 @@ int main(void)
     tcase_add_test(tc, test_nothing_fits);
     tcase_add_test(tc, test_static_floor);
     tcase_add_test(tc, test_twins);
+    tcase_add_test(tc, test_split_sources);
     tcase_add_test(tc, test_greedy_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
