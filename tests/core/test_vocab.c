@@ -17,6 +17,7 @@
 #include "src/sim.h"
 #include "src/torch_csv.h"
 #include "src/validate.h"
+#include "tests/common/sched_same.h"
 
 /* p=2, one stage per device, m=1: device 0 F0 S0 T0 BW0, device 1 F0 S0
  * BW0 T0 (the example worked in docs/vocab-parallel.md). */
@@ -298,13 +299,8 @@ START_TEST(insert_cache_exact)
                                       err.msg);
                         ck_assert_msg(gen_vocab_insert_with(base, &vp, look, hold, &b, &err) == 0, "%s",
                                       err.msg);
-                        for (int d = 0; d < p; d++) {
-                            ck_assert_int_eq(a->dev[d].n_ops, b->dev[d].n_ops);
-                            for (int i = 0; i < a->dev[d].n_ops; i++) {
-                                sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
-                                ck_assert(x.kind == y.kind && x.stage == y.stage && x.mb == y.mb);
-                            }
-                        }
+                        ck_assert_msg(sched_same_lanes(a, b), "%s p=%d v%d look %d hold %d: the kept candidates "
+                                      "placed differently", kinds[k], p, variant, look, hold);
                         sched_free(a);
                         sched_free(b);
                         placements++;
@@ -314,23 +310,6 @@ START_TEST(insert_cache_exact)
     ck_assert_int_eq(placements, 6 * 4 * 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1) * 2);
 }
 END_TEST
-
-/* 1 when a and b hold the same ops in the same lane orders. */
-static int same_lanes(const sched_t *a, const sched_t *b)
-{
-    if (a->n_devices != b->n_devices)
-        return 0;
-    for (int d = 0; d < a->n_devices; d++) {
-        if (a->dev[d].n_ops != b->dev[d].n_ops)
-            return 0;
-        for (int i = 0; i < a->dev[d].n_ops; i++) {
-            sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
-            if (x.kind != y.kind || x.stage != y.stage || x.mb != y.mb)
-                return 0;
-        }
-    }
-    return 1;
-}
 
 /* The walk's stop rule (gen_vocab_stop) gives up exactly on the
  * placements that meet it: each placement is made whole, then again with
@@ -372,7 +351,7 @@ START_TEST(insert_stop_exact)
                                                      { INFINITY, 2, 2 * cost * (1 - 1e-6) } };
                     for (int r = 0; r < 2; r++) {
                         ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &pass[r], &s, &c2, &err), 0);
-                        ck_assert_msg(same_lanes(s, whole) && c2 == cost, "%s p=%d v%d q=%d rule %d: changed",
+                        ck_assert_msg(sched_same_lanes(s, whole) && c2 == cost, "%s p=%d v%d q=%d rule %d: changed",
                                       kinds[k], p, variant, q, r);
                         sched_free(s);
                         ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &stop[r], &s, &c2, &err), 1);

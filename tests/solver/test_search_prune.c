@@ -32,6 +32,7 @@
 
 #include "solver/search.h"
 #include "solver/solver_internal.h"
+#include "tests/common/sched_same.h"
 
 /* One scenario: model, GPU, GPUs, batch, memory, target, vocabulary. */
 typedef struct scenario {
@@ -318,23 +319,6 @@ START_TEST(test_static_floor)
 }
 END_TEST
 
-/* 1 when a and b hold the same ops in the same order on every device. */
-static int same_ops(const sched_t *a, const sched_t *b)
-{
-    if (a->n_devices != b->n_devices)
-        return 0;
-    for (int d = 0; d < a->n_devices; d++) {
-        if (a->dev[d].n_ops != b->dev[d].n_ops)
-            return 0;
-        for (int i = 0; i < a->dev[d].n_ops; i++) {
-            sched_op x = a->dev[d].ops[i], y = b->dev[d].ops[i];
-            if (x.kind != y.kind || x.stage != y.stage || x.mb != y.mb)
-                return 0;
-        }
-    }
-    return 1;
-}
-
 START_TEST(test_greedy_memo)
 {
     /* A V template with uneven stages; the three variants under a
@@ -373,7 +357,7 @@ START_TEST(test_greedy_memo)
             int rb = solver_v_costs(vf[v], t, limit, &b, &eb);
             ck_assert_int_eq(ra, rb);
             if (ra == 0) {
-                ck_assert_msg(same_ops(a, b), "%s at scale %g: the memo's schedule differs", vf[v], scale[k]);
+                ck_assert_msg(sched_same_lanes(a, b), "%s at scale %g: the memo's schedule differs", vf[v], scale[k]);
                 reused += had;
             } else {
                 ck_assert_str_eq(ea.msg, eb.msg);
