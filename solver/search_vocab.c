@@ -180,9 +180,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         int placed = gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, st->o->exhaustive ? NULL : &stop, &vk,
                                               &walk_cost, &e2);
         if (placed < 0) {
-            sched_free(v);
             search_skip(c, e2.msg);
-            goto out;
+            goto out; /* which frees v */
         }
         if (placed > 0)
             continue; /* given up: it could not have been kept */
@@ -200,9 +199,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         }
         if (search_measure(st, cf, layers, &trial, vk, &e2) < 0) {
             sched_free(vk);
-            sched_free(v);
             search_skip(c, e2.msg);
-            goto out;
+            goto out; /* which frees v */
         }
         /* The walk times its ops as the simulator does. */
         assert(isnan(walk_cost) || fabs(trial.cost_ms - walk_cost) <= 1e-9 * fmax(1, walk_cost));
