@@ -244,20 +244,29 @@ static int search_prunes(const search_state *st)
     return !st->o->exhaustive && !st->o->ilp;
 }
 
+/* Takes candidate c, the last one created, back off the list (with the
+ * layers it holds) and counts it in n_pruned. */
+static void take_back_pruned(search_state *st, search_candidate *c)
+{
+    assert(c == &st->r->c[st->r->n - 1]);
+    free(c->layers);
+    c->layers = NULL;
+    st->r->n--;
+    st->next_seq--;
+    st->r->n_pruned++;
+    search_tick(st);
+}
+
 /* 1 when candidate c, just created by new_candidate on cf, need not be
  * built: cf's bounds lose to the best of c's label under every target
  * that runs c (search_prune_loses).  It is then taken back off the list
- * (it was the last one) and counted in n_pruned. */
+ * (take_back_pruned). */
 static int pruned(search_state *st, const search_config *cf, search_candidate *c)
 {
     if (!(cf->bound_ms > 0 || cf->peak_bound > 0) ||
         !search_prune_loses(&st->prune, c->label, c->targets, cf->bound_ms, cf->peak_bound, st->o->mem_bytes))
         return 0;
-    assert(c == &st->r->c[st->r->n - 1]);
-    st->r->n--;
-    st->next_seq--;
-    st->r->n_pruned++;
-    search_tick(st);
+    take_back_pruned(st, c);
     return 1;
 }
 
@@ -282,9 +291,8 @@ static void settle(search_state *st, const search_config *cf, const search_candi
  * simulation takes, so its peak to the bit) and that peak already loses
  * to its label's best under every target that runs it (a fit, or a
  * smaller peak: search_prune_loses with the peak as its bound).  c is
- * then not simulated but taken back off the list, its layers freed, and
- * counted as pruned, as a candidate whose bounds lose before its build
- * is: on llama3-70b over 64 GPUs 1,826 of the 2,059 plans over the
+ * then not simulated but taken back off the list (take_back_pruned), as
+ * a candidate whose bounds lose before its build is: on llama3-70b over 64 GPUs 1,826 of the 2,059 plans over the
  * limit, whose simulation was about a tenth of the search's time. */
 static int pruned_by_peak(search_state *st, search_candidate *c, const sched_t *s)
 {
@@ -292,13 +300,7 @@ static int pruned_by_peak(search_state *st, search_candidate *c, const sched_t *
     if (!(peak > st->o->mem_bytes) ||
         !search_prune_loses(&st->prune, c->label, c->targets, 0, peak, st->o->mem_bytes))
         return 0;
-    assert(c == &st->r->c[st->r->n - 1]);
-    free(c->layers);
-    c->layers = NULL;
-    st->r->n--;
-    st->next_seq--;
-    st->r->n_pruned++;
-    search_tick(st);
+    take_back_pruned(st, c);
     return 1;
 }
 
@@ -543,7 +545,7 @@ static int run_v_light(search_state *st, search_config *cf, double *limit, zb_er
         if (limit[d] < 0)
             limit[d] = 0;
     cf->bound_ms = cf->peak_bound = 0;
-    if (!st->o->exhaustive && !st->o->ilp)
+    if (search_prunes(st))
         placement_bound(st, cf, layers, vt, 0, &cf->bound_ms, &cf->peak_bound);
     if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, vt, err) < 0)
         goto out;
@@ -586,7 +588,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     /* Lower bounds of each placement's families (placement_bound), which
      * skip the candidates that cannot beat their label's best; none with
      * the ILP, which refines the runners-up too. */
-    int prune_on = !o->exhaustive && !o->ilp;
+    int prune_on = search_prunes(st);
     double plain_ms = 0, plain_peak = 0;
     if (prune_on)
         placement_bound(st, cf, NULL, cf->plain, 1, &plain_ms, &plain_peak);
