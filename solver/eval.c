@@ -18,6 +18,7 @@
  * millisecond.
  */
 #include "solver/solver.h"
+#include "solver/solver_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -59,35 +60,9 @@ int solver_eval(const sched_t *s, solver_eval_result *r, double *dev_peak, zb_er
             const sched_lane *l = &s->dev[d];
             while (pos[d] < l->n_ops) {
                 sched_op op = l->ops[pos[d]];
-                double ready = free_at[d];
-                int ok = 1;
-                /* Each input: its end plus T_comm when made elsewhere. */
-                if (op.kind == OP_F && op.stage > 0) {
-                    double e = end_f[slot(s, op.stage - 1, op.mb)];
-                    ok = !isnan(e);
-                    if (ok)
-                        ready = sched_later(ready, e + (s->stage_device[op.stage - 1] != d ? s->t_comm : 0));
-                }
-                if (ok && (op.kind == OP_B || op.kind == OP_BW)) {
-                    double e = end_f[slot(s, op.stage, op.mb)];
-                    ok = !isnan(e);
-                    if (ok)
-                        ready = sched_later(ready, e);
-                    if (ok && op.stage + 1 < s->n_stages) {
-                        e = end_b[slot(s, op.stage + 1, op.mb)];
-                        ok = !isnan(e);
-                        if (ok)
-                            ready = sched_later(ready, e + (s->stage_device[op.stage + 1] != d ? s->t_comm : 0));
-                    }
-                }
-                if (ok && op.kind == OP_W) {
-                    double e = end_b[slot(s, op.stage, op.mb)];
-                    ok = !isnan(e);
-                    if (ok)
-                        ready = sched_later(ready, e);
-                }
-                if (!ok)
-                    break;
+                double ready = solver_asap_start(s, op, d, free_at[d], end_f, end_b);
+                if (isnan(ready))
+                    break; /* an input has not run yet */
                 double t = sched_op_time(s, op);
                 double end = ready + t;
                 if (isnan(first[d]))

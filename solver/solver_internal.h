@@ -5,6 +5,8 @@
 #ifndef ZB_SOLVER_INTERNAL_H
 #define ZB_SOLVER_INTERNAL_H
 
+#include <math.h>
+
 #include "solver/solver.h"
 
 /* Turns gen_params (uniform costs, one stage per device) into a
@@ -41,6 +43,48 @@ int v_pattern_sched_cached(v_pattern_cache *cache, const sched_t *tmpl, int half
 
 /* Frees what cache holds and empties it. */
 void v_pattern_cache_free(v_pattern_cache *cache);
+
+/* When op, next on device d's lane, starts in an ASAP timing of s (the
+ * solvers' yardstick, solver_eval): the later of free_at, the device's
+ * previous end, and its inputs' arrivals, the producer's end plus
+ * t_comm when it sits on another device (F(s,j) after F(s-1,j); B or
+ * BW(s,j) after F(s,j) and B/BW(s+1,j); W(s,j) after B(s,j)).  end_f and
+ * end_b ([stage][mb]) hold the ends of F and of B/BW, NAN until run;
+ * NAN when an input has not run.  solver_eval and the V list scheduler,
+ * which times each run as it commits it, both take it from here, so
+ * their times agree to the bit.  Not for vocabulary passes. */
+static inline double solver_asap_start(const sched_t *s, sched_op op, int d, double free_at, const double *end_f,
+                                       const double *end_b)
+{
+    long m = s->n_micro, cell = (long)op.stage * m + op.mb;
+    double ready = free_at, e;
+    switch ((op_kind)op.kind) {
+    case OP_F:
+        if (op.stage > 0) {
+            if (isnan(e = end_f[cell - m]))
+                return NAN;
+            ready = sched_later(ready, e + (s->stage_device[op.stage - 1] != d ? s->t_comm : 0));
+        }
+        return ready;
+    case OP_B:
+    case OP_BW:
+        if (isnan(e = end_f[cell]))
+            return NAN;
+        ready = sched_later(ready, e);
+        if (op.stage + 1 < s->n_stages) {
+            if (isnan(e = end_b[cell + m]))
+                return NAN;
+            ready = sched_later(ready, e + (s->stage_device[op.stage + 1] != d ? s->t_comm : 0));
+        }
+        return ready;
+    case OP_W:
+        if (isnan(e = end_b[cell]))
+            return NAN;
+        return sched_later(ready, e);
+    default:
+        return NAN;
+    }
+}
 
 /* The greedy list scheduler of v_shape.c on tmpl's placement (a V pair or
  * one stage per device) and costs, under limit[p] per device: runs its knob

@@ -51,6 +51,7 @@
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,25 +227,15 @@ static void set_choice(v_choice *ch, dev_heap *next, int d, v_choice c)
         dev_heap_remove(next, d);
 }
 
-/* Times op, just committed on device d, as solver_eval would (the same
- * comparisons in the same order, so the same doubles); returns 1 when
+/* Times op, just committed on device d, as solver_eval would
+ * (solver_asap_start, so the same doubles); returns 1 when
  * the run can no longer beat r->give_up: a device's span is at least
  * its span so far plus its work left (less a rounding margin). */
 static int asap_commit(v_run *r, int d, sched_op op)
 {
     const sched_t *t = r->tmpl;
-    double ready = r->asap_free[d];
-    if (op.kind == OP_F && op.stage > 0)
-        ready = sched_later(ready, *at(r, r->asap_f, op.stage - 1, op.mb) +
-                                       (t->stage_device[op.stage - 1] != d ? t->t_comm : 0));
-    if (op.kind == OP_B) {
-        ready = sched_later(ready, *at(r, r->asap_f, op.stage, op.mb));
-        if (op.stage + 1 < t->n_stages)
-            ready = sched_later(ready, *at(r, r->asap_b, op.stage + 1, op.mb) +
-                                           (t->stage_device[op.stage + 1] != d ? t->t_comm : 0));
-    }
-    if (op.kind == OP_W)
-        ready = sched_later(ready, *at(r, r->asap_b, op.stage, op.mb));
+    double ready = solver_asap_start(t, op, d, r->asap_free[d], r->asap_f, r->asap_b);
+    assert(!isnan(ready)); /* the greedy commits an op after its inputs */
     double dur = sched_op_time(t, op), end = ready + dur;
     if (isnan(r->asap_first[d]))
         r->asap_first[d] = ready;
@@ -264,7 +255,7 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
     const sched_t *t = r->tmpl;
     int p = t->n_devices, m = t->n_micro, S = t->n_stages;
     for (long i = 0; i < (long)S * m; i++)
-        r->end_f[i] = r->end_b[i] = NAN;
+        r->end_f[i] = r->end_b[i] = r->asap_f[i] = r->asap_b[i] = NAN;
     memset(r->nf, 0, sizeof(int) * (size_t)S);
     memset(r->nb, 0, sizeof(int) * (size_t)S);
     memset(r->nw, 0, sizeof(int) * (size_t)S);
