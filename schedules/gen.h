@@ -94,8 +94,11 @@ int gen_vocab_insert_with(const sched_t *base, const sched_vocab *v, int lookahe
 typedef struct gen_vocab_stop {
     double peak_over;  /* stop once some device's static memory (mem_static, 0 when
                         * none) plus its lane's peak so far exceeds this (INFINITY: never) */
-    double span_scale; /* stop once a lower bound of the largest span times span_scale */
-    double span_reach; /* reaches span_reach (INFINITY: never) */
+    double span_scale; /* stop once a lower bound of some device's span, plus its */
+    double span_reach; /* span_add, times span_scale reaches span_reach (INFINITY: never) */
+    const double *span_add; /* [p] added to each device's span before that test (what the
+                             * caller's time adds per device, such as the data-parallel
+                             * all-reduce the search prices); NULL: nothing */
 } gen_vocab_stop;
 
 /* gen_vocab_insert_with's checks of base and v alone (v in range, base
@@ -113,8 +116,8 @@ int gen_vocab_insert_check(const sched_t *base, const sched_vocab *v, zb_err *er
  * largest per-device span, what sim_run would report as its cost (the
  * walk times every op as the simulator does), so that a caller can tell
  * a placement that cannot win without simulating it.  With stop (NULL:
- * none) it returns 1, with *out NULL, as soon as the placement meets
- * stop's rule; else 0, or -1 with err. */
+ * none) it returns, with *out NULL, as soon as the placement meets stop's
+ * rule: 1 for the peak, 2 for the span; else 0, or -1 with err. */
 int gen_vocab_insert_trusted(const sched_t *base, const sched_vocab *v, int lookahead, int hold,
                              const gen_vocab_stop *stop, sched_t **out, double *cost, zb_err *err);
 

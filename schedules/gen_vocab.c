@@ -275,10 +275,11 @@ static void next_f_advance(vwalk *w, int d)
     w->next_f[d] = i < lane->n_ops ? i : lane->n_ops;
 }
 
-/* 1 when committing op, ending at end on device d, meets w's stop rule:
- * its lane's peak goes over, or its span so far plus its work left
- * reaches the span to beat (less a rounding margin: the final span adds
- * the same times in another order). */
+/* Whether committing op, ending at end on device d, meets w's stop rule:
+ * 1 when its lane's peak goes over, 2 when its span so far plus its work
+ * left (and the caller's span_add) reaches the span to beat (less a
+ * rounding margin: the final span adds the same times in another order),
+ * else 0. */
 static int stop_met(vwalk *w, int d, sched_op op, double end)
 {
     const gen_vocab_stop *st = w->stop;
@@ -291,11 +292,14 @@ static int stop_met(vwalk *w, int d, sched_op op, double end)
     if (span > w->span_bound)
         w->span_bound = span;
     double fixed = w->out->mem_static ? w->out->mem_static[d] : 0;
-    return fixed + w->peak[d] > st->peak_over || span * st->span_scale >= st->span_reach;
+    double time = st->span_add ? (span + st->span_add[d]) * (1 - 1e-9) : span;
+    if (fixed + w->peak[d] > st->peak_over)
+        return 1;
+    return time * st->span_scale >= st->span_reach ? 2 : 0;
 }
 
-/* Commits candidate c on device d: 0, 1 when w's stop rule is met, -1
- * out of memory. */
+/* Commits candidate c on device d: 0, 1 or 2 when w's stop rule is met
+ * (stop_met), -1 out of memory. */
 static int commit(vwalk *w, int d, vcand c)
 {
     const sched_t *s = w->base;
@@ -307,8 +311,9 @@ static int commit(vwalk *w, int d, vcand c)
     if (isnan(w->first[d]))
         w->first[d] = c.start;
     w->free_at[d] = end;
-    if (w->stop && stop_met(w, d, op, end))
-        return 1;
+    int met = w->stop ? stop_met(w, d, op, end) : 0;
+    if (met)
+        return met;
     if (OP_IS_VOCAB(c.kind)) {
         int k = c.kind == OP_S ? 0 : 1;
         if (k == 0)
@@ -563,7 +568,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         }
         int done_rc = commit(&w, best_d, best);
         if (done_rc > 0) {
-            rc = 1; /* stopped: no placement */
+            rc = done_rc; /* stopped: no placement */
             goto out;
         }
         if (done_rc < 0) {

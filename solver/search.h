@@ -200,8 +200,9 @@ typedef struct search_result {
     int n_reused;             /* listed candidates not built again: an earlier one of their
                                * depth had the same build (another split rule giving the
                                * same layers), whose figures they took (search_memo.c) */
-    int vocab_pruned;         /* vocabulary-parallel versions not simulated: their busiest
-                               * device's compute alone reached the best plan's time */
+    int vocab_pruned;         /* vocabulary-parallel versions cut short: their busiest
+                               * device's compute, or every placement of their passes,
+                               * reached the best plan's time at some recompute setting */
     search_candidate baseline; /* plain 1F1B, b=1, recompute everywhere, default split, deepest
                                 * pipeline; status SEARCH_SKIPPED when it could not be built */
     int n_layouts;            /* layouts (tp, cp, ZeRO, offload) the search considered */

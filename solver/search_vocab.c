@@ -9,8 +9,9 @@
  * plans, by stage (the first q virtual stages in model order, whose
  * activations wait the longest, the last of them at the MLP level).  A
  * version whose busiest device's compute alone reaches the best plan so
- * far is not simulated: no order could make it win.  On the default job
- * this is what beats the plain plans.
+ * far is not simulated: no order could make it win; nor is one whose
+ * every placement's walk shows it reaching that time (span so far plus
+ * work left).
  *
  * Workload: two versions of a few dozen sources per depth, each a few
  * placements of the passes (three lookaheads, hold on and off) per
@@ -100,7 +101,9 @@ static double vocab_oom_floor(const search_state *st, const sched_t *s, const sc
  * evenly: the head no longer weighs on the last stage).  On success c owns
  * its layers and schedule; failures leave c skipped with the reason.
  * Returns 1 when its busiest device's compute alone reaches beat (the
- * time it must stay under: the best plan's, or the caller's), c skipped; 2
+ * time it must stay under: the best plan's, or the caller's), c skipped;
+ * 3 when every placement of its passes provably reaches beat (the walk's
+ * stop rule: its span so far plus its work left), c skipped too; 2
  * when discard_oom is set and its plan without passes already proves it
  * over the limit (vocab_oom_floor): c is then marked over the limit with
  * that floor as its peak, and nothing is placed or simulated, for callers
@@ -114,6 +117,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     int S = src->n_stages;
     int *layers = malloc(sizeof *layers * (size_t)S);
     sched_t *s = sched_clone(src->sched), *v = NULL;
+    double *exposed = NULL; /* [p] each device's exposed all-reduce (dp > 1), else NULL */
+    int beaten = 0;         /* some placement was given up on reaching beat */
     zb_err e2 = { { 0 } };
     c->vocab = variant;
     c->n_stages = S;
@@ -157,6 +162,19 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         pruned = 2;
         goto out;
     }
+    /* A plan's time adds to each device's span the data-parallel
+     * all-reduce it leaves exposed (search_measure), the same for every
+     * placement: the walk's stop rule adds it too, or it would compare
+     * spans alone with a time they can never reach. */
+    if (st->dp > 1) {
+        exposed = malloc(sizeof *exposed * (size_t)s->n_devices);
+        if (!exposed || search_device_params(st, cf, layers, s, exposed, &e2) < 0) {
+            search_skip(c, exposed ? e2.msg : "out of memory");
+            goto out;
+        }
+        for (int d = 0; d < s->n_devices; d++) /* params, then what they cost */
+            exposed[d] = search_dp_exposed_ms(st, s, exposed, d);
+    }
     /* Each lookahead (forwards run ahead of a waiting backward) holds
      * more micro-batches, with and without the hold rule: keep the
      * fastest that fits, else the smallest. */
@@ -170,19 +188,26 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
          * the limit (or, while nothing fits, not under the kept peak) or
          * a time bucket behind, as soon as it is.  A caller that drops a
          * version over the limit needs no placement over it at all. */
-        gen_vocab_stop stop = { INFINITY, 1, INFINITY };
+        gen_vocab_stop stop = { INFINITY, 1, INFINITY, exposed };
         if (v && keep.status == SEARCH_FIT)
-            stop = (gen_vocab_stop){ st->o->mem_bytes, SEARCH_TIME_RESOLUTION, keep.time_ms };
+            stop = (gen_vocab_stop){ st->o->mem_bytes, 1, keep.time_ms / SEARCH_TIME_RESOLUTION, exposed };
         else if (discard_oom)
             stop.peak_over = st->o->mem_bytes;
         else if (v)
             stop.peak_over = nextafter(keep.peak_bytes, -INFINITY);
-        int placed = gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, st->o->exhaustive ? NULL : &stop, &vk,
-                                              &walk_cost, &e2);
+        /* A placement that reaches beat cannot make the version win, kept
+         * or not: given up as the busiest device's bound would have been.
+         * Not when the floor proves the version over the limit: it is
+         * reported so, as when it is not placed at all. */
+        int at_beat = !(floor_bytes > 0) && beat <= stop.span_reach;
+        if (at_beat)
+            stop.span_reach = beat;
+        int placed = gen_vocab_insert_trusted(s, &pv, q / 2, q % 2, &stop, &vk, &walk_cost, &e2);
         if (placed < 0) {
             search_skip(c, e2.msg);
             goto out; /* which frees v */
         }
+        beaten |= placed == 2 && at_beat;
         if (placed > 0)
             continue; /* given up: it could not have been kept */
         /* Not simulated when it cannot be kept: a placement over the
@@ -216,8 +241,17 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
             sched_free(vk);
         }
     }
+    /* Some placement reached beat and none that fits beat it: the
+     * version cannot win, whichever placement it would have kept. */
+    if (beaten && !(v && keep.status == SEARCH_FIT && keep.time_ms < beat)) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot beat the best plan: every placement of its passes reaches %.1f ms", beat);
+        search_skip(c, why);
+        pruned = 3;
+        goto out; /* which frees v */
+    }
     if (!v) { /* every placement went over the limit: discard_oom's caller drops it */
-        assert(discard_oom && !st->o->exhaustive);
+        assert(discard_oom);
         c->status = SEARCH_OOM;
         c->peak_bytes = nextafter(st->o->mem_bytes, INFINITY);
         snprintf(c->note, sizeof c->note, "over the limit in every placement of its passes");
@@ -241,6 +275,7 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     v = NULL;
 out:
     free(layers);
+    free(exposed);
     sched_free(s);
     sched_free(v);
     return pruned;
@@ -304,7 +339,8 @@ static int vocab_stage_try(search_state *st, const search_candidate *src, int va
     double beat = st->vocab_beat;
     if (best->status == SEARCH_FIT)
         beat = fmin(beat, best->time_ms / SEARCH_TIME_RESOLUTION);
-    int pruned = vocab_build(st, &cf, src, variant, 1, beat, &trial) == 1;
+    int built = vocab_build(st, &cf, src, variant, 1, beat, &trial);
+    int pruned = built == 1 || built == 3;
     search_config_free(&cf);
     trial.rc_devices = 0;
     trial.rc_stages = q;
@@ -445,7 +481,8 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
         /* a setting over the limit is reported only when it is the last */
-        int pruned = vocab_build(st, &cf, &src, variant, next <= k_last, st->vocab_beat, &trial) == 1;
+        int built = vocab_build(st, &cf, &src, variant, next <= k_last, st->vocab_beat, &trial);
+        int pruned = built == 1 || built == 3;
         search_config_free(&cf);
         /* A skipped trial (a pruned one among them) is kept only while
          * nothing better was built: it keeps the reason. */
@@ -458,9 +495,13 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
             sched_free(trial.sched);
             free(trial.layers);
         }
+        /* More recompute only adds work: it cannot help the busiest
+         * device (code 1), and the search assumes it does not help a
+         * placement either (code 3), as it stops at the first setting
+         * that fits, however slow. */
         if (pruned) {
             st->r->vocab_pruned++;
-            break; /* more recompute only adds work */
+            break;
         }
         if (best.status == SEARCH_FIT)
             break;

@@ -313,9 +313,10 @@ END_TEST
 
 /* The walk's stop rule (gen_vocab_stop) gives up exactly on the
  * placements that meet it: each placement is made whole, then again with
- * a peak or a span to beat just past its own (it must come out the same,
- * lane for lane and cost for cost) and just short of it (it must stop),
- * on several kinds, depths and devices' static memory. */
+ * a peak or a span to beat (alone, or with a time added to every
+ * device's span) just past its own (it must come out the same, lane for
+ * lane and cost for cost) and just short of it (it must stop, saying
+ * which rule did), on several kinds, depths and devices' static memory. */
 START_TEST(insert_stop_exact)
 {
     static const char *const kinds[] = { "1f1b", "interleaved", "zb-h2", "zb-v" };
@@ -346,15 +347,23 @@ START_TEST(insert_stop_exact)
                     ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, NULL, &whole, &cost, &err), 0);
                     for (int d = 0; d < p; d++)
                         peak = fmax(peak, base->mem_static[d] + sched_lane_peak(whole, d));
-                    const gen_vocab_stop pass[2] = { { peak, 1, INFINITY }, { INFINITY, 2, 2 * cost * (1 + 1e-6) } };
-                    const gen_vocab_stop stop[2] = { { nextafter(peak, 0), 1, INFINITY },
-                                                     { INFINITY, 2, 2 * cost * (1 - 1e-6) } };
-                    for (int r = 0; r < 2; r++) {
+                    /* the third rule adds the same time to every device's span */
+                    double add[8];
+                    for (int d = 0; d < p; d++)
+                        add[d] = 0.5 * cost;
+                    const gen_vocab_stop pass[3] = { { peak, 1, INFINITY, NULL },
+                                                     { INFINITY, 2, 2 * cost * (1 + 1e-6), NULL },
+                                                     { INFINITY, 2, 3 * cost * (1 + 1e-6), add } };
+                    const gen_vocab_stop stop[3] = { { nextafter(peak, 0), 1, INFINITY, NULL },
+                                                     { INFINITY, 2, 2 * cost * (1 - 1e-6), NULL },
+                                                     { INFINITY, 2, 3 * cost * (1 - 1e-6), add } };
+                    for (int r = 0; r < 3; r++) {
                         ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &pass[r], &s, &c2, &err), 0);
                         ck_assert_msg(sched_same_lanes(s, whole) && c2 == cost, "%s p=%d v%d q=%d rule %d: changed",
                                       kinds[k], p, variant, q, r);
                         sched_free(s);
-                        ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &stop[r], &s, &c2, &err), 1);
+                        ck_assert_int_eq(gen_vocab_insert_trusted(base, &vp, q / 2, q % 2, &stop[r], &s, &c2, &err),
+                                         r == 0 ? 1 : 2); /* which rule stopped it */
                         ck_assert_ptr_null(s);
                         stopped++;
                     }
@@ -362,7 +371,7 @@ START_TEST(insert_stop_exact)
                 }
                 sched_free(base);
             }
-    ck_assert_int_eq(stopped, 4 * 3 * 2 * 2 * (GEN_VOCAB_MAX_LOOKAHEAD + 1) * 2);
+    ck_assert_int_eq(stopped, 4 * 3 * 2 * 3 * (GEN_VOCAB_MAX_LOOKAHEAD + 1) * 2);
 }
 END_TEST
 
