@@ -359,7 +359,8 @@ static search_build_key build_key(const search_config *cf, const search_candidat
 /* 1 when this depth already built a candidate with key k: c, just created
  * by new_candidate, takes its figures and a copy of its layers (no
  * schedule: search_memo.c says why none is needed), and is settled and
- * counted.  --exhaustive builds every candidate, so that the tests can
+ * counted; or, when that build was pruned, c is taken back off the list
+ * as it was.  --exhaustive builds every candidate, so that the tests can
  * compare the twins with their own builds. */
 static int memo_hit(search_state *st, const search_config *cf, search_candidate *c, const search_build_key *k,
                     int split_tuned)
@@ -369,6 +370,10 @@ static int memo_hit(search_state *st, const search_config *cf, search_candidate 
     const search_candidate *f = search_memo_find(st->memo, k);
     if (!f)
         return 0;
+    if (f == &search_memo_pruned) { /* its twin was pruned: so is it */
+        take_back_pruned(st, c);
+        return 1;
+    }
     int *layers = NULL;
     if (f->layers) {
         layers = malloc(sizeof *layers * (size_t)f->n_stages);
@@ -391,12 +396,13 @@ static int memo_hit(search_state *st, const search_config *cf, search_candidate 
     return 1;
 }
 
-/* Keeps built candidate c under key k for its twins (nothing when memory
- * runs out: they are then built). */
+/* Keeps built candidate c under key k for its twins, or (c NULL) that
+ * its build was pruned (nothing when memory runs out: they are then
+ * built). */
 static void memo_keep(search_state *st, const search_build_key *k, const search_candidate *c)
 {
     if (k->placement && !st->o->exhaustive)
-        search_memo_add(st->memo, k, c);
+        c ? search_memo_add(st->memo, k, c) : search_memo_add_pruned(st->memo, k);
 }
 
 /* 1 when st searches a layout beyond PP x DP for Megatron-LM: only its
@@ -440,13 +446,19 @@ static int run_gen_split(search_state *st, search_config *cf, const char *label,
         search_skip(c, "generator not available in this build");
     else if (fn(&gp, &s, &e2) < 0)
         search_skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, layers, search_prunes(st)) > 0)
+    else if (evaluate(st, cf, c, s, layers, search_prunes(st)) > 0) {
+        memo_keep(st, &key, NULL);
         return 0;
+    }
     settle(st, cf, c);
     memo_keep(st, &key, c);
     search_tick(st);
     return 0;
 }
+
+/* The V solvers, in the order they are run on one placement. */
+static const char *const v_labels[] = { "v-min", "v-half", "v-zb" };
+#define N_V_LABELS (sizeof v_labels / sizeof v_labels[0])
 
 /* Runs a V solver on the V placement's per-stage costs and limits; memo
  * keeps its greedy list runs for the next variant on the same vt. */
@@ -463,10 +475,28 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
         return 0;
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
-    if (solver_v_costs_memo(label, vt, limit, memo, st->patterns, &s, &e2) < 0)
-        search_skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, layers, search_prunes(st)) > 0)
+    /* An order costing what already loses to its label's best is of no
+     * use: the solver gives up on its runs there, and when it finds
+     * nothing cheaper the candidate is pruned as its bounds would have
+     * been (its time, async or sync, is at least the order's cost).  The
+     * three variants share the greedy's runs (memo), so the runs are
+     * given up only where all three labels lose: then the next variant
+     * finds them given up in the memo instead of running them again. */
+    double beat = search_prunes(st) ? 0 : INFINITY;
+    for (size_t i = 0; i < N_V_LABELS && beat < INFINITY; i++)
+        beat = fmax(beat, search_prune_lose_ms(&st->prune, v_labels[i], c->targets));
+    int solved = solver_v_costs_memo(label, vt, limit, memo, st->patterns, beat, &s, &e2);
+    if (solved > 0) {
+        take_back_pruned(st, c);
+        memo_keep(st, &key, NULL);
         return 0;
+    }
+    if (solved < 0)
+        search_skip(c, e2.msg);
+    else if (evaluate(st, cf, c, s, layers, search_prunes(st)) > 0) {
+        memo_keep(st, &key, NULL);
+        return 0;
+    }
     settle(st, cf, c);
     memo_keep(st, &key, c);
     search_tick(st);
@@ -493,8 +523,10 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
                  : solver_zb_auto_costs(&pr, &s, NULL, &e2);
     if (rc < 0)
         search_skip(c, e2.msg);
-    else if (evaluate(st, cf, c, s, NULL, !ilp && search_prunes(st)) > 0)
+    else if (evaluate(st, cf, c, s, NULL, !ilp && search_prunes(st)) > 0) {
+        memo_keep(st, &key, NULL);
         return 0;
+    }
     settle(st, cf, c);
     memo_keep(st, &key, c);
     search_tick(st);
@@ -549,10 +581,9 @@ static int run_v_light(search_state *st, search_config *cf, double *limit, zb_er
         placement_bound(st, cf, layers, vt, 0, &cf->bound_ms, &cf->peak_bound);
     if (run_gen_split(st, cf, "zb-v", "zb-v", 2, NULL, layers, vt, err) < 0)
         goto out;
-    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
     solver_greedy_memo memo = { 0 };
-    for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-        if (run_v_solver(st, cf, vt, layers, vf[i], limit, &memo, err) < 0) {
+    for (size_t i = 0; i < N_V_LABELS; i++)
+        if (run_v_solver(st, cf, vt, layers, v_labels[i], limit, &memo, err) < 0) {
             solver_greedy_memo_free(&memo);
             goto out;
         }
@@ -703,10 +734,9 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
             placement_bound(st, cf, NULL, cf->vshape, 0, &cf->bound_ms, &cf->peak_bound);
         if (run_gen(st, cf, "zb-v", "zb-v", 2, NULL, cf->vshape, err) < 0)
             goto out;
-        static const char *const vf[] = { "v-min", "v-half", "v-zb" };
         solver_greedy_memo memo = { 0 };
-        for (size_t i = 0; i < sizeof vf / sizeof vf[0]; i++)
-            if (run_v_solver(st, cf, cf->vshape, NULL, vf[i], limit, &memo, err) < 0) {
+        for (size_t i = 0; i < N_V_LABELS; i++)
+            if (run_v_solver(st, cf, cf->vshape, NULL, v_labels[i], limit, &memo, err) < 0) {
                 solver_greedy_memo_free(&memo);
                 goto out;
             }

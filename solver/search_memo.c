@@ -21,6 +21,11 @@
  * rule (creation order breaks the tie), so it is never a label's best and
  * never the schedule a later step starts from or answers with.
  *
+ * A build that was pruned (its plan lost to its label's best before it
+ * was simulated: by its peak, or by the cost its solver could not get
+ * under) is kept too, as search_memo_pruned: its twin's plan loses the
+ * same way, the label's best having only improved since.
+ *
  * Workload: a few thousand entries per depth, found by a 64-bit hash in an
  * open-addressed table, keys compared in full on a hash match.  Cleared
  * with the label bests at each depth and layout.
@@ -48,7 +53,10 @@ struct search_memo_entry {
     int has_gp;              /* 1: a generator, gp read */
     gen_params gp;           /* its uniform parameters (mem_limit cleared: in limit) */
     search_candidate fig;    /* the figures; layers owned (fig.n_stages), sched NULL */
+    int pruned;              /* 1: the build was pruned, fig unused */
 };
+
+const search_candidate search_memo_pruned; /* what find returns for a pruned build */
 
 static uint64_t mix(uint64_t h, const void *p, size_t n)
 {
@@ -150,7 +158,9 @@ const search_candidate *search_memo_find(const search_memo *m, const search_buil
     if (m->n == 0)
         return NULL;
     int i = probe(m, key_hash(k), k);
-    return m->slot[i] >= 0 ? &m->e[m->slot[i]].fig : NULL;
+    if (m->slot[i] < 0)
+        return NULL;
+    return m->e[m->slot[i]].pruned ? &search_memo_pruned : &m->e[m->slot[i]].fig;
 }
 
 /* Doubles the table (at least 64 slots), rehashing every entry. */
@@ -170,8 +180,13 @@ static int grow(search_memo *m)
     return 0;
 }
 
-int search_memo_add(search_memo *m, const search_build_key *k, const search_candidate *c)
+/* search_memo_add and search_memo_add_pruned: c NULL for a pruned build. */
+static int add(search_memo *m, const search_build_key *k, const search_candidate *c)
 {
+    static const search_candidate none;
+    int pruned = !c;
+    if (pruned)
+        c = &none;
     if (2 * (m->n + 1) > m->n_slots && grow(m) < 0)
         return -1;
     if (m->n == m->cap) {
@@ -219,6 +234,17 @@ int search_memo_add(search_memo *m, const search_build_key *k, const search_cand
         e->gp = *k->gp;
         e->gp.mem_limit = NULL;
     }
+    e->pruned = pruned;
     m->slot[probe(m, e->hash, NULL)] = m->n++;
     return 0;
+}
+
+int search_memo_add(search_memo *m, const search_build_key *k, const search_candidate *c)
+{
+    return add(m, k, c);
+}
+
+int search_memo_add_pruned(search_memo *m, const search_build_key *k)
+{
+    return add(m, k, NULL);
 }

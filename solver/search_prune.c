@@ -51,6 +51,7 @@
  */
 #include "solver/solver_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -127,4 +128,28 @@ int search_prune_loses(search_prune *p, const char *label, unsigned targets, dou
             return 0;
     }
     return 1;
+}
+
+double search_prune_lose_ms(search_prune *p, const char *label, unsigned targets)
+{
+    search_prune_slot *s = targets ? find_slot(p, label, 0) : NULL;
+    if (!s)
+        return INFINITY;
+    double lose = 0;
+    for (int t = 0; t < SEARCH_N_TARGETS; t++) {
+        if (!(targets >> t & 1))
+            continue;
+        if (!isfinite(s->best_ms[t]))
+            return INFINITY;
+        /* The first time of the next bucket, nudged up until the bucket
+         * rule agrees (log's rounding); any later time is in that bucket
+         * or a later one. */
+        long b = search_time_bucket(s->best_ms[t]);
+        double from = exp((double)(b + 1) * log(SEARCH_TIME_RESOLUTION));
+        while (search_time_bucket(from) <= b)
+            from = nextafter(from, INFINITY) * (1 + 1e-15);
+        lose = fmax(lose, from);
+    }
+    assert(!(lose > 0) || search_prune_loses(p, label, targets, lose, 0, INFINITY));
+    return lose > 0 ? lose : INFINITY;
 }

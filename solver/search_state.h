@@ -49,12 +49,17 @@ void search_memo_clear(search_memo *m);
 void search_memo_free(search_memo *m);
 
 /* The figures of an earlier build with key k (layers owned by the memo,
- * schedule NULL), or NULL. */
+ * schedule NULL), &search_memo_pruned when that build was pruned, or
+ * NULL. */
 const search_candidate *search_memo_find(const search_memo *m, const search_build_key *k);
+extern const search_candidate search_memo_pruned;
 
 /* Keeps candidate c's figures under key k (k's arrays copied).  0, or -1
  * on out of memory (m unchanged). */
 int search_memo_add(search_memo *m, const search_build_key *k, const search_candidate *c);
+
+/* Keeps under key k that its build was pruned; as search_memo_add. */
+int search_memo_add_pruned(search_memo *m, const search_build_key *k);
 
 typedef struct search_state {
     const search_options *o; /* the caller's options */

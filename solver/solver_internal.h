@@ -114,7 +114,10 @@ int solver_greedy_list_knob(const sched_t *tmpl, const double *limit, int knob_b
 typedef struct solver_greedy_memo {
     const sched_t *tmpl; /* the template the runs were on (borrowed; its costs must not
                           * change while the memo is used); NULL: empty */
-    sched_t *best;       /* copy of their best schedule (owned) */
+    sched_t *best;       /* copy of their best schedule (owned); NULL when every run was
+                          * given up at gave_up_at */
+    double gave_up_at;   /* with best NULL: the beat every run reached (a call with a beat
+                          * no higher gives them all up alike) */
     double cost;         /* its cost */
     int knob_bits;       /* its knobs */
     double *admitted;    /* [p] per device, the largest need an F was admitted with */
@@ -124,9 +127,11 @@ typedef struct solver_greedy_memo {
 /* solver_greedy_list, reusing memo's result when memo holds runs on tmpl
  * that limit would repeat decision for decision, else running and
  * storing them in memo (when memo is not NULL).  Same results and errors
- * as solver_greedy_list. */
-int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
-                            double *cost, int *knob_bits, zb_err *err);
+ * as solver_greedy_list, except that a run is also given up once it
+ * cannot cost less than beat (INFINITY: never): when every run is, *out
+ * is NULL and *cost INFINITY. */
+int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, double beat,
+                            sched_t **out, double *cost, int *knob_bits, zb_err *err);
 
 /* Frees what memo holds and empties it. */
 void solver_greedy_memo_free(solver_greedy_memo *memo);
@@ -134,9 +139,12 @@ void solver_greedy_memo_free(solver_greedy_memo *memo);
 /* solver_v_costs (solver.h) with its greedy list runs kept in memo
  * across calls on the same template (the three variants of one
  * configuration) and its V patterns in patterns across templates (both
- * may be NULL). */
+ * may be NULL).  A caller to whom an order costing beat or more is of no
+ * use (the search: it would rank behind its label's best) passes that
+ * cost (INFINITY: none): the greedy's runs are then given up there, and
+ * when no order costs less than beat it returns 1 with *out NULL. */
 int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
-                        v_pattern_cache *patterns, sched_t **out, zb_err *err);
+                        v_pattern_cache *patterns, double beat, sched_t **out, zb_err *err);
 
 /* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
  * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and
@@ -220,5 +228,11 @@ void search_prune_note(search_prune *p, const search_candidate *c);
  * (a bound that is not positive proves nothing). */
 int search_prune_loses(search_prune *p, const char *label, unsigned targets, double bound_ms, double peak_bytes,
                        double mem_limit);
+
+/* A time from which on every time loses as search_prune_loses rules: a
+ * fit of label (targets as there) whose time is at least this would rank
+ * behind the label's best under every one of those targets' rules.
+ * INFINITY when no time does (a target without a fit of label). */
+double search_prune_lose_ms(search_prune *p, const char *label, unsigned targets);
 
 #endif

@@ -39,7 +39,9 @@
  *
  * Each run is timed as solver_eval times it (ASAP), op by op as it is
  * committed, and given up as soon as a device's span so far plus its
- * work left reaches the best run's cost: it could not replace it.
+ * work left reaches the best run's cost: it could not replace it; or
+ * the caller's beat, a cost at which an answer is of no use to it (the
+ * search: it would rank behind its label's best).
  *
  * Workload: p up to 64, m up to a few hundred; each step takes the
  * earliest of p cached device choices from a heap (src/dev_heap.h) and
@@ -348,11 +350,12 @@ void solver_greedy_memo_free(solver_greedy_memo *memo)
     memset(memo, 0, sizeof *memo);
 }
 
-/* 1 when memo holds tmpl's runs and limit takes each of their decisions
- * as the limit they ran under did. */
-static int memo_covers(const solver_greedy_memo *memo, const sched_t *tmpl, const double *limit)
+/* 1 when memo holds tmpl's runs, limit takes each of their decisions as
+ * the limit they ran under did, and, when they were all given up, beat
+ * is no higher than where they were. */
+static int memo_covers(const solver_greedy_memo *memo, const sched_t *tmpl, const double *limit, double beat)
 {
-    if (!memo || memo->tmpl != tmpl || !memo->best)
+    if (!memo || memo->tmpl != tmpl || !(memo->best || beat <= memo->gave_up_at))
         return 0;
     for (int d = 0; d < tmpl->n_devices; d++) {
         double cap = greedy_cap(limit[d]);
@@ -363,18 +366,22 @@ static int memo_covers(const solver_greedy_memo *memo, const sched_t *tmpl, cons
 }
 
 static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, solver_greedy_memo *memo,
-                       sched_t **out, double *cost, int *knob_bits, zb_err *err);
+                       double beat, sched_t **out, double *cost, int *knob_bits, zb_err *err);
 
 int solver_greedy_list(const sched_t *tmpl, const double *limit, sched_t **out, double *cost,
                        int *knob_bits, zb_err *err)
 {
-    return solver_greedy_list_memo(tmpl, limit, NULL, out, cost, knob_bits, err);
+    return solver_greedy_list_memo(tmpl, limit, NULL, INFINITY, out, cost, knob_bits, err);
 }
 
-int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, sched_t **out,
-                            double *cost, int *knob_bits, zb_err *err)
+int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_greedy_memo *memo, double beat,
+                            sched_t **out, double *cost, int *knob_bits, zb_err *err)
 {
-    if (memo_covers(memo, tmpl, limit)) {
+    if (memo_covers(memo, tmpl, limit, beat)) {
+        *out = NULL;
+        *cost = INFINITY;
+        if (!memo->best)
+            return 0;
         *out = sched_clone(memo->best);
         if (!*out)
             return zb_fail(err, "out of memory in the list scheduler");
@@ -382,7 +389,7 @@ int solver_greedy_list_memo(const sched_t *tmpl, const double *limit, solver_gre
         *knob_bits = memo->knob_bits;
         return 0;
     }
-    return greedy_runs(tmpl, limit, -1, memo, out, cost, knob_bits, err);
+    return greedy_runs(tmpl, limit, -1, memo, beat, out, cost, knob_bits, err);
 }
 
 int solver_greedy_list_knob(const sched_t *tmpl, const double *limit, int knob_bits, sched_t **out, double *cost,
@@ -391,14 +398,14 @@ int solver_greedy_list_knob(const sched_t *tmpl, const double *limit, int knob_b
     int bits = 0;
     if (knob_bits < 0 || knob_bits >= (tmpl->n_stages == 2 * tmpl->n_devices ? 8 : 2))
         return zb_fail(err, "list scheduler: no knob setting %d", knob_bits);
-    return greedy_runs(tmpl, limit, knob_bits, NULL, out, cost, &bits, err);
+    return greedy_runs(tmpl, limit, knob_bits, NULL, INFINITY, out, cost, &bits, err);
 }
 
 /* solver_greedy_list_memo's runs: every knob setting (only_knob < 0),
- * each given up once it cannot beat the best before it, or only_knob's,
- * run whole; memo as there (NULL: none). */
+ * each given up once it cannot beat the best before it or beat, or
+ * only_knob's, run whole; memo and beat as there (NULL, INFINITY: none). */
 static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, solver_greedy_memo *memo,
-                       sched_t **out, double *cost, int *knob_bits, zb_err *err)
+                       double beat, sched_t **out, double *cost, int *knob_bits, zb_err *err)
 {
     int p = tmpl->n_devices, m = tmpl->n_micro, S = tmpl->n_stages;
     v_run r = { .tmpl = tmpl, .limit = limit };
@@ -439,8 +446,11 @@ static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, 
         }
         /* A run that cannot beat the best so far is given up; under
          * another limit the memo covers, it would take the same decisions
-         * up to the same point and be given up there too. */
-        r.give_up = only_knob < 0 ? best_cost : INFINITY;
+         * up to the same point and be given up there too.  One given up
+         * at beat costs at least beat, more than the best kept at the end
+         * (which beat no run reached), so the memo's best is still the
+         * best of every run. */
+        r.give_up = only_knob < 0 ? fmin(best_cost, beat) : INFINITY;
         int run = v_run_once(&r, &k, err);
         if (run < 0) {
             sched_free(r.out);
@@ -463,16 +473,18 @@ static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, 
         }
         r.out = NULL;
     }
-    if (memo && best) {
-        /* Keep these runs for the next limit: a copy of the result and
-         * the needs the limit decided on. */
-        sched_t *copy = sched_clone(best);
-        if (copy) {
+    if (memo && only_knob < 0) {
+        /* Keep these runs for the next limit: a copy of the result (or
+         * where they were all given up) and the needs the limit decided
+         * on. */
+        sched_t *copy = best ? sched_clone(best) : NULL;
+        if (copy || !best) {
             solver_greedy_memo_free(memo);
             memo->tmpl = tmpl;
             memo->best = copy;
+            memo->gave_up_at = beat;
             memo->cost = best_cost;
-            memo->knob_bits = *knob_bits;
+            memo->knob_bits = best ? *knob_bits : 0;
             memo->admitted = r.admitted;
             memo->refused = r.refused;
             r.admitted = r.refused = NULL;
@@ -720,11 +732,11 @@ static int v_limits(int vi, const sched_t *tmpl, const double *mem_limit, double
 
 int solver_v_costs(const char *variant, const sched_t *tmpl, const double *mem_limit, sched_t **out, zb_err *err)
 {
-    return solver_v_costs_memo(variant, tmpl, mem_limit, NULL, NULL, out, err);
+    return solver_v_costs_memo(variant, tmpl, mem_limit, NULL, NULL, INFINITY, out, err);
 }
 
 int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
-                        v_pattern_cache *patterns, sched_t **out, zb_err *err)
+                        v_pattern_cache *patterns, double beat, sched_t **out, zb_err *err)
 {
     int vi = -1;
     for (int i = 0; i < 3; i++)
@@ -762,10 +774,11 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
     double best_cost = INFINITY;
     const char *method = "V-shape greedy on per-stage costs";
     int bits = 0;
-    if (solver_greedy_list_memo(tmpl, limit, memo, &best, &best_cost, &bits, err) != 0)
+    if (solver_greedy_list_memo(tmpl, limit, memo, beat, &best, &best_cost, &bits, err) != 0)
         goto out;
+    int given_up = !best; /* every greedy run reached beat */
     /* The greedy's own cost stands; only its peaks are checked. */
-    if (recost_fits(tmpl, best, limit, NULL) > 0)
+    if (best && recost_fits(tmpl, best, limit, NULL) > 0)
         best_cost = INFINITY; /* recompute's positive dB may overshoot */
     /* Orders from uniform costs (mean times, unit memory), re-costed with
      * the real per-stage figures and kept when they fit and are faster. */
@@ -820,6 +833,13 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
         }
         sched_free(cand);
         cand = NULL;
+    }
+    /* No order of use: every one found costs beat or more (the greedy's
+     * given up, or not beating the rest; a greedy order that does not
+     * fit after all, with nothing else that does, stays the error below). */
+    if (best_cost >= beat && (given_up || isfinite(best_cost))) {
+        rc = 1;
+        goto out;
     }
     if (!isfinite(best_cost)) {
         zb_fail(err, "%s: no V order fits the per-device limits", v_names[vi]);

@@ -353,7 +353,7 @@ START_TEST(test_greedy_memo)
             sched_t *a = NULL, *b = NULL;
             zb_err ea = { { 0 } }, eb = { { 0 } };
             int had = memo.best != NULL;
-            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &patterns, &a, &ea);
+            int ra = solver_v_costs_memo(vf[v], t, limit, &memo, &patterns, INFINITY, &a, &ea);
             int rb = solver_v_costs(vf[v], t, limit, &b, &eb);
             ck_assert_int_eq(ra, rb);
             if (ra == 0) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "solver/solver_internal.h"
+#include "tests/common/sched_same.h"
 #include "tests/solver/solver_check.h"
 
 typedef int (*v_fn)(const gen_params *, sched_t **, zb_err *);
@@ -199,6 +200,62 @@ START_TEST(greedy_gives_up_only_losers)
 }
 END_TEST
 
+/* A V solver given a cost to beat (solver_v_costs_memo's beat) answers
+ * as without it when its answer costs less, and with nothing (1) when it
+ * does not; a greedy memo whose runs were all given up answers a call
+ * with a beat no higher (again nothing) and runs again for a higher one
+ * (the answer without a beat).  Uneven stages, limits from tight to
+ * none, the three variants. */
+START_TEST(beat_gives_up_only_what_loses)
+{
+    static const char *const vf[] = { "v-min", "v-half", "v-zb" };
+    uint64_t rng = 7;
+    int cases = 0;
+    for (int p = 3; p <= 8; p += 5)
+        for (double frac = 0.34; frac <= 1.0; frac += 0.33) {
+            int m = 3 * p, S = 2 * p;
+            sched_t *tmpl = sched_new(p, m, S);
+            ck_assert_ptr_nonnull(tmpl);
+            sched_place_v(tmpl);
+            for (int i = 0; i < S; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(rng >> 11) / 9007199254740992.0;
+                tmpl->cost[i] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
+                                              -0.4 * (1 + u) };
+            }
+            tmpl->t_comm = 0.05;
+            double limit[8];
+            for (int d = 0; d < p; d++)
+                limit[d] = frac * m * 4 + 4;
+            for (int v = 0; v < 3; v++) {
+                zb_err err = { { 0 } };
+                sched_t *whole = NULL, *s = NULL;
+                ck_assert_msg(solver_v_costs_memo(vf[v], tmpl, limit, NULL, NULL, INFINITY, &whole, &err) == 0, "%s",
+                              err.msg);
+                solver_eval_result ev;
+                ck_assert_msg(solver_eval(whole, &ev, NULL, &err) == 0, "%s", err.msg);
+                double c = ev.cost;
+                ck_assert_int_eq(solver_v_costs_memo(vf[v], tmpl, limit, NULL, NULL, c * (1 + 1e-6), &s, &err), 0);
+                ck_assert_msg(sched_same_lanes(s, whole), "p=%d %s: another answer under a beat it meets", p, vf[v]);
+                sched_free(s);
+                s = NULL;
+                solver_greedy_memo memo = { 0 };
+                ck_assert_int_eq(solver_v_costs_memo(vf[v], tmpl, limit, &memo, NULL, c * (1 - 1e-6), &s, &err), 1);
+                ck_assert_ptr_null(s);
+                ck_assert_int_eq(solver_v_costs_memo(vf[v], tmpl, limit, &memo, NULL, c * 0.5, &s, &err), 1);
+                ck_assert_int_eq(solver_v_costs_memo(vf[v], tmpl, limit, &memo, NULL, INFINITY, &s, &err), 0);
+                ck_assert_msg(sched_same_lanes(s, whole), "p=%d %s: the memo answered for a higher beat", p, vf[v]);
+                solver_greedy_memo_free(&memo);
+                sched_free(s);
+                sched_free(whole);
+                cases++;
+            }
+            sched_free(tmpl);
+        }
+    ck_assert_int_eq(cases, 2 * 3 * 3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("vshape");
@@ -209,6 +266,7 @@ int main(void)
     tcase_add_test(tc, beats_1f1b_unit);
     tcase_add_test(tc, caller_limit);
     tcase_add_test(tc, greedy_gives_up_only_losers);
+    tcase_add_test(tc, beat_gives_up_only_what_loses);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
