@@ -140,6 +140,28 @@ START_TEST(caller_limit)
 }
 END_TEST
 
+/* A template of p devices and m micro-batches, V-placed (vshape) or one
+ * stage per device, with stage costs drawn from *rng (uneven stages,
+ * dB and dW freeing what F took). */
+static sched_t *uneven_template(int p, int m, int vshape, uint64_t *rng)
+{
+    int S = vshape ? 2 * p : p;
+    sched_t *tmpl = sched_new(p, m, S);
+    ck_assert_ptr_nonnull(tmpl);
+    if (vshape)
+        sched_place_v(tmpl);
+    else
+        sched_place_interleaved(tmpl);
+    for (int i = 0; i < S; i++) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(*rng >> 11) / 9007199254740992.0;
+        tmpl->cost[i] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
+                                      -0.4 * (1 + u) };
+    }
+    tmpl->t_comm = 0.05;
+    return tmpl;
+}
+
 /* The list scheduler gives a knob setting up once it cannot beat the best
  * setting before it, and reports the cost it timed op by op: every
  * setting run whole (solver_greedy_list_knob) must cost what the
@@ -153,20 +175,8 @@ START_TEST(greedy_gives_up_only_losers)
     for (int vshape = 0; vshape <= 1; vshape++)
         for (int p = 3; p <= 8; p += 5)
             for (double frac = 0.34; frac <= 1.0; frac += 0.33) {
-                int m = 3 * p, S = vshape ? 2 * p : p;
-                sched_t *tmpl = sched_new(p, m, S);
-                ck_assert_ptr_nonnull(tmpl);
-                if (vshape)
-                    sched_place_v(tmpl);
-                else
-                    sched_place_interleaved(tmpl);
-                for (int i = 0; i < S; i++) {
-                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                    double u = (double)(rng >> 11) / 9007199254740992.0;
-                    tmpl->cost[i] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
-                                                  -0.4 * (1 + u) };
-                }
-                tmpl->t_comm = 0.05;
+                int m = 3 * p;
+                sched_t *tmpl = uneven_template(p, m, vshape, &rng);
                 double limit[8];
                 for (int d = 0; d < p; d++)
                     limit[d] = frac * m * (vshape ? 4 : 2) + 4; /* room for a few to all micro-batches */
@@ -213,17 +223,8 @@ START_TEST(beat_gives_up_only_what_loses)
     int cases = 0;
     for (int p = 3; p <= 8; p += 5)
         for (double frac = 0.34; frac <= 1.0; frac += 0.33) {
-            int m = 3 * p, S = 2 * p;
-            sched_t *tmpl = sched_new(p, m, S);
-            ck_assert_ptr_nonnull(tmpl);
-            sched_place_v(tmpl);
-            for (int i = 0; i < S; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                double u = (double)(rng >> 11) / 9007199254740992.0;
-                tmpl->cost[i] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
-                                              -0.4 * (1 + u) };
-            }
-            tmpl->t_comm = 0.05;
+            int m = 3 * p;
+            sched_t *tmpl = uneven_template(p, m, 1, &rng);
             double limit[8];
             for (int d = 0; d < p; d++)
                 limit[d] = frac * m * 4 + 4;
