@@ -198,7 +198,7 @@ static double device_peak_bound(const sched_t *s, int d)
 /* A lower bound of the time of any fitting schedule on placement s (costed
  * under cf, with split layers or the rule's when NULL): the largest over
  * devices of device_span_bound plus the data-parallel sync the device
- * cannot hide (dp_exposed_ms, which depends on the costs only): both step
+ * cannot hide (search_dp_exposed_all, which reads the costs only): both step
  * rules' times hold some device's span plus its exposed sync.  With one
  * stage per device (one_per_device) the stage bound of bound.c counts too:
  * it adds the idle a stage's memory limit (the memory minus its static
@@ -211,11 +211,11 @@ static void placement_bound(const search_state *st, search_config *cf, const int
                             int one_per_device, double *bound_ms, double *peak_bytes)
 {
     int P = s->n_devices;
-    double *params = calloc((size_t)P, sizeof *params), *limit = malloc(sizeof *limit * (size_t)P);
+    double *exposed = malloc(sizeof *exposed * (size_t)P), *limit = malloc(sizeof *limit * (size_t)P);
     zb_err e2 = { { 0 } };
     *bound_ms = *peak_bytes = 0;
-    if (!params || !limit || (st->dp > 1 && search_device_params(st, cf, layers, s, params, &e2) < 0)) {
-        free(params);
+    if (!exposed || !limit || search_dp_exposed_all(st, cf, layers, s, exposed, &e2) < 0) {
+        free(exposed);
         free(limit);
         return;
     }
@@ -228,10 +228,10 @@ static void placement_bound(const search_state *st, search_config *cf, const int
         double span = device_span_bound(s, d, limit[d]);
         if (one_per_device)
             span = fmax(span, solver_stage_lower_bound(&pr, d));
-        bound = fmax(bound, span + search_dp_exposed_ms(st, s, params, d));
+        bound = fmax(bound, span + exposed[d]);
         peak = fmax(peak, device_peak_bound(s, d));
     }
-    free(params);
+    free(exposed);
     free(limit);
     *bound_ms = bound;
     *peak_bytes = peak;

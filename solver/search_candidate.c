@@ -120,8 +120,9 @@ int search_cost_sched(const search_state *st, search_config *cf, const int *laye
  * micro-batch's backward on the device) and all-gather of the bf16
  * parameters (overlapped with the first micro-batch's forward), ring
  * algorithm over the NVLink domain or, when the group spans nodes, over
- * the inter-node link.  Returns the exposed ms of device d. */
-double search_dp_exposed_ms(const search_state *st, const sched_t *s, const double *params, int d)
+ * the inter-node link.  Returns the exposed ms of device d, whose
+ * parameters are params[d] (search_device_params). */
+static double dp_exposed_ms(const search_state *st, const sched_t *s, const double *params, int d)
 {
     if (st->dp <= 1)
         return 0;
@@ -171,6 +172,20 @@ int search_device_params(const search_state *st, search_config *cf, const int *l
     return 0;
 }
 
+int search_dp_exposed_all(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
+                          double *exposed, zb_err *err)
+{
+    for (int d = 0; d < s->n_devices; d++)
+        exposed[d] = 0;
+    if (st->dp <= 1)
+        return 0;
+    if (search_device_params(st, cf, layers, s, exposed, err) < 0)
+        return -1;
+    for (int d = 0; d < s->n_devices; d++) /* reads its own params[d] only: in place */
+        exposed[d] = dp_exposed_ms(st, s, exposed, d);
+    return 0;
+}
+
 double search_busiest_ms(const sched_t *s)
 {
     double most = 0;
@@ -199,12 +214,12 @@ int search_measure(const search_state *st, search_config *cf, const int *layers,
     const search_options *o = st->o;
     sim_result sr;
     memset(&sr, 0, sizeof sr);
-    double *params = malloc(sizeof *params * (size_t)s->n_devices);
-    if (!params)
+    double *exposed = malloc(sizeof *exposed * (size_t)s->n_devices);
+    if (!exposed)
         return zb_fail(err, "out of memory");
-    if (sim_run(s, &sr, err) < 0 || (st->dp > 1 && search_device_params(st, cf, layers, s, params, err) < 0)) {
+    if (sim_run(s, &sr, err) < 0 || search_dp_exposed_all(st, cf, layers, s, exposed, err) < 0) {
         sim_result_free(&sr);
-        free(params);
+        free(exposed);
         return -1;
     }
     double peak = -1, t = 0, bmax = 0, bsum = 0, first = INFINITY, last = 0;
@@ -215,16 +230,15 @@ int search_measure(const search_state *st, search_config *cf, const int *layers,
             c->peak_device = d;
             c->static_bytes = s->mem_static[d];
         }
-        double exposed = search_dp_exposed_ms(st, s, params, d);
-        double span = sr.dev[d].span + exposed;
+        double span = sr.dev[d].span + exposed[d];
         if (span > t)
             t = span;
         first = fmin(first, sr.dev[d].first_start);
-        last = fmax(last, sr.dev[d].last_end + exposed);
+        last = fmax(last, sr.dev[d].last_end + exposed[d]);
         bmax = fmax(bmax, sr.dev[d].busy);
         bsum += sr.dev[d].busy;
     }
-    free(params);
+    free(exposed);
     c->peak_bytes = peak;
     c->iter_ms = sr.makespan;
     c->cost_ms = sr.cost;

@@ -147,14 +147,18 @@ int search_measure(const search_state *st, search_config *cf, const int *layers,
  * split rule split. */
 void search_cost_options_for(const search_options *o, const search_state *st, cost_split split, cost_options *c);
 
-/* Exposed data-parallel sync of device d of s (costed), ms, with
- * params[d] the parameters it holds (search_device_params). */
-double search_dp_exposed_ms(const search_state *st, const sched_t *s, const double *params, int d);
 
 /* Parameters held by each device of s (per the cost model's split) into
  * params[n_devices].  0, or -1 with err. */
 int search_device_params(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
                          double *params, zb_err *err);
+
+/* Every device's exposed data-parallel sync of s (costed under cf with
+ * layers), ms, into exposed[n_devices]: the parameters each holds, then
+ * what syncing them leaves exposed (0 everywhere with one replica).  What
+ * a plan's time adds to each device's span.  0, or -1 with err. */
+int search_dp_exposed_all(const search_state *st, search_config *cf, const int *layers, const sched_t *s,
+                          double *exposed, zb_err *err);
 
 /* 1 when c is of st's depth and layout. */
 int search_of_depth(const search_state *st, const search_candidate *c);

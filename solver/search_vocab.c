@@ -117,7 +117,7 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     int S = src->n_stages;
     int *layers = malloc(sizeof *layers * (size_t)S);
     sched_t *s = sched_clone(src->sched), *v = NULL;
-    double *exposed = NULL; /* [p] each device's exposed all-reduce (dp > 1), else NULL */
+    double *exposed = NULL; /* [p] each device's exposed data-parallel sync */
     int beaten = 0;         /* some placement was given up on reaching beat */
     zb_err e2 = { { 0 } };
     c->vocab = variant;
@@ -166,14 +166,10 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
      * all-reduce it leaves exposed (search_measure), the same for every
      * placement: the walk's stop rule adds it too, or it would compare
      * spans alone with a time they can never reach. */
-    if (st->dp > 1) {
-        exposed = malloc(sizeof *exposed * (size_t)s->n_devices);
-        if (!exposed || search_device_params(st, cf, layers, s, exposed, &e2) < 0) {
-            search_skip(c, exposed ? e2.msg : "out of memory");
-            goto out;
-        }
-        for (int d = 0; d < s->n_devices; d++) /* params, then what they cost */
-            exposed[d] = search_dp_exposed_ms(st, s, exposed, d);
+    exposed = malloc(sizeof *exposed * (size_t)s->n_devices);
+    if (!exposed || search_dp_exposed_all(st, cf, layers, s, exposed, &e2) < 0) {
+        search_skip(c, exposed ? e2.msg : "out of memory");
+        goto out;
     }
     /* Each lookahead (forwards run ahead of a waiting backward) holds
      * more micro-batches, with and without the hold rule: keep the
