@@ -288,11 +288,11 @@ static int stop_met(vwalk *w, int d, sched_op op, double end)
     if (w->mem[d] > w->peak[d])
         w->peak[d] = w->mem[d];
     w->work_left[d] -= dur;
-    double span = ((end - w->first[d]) + fmax(0, w->work_left[d])) * (1 - 1e-9);
-    if (span > w->span_bound)
-        w->span_bound = span;
+    double lower = (end - w->first[d]) + fmax(0, w->work_left[d]);
+    if (lower * (1 - 1e-9) > w->span_bound)
+        w->span_bound = lower * (1 - 1e-9);
     double fixed = w->out->mem_static ? w->out->mem_static[d] : 0;
-    double time = st->span_add ? (span + st->span_add[d]) * (1 - 1e-9) : span;
+    double time = (lower + (st->span_add ? st->span_add[d] : 0)) * (1 - 1e-9);
     if (fixed + w->peak[d] > st->peak_over)
         return 1;
     return time * st->span_scale >= st->span_reach ? 2 : 0;
