@@ -21,6 +21,12 @@ int solver_problem_from_params(const gen_params *gp, solver_problem *pr, stage_c
  * memory against any limit. */
 int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out);
 
+/* v_pattern_sched with every move the squeeze makes from its kept memory
+ * levels checked against trying and costing each free slot, the
+ * authors' way (for the tests): 0 as there, 1 when a move differed (no
+ * schedule), -1 on out of memory. */
+int v_pattern_sched_checked(const sched_t *tmpl, int half, sched_t **out);
+
 /* Patterns already laid out, by shape.  The pattern's order depends only
  * on p, m and the variant (its squeeze runs on unit costs), while a
  * search asks for it on every configuration of a depth (each micro-batch

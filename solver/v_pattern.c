@@ -20,9 +20,13 @@
  * cool-down ops), W's are placed once more per chunk, and the device lists
  * are the slots in time order; real times are then ASAP with real costs.
  *
- * Workload: O(p m) ops; each candidate move rescans one device's slots, so
- * the squeeze is O(p m (p + m)) in the worst case; a few milliseconds at
- * p=16, m=48.
+ * Workload: O(p m) ops.  Without W's placed each candidate move rescans
+ * one device's slots (O(p m (p + m)) in the worst case); with them placed
+ * the device's memory level per slot is kept, and a move costs the slots
+ * it passes (first_fit_level).  Rescanning every trial was three quarters
+ * of the pattern's time and a fifth of llama3-405b's search at pp=64
+ * (p=64, m=128); the search also caches the pattern by shape
+ * (v_pattern_sched_cached).
  */
 #include "solver/solver.h"
 #include "solver/solver_internal.h"
@@ -40,6 +44,12 @@ typedef struct vp {
     long *slot;      /* [p][6][2m] slot of op (type, index) */
     long bound;      /* capacity of the occupancy maps */
     char *occ;       /* [p][bound] type + 1 of the op in each slot, 0 free */
+    long *last;      /* [p] no op of the device is past this slot (its largest slot when
+                      * fill_occ set it; ops only move earlier until the next fill_occ) */
+    int *level;      /* [p][bound] with W's placed, the device's unit memory after each
+                      * slot (mem_of's running count), kept up to date as ops move */
+    int check;       /* 1: every move first_fit_level finds is checked by first_fit_scan */
+    int mismatch;    /* with check: some move differed */
 } vp;
 
 static long *slotp(vp *v, int d, int t, int j)
@@ -70,6 +80,7 @@ static void fill_occ(vp *v, int d)
     for (int t = 0; t < v->n_types; t++)
         for (int j = 0; j < v->cnt[t]; j++)
             *occp(v, d, *slotp(v, d, t, j)) = (char)(t + 1);
+    v->last[d] = max_slot(v, d);
 }
 
 /* Places W's into the free slots after their B's (the authors' put_w):
@@ -110,7 +121,9 @@ static void put_w(vp *v, int split)
  * runs in every free slot while one is pending: the authors' mem_of_stage). */
 static int mem_of(vp *v, int d)
 {
-    long last = max_slot(v, d);
+    /* Past the device's last op a slot only runs a pending W (cur falls):
+     * scanning to v->last, an upper bound of it, gives the same peak. */
+    long last = v->last[d];
     int cur = 0, peak = 0, pend = 0, has_w = v->n_types > 4;
     for (long s = 0; s <= last; s++) {
         int t = *occp(v, d, s) - 1;
@@ -227,8 +240,51 @@ static int squeeze_times(vp *v)
     return 0;
 }
 
+/* The first free slot of device d in [from, at) where an op of type t
+ * (not in the occupancy map) keeps the device's peak (mem_of) within cap,
+ * or at when there is none: each free slot tried and costed.  This is
+ * the authors' rule as they run it, and the only way without W's placed,
+ * where a pending W runs in any free slot, so a move changes the count
+ * past at too. */
+static long first_fit_scan(vp *v, int d, int t, long from, long at, int cap)
+{
+    for (long s = from; s < at; s++) {
+        if (*occp(v, d, s))
+            continue;
+        *occp(v, d, s) = (char)(t + 1);
+        int fits = mem_of(v, d) <= cap;
+        *occp(v, d, s) = 0;
+        if (fits)
+            return s;
+    }
+    return at;
+}
+
+/* first_fit_scan with W's placed, from device d's levels (vp.level, the
+ * op still counted at at): a slot's memory then depends on the ops at or
+ * before it alone (F, f +1; W -1), so moving the op from at to an earlier
+ * s shifts the levels by its delta on [s, at) only, and the device's peak
+ * is within cap before the move (reorder keeps it so).  A B (no delta) or
+ * a W (-1) therefore fits in the first free slot, and an F fits at s
+ * exactly when every level on [s, at) is below cap: the first free slot
+ * from the earliest such s, found in one backward scan.  O(at - from)
+ * where the scan costs every trial O(slots). */
+static long first_fit_level(vp *v, int d, int t, long from, long at, int cap)
+{
+    const int *level = &v->level[(long)d * v->bound];
+    long s = from;
+    if (t <= 1)
+        for (s = at; s > from && level[s - 1] + 1 <= cap; s--)
+            ;
+    while (s < at && *occp(v, d, s))
+        s++;
+    return s;
+}
+
 /* The authors' reorder(): moves warm-up (with consider_w) and cool-down
- * ops into earlier free slots when memory allows, then squeezes.  0 or -1. */
+ * ops into earlier free slots when memory allows, then squeezes.  With
+ * v->check every move first_fit_level picks is also found by
+ * first_fit_scan, and v->mismatch set when they differ.  0 or -1. */
 static int reorder(vp *v, int consider_w)
 {
     if (consider_w)
@@ -242,6 +298,15 @@ static int reorder(vp *v, int consider_w)
         int mm = mem_of(v, d);
         if (mm > cur_mem)
             cur_mem = mm;
+    }
+    int has_w = v->n_types > 4;
+    for (int d = 0; has_w && d < v->p; d++) {
+        int cur = 0;
+        for (long s = 0; s < v->bound; s++) {
+            int t = *occp(v, d, s) - 1;
+            cur += t == 0 || t == 1 ? 1 : t >= 4 ? -1 : 0;
+            v->level[(long)d * v->bound + s] = cur;
+        }
     }
     long n;
     vp_op *ops = ops_in_order(v, &n);
@@ -261,22 +326,17 @@ static int reorder(vp *v, int consider_w)
         if (phase == 0 && !consider_w)
             continue;
         long from = dep_slot(v, d, t, j);
-        int moved = 0;
         *occp(v, d, at) = 0;
-        for (long s = from; s < at && !moved; s++) {
-            if (*occp(v, d, s))
-                continue;
-            *occp(v, d, s) = (char)(t + 1);
-            *slotp(v, d, t, j) = s;
-            if (mem_of(v, d) <= cur_mem)
-                moved = 1;
-            else
-                *occp(v, d, s) = 0;
+        long s = has_w ? first_fit_level(v, d, t, from, at, cur_mem) : first_fit_scan(v, d, t, from, at, cur_mem);
+        if (has_w && v->check && s != first_fit_scan(v, d, t, from, at, cur_mem))
+            v->mismatch = 1;
+        if (has_w) {
+            int delta = t <= 1 ? 1 : t >= 4 ? -1 : 0;
+            for (long x = s; x < at; x++)
+                v->level[(long)d * v->bound + x] += delta;
         }
-        if (!moved) {
-            *slotp(v, d, t, j) = at;
-            *occp(v, d, at) = (char)(t + 1);
-        }
+        *slotp(v, d, t, j) = s;
+        *occp(v, d, s) = (char)(t + 1);
     }
     free(ops);
     if (!consider_w)
@@ -284,17 +344,20 @@ static int reorder(vp *v, int consider_w)
     return squeeze_times(v);
 }
 
-int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out)
+/* v_pattern_sched, and with check v_pattern_sched_checked. */
+static int pattern_sched(const sched_t *tmpl, int half, int check, sched_t **out)
 {
     int p = tmpl->n_devices, m = tmpl->n_micro;
-    vp v = { .p = p, .m = m, .n_types = 4, .cnt = { m, m, m, m, 0, 0 } };
+    vp v = { .p = p, .m = m, .n_types = 4, .cnt = { m, m, m, m, 0, 0 }, .check = check };
     /* Slots never exceed the pattern's span plus the W's appended at the end. */
     v.bound = 6L * p + 6L * m + 2L * m + 16;
     v.slot = malloc(sizeof(long) * (size_t)p * 6 * 2 * (size_t)m);
     v.occ = malloc((size_t)p * (size_t)v.bound);
+    v.last = malloc(sizeof(long) * (size_t)p);
+    v.level = malloc(sizeof(int) * (size_t)p * (size_t)v.bound);
     sched_t *s = NULL;
     vp_op *ops = NULL;
-    if (!v.slot || !v.occ)
+    if (!v.slot || !v.occ || !v.last || !v.level)
         goto fail;
     for (int i = 0; i < p; i++) {
         long base[4];
@@ -334,14 +397,32 @@ int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out)
     free(ops);
     free(v.slot);
     free(v.occ);
+    free(v.last);
+    free(v.level);
+    if (v.mismatch) {
+        sched_free(s);
+        return 1;
+    }
     *out = s;
     return 0;
 fail:
     free(ops);
     free(v.slot);
     free(v.occ);
+    free(v.last);
+    free(v.level);
     sched_free(s);
     return -1;
+}
+
+int v_pattern_sched(const sched_t *tmpl, int half, sched_t **out)
+{
+    return pattern_sched(tmpl, half, 0, out);
+}
+
+int v_pattern_sched_checked(const sched_t *tmpl, int half, sched_t **out)
+{
+    return pattern_sched(tmpl, half, 1, out);
 }
 
 int v_pattern_sched_cached(v_pattern_cache *cache, const sched_t *tmpl, int half, sched_t **out)

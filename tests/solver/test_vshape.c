@@ -257,6 +257,40 @@ START_TEST(beat_gives_up_only_what_loses)
 }
 END_TEST
 
+/* The V-Min and V-Half patterns' squeeze moves each op by its device's
+ * kept memory levels (first_fit_level); the authors try and cost every
+ * free slot.  Both must pick the same slot for every move, on shapes
+ * from one device up to p=32 and from one micro-batch up, and the result
+ * must be a valid schedule. */
+START_TEST(pattern_levels_match_trials)
+{
+    static const int ps[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 32 };
+    static const int ms[] = { 1, 2, 3, 5, 8, 13, 24, 48, 64 };
+    int cases = 0;
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+        for (size_t k = 0; k < sizeof ms / sizeof *ms; k++)
+            for (int half = 0; half < 2; half++) {
+                int p = ps[i], m = ms[k];
+                sched_t *tmpl = sched_new(p, m, 2 * p), *s = NULL, *plain = NULL;
+                ck_assert_ptr_nonnull(tmpl);
+                sched_place_v(tmpl);
+                sched_set_costs(tmpl, 1, 1, 1, 0);
+                sched_set_mem(tmpl, 1, -0.5, -0.5);
+                ck_assert_msg(v_pattern_sched_checked(tmpl, half, &s) == 0, "p=%d m=%d half=%d: a move differs", p,
+                              m, half);
+                ck_assert_int_eq(v_pattern_sched(tmpl, half, &plain), 0);
+                ck_assert_msg(sched_same_lanes(s, plain), "p=%d m=%d half=%d: checked and plain differ", p, m, half);
+                zb_err err = { { 0 } };
+                ck_assert_msg(sched_validate(s, &err) == 0, "p=%d m=%d half=%d: %s", p, m, half, err.msg);
+                sched_free(s);
+                sched_free(plain);
+                sched_free(tmpl);
+                cases++;
+            }
+    ck_assert_int_eq(cases, 12 * 9 * 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("vshape");
@@ -268,6 +302,7 @@ int main(void)
     tcase_add_test(tc, caller_limit);
     tcase_add_test(tc, greedy_gives_up_only_losers);
     tcase_add_test(tc, beat_gives_up_only_what_loses);
+    tcase_add_test(tc, pattern_levels_match_trials);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
