@@ -10,11 +10,21 @@ Prints one word or phrase:
                         has in NEW a fit or a peak no larger, with n_pruned
                         grown by exactly their number: what pruning a plan
                         by its peak may remove (docs/search.md, "Pruning");
+  ..., N by floor        besides, N vocabulary-parallel versions over the
+                        limit that OLD placed and simulated are in NEW
+                        reported by a lower bound of their peak
+                        (peak_is_lower_bound, no times): same identity,
+                        OLD over the limit with a peak no lower;
   DIFF                  anything else.
 Used by bench/bench_search_ab.sh (JSON=1)."""
 import collections
 import json
 import sys
+
+# What names a candidate, whatever its figures.
+IDENTITY = ("schedule", "family", "vocab", "status", "targets", "chunks", "pipeline_parallel", "data_parallel",
+            "layout", "micro_batch", "n_micro", "recompute", "recompute_devices", "recompute_level",
+            "recompute_first_stages", "recompute_mlp_stages", "split", "layers_per_stage")
 
 
 def main():
@@ -25,6 +35,20 @@ def main():
         print("same")
         return
     key = lambda c: json.dumps(c, sort_keys=True)
+    # A version NEW reports by its floor stands for OLD's placed build of
+    # it: the two are matched by identity and taken out of both lists.
+    ident = lambda c: json.dumps({k: v for k, v in c.items() if k in IDENTITY}, sort_keys=True)
+    floors = [c for c in new["candidates"] if c.get("peak_is_lower_bound")]
+    n_floor = 0
+    for f in floors:
+        match = [c for c in old["candidates"] if ident(c) == ident(f) and c["status"] == "oom" and
+                 not c.get("peak_is_lower_bound") and c["peak_bytes"] >= f["peak_bytes"]]
+        if len(match) != 1:
+            print("DIFF")
+            return
+        old["candidates"].remove(match[0])
+        new["candidates"].remove(f)
+        n_floor += 1
     have_old = collections.Counter(key(c) for c in old["candidates"])
     have_new = collections.Counter(key(c) for c in new["candidates"])
     gone = list((have_old - have_new).elements())
@@ -39,7 +63,8 @@ def main():
             (x["schedule"], x["pipeline_parallel"]) == label and
             (x["status"] == "fit" or (x["status"] == "oom" and x["peak_bytes"] <= c["peak_bytes"]))
             for x in new["candidates"])
-    print(f"pruned {len(gone)} over-limit" if ok else "DIFF")
+    word = "same" if not gone else f"pruned {len(gone)} over-limit"
+    print((word + (f", {n_floor} by floor" if n_floor else "")) if ok else "DIFF")
 
 
 if __name__ == "__main__":

@@ -173,6 +173,10 @@ typedef struct search_candidate {
     unsigned targets;      /* bit t set when target t can run this plan (search_target_mask) */
     int seq;               /* creation order: the last key of every ranking, so that a
                             * target's best is the same whatever the list's order */
+    int peak_floor;        /* 1: over the limit (status SEARCH_OOM) by peak_bytes, a lower
+                            * bound of its peak on peak_device, proven before any placement
+                            * of its vocabulary passes; never simulated, so it has no times
+                            * (search_vocab.c: once a plan that may win fits) */
     int static_floor;      /* 1: skipped, and stands for its whole depth (pp, dp, layout),
                             * none of whose plans was built: static_bytes, a lower bound of
                             * every plan's static memory there (cost_static_floor), alone

@@ -28,6 +28,7 @@
 #include "solver/search_state.h"
 #include "src/cost_model.h"
 #include "src/cost_vocab.h"
+#include "src/size.h"
 #include "src/validate.h"
 
 /* zb-auto plans its order for the memory it is given; the plain plan's
@@ -76,24 +77,50 @@ int search_vocab_price(const search_state *st, search_config *cf, int variant, s
     return cost_vocab_fill_sched(&cf->model, &st->o->gpu, &co, &vo, s, NULL, err);
 }
 
-/* The largest static + activation memory of s's devices, s being a
- * vocabulary version's plan before its passes are placed, when that
- * proves every placement of the passes over the limit; else 0.  The
+/* The largest static + activation memory of s's devices (its device in
+ * *device), s being a vocabulary version's plan before its passes are
+ * placed, when that proves every placement of the passes over the limit;
+ * else 0.  The
  * placement keeps each lane's base ops in order but may run a forward
  * ahead of a waiting backward; forwards only take memory, and a device
  * has run no more T passes than S passes at any point, so when an S takes
  * at least what its T gives back, every prefix of the placed lane holds at
  * least what the matching prefix of the plain lane holds (the lane peak is
  * the order's, sched_lane_peak). */
-static double vocab_oom_floor(const search_state *st, const sched_t *s, const sched_vocab *pv)
+static double vocab_oom_floor(const search_state *st, const sched_t *s, const sched_vocab *pv, int *device)
 {
     if (!(pv->d_s >= 0 && pv->d_s + pv->d_t >= 0))
         return 0;
     for (int i = 0; i < s->n_stages; i++)
         if (s->cost[i].d_f < 0)
             return 0; /* a forward that frees memory: the argument fails */
-    double most = search_plan_peak(s);
+    double most = 0;
+    for (int d = 0; d < s->n_devices; d++) { /* search_plan_peak, and where */
+        double peak = s->mem_static[d] + sched_lane_peak(s, d);
+        if (peak > most) {
+            most = peak;
+            *device = d;
+        }
+    }
+    assert(most == search_plan_peak(s));
     return most > st->o->mem_bytes ? most : 0;
+}
+
+/* Marks c over the limit by peak, a lower bound of its peak on device
+ * (-1: unknown) that its plan before the passes proves (how). */
+static void vocab_over_floor(const search_state *st, search_candidate *c, double peak, int device, const char *how)
+{
+    char need[32], lim[32];
+    zb_size_format(peak, need, sizeof need);
+    zb_size_format(st->o->mem_bytes, lim, sizeof lim);
+    c->status = SEARCH_OOM;
+    c->peak_bytes = peak;
+    c->peak_device = device;
+    c->peak_floor = 1;
+    if (device >= 0)
+        snprintf(c->note, sizeof c->note, "needs at least %s on device %d %s > limit %s", need, device, how, lim);
+    else
+        snprintf(c->note, sizeof c->note, "needs more than %s %s", lim, how);
 }
 
 /* Builds, costs and measures the vocabulary-parallel version of src's
@@ -154,11 +181,12 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         goto out;
     }
     /* --exhaustive places them anyway, and checks the floor below. */
-    double floor_bytes = vocab_oom_floor(st, s, &pv);
+    int floor_device = -1;
+    double floor_bytes = vocab_oom_floor(st, s, &pv, &floor_device);
     if (floor_bytes > 0 && discard_oom && !st->o->exhaustive) {
-        c->status = SEARCH_OOM;
-        c->peak_bytes = floor_bytes;
-        snprintf(c->note, sizeof c->note, "over the limit before its passes are placed");
+        vocab_over_floor(st, c, floor_bytes, floor_device, "before its vocabulary passes are placed");
+        c->layers = layers; /* the even split it was priced on */
+        layers = NULL;
         pruned = 2;
         goto out;
     }
@@ -248,9 +276,10 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     }
     if (!v) { /* every placement went over the limit: discard_oom's caller drops it */
         assert(discard_oom);
-        c->status = SEARCH_OOM;
-        c->peak_bytes = nextafter(st->o->mem_bytes, INFINITY);
-        snprintf(c->note, sizeof c->note, "over the limit in every placement of its passes");
+        vocab_over_floor(st, c, nextafter(st->o->mem_bytes, INFINITY), -1,
+                         "in every placement of its vocabulary passes");
+        c->layers = layers;
+        layers = NULL;
         pruned = 2;
         goto out;
     }
@@ -464,6 +493,15 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
      * --recompute off or on (o->recompute 0 or 1) the source's setting is
      * the only one: the user fixed it. */
     int k_last = st->o->recompute >= 0 ? src.rc_devices : st->pp;
+    /* Once a plan that may win fits, a version over the limit can be
+     * neither the answer nor the smallest peak a job that fits nothing
+     * reports: it is reported over the limit from the floor its plan
+     * without passes proves (vocab_build's code 2) instead of being placed
+     * in full for its exact peak.  That full placement was half the
+     * vocabulary versions' time on llama3-405b over 1,024 GPUs (zb-h1 and
+     * zb-h2 at pp=128 need 0.6 and 1.1 TB).  --exhaustive still places
+     * them. */
+    int settled = isfinite(st->vocab_beat) && !st->o->exhaustive;
     for (int k = src.rc_devices, next; k <= k_last; k = next) {
         next = k + ((st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1);
         search_config cf;
@@ -477,7 +515,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
         /* a setting over the limit is reported only when it is the last */
-        int built = vocab_build(st, &cf, &src, variant, next <= k_last, st->vocab_beat, &trial);
+        int built = vocab_build(st, &cf, &src, variant, next <= k_last || settled, st->vocab_beat, &trial);
         int pruned = built == 1 || built == 3;
         search_config_free(&cf);
         /* A skipped trial (a pruned one among them) is kept only while
@@ -518,10 +556,11 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     }
     /* The version reported over the limit was proven so without its
      * passes (a later setting was then cut short): built now, so that it
-     * shows its own peak. */
-    if (best.status == SEARCH_OOM && !best.sched) {
+     * shows its own peak, unless a plan that may win already fits. */
+    if (best.status == SEARCH_OOM && !best.sched && !settled) {
         search_config cf;
         int rk = best.rc_devices;
+        free(best.layers); /* the floor's; the build gives its own */
         if (search_config_init(st, &cf, src.micro_batch, rk, src.split, err) < 0) {
             search_config_free(&cf);
             return -1;

@@ -60,7 +60,11 @@ static cJSON *candidate_json(const search_candidate *c)
         for (int i = 0; a && i < c->n_stages; i++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(c->layers[i]));
     }
-    if (c->status != SEARCH_SKIPPED) {
+    if (c->peak_floor) { /* over the limit by a bound: never simulated, no times */
+        cJSON_AddNumberToObject(j, "peak_bytes", c->peak_bytes);
+        cJSON_AddNumberToObject(j, "peak_device", c->peak_device);
+        cJSON_AddBoolToObject(j, "peak_is_lower_bound", 1);
+    } else if (c->status != SEARCH_SKIPPED) {
         cJSON_AddNumberToObject(j, "peak_bytes", c->peak_bytes);
         cJSON_AddNumberToObject(j, "peak_device", c->peak_device);
         cJSON_AddNumberToObject(j, "static_bytes", c->static_bytes);
