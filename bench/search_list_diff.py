@@ -22,7 +22,7 @@ import json
 import sys
 
 # What names a candidate, whatever its figures.
-IDENTITY = ("schedule", "family", "vocab", "status", "targets", "chunks", "pipeline_parallel", "data_parallel",
+IDENTITY = ("schedule", "family", "vocab", "targets", "chunks", "pipeline_parallel", "data_parallel",
             "layout", "micro_batch", "n_micro", "recompute", "recompute_devices", "recompute_level",
             "recompute_first_stages", "recompute_mlp_stages", "split", "layers_per_stage")
 

@@ -131,14 +131,15 @@ static void vocab_over_floor(const search_state *st, search_candidate *c, double
  * time it must stay under: the best plan's, or the caller's), c skipped;
  * 3 when every placement of its passes provably reaches beat (the walk's
  * stop rule: its span so far plus its work left), c skipped too; 2
- * when discard_oom is set and its plan without passes already proves it
- * over the limit (vocab_oom_floor): c is then marked over the limit with
- * that floor as its peak, and nothing is placed or simulated, for callers
- * that drop a version over the limit (each placement is then given up as
- * soon as it goes over; when all six do, c is marked over the limit the
- * same way, with no schedule, and 2 returned); else 0. */
+ * when discard_oom or by_floor is set and its plan without passes
+ * already proves it over the limit (vocab_oom_floor): c is then marked
+ * over the limit with that floor as its peak (peak_floor), and nothing is
+ * placed or simulated, for callers that drop a version over the limit or
+ * need no exact peak of it; with discard_oom each placement is also given
+ * up as soon as it goes over (when all six do, c is marked over the limit
+ * the same way and 2 returned); else 0. */
 static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
-                       int discard_oom, double beat, search_candidate *c)
+                       int discard_oom, int by_floor, double beat, search_candidate *c)
 {
     int pruned = 0;
     int S = src->n_stages;
@@ -183,7 +184,7 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     /* --exhaustive places them anyway, and checks the floor below. */
     int floor_device = -1;
     double floor_bytes = vocab_oom_floor(st, s, &pv, &floor_device);
-    if (floor_bytes > 0 && discard_oom && !st->o->exhaustive) {
+    if (floor_bytes > 0 && (discard_oom || by_floor) && !st->o->exhaustive) {
         vocab_over_floor(st, c, floor_bytes, floor_device, "before its vocabulary passes are placed");
         c->layers = layers; /* the even split it was priced on */
         layers = NULL;
@@ -364,7 +365,7 @@ static int vocab_stage_try(search_state *st, const search_candidate *src, int va
     double beat = st->vocab_beat;
     if (best->status == SEARCH_FIT)
         beat = fmin(beat, best->time_ms / SEARCH_TIME_RESOLUTION);
-    int built = vocab_build(st, &cf, src, variant, 1, beat, &trial);
+    int built = vocab_build(st, &cf, src, variant, 1, 1, beat, &trial);
     int pruned = built == 1 || built == 3;
     search_config_free(&cf);
     trial.rc_devices = 0;
@@ -495,12 +496,14 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     int k_last = st->o->recompute >= 0 ? src.rc_devices : st->pp;
     /* Once a plan that may win fits, a version over the limit can be
      * neither the answer nor the smallest peak a job that fits nothing
-     * reports: it is reported over the limit from the floor its plan
-     * without passes proves (vocab_build's code 2) instead of being placed
-     * in full for its exact peak.  That full placement was half the
-     * vocabulary versions' time on llama3-405b over 1,024 GPUs (zb-h1 and
-     * zb-h2 at pp=128 need 0.6 and 1.1 TB).  --exhaustive still places
-     * them. */
+     * reports: when the floor its plan without passes proves is over the
+     * limit, it is reported by that floor (vocab_build's code 2) instead
+     * of being placed in full for its exact peak.  That full placement
+     * was half the vocabulary versions' time on llama3-405b over 1,024
+     * GPUs (zb-h1 and zb-h2 at pp=128 need 0.6 and 1.1 TB).  A version
+     * the floor does not prove over is placed as before, so that what it
+     * reports (a time, over the limit, or cut short) is what --exhaustive
+     * reports.  --exhaustive places every one. */
     int settled = isfinite(st->vocab_beat) && !st->o->exhaustive;
     for (int k = src.rc_devices, next; k <= k_last; k = next) {
         next = k + ((st->pp - k + 1) / 2 > 0 ? (st->pp - k + 1) / 2 : 1);
@@ -515,7 +518,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         memset(&trial, 0, sizeof trial);
         trial.peak_device = -1;
         /* a setting over the limit is reported only when it is the last */
-        int built = vocab_build(st, &cf, &src, variant, next <= k_last || settled, st->vocab_beat, &trial);
+        int built = vocab_build(st, &cf, &src, variant, next <= k_last, settled, st->vocab_beat, &trial);
         int pruned = built == 1 || built == 3;
         search_config_free(&cf);
         /* A skipped trial (a pruned one among them) is kept only while
@@ -556,8 +559,12 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
     }
     /* The version reported over the limit was proven so without its
      * passes (a later setting was then cut short): built now, so that it
-     * shows its own peak, unless a plan that may win already fits. */
-    if (best.status == SEARCH_OOM && !best.sched && !settled) {
+     * shows its own peak, unless a plan that may win already fits and
+     * the floor proved it (its device known).  Over the limit in every
+     * placement, it is built: its walks stopped at the limit, and built
+     * whole they may first reach the best time, as --exhaustive finds. */
+    int by_floor = best.peak_floor && best.peak_device >= 0;
+    if (best.status == SEARCH_OOM && !best.sched && !(settled && by_floor)) {
         search_config cf;
         int rk = best.rc_devices;
         free(best.layers); /* the floor's; the build gives its own */
@@ -567,7 +574,7 @@ static int vocab_candidate(search_state *st, int src_index, int variant, zb_err 
         }
         memset(&best, 0, sizeof best);
         best.peak_device = -1;
-        vocab_build(st, &cf, &src, variant, 0, st->vocab_beat, &best);
+        vocab_build(st, &cf, &src, variant, 0, 0, st->vocab_beat, &best);
         search_config_free(&cf);
         best.rc_devices = rk;
     }
