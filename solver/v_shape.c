@@ -153,6 +153,13 @@ static double greedy_cap(double limit)
     return limit + 1e-9 * fmax(1, fabs(limit));
 }
 
+/* Device d's next action: what it runs at the first time from its free
+ * time t_dev[d] at which it can run something (INFINITY: nothing is on
+ * its way).  While it can run nothing, it idles until its next input
+ * arrives and looks again; no other device's commit can change what it
+ * sees until then without choosing for it afresh (its inputs' producers
+ * do, run_once), so looking again here takes the decision the device
+ * would take at that time. */
 static v_choice choose(const v_run *r, int d, const v_knobs *k)
 {
     const sched_t *t = r->tmpl;
@@ -160,8 +167,9 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     int n_st = t->n_stages == 2 * p ? 2 : 1;               /* V pair, or one stage */
     int st[2] = { d, n_st == 2 ? 2 * p - 1 - d : d };      /* first and second chunk */
     double now = r->t_dev[d], df0 = t->cost[st[0]].d_f, df1 = t->cost[st[1]].d_f;
-    double next_arrival = INFINITY;
     v_choice c = { INFINITY, -1, -1 };
+again:;
+    double next_arrival = INFINITY;
     /* B: the second chunk first (its B comes first in the backward pass). */
     for (int x = n_st - 1; x >= 0; x--) {
         int s = st[x];
@@ -210,9 +218,11 @@ static v_choice choose(const v_run *r, int d, const v_knobs *k)
     if (ws >= 0 && (blocked || k->w_always || isinf(next_arrival)
                     || now + t->cost[ws].t_w <= next_arrival))
         return (v_choice){ now, OP_W, ws };
-    if (!isinf(next_arrival))
-        c = (v_choice){ next_arrival, -1, -1 }; /* idle, then look again */
-    else if (ws >= 0)
+    if (!isinf(next_arrival)) {
+        now = next_arrival; /* idle until it arrives, then look again */
+        goto again;
+    }
+    if (ws >= 0)
         c = (v_choice){ now, OP_W, ws };
     return c;
 }
@@ -293,11 +303,7 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
             return zb_fail(err, "V schedule stuck with %ld ops left (bug)", left);
         }
         v_choice best = ch[best_d];
-        if (best.kind < 0) {
-            r->t_dev[best_d] = best.when; /* idle until the input arrives */
-            set_choice(ch, &next, best_d, choose(r, best_d, k));
-            continue;
-        }
+        assert(best.kind >= 0); /* choose looks past idle time */
         int s = best.stage, d = best_d, j;
         const stage_cost *sc = &t->cost[s];
         double start = best.when, end;
