@@ -503,9 +503,11 @@ static int run_v_solver(search_state *st, search_config *cf, const sched_t *vt, 
     return 0;
 }
 
-/* zb-auto (and the ILP) on the plain placement's per-stage costs. */
+/* zb-auto (and the ILP) on the plain placement's per-stage costs; memo
+ * keeps zb-auto's knob runs for the next label on the same costs (NULL:
+ * none). */
 static int run_per_stage(search_state *st, search_config *cf, const char *label, const char *family,
-                         const double *limit, int ilp, zb_err *err)
+                         const double *limit, int ilp, solver_zb_auto_memo *memo, zb_err *err)
 {
     search_candidate *c = search_new_candidate(st, cf, label, family, 1, err);
     if (!c)
@@ -520,7 +522,7 @@ static int run_per_stage(search_state *st, search_config *cf, const char *label,
     sched_t *s = NULL;
     zb_err e2 = { { 0 } };
     int rc = ilp ? solver_ilp_costs(&pr, st->o->ilp_time_limit, &s, &e2)
-                 : solver_zb_auto_costs(&pr, &s, NULL, &e2);
+                 : solver_zb_auto_costs_memo(&pr, memo, &s, NULL, &e2);
     if (rc < 0)
         search_skip(c, e2.msg);
     else if (evaluate(st, cf, c, s, NULL, !ilp && search_prunes(st)) > 0) {
@@ -689,6 +691,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         goto out;
 
     double room = headroom(o, cf->plain, limit);
+    solver_zb_auto_memo zmemo = { 0 };
     for (int k = 0; k < N_ZB_AUTO; k++) {
         char label[40];
         if (zb_auto_k[k] > 0) {
@@ -705,16 +708,21 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
             room = headroom(o, cf->plain, limit);
             if (room <= 0) {
                 search_candidate *c = search_new_candidate(st, cf, label, "zb-auto", 1, err);
-                if (!c)
+                if (!c) {
+                    solver_zb_auto_memo_free(&zmemo);
                     goto out;
+                }
                 search_skip(c, "static memory alone exceeds the limit");
                 search_tick(st);
                 continue;
             }
         }
-        if (run_per_stage(st, cf, label, "zb-auto", limit, 0, err) < 0)
+        if (run_per_stage(st, cf, label, "zb-auto", limit, 0, &zmemo, err) < 0) {
+            solver_zb_auto_memo_free(&zmemo);
             goto out;
+        }
     }
+    solver_zb_auto_memo_free(&zmemo);
 
     if (!cf->vshape) {
         search_candidate *c = search_new_candidate(st, cf, "zb-v", "zb-v", 2, err);
@@ -862,7 +870,7 @@ static int run_ilp(search_state *st, zb_err *err)
                      o->ilp_top, st->pp, b, rcs);
             o->progress_stage(o->progress_ctx, what);
         }
-        int ok = run_per_stage(st, &cf, "ilp", "ilp", limit, 1, err);
+        int ok = run_per_stage(st, &cf, "ilp", "ilp", limit, 1, NULL, err);
         search_config_free(&cf);
         if (ok < 0) {
             free(limit);

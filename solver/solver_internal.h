@@ -152,6 +152,38 @@ void solver_greedy_memo_free(solver_greedy_memo *memo);
 int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *mem_limit, solver_greedy_memo *memo,
                         v_pattern_cache *patterns, double beat, sched_t **out, zb_err *err);
 
+/* What zb-auto's knob runs on one problem found, kept so that a call
+ * with another limit that would decide alike reuses it (the four zb-auto
+ * labels of a search configuration differ only in their limits, often
+ * beyond what any run reaches), as solver_greedy_memo does for the V
+ * solvers.  A run reads the limit only by comparing a stage's memory need
+ * with it; limits under which every need that passed still passes and
+ * every need refused is still refused take every decision of every run
+ * alike.  What the runs do not decide (the lower bound that proves their
+ * best optimal, and the two other candidates) reads the limit afresh. */
+typedef struct solver_zb_auto_memo {
+    const stage_cost *cost; /* the costs the runs read (borrowed; they must not change while
+                             * the memo is used); NULL: empty */
+    int p, m;               /* the problem's shape */
+    double t_comm;          /* and communication time */
+    double *admitted;       /* [p] per stage, the largest need a limit admitted */
+    double *refused;        /* [p] per stage, the smallest need a limit refused */
+    double best;            /* the runs' best largest stage span; -1 when no setting fit */
+    int best_bits;          /* its knob setting (allow_bubble << 2 | prioritize_b << 1 |
+                             * no_bubble_greedy) */
+    int *n_ops;             /* [p] with best >= 0: its ops per stage */
+    uint8_t *order;         /* [p][3m] and their kinds in order */
+} solver_zb_auto_memo;
+
+/* solver_zb_auto_costs (solver.h), its knob runs taken from memo when
+ * memo holds runs on pr's costs that pr's limit would repeat, else run
+ * and kept there (memo may be NULL).  Same results and errors. */
+int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *memo, sched_t **out, double *cost,
+                              zb_err *err);
+
+/* Frees what memo holds and empties it. */
+void solver_zb_auto_memo_free(solver_zb_auto_memo *memo);
+
 /* The zero-bubble authors' adaptive V-ZB scheduler (v_adaptive.c, a port
  * of v_schedule.py PipelineGraph.get_v_schedule) on tmpl's V placement and
  * costs (the same on every stage), under limit[p] per device.  Stores the

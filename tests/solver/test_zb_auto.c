@@ -10,9 +10,12 @@
  * error on a too-small limit, and gen_params.
  * The 24 heuristic runs take well under a second.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "solver/solver_internal.h"
+#include "tests/common/sched_same.h"
 #include "tests/solver/solver_check.h"
 
 typedef struct t9_row {
@@ -146,6 +149,52 @@ START_TEST(uneven_limits_fallback)
 }
 END_TEST
 
+/* A memo of the knob runs answers a call as a fresh call would: uneven
+ * stages, limits from one micro-batch's worth to far beyond any need, in
+ * rising, falling and repeated order on one memo; some calls must reuse
+ * it (its arrays are then kept), and each schedule and cost must equal
+ * the fresh call's. */
+START_TEST(memo_answers_as_fresh)
+{
+    static const double factor[] = { 0.5, 1, 1.5, 2, 1e3, 2e3, 1, 1, 0.75, 1e3 };
+    uint64_t rng = 11;
+    int reused = 0, calls = 0;
+    for (int p = 4; p <= 8; p += 4)
+        for (int m = 3 * p; m <= 6 * p; m += 3 * p) {
+            stage_cost cost[8];
+            for (int j = 0; j < p; j++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(rng >> 11) / 9007199254740992.0;
+                cost[j] = (stage_cost){ 0.7 + u, 1.3 + 0.6 * u, 0.5 + 0.4 * (1 - u), 1 + u, -0.6 * (1 + u),
+                                        -0.4 * (1 + u) };
+            }
+            solver_zb_auto_memo memo = { 0 };
+            for (size_t i = 0; i < sizeof factor / sizeof *factor; i++) {
+                double limit[8];
+                for (int j = 0; j < p; j++) /* M_B = dF here; the last stage a little roomier */
+                    limit[j] = fmax(cost[j].d_f, factor[i] * p * cost[j].d_f) * (j == p - 1 ? 1.25 : 1);
+                solver_problem pr = { .p = p, .m = m, .cost = cost, .t_comm = 0.05, .limit = limit };
+                sched_t *fresh = NULL, *kept = NULL;
+                double c_fresh, c_kept;
+                zb_err err = { { 0 } };
+                ck_assert_msg(solver_zb_auto_costs(&pr, &fresh, &c_fresh, &err) == 0, "%s", err.msg);
+                const double *before = memo.admitted;
+                ck_assert_msg(solver_zb_auto_costs_memo(&pr, &memo, &kept, &c_kept, &err) == 0, "%s", err.msg);
+                reused += before != NULL && memo.admitted == before;
+                ck_assert_msg(sched_same_lanes(fresh, kept) && c_fresh == c_kept,
+                              "p=%d m=%d limit %g p M_B: the memo answered %g, a fresh call %g", p, m, factor[i],
+                              c_kept, c_fresh);
+                sched_free(fresh);
+                sched_free(kept);
+                calls++;
+            }
+            solver_zb_auto_memo_free(&memo);
+        }
+    ck_assert_int_eq(calls, 4 * 10);
+    ck_assert_msg(reused > 0 && reused < calls, "the memo was reused %d times in %d calls", reused, calls);
+}
+END_TEST
+
 START_TEST(limit_too_small)
 {
     double limit[4] = { 8, 8, 1.5, 8 }; /* device 2 cannot hold one F (dF = 2) */
@@ -193,6 +242,7 @@ int main(void)
     tcase_add_test(tc, per_device_limits);
     tcase_add_test(tc, more_memory_not_worse);
     tcase_add_test(tc, uneven_limits_fallback);
+    tcase_add_test(tc, memo_answers_as_fresh);
     tcase_add_test(tc, limit_too_small);
     tcase_add_test(tc, no_limit);
     suite_add_tcase(su, tc);
