@@ -18,6 +18,7 @@
  * time bucket faster.  So a plan over the limit walks towards fitting
  * without simulations.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,11 +58,29 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
     sched_t *s = sched_clone(src.sched);
     search_candidate trial;
     memset(&trial, 0, sizeof trial);
-    if (!cur || !best || !s) {
+    /* A move changes the costs of its two stages only, so only their
+     * devices' peaks: the others' are kept, under best's layers. */
+    int P = s ? s->n_devices : 0;
+    double *dev_peak = malloc(sizeof *dev_peak * (size_t)(P ? P : 1));
+    double *best_static = malloc(sizeof *best_static * (size_t)(P ? P : 1));
+    stage_cost *best_cost = malloc(sizeof *best_cost * (size_t)S);
+    if (!cur || !best || !s || !dev_peak || !best_static || !best_cost) {
         zb_fail(err, "out of memory");
         goto out;
     }
     memcpy(best, src.layers, sizeof *best * (size_t)S);
+    {
+        zb_err e0 = { { 0 } };
+        if (search_cost_sched(st, &cf, best, s, &e0) < 0) {
+            rc = 0; /* the source's own split no longer costs: nothing to tune */
+            goto out;
+        }
+    }
+    for (int d = 0; d < P; d++) {
+        dev_peak[d] = s->mem_static[d] + sched_lane_peak(s, d);
+        best_static[d] = s->mem_static[d];
+    }
+    memcpy(best_cost, s->cost, sizeof *best_cost * (size_t)S);
     double best_ex = fmax(0, src.peak_bytes - o->mem_bytes), best_t = sync ? src.sync_ms : src.async_ms;
     int evals = 0, improved = 1, moved = 0;
     while (improved && evals < max_evals) {
@@ -79,10 +98,24 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                 evals++;
                 if (search_cost_sched(st, &cf, cur, s, &e2) < 0)
                     continue;
-                /* The order fixes the peak; the time is simulated only
-                 * when it decides: both fit, and the busiest device's
-                 * compute (no order runs faster) leaves room to gain. */
-                double ex = fmax(0, search_plan_peak(s) - o->mem_bytes), t = NAN;
+                /* The order fixes the peak (search_plan_peak's, device by
+                 * device); the time is simulated only when it decides:
+                 * both fit, and the busiest device's compute (no order
+                 * runs faster) leaves room to gain. */
+                int d_from = s->stage_device[from], d_to = s->stage_device[to];
+                double peak = 0;
+                for (int d = 0; d < P; d++) {
+                    if (d == d_from || d == d_to) {
+                        peak = fmax(peak, s->mem_static[d] + sched_lane_peak(s, d));
+                        continue;
+                    }
+                    assert(s->mem_static[d] == best_static[d]); /* untouched by the move */
+                    peak = fmax(peak, dev_peak[d]);
+                }
+                for (int k = 0; k < S; k++)
+                    assert(k == from || k == to || !memcmp(&s->cost[k], &best_cost[k], sizeof *best_cost));
+                assert(peak == search_plan_peak(s) || evals > 1); /* checked on each tune's first move */
+                double ex = fmax(0, peak - o->mem_bytes), t = NAN;
                 if (ex == 0 && best_ex == 0 && search_busiest_ms(s) * SEARCH_TIME_RESOLUTION >= best_t)
                     continue;
                 if (ex == 0 || !better(ex, INFINITY, best_ex, best_t)) {
@@ -95,6 +128,12 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                     best_ex = ex;
                     best_t = t;
                     improved = moved = 1;
+                    dev_peak[d_from] = s->mem_static[d_from] + sched_lane_peak(s, d_from);
+                    dev_peak[d_to] = s->mem_static[d_to] + sched_lane_peak(s, d_to);
+                    best_static[d_from] = s->mem_static[d_from];
+                    best_static[d_to] = s->mem_static[d_to];
+                    best_cost[from] = s->cost[from];
+                    best_cost[to] = s->cost[to];
                 }
             }
         }
@@ -129,6 +168,9 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
 out:
     free(cur);
     free(best);
+    free(dev_peak);
+    free(best_static);
+    free(best_cost);
     sched_free(s);
     search_config_free(&cf);
     return rc;

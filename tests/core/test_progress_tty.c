@@ -128,7 +128,7 @@ START_TEST(search_names_the_configuration_the_ilp_refines)
     ck_assert_int_eq(run_pty(argv, NULL, buf, sizeof buf), 0);
     ck_assert_msg(strstr(buf, "\rsearch ") != NULL && strstr(buf, " candidates; ilp 1/1 on pp=") != NULL,
                   "no search status naming the ILP's configuration: [...%s]", tail(buf));
-    ck_assert_msg(strstr(buf, "gap ") != NULL, "no ILP gap in the search status");
+    ck_assert_msg(strstr(buf, "gap ") != NULL, "no ILP gap in the search status: [...%s]", tail(buf));
     ck_assert_msg(strstr(buf, "best: ") != NULL, "the table is missing");
 }
 END_TEST
