@@ -114,7 +114,7 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                 }
                 for (int k = 0; k < S; k++)
                     assert(k == from || k == to || !memcmp(&s->cost[k], &best_cost[k], sizeof *best_cost));
-                assert(peak == search_plan_peak(s) || evals > 1); /* checked on each tune's first move */
+                assert(evals > 1 || peak == search_plan_peak(s)); /* checked on each tune's first move */
                 double ex = fmax(0, peak - o->mem_bytes), t = NAN;
                 if (ex == 0 && best_ex == 0 && search_busiest_ms(s) * SEARCH_TIME_RESOLUTION >= best_t)
                     continue;
