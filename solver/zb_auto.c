@@ -73,7 +73,8 @@ typedef struct zb_run {
     int *n_done[3];           /* [3][p] ops of each kind placed per stage */
     int *n_ops;               /* [p] ops placed per stage */
     uint8_t *order;           /* [p][3m] kinds in placement order per stage */
-    double *end_time;         /* [3][p][m] end time of each op */
+    double *end_time;         /* [3][m][p] end time of each op: a micro-batch's ops on
+                               * neighbouring stages side by side, as the runs read them */
     double *stage_end;        /* [p] end of the last op placed on each stage */
     double *mem;              /* [p] running activation memory per stage */
     double *stage_bubble;     /* [p] idle time so far after each stage's first op */
@@ -125,7 +126,7 @@ static int cap_admits(zb_run *r, int stage, double need)
 static double *endp(zb_run *r, int kind, int stage, int mb)
 {
     const solver_problem *pr = r->pr;
-    return &r->end_time[((long)kind * pr->p + stage) * pr->m + mb];
+    return &r->end_time[((long)kind * pr->m + mb) * pr->p + stage];
 }
 
 /* Places the next op of `kind` on `stage` (the authors' put()). */
