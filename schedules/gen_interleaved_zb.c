@@ -134,22 +134,20 @@ static sched_t *izb_build(const sched_t *base, int v, int q, izb_knobs k)
 
 /* Builds the order for knobs k and, when it fits, simulates it.  Returns
  * 1 when it is valid and fits limit (*out holds it, with its cost and
- * peak), 0 when it is valid but does not fit (*out holds it too, with its
- * peak; its cost is not simulated, as no caller reads it), -1 when it
- * deadlocks (*out NULL), -2 when memory runs out.  A device's peak is its
- * lane's (sched_lane_peak): the order fixes it, so an order over the limit
- * (most of a bisection's probes) needs no simulation. */
-static int izb_eval(const sched_t *base, int v, int q, izb_knobs k, const double *limit,
+ * peak), 0 when it does not fit (*out holds it too, with its peak; its
+ * cost is not simulated, as no caller reads it), -1 when it deadlocks
+ * (*out NULL), -2 when memory runs out.  A device's peak is its lane's
+ * (sched_lane_peak): the order fixes it (izb_build places every op once),
+ * so an order over the limit (most of a bisection's probes) needs no
+ * simulation, nor, unless check_all, the validation that tells a
+ * deadlock from an order that merely does not fit: a bisection treats
+ * both alike. */
+static int izb_eval(const sched_t *base, int v, int q, izb_knobs k, const double *limit, int check_all,
                     sched_t **out, double *cost, double *peak)
 {
     *out = izb_build(base, v, q, k);
     if (!*out)
         return -2;
-    if (sched_validate(*out, NULL) != 0) {
-        sched_free(*out);
-        *out = NULL;
-        return -1;
-    }
     int fits = 1;
     *peak = 0;
     for (int d = 0; d < (*out)->n_devices; d++) {
@@ -158,6 +156,11 @@ static int izb_eval(const sched_t *base, int v, int q, izb_knobs k, const double
         fits &= !(pk > limit[d] + 1e-9);
     }
     *cost = NAN;
+    if ((fits || check_all) && sched_validate(*out, NULL) != 0) {
+        sched_free(*out);
+        *out = NULL;
+        return -1;
+    }
     if (!fits)
         return 0;
     sim_result r = { 0 };
@@ -208,7 +211,7 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
     int min_cap = (v - 1) * q, max_cap = (v - 1) * q + np - 1, max_hold = np - 1;
     sched_t *best = NULL;
     double best_cost = 0, best_peak = 0, least_peak = 0;
-    int fit = izb_eval(base, v, q, (izb_knobs){ 1 << 30, 1 << 30 }, p->mem_limit, &best,
+    int fit = izb_eval(base, v, q, (izb_knobs){ 1 << 30, 1 << 30 }, p->mem_limit, 0, &best,
                        &best_cost, &best_peak);
     if (fit < -1)
         return gen_fail_oom(base, kind, err);
@@ -221,7 +224,7 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
     best = NULL;
     sched_t *lean = NULL;
     double lean_cost;
-    fit = izb_eval(base, v, q, (izb_knobs){ min_cap, 0 }, p->mem_limit, &lean, &lean_cost,
+    fit = izb_eval(base, v, q, (izb_knobs){ min_cap, 0 }, p->mem_limit, 1, &lean, &lean_cost,
                    &least_peak);
     sched_free(lean);
     if (fit < -1)
@@ -238,7 +241,7 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
         int lo = min_cap, hi = max_cap; /* find the largest cap in [lo, hi] that fits */
         sched_t *col = NULL;
         double col_cost = 0, col_peak = 0;
-        int r = izb_eval(base, v, q, (izb_knobs){ lo, hold }, p->mem_limit, &col, &col_cost,
+        int r = izb_eval(base, v, q, (izb_knobs){ lo, hold }, p->mem_limit, 0, &col, &col_cost,
                          &col_peak);
         if (r < -1)
             goto oom;
@@ -250,7 +253,7 @@ int gen_interleaved_zb(const gen_params *p, sched_t **out, zb_err *err)
             int mid = lo + (hi - lo + 1) / 2;
             sched_t *s = NULL;
             double c, pk;
-            r = izb_eval(base, v, q, (izb_knobs){ mid, hold }, p->mem_limit, &s, &c, &pk);
+            r = izb_eval(base, v, q, (izb_knobs){ mid, hold }, p->mem_limit, 0, &s, &c, &pk);
             if (r < -1) {
                 sched_free(col);
                 goto oom;
