@@ -103,7 +103,7 @@ sched_t *sched_clone(const sched_t *s)
     return c;
 }
 
-static int lane_grow(sched_lane *l)
+int sched_lane_grow(sched_lane *l)
 {
     int cap = l->cap ? l->cap * 2 : 16;
     sched_op *ops = realloc(l->ops, sizeof *ops * (size_t)cap);
@@ -121,23 +121,6 @@ static int lane_grow(sched_lane *l)
         l->end = en;
     }
     l->cap = cap;
-    return 0;
-}
-
-int sched_push(sched_t *s, int dev, op_kind kind, int stage, int mb)
-{
-    assert(dev >= 0 && dev < s->n_devices);
-    assert(OP_IS_VOCAB(kind) || (stage >= 0 && stage < s->n_stages));
-    assert(mb >= 0 && mb < s->n_micro);
-    assert(kind >= OP_F && kind <= OP_T);
-    assert(!OP_IS_VOCAB(kind) || stage == dev); /* shard d lives on device d */
-    sched_lane *l = &s->dev[dev];
-    if (l->n_ops == l->cap && lane_grow(l) != 0)
-        return -1;
-    l->ops[l->n_ops] = (sched_op){ .kind = (uint8_t)kind, .stage = stage, .mb = mb };
-    if (l->start)
-        l->start[l->n_ops] = l->end[l->n_ops] = 0;
-    l->n_ops++;
     return 0;
 }
 

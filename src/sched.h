@@ -129,10 +129,31 @@ void sched_free(sched_t *s);
 /* Returns a deep copy of s (ops, times, meta), or NULL when memory runs out. */
 sched_t *sched_clone(const sched_t *s);
 
+/* Doubles the room of lane l (sched_push's slow path).  Returns 0, or -1
+ * when memory runs out (l still holds its ops, in the room it had). */
+int sched_lane_grow(sched_lane *l);
+
 /* Appends an op to device dev's list.  Returns 0, or -1 when memory runs out.
  * Arguments are asserted to be in range: generators are trusted code; loaders
- * check user input before calling this. */
-int sched_push(sched_t *s, int dev, op_kind kind, int stage, int mb);
+ * check user input before calling this.  Inline: the solvers and the
+ * vocabulary placement append tens of millions of ops in one search, and
+ * the call was most of the cost of each. */
+static inline int sched_push(sched_t *s, int dev, op_kind kind, int stage, int mb)
+{
+    assert(dev >= 0 && dev < s->n_devices);
+    assert(OP_IS_VOCAB(kind) || (stage >= 0 && stage < s->n_stages));
+    assert(mb >= 0 && mb < s->n_micro);
+    assert(kind >= OP_F && kind <= OP_T);
+    assert(!OP_IS_VOCAB(kind) || stage == dev); /* shard d lives on device d */
+    sched_lane *l = &s->dev[dev];
+    if (l->n_ops == l->cap && sched_lane_grow(l) != 0)
+        return -1;
+    l->ops[l->n_ops] = (sched_op){ .kind = (uint8_t)kind, .stage = stage, .mb = mb };
+    if (l->start)
+        l->start[l->n_ops] = l->end[l->n_ops] = 0;
+    l->n_ops++;
+    return 0;
+}
 
 /* Places stages in order on devices: plain (stage s on device s % p: one
  * stage per device, or Megatron's interleaving when S = v*p) or V-shaped
