@@ -150,7 +150,8 @@ typedef struct v_choice {
  * deltas). */
 static double greedy_cap(double limit)
 {
-    return limit + 1e-9 * fmax(1, fabs(limit));
+    double a = fabs(limit);
+    return limit + 1e-9 * (a > 1 ? a : 1); /* fmax(1, a), without its library call */
 }
 
 /* Device d's next action: what it runs at the first time from its free
@@ -180,7 +181,7 @@ again:;
             continue;
         if (rt <= now)
             return (v_choice){ now, OP_B, s };
-        next_arrival = fmin(next_arrival, rt);
+        next_arrival = rt < next_arrival ? rt : next_arrival;
     }
     /* F: memory permitting, with the first chunk's reservation. */
     int blocked = 0;
@@ -197,15 +198,19 @@ again:;
                                           : r->mem[d] + t->cost[s].d_f;
         /* The only place the limit is read: what it admitted and refused
          * tells which other limits would take every decision alike. */
+        /* (comparisons rather than fmin/fmax, which are library calls
+         * here: no value is NaN, and this runs for every decision) */
         if (need > greedy_cap(r->limit[d])) {
-            r->refused[d] = fmin(r->refused[d], need);
+            if (need < r->refused[d])
+                r->refused[d] = need;
             blocked = 1;
             continue;
         }
-        r->admitted[d] = fmax(r->admitted[d], need);
+        if (need > r->admitted[d])
+            r->admitted[d] = need;
         if (rt <= now)
             return (v_choice){ now, OP_F, s };
-        next_arrival = fmin(next_arrival, rt);
+        next_arrival = rt < next_arrival ? rt : next_arrival;
     }
     /* W: the oldest pending one. */
     int ws = -1;
@@ -257,7 +262,8 @@ static int asap_commit(v_run *r, int d, sched_op op)
     else if (op.kind == OP_B)
         *at(r, r->asap_b, op.stage, op.mb) = end;
     r->work_left[d] -= dur;
-    return ((end - r->asap_first[d]) + fmax(0, r->work_left[d])) * (1 - 1e-9) >= r->give_up;
+    double left = r->work_left[d] > 0 ? r->work_left[d] : 0;
+    return ((end - r->asap_first[d]) + left) * (1 - 1e-9) >= r->give_up;
 }
 
 /* One greedy run; returns 0, 1 when it was given up (it cannot beat

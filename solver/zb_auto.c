@@ -115,10 +115,12 @@ static double limit_of(const solver_problem *pr, int stage)
 static int cap_admits(zb_run *r, int stage, double need)
 {
     if (need > r->cap[stage]) {
-        r->refused[stage] = fmin(r->refused[stage], need);
+        if (need < r->refused[stage]) /* (not fmin: a library call, and no value is NaN) */
+            r->refused[stage] = need;
         return 0;
     }
-    r->admitted[stage] = fmax(r->admitted[stage], need);
+    if (need > r->admitted[stage])
+        r->admitted[stage] = need;
     return 1;
 }
 
@@ -129,8 +131,11 @@ static double *endp(zb_run *r, int kind, int stage, int mb)
     return &r->end_time[((long)kind * pr->m + mb) * pr->p + stage];
 }
 
-/* Places the next op of `kind` on `stage` (the authors' put()). */
-static void put(zb_run *r, int stage, int kind)
+/* Places the next op of `kind` on `stage` (the authors' put()).  Always
+ * inlined: it is a few dozen instructions, called for every op of every
+ * run, and the call's own cost was a fifth of it (llama3-70b's pp=64
+ * search: 3.86 G instructions, 3.47 G inlined; cachegrind). */
+static inline __attribute__((always_inline)) void put(zb_run *r, int stage, int kind)
 {
     const solver_problem *pr = r->pr;
     int mb = r->n_done[kind][stage];
