@@ -321,12 +321,16 @@ static int evaluate(search_state *st, search_config *cf, search_candidate *c, sc
     co.layers = layers;
     c->split_tuned = layers != NULL;
     int built = c->layers && search_cost_sched(st, cf, layers, s, &e2) == 0 &&
-                cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) == 0 &&
-                sched_validate_static(s, &e2) == 0;
+                cost_split_layers(&cf->model, &st->o->gpu, &co, S, c->layers, &e2) == 0;
+    /* A plan pruned by its peak is not validated either: its peak reads
+     * only its ops' kinds and stages, which sched_push asserts in range
+     * (generators and solvers are trusted code; --exhaustive, which
+     * prunes nothing, still validates every plan). */
     if (built && may_prune && pruned_by_peak(st, c, s)) {
         sched_free(s);
         return 1;
     }
+    built = built && sched_validate_static(s, &e2) == 0;
     /* The simulation finds a deadlock itself; the validator's walk runs
      * only then, to name the stuck ops. */
     if (built && search_measure(st, cf, layers, c, s, &e2) < 0) {
