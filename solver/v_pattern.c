@@ -119,7 +119,17 @@ static void put_w(vp *v, int split)
 
 /* Peak unit memory of device d (F, f +1; W -1; without W's placed, a W
  * runs in every free slot while one is pending: the authors' mem_of_stage). */
+static int mem_of_upto(vp *v, int d, int cap);
+
 static int mem_of(vp *v, int d)
+{
+    return mem_of_upto(v, d, -1);
+}
+
+/* mem_of, given up (returning cap + 1) as soon as the running count
+ * passes cap when cap >= 0: for a caller that asks only whether the peak
+ * stays within cap. */
+static int mem_of_upto(vp *v, int d, int cap)
 {
     /* Past the device's last op a slot only runs a pending W (cur falls):
      * scanning to v->last, an upper bound of it, gives the same peak. */
@@ -139,6 +149,8 @@ static int mem_of(vp *v, int d)
         }
         if (cur > peak)
             peak = cur;
+        if (cap >= 0 && peak > cap)
+            return cap + 1;
     }
     return peak;
 }
@@ -170,11 +182,37 @@ static vp_op *ops_in_order(vp *v, long *n)
     vp_op *ops = malloc(sizeof *ops * (size_t)(total ? total : 1));
     if (!ops)
         return NULL;
+    /* By slot, then (d, t, j) as cmp_op orders them: a counting sort by
+     * slot over the ops listed in (d, t, j) order, which it keeps (qsort
+     * through cmp_op was a tenth of the pattern's time). */
+    long hi = 0;
     for (int d = 0; d < v->p; d++)
         for (int t = 0; t < v->n_types; t++)
             for (int j = 0; j < v->cnt[t]; j++)
-                ops[k++] = (vp_op){ *slotp(v, d, t, j), d, t, j };
-    qsort(ops, (size_t)total, sizeof *ops, cmp_op);
+                if (*slotp(v, d, t, j) > hi)
+                    hi = *slotp(v, d, t, j);
+    long *at = calloc((size_t)hi + 2, sizeof *at);
+    if (!at) {
+        free(ops);
+        return NULL;
+    }
+    for (int d = 0; d < v->p; d++)
+        for (int t = 0; t < v->n_types; t++)
+            for (int j = 0; j < v->cnt[t]; j++)
+                at[*slotp(v, d, t, j) + 1]++;
+    for (long x = 1; x <= hi + 1; x++)
+        at[x] += at[x - 1];
+    for (int d = 0; d < v->p; d++)
+        for (int t = 0; t < v->n_types; t++)
+            for (int j = 0; j < v->cnt[t]; j++) {
+                long sl = *slotp(v, d, t, j);
+                ops[at[sl]++] = (vp_op){ sl, d, t, j };
+                k++;
+            }
+    free(at);
+    assert(k == total);
+    for (long x = 1; x < total; x++)
+        assert(cmp_op(&ops[x - 1], &ops[x]) < 0);
     *n = total;
     return ops;
 }
@@ -252,7 +290,7 @@ static long first_fit_scan(vp *v, int d, int t, long from, long at, int cap)
         if (*occp(v, d, s))
             continue;
         *occp(v, d, s) = (char)(t + 1);
-        int fits = mem_of(v, d) <= cap;
+        int fits = mem_of_upto(v, d, cap) <= cap;
         *occp(v, d, s) = 0;
         if (fits)
             return s;
