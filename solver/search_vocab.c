@@ -158,7 +158,8 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
         search_skip(c, e2.msg);
         goto out;
     }
-    if (!strcmp(src->family, "zb-auto") && S == st->pp && vocab_replan(st, s, &e2) < 0) {
+    int replanned = !strcmp(src->family, "zb-auto") && S == st->pp;
+    if (replanned && vocab_replan(st, s, &e2) < 0) {
         search_skip(c, e2.msg);
         goto out;
     }
@@ -177,7 +178,11 @@ static int vocab_build(search_state *st, search_config *cf, const search_candida
     }
     sched_vocab pv = s->vocab;
     sched_set_vocab(s, SCHED_VOCAB_NONE, 0, 0, 0, 0, 0, 0);
-    if (gen_vocab_insert_check(s, &pv, &e2) < 0) { /* once: the placements trust them */
+    /* Once: the placements trust them.  src's order was validated and
+     * simulated when it was built (the simulation proves it runs), so
+     * only its new costs need checking; a replanned order in full. */
+    if ((replanned ? gen_vocab_insert_check(s, &pv, &e2)
+                   : gen_vocab_check(&pv, &e2) || sched_check_magnitudes(s, &e2) ? -1 : 0) < 0) {
         search_skip(c, e2.msg);
         goto out;
     }
