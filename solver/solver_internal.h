@@ -160,7 +160,9 @@ int solver_v_costs_memo(const char *variant, const sched_t *tmpl, const double *
  * with it; limits under which every need that passed still passes and
  * every need refused is still refused take every decision of every run
  * alike.  What the runs do not decide (the lower bound that proves their
- * best optimal, and the two other candidates) reads the limit afresh. */
+ * best optimal, and the two other candidates) reads the limit afresh; the
+ * fallback order is fixed by its warm-ups, so its cost is kept with them
+ * and not simulated again for the same warm-ups. */
 typedef struct solver_zb_auto_memo {
     const stage_cost *cost; /* the costs the runs read (borrowed; they must not change while
                              * the memo is used); NULL: empty */
@@ -173,6 +175,9 @@ typedef struct solver_zb_auto_memo {
                              * no_bubble_greedy) */
     int *n_ops;             /* [p] with best >= 0: its ops per stage */
     uint8_t *order;         /* [p][3m] and their kinds in order */
+    int *fb_warmup;         /* [p] the fallback order's warm-up per stage, the last
+                             * simulated on these costs (it fixes the order), or NULL */
+    double fb_cost;         /* with fb_warmup: that order's cost */
 } solver_zb_auto_memo;
 
 /* solver_zb_auto_costs (solver.h), its knob runs taken from memo when

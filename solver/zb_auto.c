@@ -436,12 +436,17 @@ oom:
  * stage would wait for an F its predecessor runs only after a B that waits
  * on it).  Stage r then holds at most w_r + 1 activations, which fits by
  * construction once the limit holds one F (checked up front). */
-static int fallback_sched(const solver_problem *pr, sched_t **out, double *cost, zb_err *err)
+static int fallback_sched(const solver_problem *pr, solver_zb_auto_memo *memo, sched_t **out, double *cost,
+                          zb_err *err)
 {
     int p = pr->p, m = pr->m, cap = m - 1;
+    int *warm = malloc(sizeof *warm * (size_t)p); /* [p] each stage's warm-up */
     sched_t *s = sched_new(p, m, p);
-    if (!s)
+    if (!s || !warm) {
+        sched_free(s);
+        free(warm);
         return zb_fail(err, "out of memory building the zb-auto schedule");
+    }
     snprintf(s->name, sizeof s->name, "zb-auto");
     sched_place_interleaved(s);
     memcpy(s->cost, pr->cost, sizeof *s->cost * (size_t)p);
@@ -462,7 +467,7 @@ static int fallback_sched(const solver_problem *pr, sched_t **out, double *cost,
             w = k - 1;
         if (w < cap)
             cap = w;
-        w = cap < 0 ? 0 : cap;
+        w = warm[r] = cap < 0 ? 0 : cap;
         int next_f = 0;
         for (; next_f < w; next_f++)
             ok = ok && sched_push(s, r, OP_F, r, next_f) == 0;
@@ -472,15 +477,28 @@ static int fallback_sched(const solver_problem *pr, sched_t **out, double *cost,
             ok = ok && sched_push(s, r, OP_B, r, i) == 0 && sched_push(s, r, OP_W, r, i) == 0;
         }
     }
-    solver_eval_result ev;
+    /* The order is the warm-ups': the same warm-ups on the memo's costs
+     * (the other zb-auto labels of a configuration, their limits past
+     * every warm-up's cap) cost what they cost there, unsimulated. */
+    int same_problem = memo && memo->cost == pr->cost && memo->p == p && memo->m == m && memo->t_comm == pr->t_comm;
+    int known = ok && same_problem && memo->fb_warmup && !memcmp(memo->fb_warmup, warm, sizeof *warm * (size_t)p);
+    solver_eval_result ev = { .cost = known ? memo->fb_cost : NAN };
     s->meta = ok ? cJSON_CreateObject() : NULL;
     cJSON *sol = s->meta ? cJSON_AddObjectToObject(s->meta, "solver") : NULL;
-    if (!sol || solver_eval(s, &ev, NULL, err) != 0
+    if (!sol || (!known && solver_eval(s, &ev, NULL, err) != 0)
         || !cJSON_AddStringToObject(sol, "method", "zb-auto fallback: 1F1B order, W after B, memory-capped warm-up")
         || !cJSON_AddNumberToObject(sol, "cost", ev.cost)) {
         sched_free(s);
+        free(warm);
         return err && err->msg[0] ? -1 : zb_fail(err, "out of memory building the zb-auto schedule");
     }
+    if (same_problem && !known) { /* kept for the next label */
+        free(memo->fb_warmup);
+        memo->fb_warmup = warm;
+        memo->fb_cost = ev.cost;
+        warm = NULL;
+    }
+    free(warm);
     *cost = ev.cost;
     *out = s;
     return 0;
@@ -536,6 +554,7 @@ void solver_zb_auto_memo_free(solver_zb_auto_memo *memo)
     free(memo->refused);
     free(memo->n_ops);
     free(memo->order);
+    free(memo->fb_warmup);
     memset(memo, 0, sizeof *memo);
 }
 
@@ -649,12 +668,19 @@ int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *mem
         int *n_ops = malloc(sizeof(int) * (size_t)p);
         uint8_t *order = malloc((size_t)p * 3 * (size_t)m);
         if (n_ops && order) {
+            /* The fallback's warm-ups stay while the problem is the same. */
+            int same = memo->cost == pr->cost && memo->p == p && memo->m == m && memo->t_comm == pr->t_comm;
+            int *fb = same ? memo->fb_warmup : NULL;
+            double fb_cost = memo->fb_cost;
+            if (same)
+                memo->fb_warmup = NULL;
             solver_zb_auto_memo_free(memo);
             memcpy(n_ops, best_run.n_ops, sizeof(int) * (size_t)p);
             memcpy(order, best_run.order, (size_t)p * 3 * (size_t)m);
             *memo = (solver_zb_auto_memo){ .cost = pr->cost, .p = p, .m = m, .t_comm = pr->t_comm,
                                            .admitted = run.admitted, .refused = run.refused, .best = best,
-                                           .best_bits = best_bits, .n_ops = n_ops, .order = order };
+                                           .best_bits = best_bits, .n_ops = n_ops, .order = order,
+                                           .fb_warmup = fb, .fb_cost = fb_cost };
             run.admitted = run.refused = NULL;
         } else {
             free(n_ops);
@@ -681,7 +707,7 @@ int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *mem
     }
     sched_t *alt = NULL;
     double alt_cost = INFINITY;
-    if (fallback_sched(pr, &alt, &alt_cost, err) != 0)
+    if (fallback_sched(pr, memo, &alt, &alt_cost, err) != 0)
         goto out;
     if (pr->limit && greedy_candidate(pr, &alt, &alt_cost) != 0) {
         sched_free(alt);
