@@ -199,11 +199,16 @@ double search_busiest_ms(const sched_t *s)
     return most;
 }
 
+double search_device_peak(const sched_t *s, int d)
+{
+    return s->mem_static[d] + sched_lane_peak(s, d);
+}
+
 double search_plan_peak(const sched_t *s)
 {
     double peak = 0;
     for (int d = 0; d < s->n_devices; d++)
-        peak = fmax(peak, s->mem_static[d] + sched_lane_peak(s, d));
+        peak = fmax(peak, search_device_peak(s, d));
     return peak;
 }
 

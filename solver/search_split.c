@@ -77,7 +77,7 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
         }
     }
     for (int d = 0; d < P; d++) {
-        dev_peak[d] = s->mem_static[d] + sched_lane_peak(s, d);
+        dev_peak[d] = search_device_peak(s, d);
         best_static[d] = s->mem_static[d];
     }
     memcpy(best_cost, s->cost, sizeof *best_cost * (size_t)S);
@@ -107,7 +107,7 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                 double peak = 0;
                 for (int d = 0; d < P; d++) {
                     if (d == d_from || d == d_to) {
-                        peak = fmax(peak, s->mem_static[d] + sched_lane_peak(s, d));
+                        peak = fmax(peak, search_device_peak(s, d));
                         continue;
                     }
                     assert(s->mem_static[d] == best_static[d]); /* untouched by the move */
@@ -131,8 +131,8 @@ static int tune_split(search_state *st, int src_index, int max_evals, int sync, 
                     best_ex = ex;
                     best_t = t;
                     improved = moved = check_peak = 1;
-                    dev_peak[d_from] = s->mem_static[d_from] + sched_lane_peak(s, d_from);
-                    dev_peak[d_to] = s->mem_static[d_to] + sched_lane_peak(s, d_to);
+                    dev_peak[d_from] = search_device_peak(s, d_from);
+                    dev_peak[d_to] = search_device_peak(s, d_to);
                     best_static[d_from] = s->mem_static[d_from];
                     best_static[d_to] = s->mem_static[d_to];
                     best_cost[from] = s->cost[from];

@@ -134,9 +134,12 @@ int search_cost_sched(const search_state *st, search_config *cf, const int *laye
  * order runs faster: a lower bound of its time under every step rule. */
 double search_busiest_ms(const sched_t *s);
 
-/* The peak search_measure would report for s (costed): static memory plus
- * the lane's activation peak on the fullest device, which the op order
- * alone fixes (sched_lane_peak), so no simulation is needed. */
+/* Device d's static memory plus its lane's activation peak (s costed),
+ * which the op order alone fixes (sched_lane_peak). */
+double search_device_peak(const sched_t *s, int d);
+
+/* The peak search_measure would report for s (costed): search_device_peak
+ * of the fullest device, so no simulation is needed. */
 double search_plan_peak(const sched_t *s);
 
 /* Simulates s (already costed) and fills c's figures; 0 or -1 with err. */

@@ -96,7 +96,7 @@ static double vocab_oom_floor(const search_state *st, const sched_t *s, const sc
             return 0; /* a forward that frees memory: the argument fails */
     double most = 0;
     for (int d = 0; d < s->n_devices; d++) { /* search_plan_peak, and where */
-        double peak = s->mem_static[d] + sched_lane_peak(s, d);
+        double peak = search_device_peak(s, d);
         if (peak > most) {
             most = peak;
             *device = d;

@@ -117,6 +117,13 @@ static void put_w(vp *v, int split)
     v->cnt[5] = split ? v->m : 0;
 }
 
+/* The unit memory an op of type t adds with W's placed: F, f +1; W -1;
+ * B, b nothing. */
+static int unit_delta(int t)
+{
+    return t == 0 || t == 1 ? 1 : t >= 4 ? -1 : 0;
+}
+
 /* Peak unit memory of device d (F, f +1; W -1; without W's placed, a W
  * runs in every free slot while one is pending: the authors' mem_of_stage). */
 static int mem_of_upto(vp *v, int d, int cap);
@@ -187,11 +194,10 @@ static vp_op *ops_in_order(vp *v, long *n)
      * through cmp_op took 0.34 G of llama3-405b's 11.7 G instructions
      * over 1,024 GPUs). */
     long hi = 0;
-    for (int d = 0; d < v->p; d++)
-        for (int t = 0; t < v->n_types; t++)
-            for (int j = 0; j < v->cnt[t]; j++)
-                if (*slotp(v, d, t, j) > hi)
-                    hi = *slotp(v, d, t, j);
+    for (int d = 0; d < v->p; d++) {
+        long last = max_slot(v, d);
+        hi = last > hi ? last : hi;
+    }
     long *at = calloc((size_t)hi + 2, sizeof *at);
     if (!at) {
         free(ops);
@@ -343,7 +349,7 @@ static int reorder(vp *v, int consider_w)
         int cur = 0;
         for (long s = 0; s < v->bound; s++) {
             int t = *occp(v, d, s) - 1;
-            cur += t == 0 || t == 1 ? 1 : t >= 4 ? -1 : 0;
+            cur += unit_delta(t);
             v->level[(long)d * v->bound + s] = cur;
         }
     }
@@ -370,7 +376,7 @@ static int reorder(vp *v, int consider_w)
         if (has_w && v->check && s != first_fit_scan(v, d, t, from, at, cur_mem))
             v->mismatch = 1;
         if (has_w) {
-            int delta = t <= 1 ? 1 : t >= 4 ? -1 : 0;
+            int delta = unit_delta(t);
             for (long x = s; x < at; x++)
                 v->level[(long)d * v->bound + x] += delta;
         }

@@ -159,7 +159,7 @@ static double greedy_cap(double limit)
  * its way).  While it can run nothing, it idles until its next input
  * arrives and looks again; no other device's commit can change what it
  * sees until then without choosing for it afresh (its inputs' producers
- * do, run_once), so looking again here takes the decision the device
+ * do, v_run_once), so looking again here takes the decision the device
  * would take at that time. */
 static v_choice choose(const v_run *r, int d, const v_knobs *k)
 {
@@ -197,9 +197,9 @@ again:;
         double need = x == 0 && n_st == 2 ? r->mem[d] + df0 + df1 * (k->reserve_all ? r->resv[d] + 1 : 1)
                                           : r->mem[d] + t->cost[s].d_f;
         /* The only place the limit is read: what it admitted and refused
-         * tells which other limits would take every decision alike. */
-        /* (comparisons rather than fmin/fmax, which are library calls
-         * here: no value is NaN, and this runs for every decision) */
+         * tells which other limits would take every decision alike
+         * (comparisons rather than fmin/fmax, which are library calls
+         * here: no value is NaN, and this runs for every decision). */
         if (need > greedy_cap(r->limit[d])) {
             if (need < r->refused[d])
                 r->refused[d] = need;

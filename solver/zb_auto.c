@@ -131,6 +131,14 @@ static double *endp(zb_run *r, int kind, int stage, int mb)
     return &r->end_time[((long)kind * pr->m + mb) * pr->p + stage];
 }
 
+/* The knobs of setting bits (allow_bubble << 2 | prioritize_b << 1 |
+ * no_bubble_greedy). */
+static zb_knobs knobs_of(int bits)
+{
+    return (zb_knobs){ .allow_bubble_before_first_b = (bits >> 2) & 1, .prioritize_b = (bits >> 1) & 1,
+                       .no_bubble_greedy = bits & 1 };
+}
+
 /* Places the next op of `kind` on `stage` (the authors' put()).  Always
  * inlined: it is a few dozen instructions, called for every op of every
  * run, and the call's own cost was a fifth of it (llama3-70b's pp=64
@@ -430,6 +438,13 @@ oom:
     return zb_fail(err, "out of memory building the zb-auto schedule");
 }
 
+/* 1 when memo holds runs on pr's costs, shape and communication time. */
+static int memo_same_problem(const solver_zb_auto_memo *memo, const solver_problem *pr)
+{
+    return memo && memo->cost && memo->cost == pr->cost && memo->p == pr->p && memo->m == pr->m &&
+           memo->t_comm == pr->t_comm;
+}
+
 /* The fallback when no knob setting fits: a 1F1B order with B and W split
  * and each W right after its B, whose warm-up on stage r is capped by the
  * memory of stages 0..r (warm-ups must not grow along the pipeline, or a
@@ -480,7 +495,7 @@ static int fallback_sched(const solver_problem *pr, solver_zb_auto_memo *memo, s
     /* The order is the warm-ups': the same warm-ups on the memo's costs
      * (the other zb-auto labels of a configuration, their limits past
      * every warm-up's cap) cost what they cost there, unsimulated. */
-    int same_problem = memo && memo->cost == pr->cost && memo->p == p && memo->m == m && memo->t_comm == pr->t_comm;
+    int same_problem = memo_same_problem(memo, pr);
     int known = ok && same_problem && memo->fb_warmup && !memcmp(memo->fb_warmup, warm, sizeof *warm * (size_t)p);
     solver_eval_result ev = { .cost = known ? memo->fb_cost : NAN };
     s->meta = ok ? cJSON_CreateObject() : NULL;
@@ -562,8 +577,7 @@ void solver_zb_auto_memo_free(solver_zb_auto_memo *memo)
  * cap take each of their decisions as the caps they ran under did. */
 static int memo_covers(const solver_zb_auto_memo *memo, const solver_problem *pr, const double *cap)
 {
-    if (!memo || !memo->cost || memo->cost != pr->cost || memo->p != pr->p || memo->m != pr->m ||
-        memo->t_comm != pr->t_comm)
+    if (!memo_same_problem(memo, pr))
         return 0;
     for (int j = 0; j < pr->p; j++)
         if (!(memo->admitted[j] <= cap[j]) || memo->refused[j] <= cap[j])
@@ -649,9 +663,7 @@ int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *mem
             same = ((bits ^ done_bits[x]) & done_mattered[x]) == 0;
         if (same)
             continue;
-        zb_knobs k = { .allow_bubble_before_first_b = (bits >> 2) & 1,
-                       .prioritize_b = (bits >> 1) & 1,
-                       .no_bubble_greedy = bits & 1 };
+        zb_knobs k = knobs_of(bits);
         double t = zb_run_once(&run, &k, f_required, best);
         if (t == -2)
             continue;
@@ -669,7 +681,7 @@ int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *mem
         uint8_t *order = malloc((size_t)p * 3 * (size_t)m);
         if (n_ops && order) {
             /* The fallback's warm-ups stay while the problem is the same. */
-            int same = memo->cost == pr->cost && memo->p == p && memo->m == m && memo->t_comm == pr->t_comm;
+            int same = memo_same_problem(memo, pr);
             int *fb = same ? memo->fb_warmup : NULL;
             double fb_cost = memo->fb_cost;
             if (same)
@@ -687,8 +699,7 @@ int solver_zb_auto_costs_memo(const solver_problem *pr, solver_zb_auto_memo *mem
             free(order);
         }
     }
-    zb_knobs best_k = { .allow_bubble_before_first_b = (best_bits >> 2) & 1, .prioritize_b = (best_bits >> 1) & 1,
-                        .no_bubble_greedy = best_bits & 1 };
+    zb_knobs best_k = knobs_of(best_bits);
     /* Two more candidates for tight or uneven limits, where the paper's
      * heuristic can run out of W's to free or leave large bubbles: the
      * memory-capped 1F1B order (always fits) and the greedy list scheduler
