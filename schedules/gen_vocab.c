@@ -424,9 +424,13 @@ int gen_vocab_check(const sched_vocab *v, zb_err *err)
 /* Marks the candidates that committing c on device d may have changed:
  * choose(w, e) reads e's own lane state, the ends of the base ops next to
  * e's ops (F of the stage before, B of the stage after, its own F and B),
- * the last stage's F ends (every S waits for them) and the barriers'
- * ends.  So d's own, the neighbours of c's stage, and everyone's when c
- * is a last-stage F or completes a barrier. */
+ * the last stage's F end of e's next S, the end of barrier C0 of e's next
+ * T, and (on the last stage's device) the barrier its next backward
+ * waits for.  So d's own, the neighbours of c's stage, and, when c is a
+ * last-stage F(j) or completes a barrier of j, only the devices whose
+ * next S or T is j, and the last stage's device.  Marking every device
+ * there instead (a barrier C1, which gates only the last stage, included)
+ * was half the walk's choices at p = 64. */
 static void set_dirty(vwalk *w, int d)
 {
     if (!w->cand_dirty[d]) {
@@ -438,21 +442,26 @@ static void set_dirty(vwalk *w, int d)
 static void mark_dirty(vwalk *w, int d, vcand c)
 {
     const sched_t *s = w->base;
-    int all = 0;
     set_dirty(w, d);
     if (OP_IS_VOCAB(c.kind)) {
         int k = c.kind == OP_S ? 0 : 1;
-        all = w->count[k][c.mb] == w->p; /* its barrier just completed */
+        if (w->count[k][c.mb] < w->p)
+            return; /* its barrier is not complete yet */
+        for (int e = 0; k == 0 && e < w->p; e++)
+            if (w->next_t[e] == c.mb)
+                set_dirty(w, e); /* C0(j) releases T(j) */
+        if (k == (w->out->vocab.variant == SCHED_VOCAB_2 ? 1 : 0))
+            set_dirty(w, s->stage_device[w->S - 1]); /* the last stage's B(j) waits for it */
     } else if (c.kind == OP_F) {
-        all = c.stage == w->S - 1;
         if (c.stage + 1 < w->S)
             set_dirty(w, s->stage_device[c.stage + 1]);
+        for (int e = 0; c.stage == w->S - 1 && e < w->p; e++)
+            if (w->next_s[e] == c.mb)
+                set_dirty(w, e); /* S(j) waits for the last stage's F(j) */
     } else if (c.kind == OP_B || c.kind == OP_BW) {
         if (c.stage > 0)
             set_dirty(w, s->stage_device[c.stage - 1]);
     }
-    for (int e = 0; all && e < w->p; e++)
-        set_dirty(w, e);
 }
 
 static int same_cand(vcand a, vcand b)

@@ -34,10 +34,12 @@ void dev_heap_free(dev_heap *h)
 }
 
 /* 1 when entry a goes before entry b: the smaller key, then the lower
- * device. */
+ * device.  Bitwise, not short-circuit: which child is smaller is a coin
+ * toss in a time-ordered walk, and the branches of || and && mispredicted
+ * about half the time (the sifts were a tenth of a 405B search). */
 static inline int before(dev_heap_entry a, dev_heap_entry b)
 {
-    return a.key < b.key || (a.key == b.key && a.dev < b.dev);
+    return (a.key < b.key) | ((a.key == b.key) & (a.dev < b.dev));
 }
 
 /* Puts e at index i and records where its device is. */
@@ -55,7 +57,9 @@ static void sift_down(dev_heap *h, int i, dev_heap_entry e)
         int l = 2 * i + 1;
         if (l >= h->n)
             break;
-        int c = l + 1 < h->n && before(h->heap[l + 1], h->heap[l]) ? l + 1 : l;
+        int c = l;
+        if (l + 1 < h->n)
+            c += __builtin_expect_with_probability(before(h->heap[l + 1], h->heap[l]), 1, 0.5);
         if (!before(h->heap[c], e))
             break;
         place(h, i, h->heap[c]);
