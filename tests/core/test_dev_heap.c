@@ -57,18 +57,18 @@ START_TEST(test_matches_scan)
             count += in[d];
         ck_assert_int_eq(h.n, count);
         dev_heap_free(&h);
-        ck_assert_ptr_null(h.heap);
+        ck_assert_ptr_null(h.block);
     }
 }
 END_TEST
 
 /* Sets and removals only, no reassignment between them (one rebuilds the
  * whole structure and hides what an update left stale): every size up to
- * 40, keys with many ties and keys with few, removal light and heavy.  A
- * winner tree tried in its place, whose inner nodes started out holding
- * devices outside their subtrees, passed test_matches_scan (its frequent
+ * 40, keys with many ties and keys with few, removal light and heavy.  An
+ * earlier winner tree whose inner nodes started out holding devices
+ * outside their subtrees passed test_matches_scan (its frequent
  * dev_heap_assign repaired them) and failed here within a few thousand
- * steps. */
+ * steps; the tree in use now fills its padding before any node above it. */
 START_TEST(test_matches_scan_without_rebuild)
 {
     for (int mode = 0; mode < 4; mode++)
