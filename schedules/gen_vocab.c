@@ -186,7 +186,7 @@ static double base_ready_strict(const vwalk *w, sched_op op, int d)
 }
 
 /* Device d's best next op under the policy in the file comment. */
-static vcand choose(const vwalk *w, int d)
+static inline __attribute__((always_inline)) vcand choose(const vwalk *w, int d)
 {
     const sched_t *s = w->base;
     const sched_vocab *v = &w->out->vocab;
