@@ -528,8 +528,10 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         w.f_end[i] = w.b_end[i] = NAN;
     for (size_t j = 0; j < m; j++)
         w.c_end[0][j] = w.c_end[1][j] = NAN;
-    for (int d = 0; d < w.p; d++)
+    for (int d = 0; d < w.p; d++) {
         w.first[d] = NAN;
+        w.cand[d].kind = -1; /* none yet, as the tree is empty */
+    }
     /* Every device runs its lane's ops and one S and T per micro-batch. */
     for (int d = 0; stop && d < w.p; d++) {
         const sched_lane *lane = &base->dev[d];
@@ -555,9 +557,12 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
         int bulk = w.n_dirty > w.p / 4;
         while (w.n_dirty > 0) {
             int d = w.dirty[--w.n_dirty];
+            vcand was = w.cand[d];
             w.cand[d] = choose(&w, d);
             w.cand_dirty[d] = 0;
-            if (bulk)
+            /* The tree holds exactly the devices with a candidate, by its
+             * start: one starting when the last did keeps its place. */
+            if (bulk || (was.kind >= 0 && w.cand[d].kind >= 0 && was.start == w.cand[d].start))
                 continue;
             if (w.cand[d].kind >= 0)
                 dev_heap_set(&w.next, d, w.cand[d].start);

@@ -234,10 +234,15 @@ again:;
 
 /* Stores device d's choice c and its place among the devices that act
  * next: by start, the lowest device among equal starts (what a scan with
- * a strict "<" picked); a device with nothing to do (INFINITY) is out. */
+ * a strict "<" picked); a device with nothing to do (INFINITY) is out.
+ * A choice starting when the last one did keeps its place (a quarter of
+ * the choices on a 70B search). */
 static void set_choice(v_choice *ch, dev_heap *next, int d, v_choice c)
 {
+    int same_place = ch[d].when == c.when; /* NaN before d's first choice */
     ch[d] = c;
+    if (same_place)
+        return;
     if (c.when < INFINITY)
         dev_heap_set(next, d, c.when);
     else
@@ -298,8 +303,10 @@ static int v_run_once(v_run *r, const v_knobs *k, zb_err *err)
         free(ch);
         return zb_fail(err, "out of memory building a V schedule");
     }
-    for (int d = 0; d < p; d++)
+    for (int d = 0; d < p; d++) {
+        ch[d].when = NAN;
         set_choice(ch, &next, d, choose(r, d, k));
+    }
     long left = 3L * S * m;
     while (left > 0) {
         int best_d = dev_heap_top(&next);
