@@ -985,6 +985,14 @@ static int run_depth(search_state *st, zb_err *err)
     }
     if (o->split_search && search_tune_depth(st, err) < 0)
         return -1;
+    return 0;
+}
+
+/* The second pass over depth st->pp, once every depth's plain candidates
+ * are built: its vocabulary-parallel versions, then the ILP. */
+static int run_depth_vocab(search_state *st, zb_err *err)
+{
+    const search_options *o = st->o;
     /* Over one device there is nothing to split the vocabulary over. */
     if (o->vocab && st->pp > 1 && !layout_is_extended(&st->layout) && search_vocab_depth(st, err) < 0)
         return -1;
@@ -1315,6 +1323,18 @@ static int run_layout(search_state *st, int *deepest, zb_err *err)
     for (int i = 0; i < n_depths; i++) {
         set_depth(st, depths[i]);
         if (run_depth(st, err) < 0)
+            return -1;
+    }
+    /* The vocabulary-parallel versions and the ILP once every depth's
+     * plain candidates are known (search_vocab_depth: a depth's versions
+     * are built only while they may come near the best plan of them
+     * all), in the same order, each against what the depths up to it
+     * found, as when they ran depth by depth. */
+    for (int i = 0; i < n_depths; i++) {
+        set_depth(st, depths[i]);
+        search_prune_clear(&st->prune);
+        search_memo_clear(st->memo);
+        if (run_depth_vocab(st, err) < 0)
             return -1;
     }
     return 0;

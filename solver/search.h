@@ -43,6 +43,12 @@
  * resolves) should not beat one that needs much less memory. */
 #define SEARCH_TIME_RESOLUTION 1.0005
 
+/* A depth that fits a plan builds vocabulary-parallel versions only while
+ * they may come within this factor of the best plan of every depth
+ * (search_vocab.c): a near miss is worth a row, one a tenth behind is not
+ * worth its placements. */
+#define SEARCH_VOCAB_NEAR 1.10
+
 /* Largest pipeline depth and virtual stages the search handles. */
 #define SEARCH_MAX_STAGES 4096
 

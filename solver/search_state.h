@@ -70,7 +70,9 @@ typedef struct search_state {
     int devices_per_node;    /* consecutive pipeline devices on one node */
     int dp_intra;            /* 1 when a data-parallel group fits inside a node */
     double vocab_beat;       /* time a vocabulary-parallel version must beat to be worth
-                              * simulating: the best plan that may win so far (INFINITY: none) */
+                              * simulating: the best plan that may win so far (INFINITY: none),
+                              * or SEARCH_VOCAB_NEAR times the best of every depth */
+    int vocab_near;          /* 1 when vocab_beat is that SEARCH_VOCAB_NEAR bound */
     int stage_q_src;         /* candidate index whose by-stage recompute bisection gave
                               * stage_q (the variants share it: memory does not depend on
                               * the variant's pass times), or -1 */

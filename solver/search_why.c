@@ -224,8 +224,8 @@ static void vocab_rows(const search_options *o, const search_result *r, search_w
         n += (size_t)snprintf(text + n, sizeof text - n, "; no vocabulary-parallel plan that fits was simulated");
     if (r->vocab_pruned > 0 && n < sizeof text)
         snprintf(text + n, sizeof text - n,
-                 "; %d vocabulary-parallel %s cut short: their busiest device alone, or every placement of their passes, reaches the best time",
-                 r->vocab_pruned, r->vocab_pruned == 1 ? "version" : "versions");
+                 "; %d vocabulary-parallel %s cut short: their busiest device alone, or every placement of their passes, reaches the best time so far, or %.2fx the best of every depth",
+                 r->vocab_pruned, r->vocab_pruned == 1 ? "version" : "versions", SEARCH_VOCAB_NEAR);
     add_row(w, SEARCH_WHY_ROW, 0, "vocabulary parallelism", -1, "%s", text);
 }
 

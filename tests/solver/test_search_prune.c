@@ -363,6 +363,48 @@ START_TEST(test_static_floor)
 }
 END_TEST
 
+START_TEST(test_vocab_near)
+{
+    /* INTELLECT-1 10B on 64 H100s: pp=2 fits plans a fifth behind the
+     * winner, and its vocabulary-parallel versions are cut at
+     * SEARCH_VOCAB_NEAR times the best plan of every depth, not at
+     * pp=2's own best (search_vocab_depth).  Each cut says so, at a time
+     * no lower than that bound on the winner, on a depth that fits a
+     * plan; and the pruned and exhaustive searches agree as elsewhere. */
+    scenario s = { "intellect-1-10b", "H100-80G", 64, 128, 80e9, SEARCH_TARGET_ZBSCHED, SEARCH_VOCAB_AUTO, 64 };
+    search_options o = options(&s, 0);
+    search_result r;
+    zb_err err = { { 0 } };
+    ck_assert_msg(search_run(&o, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_gt(r.n_fit, 0);
+    int near = 0;
+    for (int i = 0; i < r.n; i++) {
+        const search_candidate *c = &r.c[i];
+        const char *at = strstr(c->note, "cannot come within 10% of the best plan");
+        if (!at)
+            continue;
+        near++;
+        ck_assert_int_ne(c->vocab, 0);
+        /* "...: its busiest device computes X ms >= R ms" or "...: every
+         * placement of its passes reaches R ms" */
+        const char *num = strstr(at, ">= ") ? strstr(at, ">= ") + 3 : strstr(at, "reaches ");
+        ck_assert_msg(num != NULL, "%s", c->note);
+        if (!strncmp(num, "reaches ", 8))
+            num += 8;
+        double reach = strtod(num, NULL);
+        ck_assert_msg(reach >= SEARCH_VOCAB_NEAR * r.c[0].time_ms - 0.05, "%s at pp=%d: %s (winner %.1f ms)", c->label,
+                      c->pp, c->note, r.c[0].time_ms);
+        int depth_fits = 0;
+        for (int k = 0; k < r.n_fit; k++)
+            depth_fits |= r.c[k].pp == c->pp;
+        ck_assert_msg(depth_fits, "%s at pp=%d cut near the best, but its depth fits nothing", c->label, c->pp);
+    }
+    ck_assert_int_gt(near, 4);
+    search_result_free(&r);
+    ck_assert_int_gt(compare(&s), 100);
+}
+END_TEST
+
 START_TEST(test_greedy_memo)
 {
     /* A V template with uneven stages; the three variants under a
@@ -431,6 +473,7 @@ int main(void)
     tcase_add_test(tc, test_vocab_over_in_every_placement);
     tcase_add_test(tc, test_twins);
     tcase_add_test(tc, test_split_sources);
+    tcase_add_test(tc, test_vocab_near);
     tcase_add_test(tc, test_greedy_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
