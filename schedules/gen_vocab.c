@@ -44,12 +44,13 @@
  * Cost: each step takes the earliest of the devices' candidates and
  * recomputes only the candidates a commit can change (cand_dirty): the
  * committing device's, the devices of the stages next to the committed
- * base op (whose inputs it produces), and every device's when the last
- * stage's F (every S waits for it) or a barrier completes, a few times
- * per micro-batch.  Choosing for every device at every step was 60% of a
+ * base op (whose inputs it produces), and, when the last stage's F(j) or
+ * a barrier of j completes, the devices whose next S or T is j and the
+ * last stage's.  Choosing for every device at every step was 60% of a
  * 405B search's time (p = 64); scanning the p kept candidates for the
- * earliest was then a quarter of it (p = 128), so they sit in a heap
- * ordered as the scan picked (src/dev_heap.h): O(log p) a step.
+ * earliest was then a quarter of it (p = 128), so they sit in a
+ * tournament tree ordered as the scan picked (src/dev_heap.h): log8(p)
+ * nodes a change.
  * gen_vocab_insert places six times (three lookaheads, hold on and off).  gen_vocab_insert_checked re-chooses every device at
  * every step and fails if a kept candidate differs, for the tests.  The
  * search keeps a placement only when it beats the one it already has;
@@ -100,7 +101,7 @@ typedef struct vwalk {
     int *dirty;          /* [p] the devices whose cand_dirty is 1, in the order marked */
     int n_dirty;         /* entries of dirty in use */
     dev_heap next;       /* the devices with a candidate (kind >= 0) by its start */
-    double *keys;        /* [p] scratch: every device's key when the heap is rebuilt */
+    double *keys;        /* [p] scratch: every device's key when the tree is rebuilt */
     double *first;       /* [p] start of the device's first committed op, NAN before */
     const gen_vocab_stop *stop; /* when to give up (NULL: never); the three below only with it */
     double *mem;         /* [p] the device's lane memory after its committed ops */
@@ -553,7 +554,7 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
                 goto out;
             }
         /* Most devices changed (a last-stage F or a barrier every S or
-         * T waited on): the heap is rebuilt, O(p), not updated p times. */
+         * T waited on): the tree is rebuilt, O(p), not updated p times. */
         int bulk = w.n_dirty > w.p / 4;
         while (w.n_dirty > 0) {
             int d = w.dirty[--w.n_dirty];

@@ -44,7 +44,7 @@
  * search: it would rank behind its label's best).
  *
  * Workload: p up to 64, m up to a few hundred; each step takes the
- * earliest of p cached device choices from a heap (src/dev_heap.h) and
+ * earliest of p cached device choices from a tree (src/dev_heap.h) and
  * chooses again for at most two devices, so a run is O(ops log p).
  * V-ZB at p=32, m=256 with every order it tries (eight greedy runs, the
  * adaptive scheduler, ZB-V) took 150 ms of CPU on the 2-core VM
