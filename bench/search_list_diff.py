@@ -18,8 +18,8 @@ Prints one word or phrase:
   ..., N near            besides, N vocabulary-parallel versions are in NEW
                         cut short as unable to come within
                         SEARCH_VOCAB_NEAR of the best plan ("cannot come
-                        within 10% ..."), each where OLD built it over the
-                        limit, cut it too, or timed it at 1.10x NEW's
+                        within 25% ..."), each where OLD built it over the
+                        limit, cut it too, or timed it at 1.25x NEW's
                         winner or more; the depth rows and the why block's
                         rows of their depths may then name a slower plan,
                         and the vocabulary row's other best and count of
@@ -37,7 +37,7 @@ IDENTITY = ("schedule", "family", "vocab", "targets", "chunks", "pipeline_parall
             "layout", "micro_batch", "n_micro", "recompute", "recompute_devices", "recompute_level",
             "recompute_first_stages", "recompute_mlp_stages", "split", "layers_per_stage")
 
-NEAR = 1.10  # SEARCH_VOCAB_NEAR (solver/search.h)
+NEAR = 1.25  # SEARCH_VOCAB_NEAR (solver/search.h)
 CUT = "cannot "  # the start of a cut-short version's note
 
 

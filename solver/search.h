@@ -45,9 +45,12 @@
 
 /* A depth that fits a plan builds vocabulary-parallel versions only while
  * they may come within this factor of the best plan of every depth
- * (search_vocab.c): a near miss is worth a row, one a tenth behind is not
- * worth its placements. */
-#define SEARCH_VOCAB_NEAR 1.10
+ * (search_vocab.c): a near miss is worth a row, one a third behind is not
+ * worth its placements.  Not nearer: a version's recompute steps stop
+ * at the first that is cut, before the refinement that makes the last
+ * one faster (at 1.10, intellect-1-10b over 64 GPUs lost a pp=2 version
+ * 1.056x the winner's time: its by-device step was cut at 1.23x). */
+#define SEARCH_VOCAB_NEAR 1.25
 
 /* Largest pipeline depth and virtual stages the search handles. */
 #define SEARCH_MAX_STAGES 4096

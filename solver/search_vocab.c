@@ -654,7 +654,7 @@ int search_vocab_depth(search_state *st, zb_err *err)
      * fits something also has its versions cut once they cannot come
      * within SEARCH_VOCAB_NEAR of the best plan of every depth: on
      * llama3-405b over 1,024 GPUs the versions of pp=64, 1.33x the
-     * winner's time, were 15% of the search's instructions, each
+     * winner's time, were 12% of the search's instructions, each
      * placement walked to its end to lose to pp=64's own best by a
      * hair.  A depth where nothing fits keeps its versions: one of them
      * may fit. */
