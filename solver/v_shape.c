@@ -463,13 +463,17 @@ static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, 
         r.admitted[d] = -INFINITY;
         r.refused[d] = INFINITY;
     }
+    /* A run writes its lanes into spare, which keeps the lanes' memory
+     * from run to run (a fresh copy per run regrew every lane from 16
+     * ops); a run that becomes the best trades places with it. */
+    sched_t *spare = NULL;
     for (int kk = only_knob < 0 ? 0 : only_knob; kk < (only_knob < 0 ? n_knobs : only_knob + 1); kk++) {
         v_knobs k = { .w_always = kk & 1, .prefer_chunk0 = (kk >> 1) & 1, .reserve_all = (kk >> 2) & 1 };
-        r.out = sched_clone(tmpl);
-        if (!r.out) {
+        if (!spare && !(spare = sched_clone(tmpl))) {
             zb_fail(err, "out of memory in the list scheduler");
             goto out;
         }
+        r.out = spare;
         /* A run that cannot beat the best so far is given up; under
          * another limit the memo covers, it would take the same decisions
          * up to the same point and be given up there too.  One given up
@@ -479,7 +483,7 @@ static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, 
         r.give_up = only_knob < 0 ? fmin(best_cost, beat) : INFINITY;
         int run = v_run_once(&r, &k, err);
         if (run < 0) {
-            sched_free(r.out);
+            sched_free(spare);
             goto out;
         }
         double cost = INFINITY; /* solver_eval's: the largest ASAP span */
@@ -490,15 +494,14 @@ static int greedy_runs(const sched_t *tmpl, const double *limit, int only_knob, 
                     cost = fmax(cost, r.asap_free[d] - r.asap_first[d]);
         }
         if (cost < best_cost) {
-            sched_free(best);
+            spare = best; /* NULL before the first best */
             best = r.out;
             best_cost = cost;
             *knob_bits = kk;
-        } else {
-            sched_free(r.out);
         }
         r.out = NULL;
     }
+    sched_free(spare);
     if (memo && only_knob < 0) {
         /* Keep these runs for the next limit: a copy of the result (or
          * where they were all given up) and the needs the limit decided
