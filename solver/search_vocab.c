@@ -123,6 +123,16 @@ static void vocab_over_floor(const search_state *st, search_candidate *c, double
         snprintf(c->note, sizeof c->note, "needs more than %s %s", lim, how);
 }
 
+/* What a version cut short at beat could not do, for its note, in buf. */
+static const char *vocab_goal(const search_state *st, double beat, char *buf, size_t size)
+{
+    if (st->vocab_near && beat == st->vocab_beat)
+        snprintf(buf, size, "come within %.0f%% of the best plan", (SEARCH_VOCAB_NEAR - 1) * 100);
+    else
+        snprintf(buf, size, "beat the best plan");
+    return buf;
+}
+
 /* Builds, costs and measures the vocabulary-parallel version of src's
  * schedule under config cf into the zeroed candidate c (layers split
  * evenly: the head no longer weighs on the last stage).  On success c owns
@@ -138,16 +148,6 @@ static void vocab_over_floor(const search_state *st, search_candidate *c, double
  * need no exact peak of it; with discard_oom each placement is also given
  * up as soon as it goes over (when all six do, c is marked over the limit
  * the same way and 2 returned); else 0. */
-/* What a version cut short at beat could not do, for its note, in buf. */
-static const char *vocab_goal(const search_state *st, double beat, char *buf, size_t size)
-{
-    if (st->vocab_near && beat == st->vocab_beat)
-        snprintf(buf, size, "come within %.0f%% of the best plan", (SEARCH_VOCAB_NEAR - 1) * 100);
-    else
-        snprintf(buf, size, "beat the best plan");
-    return buf;
-}
-
 static int vocab_build(search_state *st, search_config *cf, const search_candidate *src, int variant,
                        int discard_oom, int by_floor, double beat, search_candidate *c)
 {
