@@ -58,10 +58,21 @@ struct search_memo_entry {
 
 const search_candidate search_memo_pruned; /* what find returns for a pruned build */
 
+/* FNV-1a's step, eight bytes at a time: a key holds every stage's costs
+ * (up to a few hundred stages of 48 bytes), and hashing them a byte at a
+ * time, one multiply after another, was 2% of a 70B search's time
+ * (perf).  The hash only picks the slot (key_equal compares exactly). */
 static uint64_t mix(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, sizeof w);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29; /* the high bits down: a multiply carries only upwards */
+    }
+    for (; i < n; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
