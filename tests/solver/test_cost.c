@@ -34,6 +34,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,86 @@ START_TEST(test_layer_split)
     ck_assert_int_eq(l[0], 22);
     ck_assert_int_eq(cost_layer_split(22, 25, l, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "too few"));
+}
+END_TEST
+
+/* cost_layer_split_balanced as it was first written, for valid input: the
+ * optimal largest load T by a walk over the candidate loads, then the
+ * excess taken back by a scan of every stage per layer, moving on only for
+ * a load above its pick by more than 1e-9 (cost_model.c now takes each
+ * step in O(1)). */
+static void split_by_scan(int L, int S, double wf, double wl, int *layers)
+{
+    const double eps = 1e-9, off[3] = { 0, wf, wl }, w[2] = { wf, wl };
+    int next[3] = { 0, 0, 0 };
+    double T = -1;
+    while (T < 0) {
+        int q = -1;
+        double t = INFINITY;
+        for (int k = 0; k < 3; k++)
+            if (next[k] <= L && next[k] + off[k] < t) {
+                t = next[k] + off[k];
+                q = k;
+            }
+        ck_assert_int_ge(q, 0);
+        next[q]++;
+        double cf = floor(t - wf + eps), cl = floor(t - wl + eps), cm = floor(t + eps);
+        if (cf < 0 || cl < 0 || (S > 2 && cm < 1))
+            continue;
+        if (cf + cl + (S - 2) * cm >= L)
+            T = t;
+    }
+    long total = 0;
+    for (int i = 0; i < S; i++) {
+        double cap = floor(T - (i == 0 ? w[0] : i == S - 1 ? w[1] : 0) + eps);
+        layers[i] = cap > L ? L : (int)cap;
+        total += layers[i];
+    }
+    for (; total > L; total--) {
+        int best = -1;
+        double best_load = -1;
+        for (int i = 0; i < S; i++) {
+            int min = (i == 0 || i == S - 1) ? 0 : 1;
+            double load = layers[i] + (i == 0 ? w[0] : i == S - 1 ? w[1] : 0);
+            if (layers[i] > min && load > best_load + eps) {
+                best = i;
+                best_load = load;
+            }
+        }
+        ck_assert_int_ge(best, 0);
+        layers[best]--;
+    }
+}
+
+/* Layer counts up to 130 over the stage counts they allow, with end
+ * weights drawn from whole numbers, halves, values a hair apart (ties the
+ * scan breaks by eps) and random ones: the split is the scan's, stage for
+ * stage. */
+START_TEST(test_balanced_split_matches_scan)
+{
+    const double ws[] = { 0, 1, 1.5, 1.6, 1.84, 2, 3, 3.0000000001, 2.9999999999, 0.5, 7.25 };
+    const int nw = (int)(sizeof ws / sizeof ws[0]);
+    uint64_t rng = 99;
+    int checked = 0, removed = 0;
+    for (int L = 1; L <= 130; L += (L < 40 ? 1 : 7))
+        for (int S = 2; S <= L + 2 && S <= 256; S += (S < 24 ? 1 : 5))
+            for (int a = 0; a < nw + 2; a++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                double wf = a < nw ? ws[a] : (double)(rng >> 11) / 9007199254740992.0 * 6;
+                double wl = a < nw ? ws[(a * 7 + S) % nw] : (double)(rng >> 20) / 4503599627370496.0 * 4;
+                int got[260], want[260];
+                zb_err err = { { 0 } };
+                ck_assert_msg(cost_layer_split_balanced(L, S, wf, wl, got, &err) == 0, "%s", err.msg);
+                split_by_scan(L, S, wf, wl, want);
+                for (int i = 0; i < S; i++)
+                    ck_assert_msg(got[i] == want[i], "L=%d S=%d w=%.12g,%.12g: stage %d has %d, the scan gives %d", L,
+                                  S, wf, wl, i, got[i], want[i]);
+                for (int i = 0; i < S; i++)
+                    removed += i > 0 && i < S - 1 && got[i] < got[S / 2]; /* middles taken down */
+                checked++;
+            }
+    ck_assert_int_gt(checked, 10000);
+    ck_assert_int_gt(removed, 1000); /* the removal ran, often */
 }
 END_TEST
 
@@ -587,6 +668,7 @@ int main(void)
     TCase *tc = tcase_create("model");
     tcase_add_test(tc, test_layer_split);
     tcase_add_test(tc, test_balanced_split);
+    tcase_add_test(tc, test_balanced_split_matches_scan);
     tcase_add_test(tc, test_memory_by_hand_1_5b);
     tcase_add_test(tc, test_table1_time_identities);
     tcase_add_test(tc, test_table9_calibration);
