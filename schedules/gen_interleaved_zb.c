@@ -82,6 +82,10 @@ static int izb_device(sched_t *s, int d, int v, int q, izb_knobs k)
     }
     int *next_b = next_f + v, *next_w = next_f + 2 * v;
     int n_bwd = 0, n_wgt = 0, rc = 0;
+    if (sched_lane_reserve(&s->dev[d], 3 * total) != 0) { /* F, B and W of every local op */
+        rc = -1;
+        goto out;
+    }
 #define PUSH(kind, chunk, counter)                                                        \
     do {                                                                                  \
         if (sched_push(s, d, (kind), (chunk) * p + d, (counter)[chunk]++) != 0) {         \

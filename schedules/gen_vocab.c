@@ -512,8 +512,11 @@ static int insert_ahead(const sched_t *base, const sched_vocab *v, int lookahead
     }
     int heap_failed = dev_heap_init(&w.next, w.p);
     int rc = -1;
+    /* Each output lane holds its base lane's ops and one S and T per
+     * micro-batch: room for them at once. */
     for (int d = 0; w.taken && d < w.p; d++)
-        if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1))) {
+        if (!(w.taken[d] = calloc((size_t)base->dev[d].n_ops + 1, 1)) ||
+            (w.out && sched_lane_reserve(&w.out->dev[d], base->dev[d].n_ops + 2 * w.m) != 0)) {
             zb_fail(err, "out of memory inserting vocabulary passes");
             goto out;
         }

@@ -124,6 +124,28 @@ int sched_lane_grow(sched_lane *l)
     return 0;
 }
 
+int sched_lane_reserve(sched_lane *l, int n)
+{
+    if (n <= l->cap)
+        return 0;
+    sched_op *ops = realloc(l->ops, sizeof *ops * (size_t)n);
+    if (!ops)
+        return -1;
+    l->ops = ops;
+    if (l->start) {
+        double *st = realloc(l->start, sizeof(double) * (size_t)n);
+        if (!st)
+            return -1;
+        l->start = st;
+        double *en = realloc(l->end, sizeof(double) * (size_t)n);
+        if (!en)
+            return -1;
+        l->end = en;
+    }
+    l->cap = n;
+    return 0;
+}
+
 int sched_lane_alloc_times(sched_t *s, int dev)
 {
     sched_lane *l = &s->dev[dev];
