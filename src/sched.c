@@ -105,23 +105,7 @@ sched_t *sched_clone(const sched_t *s)
 
 int sched_lane_grow(sched_lane *l)
 {
-    int cap = l->cap ? l->cap * 2 : 16;
-    sched_op *ops = realloc(l->ops, sizeof *ops * (size_t)cap);
-    if (!ops)
-        return -1;
-    l->ops = ops;
-    if (l->start) {
-        double *st = realloc(l->start, sizeof(double) * (size_t)cap);
-        if (!st)
-            return -1;
-        l->start = st;
-        double *en = realloc(l->end, sizeof(double) * (size_t)cap);
-        if (!en)
-            return -1;
-        l->end = en;
-    }
-    l->cap = cap;
-    return 0;
+    return sched_lane_reserve(l, l->cap ? l->cap * 2 : 16);
 }
 
 int sched_lane_reserve(sched_lane *l, int n)

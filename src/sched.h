@@ -135,7 +135,7 @@ int sched_lane_grow(sched_lane *l);
 
 /* Makes room in lane l for at least n ops at once, for a generator that
  * knows its lane's length: no doubling from 16 on the way.  Returns 0, or
- * -1 when memory runs out (l as it was). */
+ * -1 when memory runs out (l still holds its ops, in the room it had). */
 int sched_lane_reserve(sched_lane *l, int n);
 
 /* Appends an op to device dev's list.  Returns 0, or -1 when memory runs out.
