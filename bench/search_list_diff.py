@@ -38,6 +38,11 @@ IDENTITY = ("schedule", "family", "vocab", "targets", "chunks", "pipeline_parall
             "recompute_first_stages", "recompute_mlp_stages", "split", "layers_per_stage")
 
 NEAR = 1.25  # SEARCH_VOCAB_NEAR (solver/search.h)
+
+
+def key(c):
+    """A candidate, every figure included, as a comparable string."""
+    return json.dumps(c, sort_keys=True)
 CUT = "cannot "  # the start of a cut-short version's note
 
 
@@ -52,7 +57,7 @@ def vocab_row_text(text, other_went):
     return "; ".join(clauses)
 
 
-def near_cut(old, new, ident):
+def near_cut(old, new):
     """Matches NEW's vocabulary-parallel versions that differ from OLD's
     same version (schedule, depth and micro-batch name one) and takes both
     out when NEW's is cut short or over the limit (SEARCH_VOCAB_NEAR cuts
@@ -62,7 +67,6 @@ def near_cut(old, new, ident):
     comparable.  Returns how many versions differed so, or -1 when one
     differs otherwise."""
     version = lambda c: (c["schedule"], c["pipeline_parallel"], c["micro_batch"], c["vocab"])
-    key = lambda c: json.dumps(c, sort_keys=True)
     win = new["candidates"][0]["time_ms"] if new["candidates"] and new["candidates"][0]["status"] == "fit" else None
     n_near, gone_depths, gone_labels = 0, set(), set()
     old_keys = collections.Counter(key(o) for o in old["candidates"])
@@ -121,7 +125,6 @@ def main():
     if old == new:
         print("same")
         return
-    key = lambda c: json.dumps(c, sort_keys=True)
     # A version NEW reports by its floor stands for OLD's placed build of
     # it: the two are matched by identity and taken out of both lists.
     ident = lambda c: json.dumps({k: v for k, v in c.items() if k in IDENTITY}, sort_keys=True)
@@ -136,7 +139,7 @@ def main():
         old["candidates"].remove(match[0])
         new["candidates"].remove(f)
         n_floor += 1
-    n_near = near_cut(old, new, ident)
+    n_near = near_cut(old, new)
     if n_near < 0:
         print("DIFF")
         return

@@ -622,6 +622,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     if (!limit)
         return zb_fail(err, "out of memory");
     int rc = -1;
+    solver_zb_auto_memo zmemo = { 0 }; /* zb-auto's knob runs, shared by its labels */
     /* Lower bounds of each placement's families (placement_bound), which
      * skip the candidates that cannot beat their label's best; none with
      * the ILP, which refines the runners-up too. */
@@ -695,7 +696,6 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
         goto out;
 
     double room = headroom(o, cf->plain, limit);
-    solver_zb_auto_memo zmemo = { 0 };
     for (int k = 0; k < N_ZB_AUTO; k++) {
         char label[40];
         if (zb_auto_k[k] > 0) {
@@ -712,21 +712,16 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
             room = headroom(o, cf->plain, limit);
             if (room <= 0) {
                 search_candidate *c = search_new_candidate(st, cf, label, "zb-auto", 1, err);
-                if (!c) {
-                    solver_zb_auto_memo_free(&zmemo);
+                if (!c)
                     goto out;
-                }
                 search_skip(c, "static memory alone exceeds the limit");
                 search_tick(st);
                 continue;
             }
         }
-        if (run_per_stage(st, cf, label, "zb-auto", limit, 0, &zmemo, err) < 0) {
-            solver_zb_auto_memo_free(&zmemo);
+        if (run_per_stage(st, cf, label, "zb-auto", limit, 0, &zmemo, err) < 0)
             goto out;
-        }
     }
-    solver_zb_auto_memo_free(&zmemo);
 
     if (!cf->vshape) {
         search_candidate *c = search_new_candidate(st, cf, "zb-v", "zb-v", 2, err);
@@ -762,6 +757,7 @@ static int run_config(search_state *st, search_config *cf, zb_err *err)
     }
     rc = 0;
 out:
+    solver_zb_auto_memo_free(&zmemo);
     cf->bound_ms = cf->peak_bound = 0;
     free(limit);
     return rc;

@@ -55,6 +55,14 @@ static inline void refresh(dev_heap *h, int l, int node)
     h->dev[l + 1][node] = d0;
 }
 
+/* Every entry above the leaves from the leaves up: O(cap). */
+static void refresh_all(dev_heap *h)
+{
+    for (int l = 0; l + 1 < h->levels; l++)
+        for (int node = 0; node < h->width[l] / FAN; node++)
+            refresh(h, l, node);
+}
+
 /* Rewrites leaf d with key k and every entry above it. */
 static void update(dev_heap *h, int d, uint64_t k)
 {
@@ -103,9 +111,7 @@ int dev_heap_init(dev_heap *h, int cap)
             h->key[l][i] = NO_KEY;
             h->dev[l][i] = l == 0 ? i : 0;
         }
-    for (int l = 0; l + 1 < h->levels; l++)
-        for (int node = 0; node < h->width[l] / FAN; node++)
-            refresh(h, l, node);
+    refresh_all(h);
     return 0;
 }
 
@@ -130,9 +136,7 @@ void dev_heap_assign(dev_heap *h, const double *key)
         h->key[0][d] = isnan(key[d]) ? NO_KEY : ordered_bits(key[d]);
         h->n += !isnan(key[d]);
     }
-    for (int l = 0; l + 1 < h->levels; l++)
-        for (int node = 0; node < h->width[l] / FAN; node++)
-            refresh(h, l, node);
+    refresh_all(h);
 }
 
 void dev_heap_remove(dev_heap *h, int d)
